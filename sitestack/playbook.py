@@ -1,0 +1,160 @@
+"""Run a site playbook on its hosts: connect, resolve facts per host, converge, recap.
+
+``provision(site, options, reporter)`` runs every selected host in a thread pool; one host
+failing (or failing to connect) does not stop the others. Applying takes a lock per install
+prefix on each host, so two runs against one prefix never interleave. Check mode uses a
+read-only Host: probes run for real, mutations are refused.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import schema
+from .actions import ACTIONS, RunContext
+from .errors import InputError, SitestackError
+from .host import Host, local_host, ssh_host
+from .report import Reporter
+from .site import Facts, HostSpec, Site, load_site
+from .step import Result, converge
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run a playbook (the CLI options of ``invoke provision``)."""
+
+    check: bool = False
+    diff: bool = False
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    prefix: str | None = None
+    account: str | None = None
+    accept_new_host_keys: bool = False
+    log_root: Path | None = None
+    lock_wait: float = 600.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HostRun:
+    """The outcome on one host."""
+
+    host: str
+    results: list[Result] = field(default_factory=list)
+    error: str | None = None
+    elapsed: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or any(r.status == "failed" for r in self.results)
+
+    @property
+    def changed(self) -> bool:
+        return any(r.status == "changed" for r in self.results)
+
+
+def load(site_name: str | None = None, path: Path | None = None) -> Site:
+    """Load a site playbook, checking its steps against the registered actions."""
+    return load_site(site_name, path=path, actions=ACTIONS)
+
+
+def select_hosts(site: Site, names: Sequence[str]) -> list[HostSpec]:
+    """The playbook's hosts, or the named ones (a name not in the playbook is an SSH host)."""
+    if not names:
+        return list(site.hosts)
+    known = {h.name: h for h in site.hosts}
+    return [known.get(n) or HostSpec(name=n, connection="local" if n == "localhost" else "ssh") for n in names]
+
+
+def check_tags(site: Site, options: Options) -> None:
+    known = {t for s in (*site.steps, *site.handlers) for t in s.tags} | {s.name for s in site.steps} | {"always"}
+    for option, values in (("--tags", options.tags), ("--skip-tags", options.skip_tags)):
+        for tag in values:
+            if tag not in known:
+                tags = ", ".join(sorted(known - {s.name for s in site.steps}))
+                raise InputError(option, f"no step of {site.path} has tag {tag!r} (tags: {tags}; step names work too)")
+
+
+def log_root(options: Options, site: Site) -> Path:
+    root = options.log_root or Path(os.environ.get("SITESTACK_LOG_DIR") or Path.home() / ".cache" / "sitestack" / "logs")
+    return root / site.name / time.strftime("%Y%m%d-%H%M%S")
+
+
+def connect(spec: HostSpec, options: Options) -> Host:
+    if spec.connection == "local":
+        return local_host(spec.name, read_only=options.check)
+    return ssh_host(spec.name, spec.address, user=spec.user, port=spec.port, read_only=options.check,
+                    accept_unknown_hosts=options.accept_new_host_keys)
+
+
+def context_for(site: Site, host: Host, options: Options, logs: Path | None) -> RunContext:
+    """Resolve the site's placeholders for ``host`` and build the steps' context."""
+    values = site.placeholder_values(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
+    resolved = site.resolved_facts(values)
+    facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
+    return RunContext(site=site, facts=facts, resolved=resolved, values=values, check=options.check,
+                      log_dir=logs, options=options.extra)
+
+
+def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, logs: Path | None) -> HostRun:
+    """Run the playbook on one host; never raises for an expected failure."""
+    run = HostRun(spec.name)
+    start = time.perf_counter()
+    try:
+        host = connect(spec, options)
+        ctx = context_for(site, host, options, logs / spec.name if logs else None)
+        prefix = ctx.values["prefix"]
+        not_probed = None
+        if ctx.facts.marker and not host.exists(ctx.facts.marker):
+            not_probed = f"{host.name} is not a {site.name} host ({ctx.facts.marker} missing)"
+        steps = [ACTIONS[s.action].from_spec(s, ctx) for s in site.steps]
+        handlers = [ACTIONS[s.action].from_spec(s, ctx) for s in site.handlers]
+
+        def go() -> list[Result]:
+            return converge(steps, host, check=options.check, want_diff=options.diff, tags=options.tags,
+                            skip_tags=options.skip_tags, handlers=handlers, not_probed=not_probed,
+                            on_result=lambda r: reporter.result(spec.name, r))
+
+        if options.check or not_probed:
+            run.results = go()
+        else:
+            if "{account}" in prefix:
+                raise InputError("--account", f"site {site.name} installs under {prefix}: give --account (or set SITESTACK_ACCOUNT)")
+            with host.lock(f"{prefix}/.sitestack/provision.lock", wait=options.lock_wait):
+                run.results = go()
+    except SitestackError as exc:
+        run.error = str(exc)
+        reporter.host_error(spec.name, run.error)
+    run.elapsed = time.perf_counter() - start
+    return run
+
+
+def provision(site: Site, options: Options, reporter: Reporter) -> list[HostRun]:
+    """Run ``site``'s playbook on the selected hosts in parallel; return each host's outcome."""
+    check_tags(site, options)
+    specs = select_hosts(site, options.hosts)
+    logs = None if options.check else log_root(options, site)
+    reporter.start(site.name, [s.name for s in specs], options.check)
+    if len(specs) == 1:
+        runs = [run_host(site, specs[0], options, reporter, logs)]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(specs))) as pool:
+            runs = list(pool.map(lambda s: run_host(site, s, options, reporter, logs), specs))
+    reporter.recap(runs)
+    return runs
+
+
+def exit_code(runs: Sequence[HostRun], *, check: bool, fail_on_change: bool) -> int:
+    """0 ok/changed, 1 any failure, 2 with --check --fail-on-change when anything would change."""
+    if any(r.failed for r in runs):
+        return 1
+    if check and fail_on_change and any(r.changed for r in runs):
+        return 2
+    return 0

@@ -1,0 +1,71 @@
+"""All output of a run: Ansible-like lines per step and host, diffs, and the recap table.
+
+The only module that prints. Thread-safe: hosts run in parallel and report as they go.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
+
+from .step import Result
+
+if TYPE_CHECKING:
+    from .playbook import HostRun
+
+
+class Reporter:
+    """Prints step results as they happen and a recap at the end."""
+
+    def __init__(self, stream: TextIO | None = None, *, show_diff: bool = False, debug: bool = False) -> None:
+        self.stream = stream or sys.stdout
+        self.show_diff = show_diff
+        self.debug = debug
+        self._lock = threading.Lock()
+
+    def _print(self, text: str) -> None:
+        with self._lock:
+            print(text, file=self.stream, flush=True)
+
+    def start(self, site: str, hosts: Sequence[str], check: bool) -> None:
+        mode = "check mode: nothing will be changed" if check else "applying"
+        self._print(f"PLAY site {site} on {', '.join(hosts)} ({mode})")
+
+    def result(self, host: str, result: Result) -> None:
+        name = f"handler {result.step}" if result.handler else result.step
+        line = f"[{host}] {result.status:<8} {name}"
+        if result.message:
+            first, *rest = result.message.splitlines()
+            line += f": {first}"
+            if rest:
+                line += "\n" + "\n".join(f"    {r}" for r in rest)
+        lines = [line]
+        if self.show_diff and result.diff:
+            lines.append("\n".join(f"    {d}" for d in result.diff.rstrip("\n").splitlines()))
+        if self.debug and result.detail:
+            lines.append(result.detail.rstrip())
+        self._print("\n".join(lines))
+
+    def host_error(self, host: str, message: str) -> None:
+        self._print(f"[{host}] failed   {message}")
+
+    def note(self, text: str) -> None:
+        self._print(text)
+
+    def recap(self, runs: Sequence[HostRun]) -> None:
+        header = ("host", "ok", "changed", "failed", "skipped", "unprobed", "time")
+        rows = []
+        for run in runs:
+            counts = {s: sum(1 for r in run.results if r.status == s) for s in ("ok", "changed", "failed", "skipped")}
+            if run.error:
+                counts["failed"] += 1
+            unprobed = sum(1 for r in run.results if not r.probed)
+            rows.append((run.host, str(counts["ok"]), str(counts["changed"]), str(counts["failed"]),
+                         str(counts["skipped"]), str(unprobed), f"{run.elapsed:.2f}s"))
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        out = ["", "RECAP"]
+        for row in [header, *rows]:
+            out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        self._print("\n".join(out))

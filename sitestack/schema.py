@@ -1,0 +1,165 @@
+"""Turn parsed YAML into frozen dataclasses, checking every key against the type hints.
+
+``build(cls, node, where)`` walks the fields of dataclass ``cls``: unknown keys, missing
+required keys, wrong types and values outside a ``Literal`` are :class:`InputError` naming
+``file:line`` and the dotted key. Supported field types: ``str``, ``int``, ``float``,
+``bool``, ``Literal[...]``, ``X | None``, ``tuple[X, ...]`` (from a YAML list),
+``Mapping[str, X]`` (from a YAML mapping, stored read-only) and nested dataclasses.
+
+A field's ``metadata["doc"]`` is its one-line documentation (``docs/`` is generated from it
+where useful); ``metadata["yaml"]`` names the YAML key when it differs from the field
+name (YAML keys use dashes or reserved words Python cannot).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from .errors import InputError
+from .yamlfile import MarkedDict, MarkedList
+
+T = TypeVar("T")
+
+
+def yaml_key(field: dataclasses.Field) -> str:
+    """The YAML key of a dataclass field."""
+    return field.metadata.get("yaml", field.name)
+
+
+class _Where:
+    """Where a node is: file, line and dotted key path."""
+
+    def __init__(self, file: str, line: int, key: str) -> None:
+        self.file, self.line, self.key = file, line, key
+
+    def child(self, key: str | int, line: int | None) -> "_Where":
+        path = f"{self.key}[{key}]" if isinstance(key, int) else (f"{self.key}.{key}" if self.key else key)
+        return _Where(self.file, line or self.line, path)
+
+    def error(self, message: str) -> InputError:
+        return InputError(f"{self.file}:{self.line}", message, key=self.key or None)
+
+
+def build(cls: type[T], node: Any, file: str, *, line: int | None = None, key: str = "") -> T:
+    """Build dataclass ``cls`` from ``node`` (a :class:`MarkedDict`), validating as it goes."""
+    where = _Where(file, line if line is not None else getattr(node, "line", 1), key)
+    return _convert(cls, node, where)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    kind = {str: "a string", bool: "a boolean", int: "an integer", float: "a number"}.get(type(value))
+    if kind:
+        return f"{kind} ({value!r})"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _convert(tp: Any, value: Any, where: _Where) -> Any:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        if value is None and len(options) < len(get_args(tp)):
+            return None
+        if len(options) == 1:
+            return _convert(options[0], value, where)
+        errors = []
+        for option in options:
+            try:
+                return _convert(option, value, where)
+            except InputError as exc:
+                errors.append(exc.detail)
+        raise where.error(" or ".join(errors))
+    if origin is Literal:
+        choices = get_args(tp)
+        if value not in choices:
+            shown = ", ".join(repr(c) for c in choices)
+            raise where.error(f"must be one of {shown}, not {_describe(value)}")
+        return value
+    if origin is tuple:
+        (item_type, _ellipsis) = get_args(tp)
+        if not isinstance(value, list):
+            raise where.error(f"expected a list, got {_describe(value)}")
+        lines = getattr(value, "lines", [])
+        return tuple(
+            _convert(item_type, item, where.child(i, lines[i] if i < len(lines) else None))
+            for i, item in enumerate(value)
+        )
+    if origin in (Mapping, typing.Mapping, dict) or tp is Mapping:
+        key_type, value_type = get_args(tp)
+        if not isinstance(value, dict):
+            raise where.error(f"expected a mapping, got {_describe(value)}")
+        lines = getattr(value, "lines", {})
+        out = {}
+        for k, v in value.items():
+            child = where.child(str(k), lines.get(k))
+            if not isinstance(k, str):
+                raise child.error(f"keys must be strings, got {_describe(k)}")
+            out[k] = _convert(value_type, v, child)
+        return types.MappingProxyType(out)
+    if dataclasses.is_dataclass(tp):
+        return _build_dataclass(tp, value, where)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise where.error(f"expected true or false, got {_describe(value)}")
+        return value
+    if tp is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise where.error(f"expected an integer, got {_describe(value)}")
+        return value
+    if tp is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise where.error(f"expected a number, got {_describe(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise where.error(f"expected a string, got {_describe(value)}")
+        return value
+    if tp is Any:
+        return value
+    raise TypeError(f"schema: unsupported field type {tp!r}")  # a bug in a dataclass, not bad input
+
+
+def _build_dataclass(cls: type, value: Any, where: _Where) -> Any:
+    if not isinstance(value, dict):
+        raise where.error(f"expected a mapping, got {_describe(value)}")
+    hints = get_type_hints(cls)
+    fields = {yaml_key(f): f for f in dataclasses.fields(cls) if f.init}
+    lines = getattr(value, "lines", {})
+    for key in value:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise where.child(str(key), lines.get(key)).error(f"unknown key (known keys: {known})")
+    kwargs = {}
+    for name, field in fields.items():
+        if name not in value:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise where.error(f"missing required key '{name}'")
+            continue
+        kwargs[field.name] = _convert(hints[field.name], value[name], where.child(name, lines.get(name)))
+    obj = cls(**kwargs)
+    check = getattr(obj, "check", None)
+    if check is not None:
+        problem = check()
+        if problem:
+            raise where.error(problem)
+    return obj
+
+
+def line_of(node: Any, key: str | int | None = None) -> int:
+    """The line of ``node`` (or of its ``key``/item) when it came from :func:`load_yaml`."""
+    if key is None:
+        return getattr(node, "line", 0)
+    if isinstance(node, MarkedDict):
+        return node.lines.get(key, node.line)
+    if isinstance(node, MarkedList) and isinstance(key, int) and key < len(node.lines):
+        return node.lines[key]
+    return getattr(node, "line", 0)

@@ -1,0 +1,74 @@
+"""Commands run inside the site's environment: module system initialised, site modules loaded.
+
+Remote shells are non-login, so ``module`` is not defined there: :func:`in_site_env` wraps an
+argv so that bash sources the module system's init script first (the one the site names, else
+the usual Lmod and Environment Modules locations), runs ``module use`` / ``module load`` for
+the site's modules, then ``exec``\\s the command. The argv travels as positional parameters,
+never pasted into the script.
+
+Exit codes of the wrapper itself: :data:`NO_MODULE_SYSTEM` when no ``module`` command can be
+set up, :data:`LOAD_FAILED` when a site module does not load.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from .errors import CannotProbe, SitestackError
+from .host import Completed, Host
+from .site import Facts
+
+NO_MODULE_SYSTEM = 97
+LOAD_FAILED = 98
+
+#: Where module systems keep their bash init scripts (Lmod from source and Debian's lmod,
+#: Cray's Lmod, Environment Modules 4/5).
+INIT_CANDIDATES = (
+    "/usr/share/lmod/lmod/init/bash",
+    "/opt/cray/pe/lmod/lmod/init/bash",
+    "/usr/share/modules/init/bash",
+    "/etc/profile.d/modules.sh",
+)
+
+
+def prelude(facts: Facts, *, load: bool = True) -> str:
+    """The bash lines that set up ``module`` and load the site modules (empty without modules)."""
+    mods = facts.modules
+    if mods.system == "none":
+        return ""
+    candidates = [mods.init] if mods.init else list(INIT_CANDIDATES)
+    lines = [
+        "if ! type module >/dev/null 2>&1; then",
+        f"  for f in {' '.join(shlex.quote(c) for c in candidates)}; do",
+        '    if [ -r "$f" ]; then . "$f"; break; fi',
+        "  done",
+        "fi",
+        f"type module >/dev/null 2>&1 || {{ echo 'no module command (looked for {' '.join(candidates)})' >&2; exit {NO_MODULE_SYSTEM}; }}",
+    ]
+    if load:
+        for path in mods.use:
+            lines.append(f"module use {shlex.quote(path)} || exit {LOAD_FAILED}")
+        for name in mods.load:
+            # Lmod and Environment Modules >= 4 both return non-zero when a load fails.
+            lines.append(f"module load {shlex.quote(name)} || {{ echo 'cannot load module {name}' >&2; exit {LOAD_FAILED}; }}")
+    return "\n".join(lines) + "\n"
+
+
+def in_site_env(facts: Facts, argv: Sequence[str], *, load: bool = True) -> list[str]:
+    """``argv`` wrapped to run after the site's module system and modules are set up."""
+    script = prelude(facts, load=load)
+    if not script:
+        return list(argv)
+    return ["bash", "-c", script + 'exec "$@"', "sitestack", *argv]
+
+
+def probe_in_site_env(host: Host, facts: Facts, argv: Sequence[str], *, load: bool = True) -> Completed:
+    """Probe ``argv`` in the site environment; CannotProbe when there is no module system,
+    SitestackError when a site module does not load."""
+    out = host.probe(in_site_env(facts, argv, load=load))
+    if out.rc == NO_MODULE_SYSTEM and facts.modules.system != "none":
+        raise CannotProbe(f"{facts.modules.system} not found on {host.name}: {out.stderr.strip()}")
+    if out.rc == LOAD_FAILED and facts.modules.system != "none":
+        raise SitestackError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "a site module did not load")
+    return out

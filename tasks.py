@@ -1,0 +1,96 @@
+"""sitestack's command line: ``invoke --list`` shows the tasks, ``invoke --help TASK`` their options.
+
+Each task parses its options, calls one library function, prints through the reporter and
+exits with the library's code. The work is in ``sitestack/``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from invoke import task
+from invoke.exceptions import Exit
+
+from sitestack import actions as actions_mod
+from sitestack import playbook as pb
+from sitestack.cli import account_option, errors_to_exit, playbook_path, split_list
+from sitestack.host import local_host
+from sitestack.report import Reporter
+from sitestack.site import list_sites
+
+SITE_HELP = "site name: one of the playbooks in playbooks/ (see `invoke sites`)"
+PLAYBOOK_HELP = "use this playbook file instead of playbooks/<site>.yml"
+PREFIX_HELP = "install prefix (overrides the site's facts.prefix)"
+ACCOUNT_HELP = "project/account for {account} in the site facts (default: $SITESTACK_ACCOUNT)"
+DEBUG_HELP = "show tracebacks of errors"
+
+
+@task(auto_shortflags=False)
+def sites(c):
+    """List the sites that have a playbook."""
+    with errors_to_exit():
+        for name in list_sites():
+            site = pb.load(name)
+            print(f"{name:<10} {site.facts.description}")
+
+
+@task(auto_shortflags=False, help={"site": SITE_HELP, "playbook": PLAYBOOK_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_HELP,
+            "format": "yaml (default) or json", "debug": DEBUG_HELP})
+def show_site(c, site=None, playbook=None, prefix=None, account=None, format="yaml", debug=False):
+    """Print a site's facts with placeholders resolved for this machine's user."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        here = local_host()
+        values = loaded.placeholder_values(home=here.home(), user=here.user(), account=account_option(account), prefix=prefix)
+        data = {"site": loaded.name, "playbook": loaded.path,
+                "hosts": [h.name for h in loaded.hosts], "facts": loaded.resolved_facts(values)}
+        if format == "json":
+            print(json.dumps(data, indent=2))
+        elif format == "yaml":
+            print(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), end="")
+        else:
+            raise Exit("error: --format: must be yaml or json", code=1)
+
+
+@task(
+    auto_shortflags=False,
+    iterable=["host"],
+    help={
+        "site": SITE_HELP,
+        "check": "change nothing; report what would change",
+        "diff": "show a diff of the files that change (or would change)",
+        "tags": "run only steps with one of these tags (comma-separated; step names work too)",
+        "skip-tags": "skip steps with one of these tags (comma-separated)",
+        "fail-on-change": "with --check: exit 2 when anything would change",
+        "host": "run on this host (repeatable; an ssh-config alias or host name); default: the playbook's hosts",
+        "prefix": PREFIX_HELP,
+        "account": ACCOUNT_HELP,
+        "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+        "playbook": PLAYBOOK_HELP,
+        "debug": DEBUG_HELP,
+    },
+)
+def provision(c, site=None, check=False, diff=False, tags="", skip_tags="", fail_on_change=False, host=None,
+              prefix=None, account=None, accept_new_host_keys=False, playbook=None, debug=False):
+    """Run a site's playbook: every step, idempotently, on each host; print a recap."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        options = pb.Options(check=check, diff=diff, tags=split_list(tags), skip_tags=split_list(skip_tags),
+                             hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
+                             accept_new_host_keys=accept_new_host_keys)
+        runs = pb.provision(loaded, options, Reporter(show_diff=diff, debug=debug))
+        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
+    if code:
+        raise Exit(code=code)
+
+
+@task(auto_shortflags=False)
+def actions(c):
+    """List the actions a playbook step can name, with their arguments."""
+    import dataclasses
+    for name, cls in sorted(actions_mod.ACTIONS.items()):
+        print(f"{name}: {(cls.__doc__ or '').strip().splitlines()[0]}")
+        for f in dataclasses.fields(cls.Args):
+            default = "" if f.default is dataclasses.MISSING else f" (default {f.default!r})"
+            print(f"    {f.name}: {f.metadata.get('doc', '')}{default}")
