@@ -20,7 +20,6 @@ import io
 import os
 import shlex
 import socket
-import stat
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -209,8 +208,11 @@ class LocalHost(Host):
     @contextlib.contextmanager
     def lock(self, path: str, *, wait: float = 0) -> Iterator[None]:
         self._refuse_if_read_only(f"lock {path}")
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise SitestackError(f"[{self.name}] cannot create lock {path}: {exc.strerror}") from None
         try:
             deadline = time.monotonic() + wait
             while True:
@@ -304,30 +306,33 @@ def ssh_host(name: str, address: str | None = None, *, user: str | None = None, 
              read_only: bool = False, accept_unknown_hosts: bool = False, connect_timeout: float = 15) -> SshHost:
     """Connect to ``address`` (an ssh-config alias or host name) with the user's SSH config.
 
-    Unknown host keys are refused unless ``accept_unknown_hosts``.
+    The SSH config is ``~/.ssh/config``, or the file named by ``$SITESTACK_SSH_CONFIG``.
+    Host keys are checked against ``~/.ssh/known_hosts`` and the config's
+    ``UserKnownHostsFile``; an unknown host key is refused unless ``accept_unknown_hosts``
+    (Fabric alone would accept any key: it sets paramiko's AutoAddPolicy).
     """
     import fabric
     import paramiko
 
-    connection = fabric.Connection(address or name, user=user, port=port, connect_timeout=connect_timeout)
-    connection.client.set_missing_host_key_policy(
-        paramiko.AutoAddPolicy() if accept_unknown_hosts else paramiko.RejectPolicy())
+    config_path = os.environ.get("SITESTACK_SSH_CONFIG")
+    config = fabric.Config(runtime_ssh_path=config_path) if config_path else None
+    target = address or name
+    connection = fabric.Connection(target, user=user, port=port, connect_timeout=int(connect_timeout), config=config)
+    client = connection.client
+    client.load_system_host_keys()
+    for known in str(connection.ssh_config.get("userknownhostsfile", "")).split():
+        known = os.path.expanduser(known)
+        if os.path.exists(known):
+            client.load_host_keys(known)
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_unknown_hosts else paramiko.RejectPolicy())
     try:
         connection.open()
     except paramiko.SSHException as exc:
         if "not found in known_hosts" in str(exc):
             raise SitestackError(
-                f"[{name}] host key of {address or name} is not in known_hosts: refusing to connect "
-                "(verify it and add it with ssh-keyscan, or pass --accept-new-host-keys)") from None
-        raise SitestackError(f"[{name}] SSH to {address or name} failed: {exc}") from None
+                f"[{name}] host key of {target} is not in known_hosts: refusing to connect "
+                "(check the key and add it to known_hosts, or pass --accept-new-host-keys)") from None
+        raise SitestackError(f"[{name}] SSH to {target} failed: {exc}") from None
     except OSError as exc:
-        raise SitestackError(f"[{name}] cannot connect to {address or name}: {exc}") from None
+        raise SitestackError(f"[{name}] cannot connect to {target}: {exc}") from None
     return SshHost(name, connection, read_only=read_only)
-
-
-def file_mode(path: str) -> int | None:
-    """Permission bits of a local path, or None when it does not exist."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return None

@@ -101,9 +101,11 @@ def load_yaml(path: Path) -> MarkedDict:
     if data is None:
         raise InputError(f"{shown}:1", "the file is empty")
     if not isinstance(data, MarkedDict):
-        raise InputError(f"{shown}:1", f"the top level must be a mapping, not a {_kind(data)}")
+        raise InputError(f"{shown}:{getattr(data, 'line', 1)}", f"the top level must be a mapping, not {_kind(data)}")
     return data
 
 
 def _kind(value: Any) -> str:
-    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(type(value), type(value).__name__)
+    if isinstance(value, list):
+        return "a list"
+    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}.get(type(value), type(value).__name__)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite, from nothing, on Debian 12 as root (or with passwordless sudo):
+# installs the system packages the tests use for real (Lmod, MPICH, Slurm, sshd, autotools,
+# HIP, libfabric), makes .venv with sitestack and pytest, then runs pytest.
+# Extra arguments go to pytest, e.g. `scripts/test.sh -k engine`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
+
+PACKAGES=(
+  lmod mpich libmpich-dev build-essential pkg-config
+  autoconf automake libtool
+  slurm-wlm munge openssh-server openssh-client
+  libfabric-dev libhwloc-dev hipcc libamdhip64-dev
+  procps psmisc
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "scripts/test.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+export PATH="$PWD/.venv/bin:$PATH"
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,134 @@
+"""Host: probes, mutations, atomic writes and locks, locally and over a real sshd."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from sitestack.errors import CommandFailed, LockHeld, MutationRefused, SitestackError
+from sitestack.host import LocalHost, atomic_write, shell_line, ssh_host
+from tests import sshd
+
+AWKWARD = "a b'c\"d $HOME `x` ;|&"
+
+
+def test_shell_line_quotes_every_argument():
+    assert shell_line(["echo", "a b"], {"X": "1 2"}, "/tmp/d e") == "cd '/tmp/d e' && env 'X=1 2' echo 'a b'"
+
+
+def test_probe_passes_arguments_verbatim_and_never_raises():
+    host = LocalHost()
+    assert host.probe(["printf", "%s", AWKWARD]).stdout == AWKWARD
+    missing = host.probe(["no-such-command-anywhere"])
+    assert missing.rc == 127 and not missing.ok
+
+
+def test_run_raises_with_the_tail_of_its_log(tmp_path: Path):
+    host = LocalHost()
+    log = tmp_path / "logs" / "x.log"
+    with pytest.raises(CommandFailed) as info:
+        host.run(["sh", "-c", "echo first; echo last >&2; exit 3"], log=log)
+    assert info.value.rc == 3 and "last" in str(info.value) and str(log) in str(info.value)
+    assert "first" in log.read_text() and "last" in log.read_text()
+
+
+def test_read_only_host_refuses_mutations(tmp_path: Path):
+    view = LocalHost().read_only_view()
+    target = tmp_path / "f"
+    for attempt in (lambda: view.run(["touch", str(target)]), lambda: view.write_text(str(target), "x"),
+                    lambda: view.lock(str(tmp_path / "lock")).__enter__()):
+        with pytest.raises(MutationRefused):
+            attempt()
+    assert list(tmp_path.iterdir()) == []
+    assert view.probe(["true"]).ok  # probes still run for real
+
+
+def test_atomic_write_replaces_whole_files_and_leaves_no_temp(tmp_path: Path):
+    target = tmp_path / "d" / "f.txt"
+    LocalHost().write_text(str(target), "one\n", 0o640)
+    LocalHost().write_text(str(target), "two\n", 0o644)
+    assert target.read_text() == "two\n" and oct(target.stat().st_mode & 0o777) == "0o644"
+    assert os.listdir(target.parent) == ["f.txt"]
+
+
+def test_atomic_write_failure_keeps_the_old_file(tmp_path: Path):
+    target = tmp_path / "f"
+    target.write_text("old")
+
+    with pytest.raises(TypeError):  # the write itself fails after the temp file exists
+        atomic_write(target, object(), 0o644)  # type: ignore[arg-type]
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["f"]
+
+
+def _hold_lock(path: str, ready, release) -> None:
+    with LocalHost().lock(path):
+        ready.set()
+        release.wait(10)
+
+
+def test_lock_excludes_another_process_and_is_freed_when_it_dies(tmp_path: Path):
+    path = str(tmp_path / "prefix" / ".sitestack" / "lock")
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_lock, args=(path, ready, release))
+    holder.start()
+    assert ready.wait(10)
+    with pytest.raises(LockHeld, match=r"is locked by pid \d+"):
+        with LocalHost().lock(path, wait=0.3):
+            pass
+    holder.kill()  # SIGKILL: the kernel drops the flock with the process
+    holder.join()
+    start = time.monotonic()
+    with LocalHost().lock(path, wait=5):
+        pass
+    assert time.monotonic() - start < 2
+
+
+# -- over SSH, against a real sshd on loopback ----------------------------------------------
+
+needs_sshd = pytest.mark.skipif(not sshd.available(), reason="needs root and openssh-server")
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch):
+    srv = sshd.start_sshd(tmp_path / "srv", "testhost")
+    monkeypatch.setenv("SITESTACK_SSH_CONFIG", str(tmp_path / "ssh_config"))
+    yield srv
+    srv.stop()
+
+
+@needs_sshd
+def test_ssh_host_probes_runs_and_writes_atomically(server, tmp_path: Path):
+    host = ssh_host("testhost")
+    assert host.probe(["printf", "%s", AWKWARD]).stdout == AWKWARD
+    assert host.user() == "root"
+    target = str(tmp_path / "remote" / "file.txt")
+    host.write_text(target, "hello\n", 0o600)
+    assert host.read_text(target) == "hello\n"
+    assert oct(os.stat(target).st_mode & 0o777) == "0o600"
+    assert os.listdir(tmp_path / "remote") == ["file.txt"]
+    with pytest.raises(CommandFailed):
+        host.run(["false"])
+    with host.lock(str(tmp_path / "remote" / "lock")):
+        with pytest.raises(LockHeld, match="remove .*lock.d"):
+            with ssh_host("testhost").lock(str(tmp_path / "remote" / "lock"), wait=0):
+                pass
+    assert not (tmp_path / "remote" / "lock.d").exists()
+    view = host.read_only_view()
+    with pytest.raises(MutationRefused):
+        view.write_text(target, "x")
+
+
+@needs_sshd
+def test_unknown_host_key_is_refused_unless_accepted(tmp_path: Path, monkeypatch):
+    srv = sshd.start_sshd(tmp_path / "srv", "stranger", known=False)
+    monkeypatch.setenv("SITESTACK_SSH_CONFIG", str(tmp_path / "ssh_config"))
+    try:
+        with pytest.raises(SitestackError, match="not in known_hosts: refusing to connect"):
+            ssh_host("stranger")
+        assert ssh_host("stranger", accept_unknown_hosts=True).probe(["true"]).ok
+    finally:
+        srv.stop()

@@ -1,0 +1,83 @@
+"""`invoke provision --site local` for real on this machine: check -> apply -> check -> apply."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree
+
+pytestmark = pytest.mark.integration
+
+
+def provision(cli, prefix: Path, *extra: str):
+    return cli("provision", "--site", "local", "--prefix", str(prefix), *extra)
+
+
+def recap_row(stdout: str, host: str = "localhost") -> dict[str, int]:
+    lines = stdout.splitlines()
+    header = lines[lines.index("RECAP") + 1].split()
+    row = next(line.split() for line in lines if line.startswith(host + " "))
+    return {k: int(v) for k, v in zip(header[1:-1], row[1:-1])}
+
+
+def test_check_apply_check_apply(cli, scratch: Path):
+    planned = provision(cli, scratch, "--check")
+    assert planned.returncode == 0, planned.stderr
+    assert "(check mode: nothing will be changed)" in planned.stdout
+    assert "would change: " + str(scratch) + " missing" in planned.stdout
+    assert not scratch.exists()
+    assert provision(cli, scratch, "--check", "--fail-on-change").returncode == 2
+    assert not scratch.exists()
+
+    applied = provision(cli, scratch)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    counts = recap_row(applied.stdout)
+    assert counts["failed"] == 0 and counts["changed"] >= 2
+    record = json.loads((scratch / "share" / "sitestack" / "site.json").read_text())
+    assert record["site"] == "local" and record["facts"]["prefix"] == str(scratch)
+    assert record["facts"]["modules"]["install_root"] == f"{scratch}/modules"  # placeholders filled
+    before = tree(scratch)
+
+    again = provision(cli, scratch, "--check", "--fail-on-change")
+    assert again.returncode == 0, again.stdout
+    second = provision(cli, scratch)
+    assert second.returncode == 0
+    counts = recap_row(second.stdout)
+    assert counts["changed"] == 0 and counts["failed"] == 0 and counts["ok"] == sum(counts.values())
+    assert tree(scratch) == before
+
+
+def test_drift_shows_as_diff_and_is_repaired(cli, scratch: Path):
+    assert provision(cli, scratch).returncode == 0
+    facts = scratch / "share" / "sitestack" / "site.json"
+    good = facts.read_text()
+    facts.write_text(good.replace('"site": "local"', '"site": "tampered"'))
+    (scratch / "modules").chmod(0o700)
+    drift = provision(cli, scratch, "--check", "--diff", "--fail-on-change")
+    assert drift.returncode == 2
+    assert '-  "site": "tampered"' in drift.stdout and '+  "site": "local"' in drift.stdout
+    assert "mode 0700, want 0755" in drift.stdout
+    assert '"tampered"' in facts.read_text()  # check mode changed nothing
+    fixed = provision(cli, scratch, "--diff")
+    assert fixed.returncode == 0 and facts.read_text() == good
+    assert (scratch / "modules").stat().st_mode & 0o777 == 0o755
+
+
+def test_tags_run_only_the_selected_steps(cli, scratch: Path):
+    result = provision(cli, scratch, "--tags", "layout", "--skip-tags", "site-facts")
+    assert result.returncode == 0, result.stderr
+    assert "[localhost] skipped  system-packages: not selected by tags" in result.stdout
+    assert (scratch / "modules").is_dir()
+    assert not (scratch / "share" / "sitestack" / "site.json").exists()
+
+
+def test_apply_mode_failure_is_exit_1_and_stops_the_host(cli, tmp_path: Path):
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("x")
+    result = provision(cli, blocker / "prefix")
+    assert result.returncode == 1
+    assert "[localhost] failed" in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr

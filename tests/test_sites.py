@@ -1,0 +1,82 @@
+"""The site playbooks: every one loads, resolves, and plans in check mode from its facts alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sitestack import playbook as pb
+from sitestack.site import PLACEHOLDERS, list_sites
+
+SITES = list_sites()
+REMOTE_SITES = [s for s in SITES if s != "local"]
+
+
+def test_the_five_sites_exist():
+    assert set(SITES) >= {"lumi", "frontier", "dawn", "cirrus", "local"}
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_playbook_loads_with_known_actions(name):
+    site = pb.load(name)
+    assert site.name == name and site.steps
+    assert site.facts.prefix
+
+
+@pytest.mark.parametrize("name", REMOTE_SITES)
+def test_remote_sites_name_a_marker_and_the_facts_the_issue_lists(name):
+    facts = pb.load(name).facts
+    assert facts.marker and facts.marker.startswith("/")
+    assert facts.gpu.vendor in {"amd", "nvidia", "intel"} and facts.gpu.arch and facts.gpu.per_node >= 1
+    assert facts.modules.system != "none" and facts.modules.load
+    assert facts.scheduler.kind == "slurm" and facts.scheduler.account == "{account}"
+    assert facts.torch.variant and facts.network.fabric
+
+
+def test_frontier_facts_match_the_olcf_procedure():
+    facts = pb.load("frontier").facts
+    assert facts.modules.load[:4] == ("PrgEnv-gnu/8.5.0", "rocm/5.7.1", "craype-accel-amd-gfx90a", "miniforge3/23.11.0-0")
+    assert facts.mpi.cc == "cc -shared" and facts.mpi.launcher == "srun"
+    assert facts.gpu.arch == "gfx90a" and facts.torch.variant == "rocm5.7"
+
+
+def test_cirrus_uses_the_gpu_python_module():
+    facts = pb.load("cirrus").facts
+    assert facts.gpu.arch == "sm_70" and facts.torch.variant == "cu121"
+    assert any(m.startswith("python/3.12.1-gpu") for m in facts.modules.load) or facts.python.module == "python/3.12.1-gpu"
+
+
+@pytest.mark.parametrize("name", REMOTE_SITES)
+def test_check_mode_plans_a_site_that_is_not_here(name, cli, tmp_path: Path):
+    site = pb.load(name)
+    result = cli("provision", "--site", name, "--check", env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for step in site.steps:
+        assert f"] changed  {step.name}: would " in result.stdout, step.name
+    assert result.stdout.count(f"(not probed: login is not a {name} host ({site.facts.marker} missing))") == len(site.steps)
+    assert not Path(site.facts.marker).exists()
+    assert not (tmp_path / "logs").exists()
+    failing = cli("provision", "--site", name, "--check", "--fail-on-change")
+    assert failing.returncode == 2
+
+
+@pytest.mark.parametrize("name", REMOTE_SITES)
+def test_applying_on_a_host_that_is_not_the_site_is_refused(name, cli, tmp_path: Path):
+    result = cli("provision", "--site", name, "--account", "proj123", "--prefix", str(tmp_path / "p"),
+                 env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert result.returncode == 1
+    assert f"login is not a {name} host" in result.stdout
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_show_site_resolves_placeholders(name, cli):
+    result = cli("show-site", "--site", name, "--account", "proj123")
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load(result.stdout)
+    text = yaml.safe_dump(data["facts"])
+    for placeholder in PLACEHOLDERS:
+        assert "{" + placeholder + "}" not in text, placeholder
+    assert data["facts"]["prefix"] == data["facts"]["prefix"].strip() and "{" not in data["facts"]["prefix"]
