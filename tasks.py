@@ -94,3 +94,25 @@ def actions(c):
         for f in dataclasses.fields(cls.Args):
             default = "" if f.default is dataclasses.MISSING else f" (default {f.default!r})"
             print(f"    {f.name}: {f.metadata.get('doc', '')}{default}")
+
+
+@task(auto_shortflags=False, help={"name": "run only benchmarks/NAME.py (default: all)"})
+def benchmark(c, name=None):
+    """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent / "benchmarks"
+    scripts = sorted(p for p in here.glob("*.py") if not p.name.startswith("_"))
+    if name:
+        scripts = [p for p in scripts if p.stem == name]
+        if not scripts:
+            known = ", ".join(p.stem for p in sorted(here.glob("[!_]*.py")))
+            raise Exit(f"error: --name: no benchmark {name!r} (benchmarks: {known})", code=1)
+    failed = 0
+    for script in scripts:
+        print(f"== {script.stem}")
+        failed |= subprocess.run([sys.executable, str(script)], cwd=here).returncode
+    if failed:
+        raise Exit(code=1)

@@ -29,6 +29,9 @@ fi
 
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
+  if ! "$PY" -m venv --help >/dev/null 2>&1; then
+    $SUDO apt-get install -y -qq python3-venv >/dev/null   # Debian's python3 ships venv separately
+  fi
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'

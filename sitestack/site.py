@@ -421,21 +421,42 @@ def _plain(node: Any) -> Any:
 
 
 def facts_fields(cls: type = Facts, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(key, type, doc) for every fact, for documentation (``docs/playbooks.md``)."""
+    """(key, type, doc) for every fact, for the reference in ``docs/playbooks.md``."""
+    import typing
+
     rows = []
-    hints = __import__("typing").get_type_hints(cls)
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
         key = f"{prefix}{schema.yaml_key(f)}"
         tp = hints[f.name]
-        inner = [a for a in getattr(tp, "__args__", ()) if dataclasses.is_dataclass(a)]
-        if dataclasses.is_dataclass(tp) or inner:
-            rows.append((key, "mapping", f.metadata.get("doc", (inner[0] if inner else tp).__doc__ or "")))
-            rows.extend(facts_fields(inner[0] if inner else tp, key + "."))
-        else:
-            rows.append((key, str(tp).replace("typing.", ""), f.metadata.get("doc", "")))
+        nested = [a for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        doc = f.metadata.get("doc") or (nested[0].__doc__ if nested else "") or ""
+        rows.append((key, type_name(tp) + ("" if required else ", optional"), doc))
+        if nested:
+            rows.extend(facts_fields(nested[0], key + "."))
     return rows
+
+
+def type_name(tp: Any) -> str:
+    """A reader's name for a schema type: 'string', 'list of strings', 'one of: a, b', ..."""
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return "one of: " + ", ".join(str(a) for a in args)
+    if origin in (typing.Union, __import__("types").UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return " or ".join(type_name(a) for a in inner) + (" or null" if len(inner) < len(args) else "")
+    if origin is tuple:
+        return f"list of {type_name(args[0])}s"
+    if origin in (Mapping, dict) or tp is Mapping:
+        return f"mapping of {type_name(args[1])}s"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return {str: "string", int: "integer", bool: "boolean", float: "number"}.get(tp, str(tp))
 
 
 def host_env_defaults() -> tuple[str, str]:

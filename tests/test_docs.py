@@ -1,0 +1,45 @@
+"""The documentation says what the code does: every fact, action and task is documented."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from sitestack import playbook  # noqa: F401  (registers every action)
+from sitestack.actions import ACTIONS
+from sitestack.site import PLACEHOLDERS, facts_fields
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAYBOOK_DOC = (ROOT / "docs" / "playbooks.md").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def test_every_fact_is_in_the_reference():
+    missing = [key for key, _, _ in facts_fields() if f"| `{key}` |" not in PLAYBOOK_DOC]
+    assert not missing, f"docs/playbooks.md lacks facts: {missing}"
+
+
+def test_every_action_and_placeholder_is_documented():
+    assert not [a for a in ACTIONS if f"### `{a}`" not in PLAYBOOK_DOC]
+    assert not [p for p in PLACEHOLDERS if f"`{{{p}}}`" not in PLAYBOOK_DOC]
+
+
+def test_readme_test_command_is_what_ci_runs():
+    assert "\n    scripts/test.sh\n" in README
+    assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_task_has_a_description_and_documented_options():
+    listing = subprocess.run([sys.executable, "-m", "invoke", "--list"], cwd=ROOT, capture_output=True, text=True)
+    tasks = [line.split()[0] for line in listing.stdout.splitlines()[2:] if line.startswith("  ") and line.split()
+             and not line.startswith("    ")]
+    assert {"provision", "sites", "show-site"} <= set(tasks)
+    for name in tasks:
+        assert len(listing.stdout.split(f"  {name} ", 1)[1].split("\n")[0].strip()) > 10, name
+        helptext = subprocess.run([sys.executable, "-m", "invoke", "--help", name], cwd=ROOT, capture_output=True,
+                                  text=True).stdout
+        options = [line.split()[0] for line in helptext.split("Options:")[-1].splitlines() if line.strip().startswith("--")]
+        for option in options:
+            row = next(line for line in helptext.splitlines() if line.strip().startswith(option))
+            assert len(row.strip()) > len(option) + 5, f"{name} {option} has no help"
