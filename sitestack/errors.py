@@ -39,9 +39,11 @@ class CommandFailed(SitestackError):
         self.rc = rc
         self.output = output
         self.log = log
+        from .redact import redact
+
         tail = "\n".join(output.rstrip().splitlines()[-20:])
         where = f" (full log: {log})" if log else ""
-        super().__init__(f"command failed with exit code {rc}: {' '.join(argv)}{where}\n{tail}".rstrip())
+        super().__init__(redact(f"command failed with exit code {rc}: {' '.join(argv)}{where}\n{tail}".rstrip()))
 
 
 class CannotProbe(SitestackError):
@@ -50,6 +52,10 @@ class CannotProbe(SitestackError):
     In check mode this is reported as a would-change marked "not probed"; when applying it
     is a failure of that step.
     """
+
+
+class ConnectionLost(SitestackError):
+    """The SSH connection to a host dropped or cannot carry a command."""
 
 
 class LockHeld(SitestackError):

@@ -29,7 +29,8 @@ from typing import IO
 
 import invoke
 
-from .errors import CommandFailed, LockHeld, MutationRefused, SitestackError
+from .errors import CommandFailed, ConnectionLost, LockHeld, MutationRefused, SitestackError
+from .redact import redact
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,13 @@ class Host:
     # -- commands ------------------------------------------------------------------------
     def probe(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
               cwd: str | None = None, timeout: float | None = 60) -> Completed:
-        """Run a read-only command; never raises (a command that cannot start has rc 127)."""
+        """Run a read-only command and return its outcome, whatever its exit code.
+
+        A command that cannot start has rc 127. Raises only :class:`ConnectionLost` when the
+        host cannot be reached at all (no answer is better than a wrong one).
+        """
         try:
-            result = self.context.run(shell_line(argv, env, cwd), hide=True, warn=True,
-                                      in_stream=False, timeout=timeout)
+            result = self._exec(shell_line(argv, env, cwd), hide=True, warn=True, in_stream=False, timeout=timeout)
         except invoke.exceptions.CommandTimedOut as exc:
             return Completed(124, exc.result.stdout, exc.result.stderr + f"\ntimed out after {timeout}s")
         except (invoke.exceptions.UnexpectedExit, OSError) as exc:  # pragma: no cover - warn=True
@@ -94,23 +98,27 @@ class Host:
         line = shell_line(argv, env, cwd)
         with contextlib.ExitStack() as stack:
             buffer = io.StringIO()
-            streams: list[IO[str]] = [buffer]
+            handle = None
             if log is not None:
                 log.parent.mkdir(parents=True, exist_ok=True)
                 handle = stack.enter_context(open(log, "a", encoding="utf-8"))
-                handle.write(f"$ {line}\n")
+                handle.write(f"$ {redact(line)}\n")
                 handle.flush()
-                streams.append(handle)
-            tee = _Tee(streams)
+            tee = _Tee(buffer, handle)
+            stack.callback(tee.close)
             try:
-                result = self.context.run(line, hide=True, warn=True, in_stream=False, out_stream=tee,
-                                          err_stream=tee, timeout=timeout)
+                result = self._exec(line, hide=True, warn=True, in_stream=False, out_stream=tee,
+                                    err_stream=tee, timeout=timeout)
                 rc = result.return_code
             except invoke.exceptions.CommandTimedOut:
                 rc = 124
         if rc != 0:
             raise CommandFailed(list(argv), rc, buffer.getvalue(), str(log) if log else None)
         return Completed(rc, buffer.getvalue(), "")
+
+    def _exec(self, line: str, **kwargs):
+        """Run one shell line through the Context (the only place commands leave the Host)."""
+        return self.context.run(line, **kwargs)
 
     # -- identity ------------------------------------------------------------------------
     def user(self) -> str:
@@ -165,14 +173,27 @@ class Host:
 
 
 class _Tee(io.TextIOBase):
-    def __init__(self, streams: list[IO[str]]) -> None:
-        self.streams = streams
+    """Copies command output to a buffer (for errors) and to a log file, line by line,
+    redacting secrets on the way to the log."""
+
+    def __init__(self, buffer: io.StringIO, log: IO[str] | None) -> None:
+        self.buffer, self.log, self.pending = buffer, log, ""
 
     def write(self, text: str) -> int:
-        for stream in self.streams:
-            stream.write(text)
-            stream.flush()
+        self.buffer.write(text)
+        if self.log is not None:
+            self.pending += text
+            *lines, self.pending = self.pending.split("\n")
+            if lines:
+                self.log.write("".join(redact(line) + "\n" for line in lines))
+                self.log.flush()
         return len(text)
+
+    def close(self) -> None:
+        if self.log is not None and self.pending:
+            self.log.write(redact(self.pending) + "\n")
+            self.log.flush()
+            self.pending = ""
 
 
 class LocalHost(Host):
@@ -254,6 +275,17 @@ class SshHost(Host):
     def __init__(self, name: str, connection, *, read_only: bool = False) -> None:
         super().__init__(name, connection, read_only=read_only)
 
+    def _exec(self, line: str, **kwargs):
+        import paramiko
+
+        try:
+            result = self.context.run(line, **kwargs)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectionLost(f"[{self.name}] connection lost: {exc or type(exc).__name__}") from None
+        if result.return_code == -1:  # paramiko: the channel closed without an exit status
+            raise ConnectionLost(f"[{self.name}] connection lost while running: {redact(line)[:200]}")
+        return result
+
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"write {path}")
         self._put_bytes(text.encode("utf-8"), path, mode)
@@ -287,15 +319,48 @@ class SshHost(Host):
         deadline = time.monotonic() + wait
         self.run(["mkdir", "-p", os.path.dirname(path)])
         while not self.probe(["mkdir", lock_dir]).ok:
+            held = (self.read_text(f"{lock_dir}/owner") or "").strip()
+            if _stale(held):
+                # Left by a run of this controller that died (killed, or its connection
+                # dropped before it could clean up): nobody holds it any more.
+                self.probe(["rm", "-rf", "--", lock_dir])
+                continue
             if time.monotonic() >= deadline:
-                held = self.read_text(f"{lock_dir}/owner") or "another run"
-                raise LockHeld(f"[{self.name}] {path} is locked by {held.strip()} (remove {lock_dir} if that run is gone)")
+                raise LockHeld(f"[{self.name}] {path} is locked by {held or 'another run'} "
+                               f"(remove {lock_dir} if that run is gone)")
             time.sleep(0.5)
         try:
             self.write_text(f"{lock_dir}/owner", owner + "\n")
             yield
         finally:
-            self.probe(["rm", "-rf", "--", lock_dir])
+            with contextlib.suppress(SitestackError):  # a dropped connection leaves a stale lock
+                self.probe(["rm", "-rf", "--", lock_dir])
+
+
+def _verify_host_keys(connection, accept_unknown_hosts: bool) -> None:
+    import paramiko
+
+    client = connection.client
+    client.load_system_host_keys()
+    for known in str(connection.ssh_config.get("userknownhostsfile", "")).split():
+        known = os.path.expanduser(known)
+        if os.path.exists(known):
+            client.load_host_keys(known)
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_unknown_hosts else paramiko.RejectPolicy())
+
+
+def _stale(owner: str) -> bool:
+    """Whether a remote lock's owner line names a process of this controller that is gone."""
+    parts = owner.split()
+    if len(parts) != 4 or parts[0] != "pid" or parts[2] != "on" or parts[3] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return False
 
 
 def local_host(name: str = "localhost", *, read_only: bool = False) -> LocalHost:
@@ -318,13 +383,11 @@ def ssh_host(name: str, address: str | None = None, *, user: str | None = None, 
     config = fabric.Config(runtime_ssh_path=config_path) if config_path else None
     target = address or name
     connection = fabric.Connection(target, user=user, port=port, connect_timeout=int(connect_timeout), config=config)
-    client = connection.client
-    client.load_system_host_keys()
-    for known in str(connection.ssh_config.get("userknownhostsfile", "")).split():
-        known = os.path.expanduser(known)
-        if os.path.exists(known):
-            client.load_host_keys(known)
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_unknown_hosts else paramiko.RejectPolicy())
+    # The target and every ProxyJump gateway Fabric made from the config check host keys alike.
+    hop = connection
+    while isinstance(hop, fabric.Connection):
+        _verify_host_keys(hop, accept_unknown_hosts)
+        hop = hop.gateway
     try:
         connection.open()
     except paramiko.SSHException as exc:

@@ -107,6 +107,8 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
     """Run the playbook on one host; never raises for an expected failure."""
     run = HostRun(spec.name)
     start = time.perf_counter()
+    if logs is not None:
+        reporter.log_host_to(spec.name, logs / spec.name / "provision.log")
     try:
         host = connect(spec, options)
         ctx = context_for(site, host, options, logs / spec.name if logs else None)

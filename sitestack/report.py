@@ -8,8 +8,10 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from .redact import redact
 from .step import Result
 
 if TYPE_CHECKING:
@@ -24,10 +26,19 @@ class Reporter:
         self.show_diff = show_diff
         self.debug = debug
         self._lock = threading.Lock()
+        self._logs: dict[str, Path] = {}
 
-    def _print(self, text: str) -> None:
+    def _print(self, text: str, host: str | None = None) -> None:
         with self._lock:
             print(text, file=self.stream, flush=True)
+            if host in self._logs:
+                with open(self._logs[host], "a", encoding="utf-8") as handle:
+                    handle.write(redact(text) + "\n")
+
+    def log_host_to(self, host: str, path: Path) -> None:
+        """Also append everything reported for ``host`` to ``path`` (its own log file)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._logs[host] = path
 
     def start(self, site: str, hosts: Sequence[str], check: bool) -> None:
         mode = "check mode: nothing will be changed" if check else "applying"
@@ -46,10 +57,10 @@ class Reporter:
             lines.append("\n".join(f"    {d}" for d in result.diff.rstrip("\n").splitlines()))
         if self.debug and result.detail:
             lines.append(result.detail.rstrip())
-        self._print("\n".join(lines))
+        self._print("\n".join(lines), host)
 
     def host_error(self, host: str, message: str) -> None:
-        self._print(f"[{host}] failed   {message}")
+        self._print(f"[{host}] failed   {message}", host)
 
     def note(self, text: str) -> None:
         self._print(text)

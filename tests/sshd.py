@@ -27,11 +27,24 @@ class Sshd:
     host_key_line: str
 
     def stop(self) -> None:
+        """Stop the server and drop every connection it serves (sessions are its children)."""
+        children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
+        for pid in children:
+            subprocess.run(["kill", "-KILL", pid], capture_output=True)
         self.process.terminate()
         try:
             self.process.wait(5)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+    def drop_connections(self) -> None:
+        """Kill the sessions of this server (as a network cut would), keeping it listening."""
+        for pid in subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split():
+            subprocess.run(["kill", "-KILL", pid], capture_output=True)
+
+    def start(self) -> None:
+        """Start (again) on the same port with the same keys."""
+        self.process = _launch(self.directory, self.port)
 
 
 def available() -> bool:
@@ -44,8 +57,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_sshd(directory: Path, alias: str, *, known: bool = True) -> Sshd:
-    """Start an sshd for ``alias``; with ``known`` its host key goes into the client's known_hosts."""
+def start_sshd(directory: Path, alias: str, *, known: bool = True, home: Path | None = None,
+               extra_client_config: str = "") -> Sshd:
+    """Start an sshd for ``alias``; with ``known`` its host key goes into the client's known_hosts.
+
+    ``home`` becomes $HOME of the sessions (sshd's SetEnv), so each server is a "host" with its
+    own home directory and so its own ``{home}`` prefix.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory sshd insists on
     host_key = directory / "host_ed25519"
@@ -69,18 +87,10 @@ PermitRootLogin prohibit-password
 StrictModes no
 UsePAM no
 Subsystem sftp /usr/lib/openssh/sftp-server
-""")
-    process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
-                               stderr=open(directory / "sshd.log", "w"))
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError(f"sshd did not start: {(directory / 'sshd.log').read_text()}")
-            time.sleep(0.05)
+""" + (f"SetEnv HOME={home}\n" if home else ""))
+    if home:
+        home.mkdir(parents=True, exist_ok=True)
+    process = _launch(directory, port)
     key_type, key_data = Path(f"{host_key}.pub").read_text().split()[:2]
     line = f"[127.0.0.1]:{port} {key_type} {key_data}"
     server = Sshd(alias, port, directory, process, line)
@@ -95,10 +105,24 @@ Host {alias}
   IdentityFile {client_key}
   IdentitiesOnly yes
   UserKnownHostsFile {known_hosts}
-""")
+{extra_client_config}""")
     if known:
         with open(known_hosts, "a") as handle:
             handle.write(line + "\n")
     else:
         known_hosts.touch()
     return server
+
+
+def _launch(directory: Path, port: int) -> subprocess.Popen:
+    process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(directory / "sshd_config")], stdout=subprocess.DEVNULL,
+                               stderr=open(directory / "sshd.log", "a"))
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"sshd did not start: {(directory / 'sshd.log').read_text()}")
+            time.sleep(0.05)

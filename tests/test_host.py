@@ -132,3 +132,18 @@ def test_unknown_host_key_is_refused_unless_accepted(tmp_path: Path, monkeypatch
         assert ssh_host("stranger", accept_unknown_hosts=True).probe(["true"]).ok
     finally:
         srv.stop()
+
+
+def test_secrets_stay_out_of_logs_and_errors(tmp_path: Path):
+    from sitestack.redact import redact
+
+    assert redact("env PIP_INDEX_TOKEN=abc123 pip install x") == "env PIP_INDEX_TOKEN=*** pip install x"
+    assert redact("--index-url https://bob:s3cret@pypi.example.org/simple") == "--index-url https://bob:***@pypi.example.org/simple"
+    assert redact("HOROVOD_GPU=ROCM PATH=/usr/bin") == "HOROVOD_GPU=ROCM PATH=/usr/bin"
+    log = tmp_path / "step.log"
+    with pytest.raises(CommandFailed) as info:
+        LocalHost().run(["sh", "-c", "echo using https://bob:s3cret@example.org; exit 1"],
+                        env={"API_TOKEN": "tok-999"}, log=log)
+    text = log.read_text()
+    assert "s3cret" not in text and "tok-999" not in text and "https://bob:***@example.org" in text
+    assert "s3cret" not in str(info.value)
