@@ -15,6 +15,13 @@ PLAYBOOK_DOC = (ROOT / "docs" / "playbooks.md").read_text()
 README = (ROOT / "README.md").read_text()
 
 
+def test_generated_reference_is_fresh():
+    """docs/playbooks.md's actions, facts and placeholders sections match the code."""
+    result = subprocess.run([sys.executable, "-m", "sitestack.reference", "--check"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def test_every_fact_is_in_the_reference():
     missing = [key for key, _, _ in facts_fields() if f"| `{key}` |" not in PLAYBOOK_DOC]
     assert not missing, f"docs/playbooks.md lacks facts: {missing}"

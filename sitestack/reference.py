@@ -1,0 +1,84 @@
+"""The generated parts of docs/playbooks.md: the actions and the facts reference.
+
+``python -m sitestack.reference`` rewrites the text between the ``<!-- BEGIN x -->`` and
+``<!-- END x -->`` markers of docs/playbooks.md from the code (action docstrings and
+argument metadata, fact metadata), so the reference cannot drift from what the loader
+accepts; ``--check`` exits 1 when the file is stale (the docs test runs it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import typing
+from pathlib import Path
+
+from . import playbook  # noqa: F401  (imports every module that registers actions)
+from .actions import ACTIONS
+from .site import PLACEHOLDERS, facts_fields, type_name
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "playbooks.md"
+
+
+def actions_section() -> str:
+    out = []
+    for name, cls in sorted(ACTIONS.items()):
+        doc = "\n".join(line.strip() for line in (cls.__doc__ or "").strip().splitlines())
+        out.append(f"### `{name}`\n\n{doc}\n")
+        hints = typing.get_type_hints(cls.Args)
+        fields = dataclasses.fields(cls.Args)
+        if not fields:
+            out.append("No arguments.\n")
+            continue
+        out.append("| argument | type | meaning |\n|---|---|---|")
+        for f in fields:
+            if f.default is not dataclasses.MISSING:
+                default = f" (default `{f.default}`)"
+            elif f.default_factory is not dataclasses.MISSING:
+                default = " (default: empty)"
+            else:
+                default = " (required)"
+            out.append(f"| `{f.name}` | {type_name(hints[f.name])} | {f.metadata.get('doc', '')}{default} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def facts_section() -> str:
+    rows = ["| key | type | meaning |", "|---|---|---|"]
+    rows += [f"| `{key}` | {tp} | {doc} |" for key, tp, doc in facts_fields()]
+    return "\n".join(rows) + "\n"
+
+
+def placeholders_section() -> str:
+    rows = ["| placeholder | value |", "|---|---|"]
+    rows += [f"| `{{{name}}}` | {value} |" for name, value in PLACEHOLDERS.items()]
+    return "\n".join(rows) + "\n"
+
+
+SECTIONS = {"actions": actions_section, "facts": facts_section, "placeholders": placeholders_section}
+
+
+def render(text: str) -> str:
+    for name, make in SECTIONS.items():
+        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"{DOC}: no <!-- BEGIN {name} --> ... <!-- END {name} --> markers")
+        text = pattern.sub(lambda m: m.group(1) + make() + m.group(2), text)
+    return text
+
+
+def main(argv: list[str]) -> int:
+    current = DOC.read_text()
+    fresh = render(current)
+    if "--check" in argv:
+        if fresh != current:
+            print(f"{DOC} is stale: run `python -m sitestack.reference`", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
