@@ -160,6 +160,9 @@ class Host:
         raise NotImplementedError
         yield  # pragma: no cover
 
+    def close(self) -> None:
+        """Release the connection (nothing to do locally)."""
+
     def _refuse_if_read_only(self, what: str) -> None:
         if self.read_only:
             raise MutationRefused(f"[{self.name}] check mode: refusing to {what}")
@@ -274,6 +277,9 @@ class SshHost(Host):
 
     def __init__(self, name: str, connection, *, read_only: bool = False) -> None:
         super().__init__(name, connection, read_only=read_only)
+
+    def close(self) -> None:
+        self.context.close()
 
     def _exec(self, line: str, **kwargs):
         import paramiko

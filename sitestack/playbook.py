@@ -109,6 +109,7 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
     start = time.perf_counter()
     if logs is not None:
         reporter.log_host_to(spec.name, logs / spec.name / "provision.log")
+    host = None
     try:
         host = connect(spec, options)
         ctx = context_for(site, host, options, logs / spec.name if logs else None)
@@ -134,6 +135,9 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
     except SitestackError as exc:
         run.error = str(exc)
         reporter.host_error(spec.name, run.error)
+    finally:
+        if host is not None:
+            host.close()
     run.elapsed = time.perf_counter() - start
     return run
 

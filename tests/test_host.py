@@ -147,3 +147,39 @@ def test_secrets_stay_out_of_logs_and_errors(tmp_path: Path):
     text = log.read_text()
     assert "s3cret" not in text and "tok-999" not in text and "https://bob:***@example.org" in text
     assert "s3cret" not in str(info.value)
+
+
+class RecordingHost(LocalHost):
+    """The real Host.run path, as a non-root user, with commands recorded instead of run."""
+
+    def __init__(self):
+        super().__init__("rec")
+        self.lines: list[str] = []
+
+    def _ids(self):
+        return "/home/alice", "alice"
+
+    def _exec(self, line, **kwargs):
+        self.lines.append(line)
+        return type("R", (), {"return_code": 0, "stdout": "", "stderr": ""})()
+
+
+def test_sudo_only_for_steps_marked_become(tmp_path: Path):
+    from sitestack import playbook as pb
+    from sitestack.actions import ACTIONS
+    from sitestack.site import StepSpec
+
+    site = pb.load("local")
+    host = RecordingHost()
+    ctx = pb.context_for(site, host, pb.Options(prefix=str(tmp_path / "p")), None)
+    plain = ACTIONS["directory"].from_spec(StepSpec(name="d", action="directory", args={"paths": ["/x"]}), ctx)
+    become = ACTIONS["directory"].from_spec(
+        StepSpec(name="d", action="directory", args={"paths": ["/x"]}, become=True), ctx)
+    plain.apply(host)
+    assert host.lines == ["mkdir -p -- /x", "chmod 0755 -- /x"]
+    host.lines.clear()
+    become.apply(host)
+    assert host.lines == ["sudo -n -- env mkdir -p -- /x", "sudo -n -- env chmod 0755 -- /x"]
+    host.lines.clear()
+    host.run(["apt-get", "install", "-y", "lmod"], env={"DEBIAN_FRONTEND": "noninteractive"}, sudo=True)
+    assert host.lines == ["sudo -n -- env DEBIAN_FRONTEND=noninteractive apt-get install -y lmod"]
