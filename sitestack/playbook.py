@@ -62,6 +62,8 @@ class HostRun:
 
 def load(site_name: str | None = None, path: Path | None = None) -> Site:
     """Load a site playbook, checking its steps against the registered actions."""
+    if not site_name and path is None:
+        raise InputError("--site", "missing: name a site (see `invoke sites`) or give --playbook FILE")
     return load_site(site_name, path=path, actions=ACTIONS)
 
 

@@ -72,3 +72,9 @@ def test_show_site_refuses_bad_playbook_too(cli):
     result = cli("show-site", "--playbook", str(path))
     assert result.returncode == 1
     assert "facts.node.cores: expected an integer, got a string ('two')" in result.stderr
+
+
+def test_missing_site_option_is_explained(cli):
+    result = cli("provision", "--check")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: --site: missing: name a site (see `invoke sites`) or give --playbook FILE"
