@@ -116,3 +116,81 @@ def benchmark(c, name=None):
         failed |= subprocess.run([sys.executable, str(script)], cwd=here).returncode
     if failed:
         raise Exit(code=1)
+
+
+# -- builds from source: recipes in sources/ -------------------------------------------------
+from sitestack import install as install_mod  # noqa: E402
+from sitestack import recipe as recipe_mod  # noqa: E402
+from sitestack import sources as sources_mod  # noqa: E402
+
+BUILD_HELP = {
+    "recipe": "recipe name: sources/<recipe>.yml (see `invoke recipes`)",
+    "site": SITE_HELP,
+    "version": "version to build (default: the recipe's default_version); must be listed in the recipe",
+    "source": "use this source tarball instead of downloading (its sha256 must match the recipe)",
+    "prefix": PREFIX_HELP + "; the package goes to <prefix>/<recipe>/<version>",
+    "check": "change nothing; report whether it would build and why (which input changed)",
+    "diff": "show diffs where a step has them",
+    "fail-on-change": "with --check: exit 2 when it would build",
+    "host": "run on this host (repeatable); default: the playbook's hosts",
+    "account": ACCOUNT_HELP,
+    "sources-dir": "read recipes from this directory (patches from patches/ beside it) instead of sources/",
+    "mirror": "a directory of source tarballs to use before downloading (air-gapped sites)",
+    "jobs": "parallel build jobs (default: facts.build_jobs, else the host's cores)",
+    "playbook": PLAYBOOK_HELP,
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+    "debug": DEBUG_HELP,
+}
+
+
+def _build(recipe, site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
+           jobs, playbook, accept_new_host_keys, debug):
+    with errors_to_exit(debug):
+        runs = install_mod.build_recipe(
+            recipe, site=site, playbook=playbook_path(playbook), version=version, source=source, prefix=prefix,
+            check=check, diff=diff, hosts=tuple(host or ()), account=account_option(account), sources_dir=sources_dir,
+            mirror=mirror, jobs=int(jobs) if jobs else None, accept_new_host_keys=accept_new_host_keys,
+            reporter=Reporter(show_diff=diff, debug=debug))
+        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
+    if code:
+        raise Exit(code=code)
+
+
+@task(auto_shortflags=False, iterable=["host"], help=BUILD_HELP)
+def build_recipe(c, recipe, site=None, version=None, source=None, prefix=None, check=False, diff=False,
+                 fail_on_change=False, host=None, account=None, sources_dir=None, mirror=None, jobs=None,
+                 playbook=None, accept_new_host_keys=False, debug=False):
+    """Build a recipe from its source against a site's toolchain; install it atomically (stamped, cached)."""
+    _build(recipe, site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
+           jobs, playbook, accept_new_host_keys, debug)
+
+
+@task(auto_shortflags=False, iterable=["host"], help={k: v for k, v in BUILD_HELP.items() if k != "recipe"})
+def build_mpi4py(c, site=None, version=None, source=None, prefix=None, check=False, diff=False, fail_on_change=False,
+                 host=None, account=None, sources_dir=None, mirror=None, jobs=None, playbook=None,
+                 accept_new_host_keys=False, debug=False):
+    """Build mpi4py from its sdist against the site's MPI (a cached wheel); install it into <prefix>/mpi4py/<version>."""
+    _build("mpi4py", site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
+           jobs, playbook, accept_new_host_keys, debug)
+
+
+@task(auto_shortflags=False, help={"target": "a URL (https, http, file) or a local file", "debug": DEBUG_HELP})
+def checksum(c, target, debug=False):
+    """Print the sha256 of a source tarball (URL or file), as a recipe's versions entry wants it."""
+    with errors_to_exit(debug):
+        sha, name, size = sources_mod.checksum(target)
+    print(f"{sha}  {name}  ({size} bytes)")
+    print(f"    url: {target}" if "://" in target else f"    filename: {name}")
+    print(f"    sha256: {sha}")
+
+
+@task(auto_shortflags=False, help={"sources-dir": "read recipes from this directory instead of sources/", "debug": DEBUG_HELP})
+def recipes(c, sources_dir=None, debug=False):
+    """List the recipes in sources/ with their build system and known versions."""
+    from pathlib import Path
+    with errors_to_exit(debug):
+        directory = Path(sources_dir) if sources_dir else None
+        for name in recipe_mod.list_recipes(directory):
+            r = recipe_mod.load_recipe(name, directory)
+            shown = ", ".join(f"{v}*" if v == r.default_version else v for v in r.known_versions())
+            print(f"{name:<14} {r.build:<9} {shown:<20} {r.description}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import schema
 from .actions import ACTIONS, RunContext
+from . import install  # noqa: F401  registers recipe actions
 from .errors import InputError, SitestackError
 from .host import Host, local_host, ssh_host
 from .report import Reporter

@@ -1,0 +1,146 @@
+"""The source cache on the controller: download once, verify sha256, reuse.
+
+``fetch(recipe, version, ...)`` returns a local path to the version's tarball whose sha256 is
+the recipe's. It looks, in order, at: an explicit file (``--source``), the cache
+(``$SITESTACK_SOURCE_CACHE`` or ``~/.cache/sitestack/sources``, one folder per sha256), mirror
+directories (``--mirror``, the step's ``mirror`` argument, ``$SITESTACK_MIRROR``; a flat
+folder or one subfolder per recipe), and last the recipe's URL. A file whose sha256 differs is
+refused with both sums: nothing is built from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+
+from .errors import SitestackError
+from .recipe import Recipe, expand
+
+
+class ChecksumMismatch(SitestackError):
+    """A source file is not the one the recipe names."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SITESTACK_SOURCE_CACHE") or Path.home() / ".cache" / "sitestack" / "sources")
+
+
+def env_mirrors() -> list[Path]:
+    return [Path(p) for p in os.environ.get("SITESTACK_MIRROR", "").split(os.pathsep) if p]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def url_of(recipe: Recipe, version: str) -> str:
+    return expand(recipe.versions[version].url, {"name": recipe.name, "version": version})
+
+
+def filename_of(recipe: Recipe, version: str) -> str:
+    source = recipe.versions[version]
+    if source.filename:
+        return source.filename
+    name = Path(urllib.parse.urlparse(url_of(recipe, version)).path).name
+    return name or f"{recipe.name}-{version}.tar.gz"
+
+
+def _verify(path: Path, want: str, what: str) -> None:
+    have = sha256_file(path)
+    if have != want:
+        raise ChecksumMismatch(f"sha256 mismatch for {what}: the file has {have}, the recipe says {want}; "
+                               "refusing it, nothing was built")
+
+
+def fetch(recipe: Recipe, version: str, *, source: Path | None = None, mirrors: Iterable[Path] = (),
+          cache: Path | None = None, timeout: float = 120) -> Path:
+    """A verified local copy of the source tarball of ``recipe`` ``version``."""
+    want = recipe.versions[version].sha256
+    name = filename_of(recipe, version)
+    label = f"{recipe.name} {version}"
+    if source is not None:
+        source = Path(source)
+        if not source.is_file():
+            raise SitestackError(f"--source {source}: no such file")
+        _verify(source, want, f"{source} ({label}, from --source)")
+        return source
+    cache = cache or cache_dir()
+    cached = cache / want / name
+    if cached.is_file():
+        if sha256_file(cached) == want:
+            return cached
+        cached.unlink()  # corrupted cache entry: fetch again
+    for mirror in mirrors:
+        for candidate in (Path(mirror) / recipe.name / name, Path(mirror) / name):
+            if candidate.is_file():
+                _verify(candidate, want, f"{candidate} ({label}, from mirror {mirror})")
+                _store(candidate, cached)
+                return cached
+    url = url_of(recipe, version)
+    _download(url, cached, want, label, timeout)
+    return cached
+
+
+def _store(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _download(url: str, dest: Path, want: str | None, label: str, timeout: float) -> str:
+    """Download ``url`` to ``dest`` (atomically); verify against ``want`` when given; return the sha256."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as response:
+                    for block in iter(lambda: response.read(1 << 20), b""):
+                        digest.update(block)
+                        out.write(block)
+            except (OSError, ValueError) as exc:  # URLError is an OSError
+                raise SitestackError(f"cannot download {label} from {url}: {exc} (for an air-gapped site put "
+                                     f"{dest.name} in a mirror directory, or pass --source FILE)") from None
+        have = digest.hexdigest()
+        if want is not None and have != want:
+            raise ChecksumMismatch(f"sha256 mismatch for {label} downloaded from {url}: got {have}, the recipe "
+                                   f"says {want}; refusing it, nothing was built")
+        os.replace(tmp, dest)
+        return have
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def checksum(target: str, timeout: float = 120) -> tuple[str, str, int]:
+    """sha256, file name and size of a local file or a URL (downloaded to a temporary file)."""
+    path = Path(target)
+    if path.is_file():
+        return sha256_file(path), path.name, path.stat().st_size
+    parsed = urllib.parse.urlparse(target)
+    if parsed.scheme not in ("http", "https", "file"):
+        raise SitestackError(f"{target}: no such file, and not an http(s) or file URL")
+    with tempfile.TemporaryDirectory(prefix="sitestack-checksum-") as tmp:
+        dest = Path(tmp) / (Path(parsed.path).name or "download")
+        sha = _download(target, dest, None, target, timeout)
+        return sha, dest.name, dest.stat().st_size
