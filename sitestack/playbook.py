@@ -24,6 +24,7 @@ from .host import Host, local_host, ssh_host
 from .report import Reporter
 from .site import Facts, HostSpec, Site, load_site
 from .step import Result, converge
+from .validation import action as _validation_action  # noqa: F401  (registers install-validation-job)
 
 
 @dataclass(frozen=True)

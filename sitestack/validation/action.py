@@ -1,0 +1,153 @@
+"""The ``install-validation-job`` action: the site's validation job, installed in its prefix.
+
+One step makes true: ``<dir>/`` holds the check program (``ddp_check.py``, ``ddp_report.py``),
+``check-config.json``, one batch script per launcher in ``jobs/``, a ``README.md`` for the
+site's users, and the MPI probe built against the site MPI in ``mpi-probe/`` (CMake through
+scikit-build-core, by ``pip install --prefix``, inside the site's modules). Files are compared
+before they are written; the probe is rebuilt only when the digest of its sources, compiler
+and Python changes (``mpi-probe/.sitestack-stamp``), into a staging directory renamed into
+place, so a failed build leaves the previous probe (or none), never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..actions import Action, log_name, register, unified_diff
+from ..errors import SitestackError
+from ..host import Host
+from ..site import expand
+from ..siteenv import in_site_env
+from .jobs import JobInputs, job_files
+
+PROBE_SOURCES = Path(__file__).resolve().parent.parent.parent / "sources" / "mpi_probe"
+PROBE_FILES = ("pyproject.toml", "CMakeLists.txt", "probe.c", "src/sitestack_mpi_probe/__init__.py",
+               "src/sitestack_mpi_probe/__main__.py")
+PROBE_EXE = "mpi-probe/bin/sitestack-mpi-probe"
+STAMP = "mpi-probe/.sitestack-stamp"
+
+
+def job_inputs(ctx, directory: str, python: str | None) -> JobInputs:
+    """The job's inputs for a run context: facts.env keeps ``{user}``/``{home}`` for the job's user."""
+    raw_env = (ctx.site.raw_facts or {}).get("env") or {}
+    late = {**ctx.values, "user": "${USER}", "home": "${HOME}"}
+    env = {str(k): expand(str(v), late) for k, v in raw_env.items()}
+    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python)
+
+
+def probe_digest(cc: str, build_python: str, flavour: str) -> str:
+    digest = hashlib.sha256()
+    for name in PROBE_FILES:
+        digest.update(name.encode() + b"\0" + (PROBE_SOURCES / name).read_bytes() + b"\0")
+    digest.update(f"cc={cc}\0python={build_python}\0mpi={flavour}".encode())
+    return digest.hexdigest()
+
+
+@register("install-validation-job")
+class InstallValidationJob(Action):
+    """The validation DDP job (check program, batch scripts, README, MPI probe) is installed for the site."""
+
+    @dataclass(frozen=True)
+    class Args:
+        dir: str = field(default="{prefix}/validation", metadata={"doc": "where the job is installed"})
+        python: str | None = field(default=None, metadata={"doc": (
+            "the Python the job runs the checks with (default: facts.python.executable; "
+            "`invoke install-validation-job --python` overrides)")})
+        build_probe: bool = field(default=True, metadata={"doc": "build the MPI probe against the site MPI"})
+        build_python: str = field(default="python3", metadata={"doc": (
+            "the host's Python (with pip) that builds the MPI probe, once the site modules are loaded")})
+
+        def check(self) -> str | None:
+            if not self.dir.startswith("/") and not self.dir.startswith("{"):
+                return f"dir: {self.dir!r} must be absolute"
+            return None
+
+    def describe(self) -> str:
+        return f"install the validation job in {self.args.dir}"
+
+    # -- what it writes ----------------------------------------------------------------------
+    def python(self) -> str | None:
+        return self.ctx.options.get("python") or self.args.python or None
+
+    def files(self) -> dict[str, tuple[str, int]]:
+        return job_files(job_inputs(self.ctx, self.args.dir, self.python()))
+
+    def cc(self) -> str:
+        return shlex.split(self.ctx.facts.mpi.cc)[0]  # "cc -shared" is for libraries; the probe is a program
+
+    def digest(self) -> str:
+        return probe_digest(self.cc(), self.args.build_python, self.ctx.facts.mpi.flavour)
+
+    # -- Step ----------------------------------------------------------------------------------
+    def pending(self, host: Host) -> str | None:
+        reasons = []
+        for rel, (text, _mode) in self.files().items():
+            current = host.read_text(f"{self.args.dir}/{rel}")
+            if current is None:
+                reasons.append(f"{rel} missing")
+            elif current != text:
+                reasons.append(f"{rel} differs")
+        if self.args.build_probe:
+            stamp = host.read_text(f"{self.args.dir}/{STAMP}")
+            if stamp is None or not host.exists(f"{self.args.dir}/{PROBE_EXE}"):
+                reasons.append("MPI probe not built")
+            elif stamp.strip() != self.digest():
+                reasons.append("MPI probe out of date")
+        if not reasons:
+            return None
+        shown = reasons[:4] + ([f"and {len(reasons) - 4} more"] if len(reasons) > 4 else [])
+        return "; ".join(shown)
+
+    def diff(self, host: Host) -> str | None:
+        parts = []
+        for rel, (text, _mode) in self.files().items():
+            path = f"{self.args.dir}/{rel}"
+            current = host.read_text(path)
+            if current != text:
+                parts.append(unified_diff(current, text, path))
+        return "".join(parts) or None
+
+    def apply(self, host: Host) -> None:
+        for rel, (text, mode) in self.files().items():
+            path = f"{self.args.dir}/{rel}"
+            if host.read_text(path) != text:
+                host.write_text(path, text, mode)
+        if self.args.build_probe:
+            stamp = host.read_text(f"{self.args.dir}/{STAMP}")
+            if stamp is None or stamp.strip() != self.digest() or not host.exists(f"{self.args.dir}/{PROBE_EXE}"):
+                self.build_probe(host)
+
+    def build_probe(self, host: Host) -> None:
+        """Copy the probe's sources to the host and build them there, inside the site's modules."""
+        base = self.args.dir
+        src = f"{base}/src/mpi_probe"
+        for name in PROBE_FILES:
+            host.put_file(PROBE_SOURCES / name, f"{src}/{name}", 0o644)
+        staging = f"{base}/mpi-probe.new"
+        log = self.ctx.log_dir / log_name(self.name) if self.ctx.log_dir else None
+        host.run(["rm", "-rf", "--", staging])
+        py = self.args.build_python
+        has_backend = host.probe(in_site_env(self.ctx.facts, [py, "-c", "import scikit_build_core"])).ok
+        pip = [py, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
+               "--prefix", staging]
+        if has_backend:
+            pip.append("--no-build-isolation")  # scikit-build-core is already there: no download
+        pip.append(src)
+        env = {"CC": self.cc(), "CMAKE_ARGS": f"-DMPI_C_COMPILER={self.cc()}"}
+        try:
+            host.run(in_site_env(self.ctx.facts, pip), env=env, log=log)
+        except SitestackError as exc:
+            raise SitestackError(f"building the MPI probe against {self.ctx.facts.mpi.flavour} ({self.cc()}) "
+                                 f"failed: {exc}") from None
+        if not host.exists(f"{staging}/bin/sitestack-mpi-probe"):
+            raise SitestackError(f"the MPI probe build left no {staging}/bin/sitestack-mpi-probe")
+        old = f"{base}/mpi-probe.old"
+        host.run(["rm", "-rf", "--", old])
+        if host.exists(f"{base}/mpi-probe"):
+            host.run(["mv", "--", f"{base}/mpi-probe", old])
+        host.run(["mv", "--", staging, f"{base}/mpi-probe"])
+        host.run(["rm", "-rf", "--", old])
+        host.write_text(f"{base}/{STAMP}", self.digest() + "\n", 0o644)

@@ -1,0 +1,1300 @@
+#!/usr/bin/env python3
+"""sitestack validation check: prove a PyTorch distributed stack works on this site, and how fast.
+
+Run one process per rank under any launcher (srun, torchrun, mpiexec from MPICH / Intel MPI /
+Open MPI, horovodrun). Every rank runs the checks; rank 0 writes ``result.json``,
+``summary.md`` and ``bandwidth.png`` into ``--out`` and every rank exits 0 only when every
+check passed (a check that does not apply is ``skipped`` with its reason, which does not fail
+the run).
+
+Checks, in order:
+
+1. ``environment``: ranks found under the launcher, world size as the job expects, versions
+   (torch, NCCL/RCCL, MPI) the same on every rank and as the site facts say, device per rank.
+2. ``process-group``: ``init_process_group`` with the backend for the device (nccl on CUDA
+   and ROCm, xccl or ccl on Intel XPU, gloo on CPU); a taken port or a missing rank is named.
+3. ``affinity``: each rank's CPU set is what the site intended (the masks or the cores of the
+   NUMA domain closest to its GPU), and ranks are not all pinned to one core.
+4. ``collectives``: allreduce, allgather and broadcast give exactly the right values.
+5. ``ddp``: every rank builds the same initial model; a few DDP steps on synthetic data
+   lower the loss; parameters are identical on every rank afterwards.
+6. ``checkpoint``: save, resume into a fresh model: the same state, and the same parameters
+   after further steps.
+7. ``bandwidth``: allreduce sweep; algbw = bytes / time and busbw = algbw * 2(n-1)/n, as
+   nccl-tests defines them; compared with the site's reference.
+8. ``net-plugin``: with NCCL_DEBUG=INFO logs, the OFI/libfabric plugin was used between
+   nodes; a ``NET/Socket`` fallback or "no plugin found" fails.
+9. ``mpi-probe``: the site-built C MPI probe's latency/bandwidth and library.
+10. ``mpi4py``: mpi4py sees the same ranks, the right MPI library, a correct allreduce.
+11. ``horovod``: an allreduce through Horovod where Horovod is part of the stack.
+
+The program needs torch; mpi4py, Horovod and matplotlib are used when present. It does not
+import sitestack: it is installed on the site beside ``ddp_report.py`` and runs in the
+site's Python (a container, a conda env, a venv).
+
+Fault injection, for testing this program: ``SITESTACK_CHECK_FAULT=seed@R`` makes rank R build
+its model from another seed; ``allreduce@R`` makes rank R contribute a wrong value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import glob
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+try:  # imported as part of sitestack (tests, the controller)
+    from . import ddp_report
+except ImportError:  # run as a script on the site, beside ddp_report.py
+    import ddp_report  # type: ignore[no-redef]
+
+SCHEMA = 1
+CHECKS = ("environment", "process-group", "affinity", "collectives", "ddp", "checkpoint", "bandwidth",
+          "net-plugin", "mpi-probe", "mpi4py", "horovod")
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+
+# --------------------------------------------------------------------------------------------
+# Ranks under every launcher
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Who this process is, and which launcher variables said so."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int | None
+    launcher: str
+    source: str  # the variables rank and world size came from
+
+
+def _int(env: dict[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None or not value.strip():
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not an integer") from None
+
+
+def discover_rank(env: dict[str, str] | None = None) -> RankInfo:
+    """Rank, world size and local rank from the launcher's environment.
+
+    The order matters: a launcher started inside a Slurm job inherits the job's
+    ``SLURM_PROCID=0`` and ``SLURM_NTASKS``, and an MPICH Hydra ``mpiexec`` starts its proxies
+    through ``srun``, so the launcher's own variables win over Slurm's.
+    """
+    env = dict(os.environ if env is None else env)
+
+    def pick(launcher: str, rank: str, size: str, local: str | None, local_size: str | None) -> RankInfo | None:
+        r, n = _int(env, rank), _int(env, size)
+        if r is None or n is None:
+            return None
+        lr = _int(env, local) if local else None
+        ln = _int(env, local_size) if local_size else None
+        if lr is None:
+            lr = r if n == 1 else _local_from_slurm(env, r)
+        return RankInfo(r, n, lr, ln, launcher, f"{rank}/{size}")
+
+    if env.get("TORCHELASTIC_RUN_ID") is not None or env.get("TORCHELASTIC_RESTART_COUNT") is not None:
+        found = pick("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+        if found:
+            return found
+    found = pick("horovodrun", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE")
+    if found:
+        return found
+    found = pick("mpirun (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
+    if found:
+        return found
+    if "PMI_RANK" in env and "MPI_LOCALRANKID" in env:  # MPICH / Intel MPI Hydra
+        found = pick("mpiexec (Hydra)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+        if found:
+            return found
+    if "PALS_RANKID" in env:  # HPE Cray PALS mpiexec
+        found = pick("mpiexec (PALS)", "PALS_RANKID", "PMI_SIZE", "PALS_LOCAL_RANKID", None)
+        if found:
+            return found
+    if env.get("SLURM_STEP_ID") is not None and "SLURM_PROCID" in env:
+        size = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
+        found = pick("srun", "SLURM_PROCID", size, "SLURM_LOCALID", None)
+        if found:
+            tpn = _tasks_on_this_node(env)
+            return RankInfo(found.rank, found.world_size, found.local_rank, tpn, "srun", found.source)
+    if "PMI_RANK" in env:  # a PMI launcher without Hydra's local variables
+        found = pick("mpiexec (PMI)", "PMI_RANK", "PMI_SIZE", None, None)
+        if found:
+            return found
+    found = pick("env", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    if found:
+        return found
+    return RankInfo(0, 1, 0, 1, "none", "single process (no launcher variables)")
+
+
+def _local_from_slurm(env: dict[str, str], rank: int) -> int:
+    local = _int(env, "SLURM_LOCALID")
+    return local if local is not None else 0
+
+
+def _tasks_on_this_node(env: dict[str, str]) -> int | None:
+    """SLURM_STEP_TASKS_PER_NODE ('4(x2),3') for this node (SLURM_NODEID)."""
+    text = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    node = _int(env, "SLURM_NODEID") or 0
+    if not text:
+        return None
+    counts: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            return None
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    return counts[node] if node < len(counts) else None
+
+
+# --------------------------------------------------------------------------------------------
+# Device and backend
+# --------------------------------------------------------------------------------------------
+
+VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device a rank uses and the torch.distributed backend for it."""
+
+    kind: str  # cuda, xpu, cpu
+    index: int | None
+    backend: str  # nccl, xccl, ccl, gloo
+    library: str  # NCCL, RCCL, oneCCL, Gloo
+    count: int  # devices this rank sees
+    physical: int | None  # the node's GPU number (from the *_VISIBLE_DEVICES lists)
+    problem: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+
+def physical_gpu(index: int, env: dict[str, str]) -> int:
+    """The node's GPU number behind device ``index``: its entry in a *_VISIBLE_DEVICES list."""
+    for var in VISIBLE_VARS:
+        value = env.get(var)
+        if value:
+            entries = [e.strip() for e in value.split(",") if e.strip()]
+            if index < len(entries):
+                head = entries[index].split(".")[0]  # ZE_AFFINITY_MASK may say card.stack
+                if head.isdigit():
+                    return int(head)
+    return index
+
+
+def select_device(torch: Any, local_rank: int, local_world_size: int | None,
+                  env: dict[str, str] | None = None, force_cpu: bool = False) -> Device:
+    """cuda (NVIDIA or ROCm) -> nccl; xpu -> xccl, else ccl (oneCCL bindings); otherwise cpu -> gloo."""
+    env = dict(os.environ if env is None else env)
+
+    def index_for(count: int) -> tuple[int | None, str | None]:
+        if count == 1:
+            return 0, None
+        if local_rank < count:
+            return local_rank, None
+        return None, (f"local rank {local_rank} but this rank sees only {count} devices: the job gives "
+                      f"{local_world_size or '?'} ranks per node more devices than exist")
+
+    if not force_cpu and getattr(torch, "cuda", None) is not None and torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        index, problem = index_for(count)
+        rocm = bool(getattr(torch.version, "hip", None))
+        return Device("cuda", index, "nccl", "RCCL" if rocm else "NCCL", count,
+                      physical_gpu(index, env) if index is not None else None, problem)
+    xpu = getattr(torch, "xpu", None)
+    if not force_cpu and xpu is not None and xpu.is_available():
+        count = xpu.device_count()
+        index, problem = index_for(count)
+        dist = torch.distributed
+        has_xccl = getattr(dist, "is_xccl_available", lambda: False)()
+        backend = "xccl"
+        if not has_xccl:
+            backend = "ccl"
+            try:
+                import oneccl_bindings_for_pytorch  # noqa: F401  (registers the "ccl" backend)
+            except ImportError:
+                problem = problem or "XPU without xccl in torch and without oneccl_bindings_for_pytorch: no backend"
+        return Device("xpu", index, backend, "oneCCL", count,
+                      physical_gpu(index, env) if index is not None else None, problem)
+    return Device("cpu", None, "gloo", "Gloo", 0, None)
+
+
+# --------------------------------------------------------------------------------------------
+# CPU affinity
+# --------------------------------------------------------------------------------------------
+
+def parse_mask(text: str) -> set[int]:
+    digits = text.strip().lower().removeprefix("0x").replace(",", "")
+    if not digits or any(c not in "0123456789abcdef" for c in digits):
+        raise ValueError(f"not a hex CPU mask: {text!r}")
+    value = int(digits, 16)
+    return {bit for bit in range(value.bit_length()) if value >> bit & 1}
+
+
+def cpu_list(cpus) -> str:
+    values = sorted(cpus)
+    if not values:
+        return "(none)"
+    runs, start, prev = [], values[0], values[0]
+    for cpu in values[1:]:
+        if cpu != prev + 1:
+            runs.append(f"{start}-{prev}" if prev > start else str(start))
+            start = cpu
+        prev = cpu
+    runs.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(runs)
+
+
+def expected_cpus(rank: dict[str, Any], config: dict[str, Any], masks: list[set[int]] | None) -> tuple[set[int] | None, str]:
+    """The CPUs this rank should have and why; None when the site states no binding."""
+    local = rank["local_rank"]
+    if masks is not None:
+        if local >= len(masks):
+            return set(), f"--cpu-masks lists {len(masks)} masks, local rank {local} has none"
+        return masks[local], "the job's mask_cpu list"
+    bind = config.get("cpu_bind")
+    if bind:
+        gpu = rank.get("physical_gpu")
+        if gpu is None:
+            gpu = local
+        gpu_cpus = bind["gpu_cpus"]
+        if gpu >= len(gpu_cpus):
+            return set(), f"GPU {gpu} is not in the site's GPU->NUMA map ({len(gpu_cpus)} GPUs)"
+        return set(gpu_cpus[gpu]), f"the usable cores closest to GPU {gpu} (gpu.cpu_bind)"
+    return None, "the site states no CPU binding (gpu.cpu_bind)"
+
+
+def judge_affinity(ranks: list[dict[str, Any]], config: dict[str, Any], masks: list[set[int]] | None) -> tuple[str, str, list[str]]:
+    """(status, summary, per-rank lines) for the affinity check."""
+    bind = config.get("cpu_bind") or {}
+    node_cores = bind.get("node_cores")
+    problems, lines, checked = [], [], 0
+    for rank in ranks:
+        have = set(rank["affinity"])
+        want, why = expected_cpus(rank, config, masks)
+        rank["expected_cpus"] = cpu_list(want) if want is not None else None
+        if want is None:
+            lines.append(f"rank {rank['rank']} on {rank['host']}: CPUs {cpu_list(have)}")
+            continue
+        checked += 1
+        folded = {c % node_cores for c in have} if node_cores and masks is None else have
+        ok = folded == want if masks is None else have == want
+        lines.append(f"rank {rank['rank']} on {rank['host']}: CPUs {cpu_list(have)}, expected {cpu_list(want)} ({why})")
+        if not ok:
+            problems.append(f"rank {rank['rank']} on {rank['host']} runs on CPUs {cpu_list(have)}, "
+                            f"expected {cpu_list(want)} ({why})")
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for rank in ranks:
+        by_host.setdefault(rank["host"], []).append(rank)
+    for host, members in by_host.items():
+        sets = {tuple(sorted(r["affinity"])) for r in members}
+        if len(members) > 1 and len(sets) == 1 and len(next(iter(sets))) == 1:
+            problems.append(f"all {len(members)} ranks on {host} are pinned to the same CPU {next(iter(sets))[0]} "
+                            "(the torchrun pitfall OLCF describes: launch with srun, one task per GPU)")
+    if problems:
+        return FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""), lines
+    if checked:
+        return PASSED, f"all {checked} ranks run on the CPUs the site intended", lines
+    return PASSED, "not compared: the site states no CPU binding; ranks are not all pinned to one CPU", lines
+
+
+# --------------------------------------------------------------------------------------------
+# NCCL / RCCL logs: did the network plugin load?
+# --------------------------------------------------------------------------------------------
+
+# Log line formats (NCCL_DEBUG=INFO; RCCL prints the same "NCCL INFO" prefix):
+#   <host>:<pid>:<tid> [<dev>] NCCL INFO <message>
+# Plugin loaded:   "NET/OFI Using aws-ofi-rccl 1.4.0", "NET/OFI Selected Provider is cxi",
+#                  "Using network AWS Libfabric" (LUMI user guide and ReFrame checks, peers s5.3;
+#                  aws/aws-ofi-nccl#161, #801), "NET/OFI Initializing aws-ofi-nccl 1.14.2" (aws/aws-ofi-nccl#889).
+# Socket fallback: "NET/Plugin : No plugin found (libnccl-net.so)." then "NET/Socket : Using [0]eth0:..."
+#                  (NVIDIA/nccl#352, #226), "... using internal implementation" and "Using network Socket"
+#                  (NVIDIA/nccl#1126), "Plugin load (libnccl-net.so) returned 2 : ..." (NVIDIA/nccl-tests#188),
+#                  newer NCCL: "NET/Plugin: Could not find: libnccl-net.so".
+_LINE = re.compile(r"^\s*(?:\S+:\s+)?(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+NCCL\s+(?P<level>INFO|WARN|TRACE)\s+(?P<msg>.*)$")
+_PLUGIN_OK = re.compile(r"NET/OFI (?:Using aws-ofi|Initializing aws-ofi|Selected Provider is)|Using network (?:AWS Libfabric|OFI|Libfabric)|Loaded net plugin")
+_PROVIDER = re.compile(r"Selected Provider is (\S+)")
+_SOCKET = re.compile(r"NET/Socket : Using|Using network Socket|via NET/Socket|Using internal Network Socket")
+_NO_PLUGIN = re.compile(r"No plugin found|Could not find: lib[nr]ccl-net|Plugin load \(lib[nr]ccl-net[^)]*\) returned|Unable to load lib[nr]ccl-net|Failed to load net plugin")
+_NETWORK = re.compile(r"Using network (.+?)\s*$")
+
+
+def parse_nccl_log(text: str) -> list[dict[str, str]]:
+    """The NCCL lines of a log: host, pid, level and message each."""
+    lines = []
+    for raw in text.splitlines():
+        match = _LINE.match(raw)
+        if match:
+            lines.append({k: match.group(k) for k in ("host", "pid", "dev", "level", "msg")})
+    return lines
+
+
+def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider: str | None) -> tuple[str, str, list[str]]:
+    """(status, summary, evidence) from NCCL_DEBUG=INFO output of a run on ``hosts`` nodes.
+
+    Between nodes the traffic must go through the site's plugin (``plugin``, e.g. aws-ofi-rccl)
+    with the right libfabric ``provider``; a socket fallback fails whether or not a plugin is
+    expected. On one node the network is not used, so the check is skipped.
+    """
+    lines = parse_nccl_log(log_text)
+    log_hosts = sorted({ln["host"] for ln in lines})
+    nodes = max(hosts, len(log_hosts))
+    evidence: list[str] = []
+
+    def first(pattern: re.Pattern[str]) -> list[dict[str, str]]:
+        return [ln for ln in lines if pattern.search(ln["msg"])]
+
+    ok, socket_lines, missing = first(_PLUGIN_OK), first(_SOCKET), first(_NO_PLUGIN)
+    networks = sorted({m.group(1) for ln in lines if (m := _NETWORK.search(ln["msg"]))})
+    providers = sorted({m.group(1) for ln in lines if (m := _PROVIDER.search(ln["msg"]))})
+    for group in (ok, missing, socket_lines):
+        for ln in group[:2]:
+            evidence.append(f"{ln['host']}:{ln['pid']} [{ln['dev']}] {ln['msg']}")
+    if nodes < 2:
+        seen = f"; networks seen: {', '.join(networks)}" if networks else ""
+        return SKIPPED, f"single-node run: the network plugin is only used between nodes{seen}", evidence
+    if not lines:
+        return FAILED, ("no NCCL_DEBUG=INFO output found for a multi-node run: cannot prove the network plugin "
+                        "loaded (is NCCL_DEBUG_FILE writable?)"), evidence
+    if socket_lines:
+        ln = socket_lines[0]
+        why = f" after \"{missing[0]['msg']}\"" if missing else ""
+        return FAILED, (f"NCCL/RCCL fell back to TCP sockets between nodes on {ln['host']}: \"{ln['msg']}\"{why}; "
+                        f"the network plugin{' ' + plugin if plugin else ''} did not load"), evidence
+    if plugin:
+        if missing:
+            ln = missing[0]
+            return FAILED, f"the network plugin {plugin} did not load on {ln['host']}: \"{ln['msg']}\"", evidence
+        loaded_hosts = {ln["host"] for ln in ok}
+        without = [h for h in log_hosts if h not in loaded_hosts]
+        if not ok or without:
+            where = ", ".join(without) if without else "any host"
+            return FAILED, f"no sign that the network plugin {plugin} loaded on {where} (no NET/OFI lines)", evidence
+        if provider and providers and provider not in providers:
+            return FAILED, f"the plugin chose libfabric provider {', '.join(providers)}, the site expects {provider}", evidence
+        net = f" ({', '.join(networks)})" if networks else ""
+        prov = f", provider {', '.join(providers)}" if providers else ""
+        return PASSED, f"{plugin} loaded on all {len(log_hosts)} hosts{net}{prov}", evidence
+    if networks:
+        return PASSED, f"network {', '.join(networks)} between {nodes} nodes (the site needs no plugin)", evidence
+    return PASSED, f"no socket fallback in the NCCL log of {nodes} nodes (the site needs no plugin)", evidence
+
+
+# --------------------------------------------------------------------------------------------
+# Bandwidth (nccl-tests definitions)
+# --------------------------------------------------------------------------------------------
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw correction: allreduce 2(n-1)/n; allgather/reducescatter (n-1)/n; broadcast 1."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce"):
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def bandwidth_row(size_bytes: int, seconds: float, n: int, op: str = "allreduce") -> dict[str, float]:
+    algbw = size_bytes / seconds / 1e9
+    return {"bytes": size_bytes, "time_us": seconds * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * bus_factor(op, n)}
+
+
+def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | None, nodes: int) -> tuple[str, str, dict[str, Any] | None]:
+    """Compare the sweep with the site's reference for this node count (ReFrame-style lower bound)."""
+    if not rows:
+        return FAILED, "no bandwidth measured", None
+    peak = max(rows, key=lambda r: r["busbw_gbs"])
+    kind = "multi-node" if nodes > 1 else "single-node"
+    if not reference:
+        return PASSED, (f"peak busbw {peak['busbw_gbs']:.3g} GB/s at {human_bytes(peak['bytes'])}; "
+                        f"not judged: the site has no {kind} reference"), None
+    target = reference["message_bytes"]
+    row = next((r for r in rows if r["bytes"] == target), None)
+    note = ""
+    if row is None:
+        row = max(rows, key=lambda r: r["bytes"])
+        note = f" (the sweep's largest size; the reference is for {human_bytes(target)})"
+    minimum = reference["busbw_gbs"] * (1 + reference.get("lower", -0.05))
+    compared = {**reference, "minimum_gbs": minimum, "measured_gbs": row["busbw_gbs"], "at_bytes": row["bytes"], "kind": kind}
+    where = f"at {human_bytes(row['bytes'])}{note}"
+    if row["busbw_gbs"] < minimum:
+        return FAILED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} is below {minimum:.3g} GB/s "
+                        f"({kind} reference {reference['busbw_gbs']:.3g} GB/s {reference.get('lower', -0.05):+.0%}"
+                        f"{'; ' + reference['source'] if reference.get('source') else ''})"), compared
+    return PASSED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} >= {minimum:.3g} GB/s "
+                    f"({kind} reference {reference['busbw_gbs']:.3g} GB/s)"), compared
+
+
+def human_bytes(n: int | float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{int(n // scale)} {unit}"
+    return f"{int(n)} B"
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4K, 64M)")
+    return int(match.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]
+
+
+def sweep_sizes(lo: int, hi: int, factor: int) -> list[int]:
+    sizes, size = [], max(4, lo)
+    while size <= hi:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Check:
+    name: str
+    status: str = SKIPPED
+    summary: str = "not run"
+    details: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def verdict(checks: list[Check] | list[dict[str, Any]]) -> str:
+    statuses = [c.status if isinstance(c, Check) else c["status"] for c in checks]
+    return FAILED if FAILED in statuses or not statuses else PASSED
+
+
+def exit_code(result: dict[str, Any]) -> int:
+    """0 only when every check passed (or did not apply)."""
+    return 0 if result.get("verdict") == PASSED else 1
+
+
+def rank_fault(env: dict[str, str], kind: str, rank: int) -> bool:
+    """Whether ``SITESTACK_CHECK_FAULT`` asks this rank for fault ``kind`` (``seed@1,allreduce@0``)."""
+    for item in (env.get("SITESTACK_CHECK_FAULT") or "").split(","):
+        name, _, target = item.strip().partition("@")
+        if name == kind and target.strip().isdigit() and int(target) == rank:
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+class Run:
+    """One rank's run of every check."""
+
+    def __init__(self, args: argparse.Namespace, config: dict[str, Any], info: RankInfo, mpi: Any) -> None:
+        self.args, self.config, self.info, self.mpi = args, config, info, mpi
+        self.env = dict(os.environ)
+        self.checks = {name: Check(name) for name in CHECKS}
+        self.start = time.time()
+        self.host = socket.gethostname().split(".")[0]
+        self.torch: Any = None
+        self.dist: Any = None
+        self.device: Device | None = None
+        self.ranks: list[dict[str, Any]] = []
+        self.bandwidth: dict[str, Any] = {}
+        self.mpi_data: dict[str, Any] = {}
+        self.pg_ok = False
+        self.result: dict[str, Any] | None = None
+
+    # -- helpers ------------------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        print(f"[rank {self.info.rank}/{self.info.world_size} {self.host}] {text}", flush=True)
+
+    def set(self, name: str, status: str, summary: str, **details: Any) -> None:
+        check = self.checks[name]
+        check.status, check.summary = status, summary
+        check.details.update(details)
+
+    @contextlib.contextmanager
+    def timed(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        except Exception as exc:  # a check that crashes fails with its error, the run goes on
+            self.set(name, FAILED, f"{type(exc).__name__}: {exc}".splitlines()[0][:400],
+                     traceback=traceback.format_exc(limit=6))
+        finally:
+            self.checks[name].seconds = round(time.perf_counter() - start, 3)
+
+    def skip_rest(self, reason: str, after: str) -> None:
+        later = CHECKS[CHECKS.index(after) + 1:]
+        for name in later:
+            if self.checks[name].summary == "not run" and name not in ("mpi-probe", "mpi4py", "horovod"):
+                self.set(name, SKIPPED, reason)
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        if self.info.world_size == 1 or not self.pg_ok:
+            return [obj]
+        out: list[Any] = [None] * self.info.world_size
+        self.dist.all_gather_object(out, obj)
+        return out
+
+    def sync(self) -> None:
+        if self.device and self.device.kind == "cuda":
+            self.torch.cuda.synchronize()
+        elif self.device and self.device.kind == "xpu":
+            self.torch.xpu.synchronize()
+
+    # -- 1. environment ----------------------------------------------------------------------
+    def environment(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.device = select_device(torch, self.info.local_rank, self.info.local_world_size, self.env,
+                                    force_cpu=self.args.device == "cpu")
+        if self.device.kind == "cuda" and self.device.index is not None:
+            torch.cuda.set_device(self.device.index)
+        elif self.device.kind == "xpu" and self.device.index is not None:
+            torch.xpu.set_device(self.device.index)
+        nccl = None
+        if self.device.kind == "cuda":
+            with contextlib.suppress(Exception):
+                version = torch.cuda.nccl.version()
+                nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        try:
+            affinity = sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            affinity = []
+        device_name = None
+        if self.device.kind == "cuda" and self.device.index is not None:
+            with contextlib.suppress(Exception):
+                device_name = torch.cuda.get_device_name(self.device.index)
+        me = {
+            "rank": self.info.rank, "local_rank": self.info.local_rank, "world_size": self.info.world_size,
+            "local_world_size": self.info.local_world_size, "launcher": self.info.launcher,
+            "source": self.info.source, "host": self.host, "pid": os.getpid(),
+            "python": sys.version.split()[0], "torch": torch.__version__,
+            "hip": getattr(torch.version, "hip", None), "cuda": getattr(torch.version, "cuda", None),
+            "nccl": nccl, "device": self.device.name, "device_name": device_name,
+            "device_count": self.device.count, "physical_gpu": self.device.physical,
+            "backend": self.device.backend, "library": self.device.library,
+            "affinity": affinity, "mpi_library": self.mpi_data.get("library_short"),
+            "visible": {v: self.env[v] for v in VISIBLE_VARS if v in self.env},
+            "master": f"{self.env.get('MASTER_ADDR', '?')}:{self.env.get('MASTER_PORT', '?')}",
+            "fault": self.env.get("SITESTACK_CHECK_FAULT") or None,
+        }
+        self.me = me
+        self.log(f"launcher {self.info.launcher} ({self.info.source}), local rank {self.info.local_rank}, "
+                 f"device {self.device.name} ({self.device.library}), CPUs {cpu_list(affinity)}, torch {torch.__version__}")
+        problems = []
+        expected = self.args.expect_world_size
+        if expected and expected != self.info.world_size:
+            problems.append(f"the job expects {expected} ranks but the launcher ({self.info.launcher}, "
+                            f"{self.info.source}) says world size {self.info.world_size}")
+        if not 0 <= self.info.rank < self.info.world_size:
+            problems.append(f"rank {self.info.rank} is outside world size {self.info.world_size}")
+        if self.device.problem:
+            problems.append(self.device.problem)
+        want_torch = self.config.get("torch_version")
+        if want_torch and not torch.__version__.split("+")[0] == want_torch:
+            problems.append(f"torch {torch.__version__} here, the site facts say {want_torch}")
+        if self.config.get("gpu_vendor") not in (None, "none") and self.device.kind == "cpu" and self.args.device != "cpu":
+            problems.append(f"the site has {self.config['gpu_vendor']} GPUs but torch sees none on {self.host}")
+        self.pre_problems = problems
+        if problems:
+            self.set("environment", FAILED, problems[0], problems=problems)
+
+    def environment_after(self) -> None:
+        """With every rank's report: ranks unique, world consistent, versions equal."""
+        ranks = self.ranks
+        problems = list(self.checks["environment"].details.get("problems", []))
+        for r in ranks:
+            if r["rank"] != self.info.rank and r.get("problems"):
+                problems.extend(f"rank {r['rank']}: {p}" for p in r["problems"])
+        seen = sorted(r["rank"] for r in ranks)
+        if seen != list(range(len(ranks))):
+            problems.append(f"ranks are not 0..{len(ranks) - 1}: {seen}")
+        sizes = sorted({r["world_size"] for r in ranks})
+        if sizes != [len(ranks)]:
+            problems.append(f"ranks disagree on the world size: {sizes} for {len(ranks)} ranks")
+        by_host: dict[str, list[int]] = {}
+        for r in ranks:
+            by_host.setdefault(r["host"], []).append(r["local_rank"])
+        for host, locals_ in by_host.items():
+            if len(set(locals_)) != len(locals_):
+                problems.append(f"duplicate local ranks on {host}: {sorted(locals_)}")
+            if self.device and self.device.kind != "cpu":
+                devices = [r["physical_gpu"] for r in ranks if r["host"] == host]
+                if len(set(devices)) != len(devices):
+                    problems.append(f"ranks on {host} share GPUs: {devices}")
+        for key in ("torch", "nccl", "hip", "cuda", "python", "backend", "mpi_library"):
+            values = sorted({str(r.get(key)) for r in ranks})
+            if len(values) > 1:
+                problems.append(f"ranks run different {key} versions: {', '.join(values)}")
+        master = self.env.get("MASTER_ADDR")
+        nodelist = self.env.get("SLURM_JOB_NODELIST")
+        if master and nodelist and self.info.launcher != "torchrun":
+            with contextlib.suppress(ValueError):
+                first = _first_host(nodelist)
+                if first != master and first.split(".")[0] != master.split(".")[0]:
+                    problems.append(f"MASTER_ADDR is {master}, but the first host of {nodelist} is {first}")
+        first = ranks[0]
+        versions = [f"torch {first['torch']}"]
+        if first.get("nccl"):
+            versions.append(f"{first['library']} {first['nccl']}")
+        if first.get("mpi_library"):
+            versions.append(first["mpi_library"])
+        hosts = sorted(by_host)
+        summary = (f"{len(ranks)} ranks on {len(hosts)} node{'s' if len(hosts) != 1 else ''} under "
+                   f"{first['launcher']}, {first['device'].split(':')[0]} with {first['backend']}; {', '.join(versions)}")
+        details = {"hosts": hosts, "versions": versions}
+        if problems:
+            self.set("environment", FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                     problems=problems, **details)
+        else:
+            self.set("environment", PASSED, summary, **details)
+
+    # -- 2. process group ----------------------------------------------------------------------
+    def process_group(self) -> bool:
+        from datetime import timedelta
+
+        if self.info.world_size == 1:
+            self.set("process-group", SKIPPED, "a single rank: no process group needed")
+            return True
+        env = self.env
+        agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        addr = env.get("MASTER_ADDR")
+        port = env.get("MASTER_PORT")
+        if not addr or not port:
+            self.set("process-group", FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
+                     "from the first host of the node list and the job id")
+            return False
+        if self.info.rank == 0 and not agent_store:
+            busy = port_in_use(int(port))
+            if busy:
+                self.set("process-group", FAILED, f"MASTER_PORT {port} is already in use on {self.host} ({busy}): "
+                         "another job or process holds it; the job derives the port from SLURM_JOB_ID, so a clash "
+                         "means a stray process or a fixed port elsewhere")
+                return False
+        timeout = timedelta(seconds=self.args.init_timeout)
+        kwargs: dict[str, Any] = {"backend": self.device.backend, "init_method": "env://", "rank": self.info.rank,
+                                  "world_size": self.info.world_size, "timeout": timeout}
+        if self.device.kind == "cuda" and self.device.index is not None:
+            kwargs["device_id"] = self.torch.device("cuda", self.device.index)
+        start = time.perf_counter()
+        try:
+            try:
+                self.dist.init_process_group(**kwargs)
+            except TypeError:  # torch without device_id
+                kwargs.pop("device_id", None)
+                self.dist.init_process_group(**kwargs)
+        except Exception as exc:  # noqa: BLE001  (every failure becomes a reason)
+            self.set("process-group", FAILED, explain_init_failure(exc, addr, port, self.info, self.args.init_timeout),
+                     error=str(exc)[:2000])
+            return False
+        self.pg_ok = True
+        self.set("process-group", PASSED, f"{self.device.backend} process group of {self.info.world_size} ranks via "
+                 f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s")
+        return True
+
+    # -- 4. collectives ------------------------------------------------------------------------
+    def collectives(self) -> None:
+        torch, dist, n, rank = self.torch, self.dist, self.info.world_size, self.info.rank
+        dev = self.torch_device()
+        errors = []
+        value = float(rank + 1) + (1.0 if rank_fault(self.env, "allreduce", rank) else 0.0)
+        t = torch.full((4096,), value, dtype=torch.float32, device=dev)
+        dist.all_reduce(t)
+        want = n * (n + 1) / 2
+        got = t.cpu()
+        if not bool((got == want).all()):
+            wrong = got[got != want]
+            errors.append(f"allreduce(sum) gave {float(wrong[0]):g}, expected {want:g} on {int(wrong.numel())} of {got.numel()} elements")
+        chunk = torch.arange(8, dtype=torch.float32, device=dev) + 8 * rank
+        parts = [torch.empty_like(chunk) for _ in range(n)]
+        dist.all_gather(parts, chunk)
+        gathered = torch.cat([p.cpu() for p in parts])
+        if not torch.equal(gathered, torch.arange(8 * n, dtype=torch.float32)):
+            errors.append(f"allgather gave {gathered[:16].tolist()}..., expected 0..{8 * n - 1}")
+        root = n - 1
+        b = torch.full((1024,), 42.0 + root if rank == root else -1.0, device=dev)
+        dist.broadcast(b, src=root)
+        if not bool((b.cpu() == 42.0 + root).all()):
+            errors.append(f"broadcast from rank {root} gave {float(b.cpu()[0]):g}, expected {42.0 + root:g}")
+        reports = self.all_gather(errors)
+        bad = [(i, e) for i, errs in enumerate(reports) for e in errs]
+        if bad:
+            ranks = sorted({i for i, _ in bad})
+            self.set("collectives", FAILED, f"{bad[0][1]} (wrong on rank{'s' if len(ranks) > 1 else ''} "
+                     f"{', '.join(map(str, ranks))})", errors=[f"rank {i}: {e}" for i, e in bad])
+        else:
+            self.set("collectives", PASSED, f"allreduce, allgather and broadcast exact on all {n} ranks")
+
+    def torch_device(self):
+        return self.torch.device(self.device.kind, self.device.index) if self.device.index is not None else self.torch.device("cpu")
+
+    # -- 5. DDP and 6. checkpoint ----------------------------------------------------------------
+    def _model(self, seed: int):
+        torch = self.torch
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+        return model.to(self.torch_device())
+
+    def _fingerprint(self, module) -> str:
+        digest = hashlib.sha256()
+        for tensor in module.state_dict().values():
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    def _batches(self, steps: int):
+        torch = self.torch
+        gen = torch.Generator().manual_seed(7)
+        w_true = torch.randn(32, 1, generator=gen)
+        data = torch.Generator().manual_seed(1000 + self.info.rank)
+        dev = self.torch_device()
+        out = []
+        for _ in range(steps):
+            x = torch.randn(64, 32, generator=data)
+            y = torch.tanh(x @ w_true / 4) + 0.01 * torch.randn(64, 1, generator=data)
+            out.append((x.to(dev), y.to(dev)))
+        return out
+
+    def ddp(self) -> tuple[Any, Any, list]:
+        torch, dist = self.torch, self.dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        seed = 1234 + (1 if rank_fault(self.env, "seed", self.info.rank) else 0)
+        model = self._model(seed)
+        prints = self.all_gather(self._fingerprint(model))
+        differ = [i for i, p in enumerate(prints) if p != prints[0]]
+        problems = []
+        if differ:
+            problems.append(f"rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} built different initial "
+                            f"parameters than rank 0 (fingerprint {prints[differ[0]]} vs {prints[0]}); DDP would silently "
+                            "overwrite them: check that every node runs the same torch and code")
+        ids = [self.device.index] if self.device.kind != "cpu" and self.device.index is not None else None
+        ddp_model = DDP(model, device_ids=ids) if self.info.world_size > 1 else model
+        optim = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
+        batches = self._batches(self.args.steps + 2)
+        losses = []
+        for x, y in batches[: self.args.steps]:
+            optim.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+            loss.backward()
+            optim.step()
+            mean = loss.detach().clone()
+            if self.info.world_size > 1:
+                dist.all_reduce(mean)
+                mean /= self.info.world_size
+            losses.append(float(mean.cpu()))
+        after = self.all_gather(self._fingerprint(model))
+        differ_after = [i for i, p in enumerate(after) if p != after[0]]
+        if differ_after:
+            problems.append(f"parameters differ across ranks after {self.args.steps} DDP steps (ranks "
+                            f"{', '.join(map(str, differ_after))} vs rank 0): gradients were not averaged")
+        decreased = len(losses) >= 2 and losses[-1] < 0.9 * losses[0]
+        if not decreased:
+            problems.append(f"loss did not decrease: {losses[0]:.4g} -> {losses[-1]:.4g} over {len(losses)} steps")
+        details = {"losses": losses, "initial_fingerprints": prints, "final_fingerprint": after[0]}
+        if problems:
+            self.set("ddp", FAILED, problems[0], problems=problems, **details)
+        else:
+            self.set("ddp", PASSED, f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps; parameters "
+                     f"identical on all {self.info.world_size} ranks ({after[0]})", **details)
+        return ddp_model, optim, batches[self.args.steps:]
+
+    def checkpoint(self, ddp_model, optim, more: list) -> None:
+        torch = self.torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = ddp_model.module if hasattr(ddp_model, "module") else ddp_model
+        directory = os.path.join(self.args.out, "checkpoint")
+        path = os.path.join(directory, "ddp.pt")
+        if self.info.rank == 0:
+            os.makedirs(directory, exist_ok=True)
+            torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        self.barrier()
+        state = torch.load(path, map_location=self.torch_device(), weights_only=True)
+        fresh = self._model(99)
+        fresh.load_state_dict(state["model"])
+        fresh_ddp = DDP(fresh, device_ids=[self.device.index] if self.device.kind != "cpu" and self.device.index is not None else None) \
+            if self.info.world_size > 1 else fresh
+        fresh_optim = torch.optim.SGD(fresh_ddp.parameters(), lr=0.1, momentum=0.9)
+        fresh_optim.load_state_dict(state["optim"])
+        problems = []
+        if self._fingerprint(fresh) != self._fingerprint(model):
+            problems.append("the resumed model differs from the saved one")
+        for a, b in zip(optim.state_dict()["state"].values(), fresh_optim.state_dict()["state"].values()):
+            if not torch.equal(a["momentum_buffer"].cpu(), b["momentum_buffer"].cpu()):
+                problems.append("the resumed optimizer state (momentum) differs from the saved one")
+                break
+        for net, opt in ((ddp_model, optim), (fresh_ddp, fresh_optim)):
+            for x, y in more:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(net(x), y).backward()
+                opt.step()
+        exact = self.device.kind == "cpu"
+        for p, q in zip(model.parameters(), fresh.parameters()):
+            same = torch.equal(p, q) if exact else torch.allclose(p, q, rtol=0, atol=1e-6)
+            if not same:
+                problems.append(f"after {len(more)} more steps the resumed run diverges from the original "
+                                f"(max difference {float((p - q).abs().max()):.3g})")
+                break
+        reports = self.all_gather(problems)
+        bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
+        self.barrier()
+        if self.info.rank == 0:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+                os.rmdir(directory)
+        if bad:
+            self.set("checkpoint", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad])
+        else:
+            self.set("checkpoint", PASSED, f"saved and resumed: same parameters and optimizer state, and the same "
+                     f"parameters after {len(more)} more steps on all ranks")
+
+    def barrier(self) -> None:
+        if self.pg_ok and self.info.world_size > 1:
+            self.dist.barrier()
+
+    # -- 7. bandwidth ------------------------------------------------------------------------------
+    def bandwidth_sweep(self) -> None:
+        torch, dist, n = self.torch, self.dist, self.info.world_size
+        if n < 2:
+            self.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
+            return
+        gpu = self.device.kind != "cpu"
+        lo, hi = self.args.min_bytes, self.args.max_bytes
+        refs = self.config.get("bandwidth") or {}
+        if hi is None:
+            hi = 256 << 20 if gpu else 4 << 20
+            hi = max([hi] + [r["message_bytes"] for r in refs.values() if r])
+        if lo is None:
+            lo = 8 if gpu else 4 << 10
+        iters = self.args.iters or (20 if gpu else 5)
+        warmup = self.args.warmup if self.args.warmup is not None else (5 if gpu else 2)
+        dev = self.torch_device()
+        rows = []
+        for size in sweep_sizes(lo, hi, self.args.factor):
+            t = torch.zeros(size // 4, dtype=torch.float32, device=dev)
+            for _ in range(warmup):
+                dist.all_reduce(t)
+            self.sync()
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(t)
+            self.sync()
+            elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=dev)
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the time, as for a job
+            rows.append(bandwidth_row(size, float(elapsed.cpu()), n))
+            del t
+        nodes = len({r["host"] for r in self.ranks})
+        reference = refs.get("multi_node" if nodes > 1 else "single_node")
+        status, summary, compared = judge_bandwidth(rows, reference, nodes)
+        self.bandwidth = {"op": "allreduce", "dtype": "float32", "ranks": n, "nodes": nodes, "iters": iters,
+                          "warmup": warmup, "rows": rows, "reference": compared,
+                          "definition": "algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests)"}
+        self.set("bandwidth", status, summary, peak_busbw_gbs=max(r["busbw_gbs"] for r in rows))
+
+    # -- 8. net plugin -----------------------------------------------------------------------------
+    def net_plugin(self) -> None:
+        pattern = self.args.nccl_log or os.path.join(self.args.out, "nccl", "*.log")
+        files = sorted(glob.glob(pattern))
+        text = ""
+        for path in files:
+            with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as handle:
+                text += handle.read()
+        hosts = len({r["host"] for r in self.ranks}) if self.ranks else 1
+        net = self.config.get("network") or {}
+        if self.device.backend != "nccl" and not self.args.nccl_log:
+            self.set("net-plugin", SKIPPED, f"backend {self.device.backend} does not use NCCL/RCCL network plugins")
+            return
+        status, summary, evidence = judge_net_plugin(text, hosts=hosts, plugin=net.get("net_plugin"),
+                                                     provider=net.get("libfabric_provider"))
+        self.set("net-plugin", status, summary, evidence=evidence, logs=[os.path.relpath(f, self.args.out) for f in files])
+
+    # -- 9. MPI probe, 10. mpi4py --------------------------------------------------------------------
+    def mpi_probe(self) -> None:
+        path = self.args.mpi_probe_result
+        if not path:
+            self.set("mpi-probe", SKIPPED, "the MPI probe was not run (not installed, or no MPI launcher for this job)")
+            return
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError) as exc:
+            log = os.path.splitext(path)[0] + ".log"
+            self.set("mpi-probe", FAILED, f"the MPI probe left no result ({exc.__class__.__name__}: {exc}); see {log}")
+            return
+        self.mpi_data["probe"] = data
+        want = (self.config.get("mpi") or {}).get("library_match")
+        library = str(data.get("library", "")).strip()
+        first_line = " ".join(library.splitlines()[0].split()) if library else "?"
+        problems = []
+        if want and want not in library:
+            problems.append(f"the probe ran on \"{first_line}\", the site expects {want}")
+        if int(data.get("size", 0)) < 2:
+            problems.append(f"the probe ran with {data.get('size')} rank(s): the MPI launcher did not start 2")
+        if not data.get("allreduce_ok", False):
+            problems.append("MPI_Allreduce gave a wrong sum")
+        bw = data.get("bandwidth") or []
+        peak = max((b["mb_s"] for b in bw), default=0.0)
+        hosts = data.get("hosts") or []
+        where = f"{hosts[0]} <-> {hosts[-1]}" if hosts else "?"
+        if problems:
+            self.set("mpi-probe", FAILED, problems[0], problems=problems)
+        else:
+            self.set("mpi-probe", PASSED, f"{first_line}: latency "
+                     f"{data.get('latency_us', 0):.3g} us, bandwidth {peak:.4g} MB/s ({where})")
+
+    def mpi4py_check(self) -> None:
+        if self.mpi is None:
+            reason = self.mpi_data.get("skip") or "mpi4py is not installed in this stack"
+            self.set("mpi4py", SKIPPED, reason)
+            return
+        MPI = self.mpi
+        comm = MPI.COMM_WORLD
+        size, rank = comm.Get_size(), comm.Get_rank()
+        library = " ".join(MPI.Get_library_version().split())
+        problems = []
+        if size != self.info.world_size:
+            problems.append(f"mpi4py sees {size} rank(s), the launcher {self.info.launcher} started "
+                            f"{self.info.world_size}: the MPI library cannot talk to this launcher's PMI "
+                            "(srun --mpi=..., or the MPI is not the one mpi4py was built with)")
+        want = (self.config.get("mpi") or {}).get("library_match")
+        if want and want not in library:
+            problems.append(f"mpi4py uses \"{library[:120]}\", the site expects {want}")
+        total = comm.allreduce(rank, op=MPI.SUM) if size > 1 else 0
+        if total != size * (size - 1) // 2:
+            problems.append(f"MPI allreduce of ranks gave {total}, expected {size * (size - 1) // 2}")
+        latency = bandwidth = None
+        if size > 1 and not problems:
+            latency, bandwidth = mpi_pingpong(MPI, comm, rank, size)
+        reports = self.all_gather(problems) if self.pg_ok else [problems]
+        bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
+        details = {"library": library[:120], "size": size, "latency_us": latency, "bandwidth_mb_s": bandwidth}
+        self.mpi_data["mpi4py"] = details
+        if bad:
+            self.set("mpi4py", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad], **details)
+        else:
+            extra = f"; ping-pong {latency:.3g} us, {bandwidth:.4g} MB/s at 1 MiB" if latency is not None else ""
+            self.set("mpi4py", PASSED, f"{library[:60]}, {size} ranks, allreduce exact{extra}", **details)
+
+    # -- 11. Horovod ---------------------------------------------------------------------------------
+    def horovod(self) -> None:
+        try:
+            import horovod.torch as hvd
+        except ImportError:
+            self.set("horovod", SKIPPED, "skipped: Horovod not in this stack")
+            return
+        torch = self.torch
+        hvd.init()
+        size, rank = hvd.size(), hvd.rank()
+        problems = []
+        if size != self.info.world_size:
+            problems.append(f"Horovod sees {size} ranks, the launcher started {self.info.world_size}")
+        t = torch.tensor([float(rank + 1)])
+        if self.device.kind == "cuda":
+            t = t.cuda()
+        total = hvd.allreduce(t, op=hvd.Sum, name="sitestack.check")
+        if float(total.cpu()[0]) != size * (size + 1) / 2:
+            problems.append(f"Horovod allreduce gave {float(total.cpu()[0]):g}, expected {size * (size + 1) / 2:g}")
+        builds = [name for name, fn in (("MPI", "mpi_built"), ("Gloo", "gloo_built"), ("NCCL", "nccl_built"))
+                  if callable(getattr(hvd, fn, None)) and getattr(hvd, fn)()]
+        if problems:
+            self.set("horovod", FAILED, problems[0], problems=problems)
+        else:
+            self.set("horovod", PASSED, f"{size}-rank allreduce exact (Horovod built with {', '.join(builds) or '?'})")
+
+    # -- the whole run -------------------------------------------------------------------------------
+    def run(self) -> int:
+        watchdog = threading.Timer(self.args.time_limit, self.on_time_limit)
+        watchdog.daemon = True
+        watchdog.start()
+        with self.timed("environment"):
+            self.environment()
+        if not hasattr(self, "me"):  # torch itself did not load
+            self.skip_rest("not run: the environment check could not start torch", "environment")
+            return self.finish()
+        if self.checks["environment"].status == FAILED and self.info.world_size > 1 and self.args.expect_world_size \
+                and self.args.expect_world_size != self.info.world_size:
+            self.skip_rest("not run: the world size is wrong, so the ranks cannot meet", "environment")
+            self.ranks = [{**self.me, "problems": self.pre_problems}]
+            return self.finish()
+        with self.timed("process-group"):
+            self.process_group()
+        if not self.pg_ok and self.info.world_size > 1:
+            self.skip_rest("not run: the process group did not start", "process-group")
+            self.ranks = [{**self.me, "problems": self.pre_problems}]
+            with self.timed("mpi-probe"):
+                self.mpi_probe()
+            return self.finish()
+        self.ranks = self.all_gather({**self.me, "problems": self.pre_problems})
+        with self.timed("environment"):
+            self.environment_after()
+        with self.timed("affinity"):
+            masks = [parse_mask(m) for m in self.args.cpu_masks.split(",")] if self.args.cpu_masks else None
+            status, summary, lines = judge_affinity(self.ranks, self.config, masks)
+            self.set("affinity", status, summary, ranks=lines)
+        with self.timed("collectives"):
+            self.collectives()
+        ddp_state = None
+        with self.timed("ddp"):
+            ddp_state = self.ddp()
+        with self.timed("checkpoint"):
+            if ddp_state is None:
+                self.set("checkpoint", SKIPPED, "not run: the DDP check did not finish")
+            else:
+                self.checkpoint(*ddp_state)
+        with self.timed("bandwidth"):
+            self.bandwidth_sweep()
+        with self.timed("net-plugin"):
+            self.barrier()
+            self.net_plugin()
+        with self.timed("mpi-probe"):
+            self.mpi_probe()
+        with self.timed("mpi4py"):
+            self.mpi4py_check()
+        with self.timed("horovod"):
+            self.horovod()
+        code = self.finish()
+        watchdog.cancel()
+        return code
+
+    def on_time_limit(self) -> None:
+        running = next((c.name for c in self.checks.values() if c.summary == "not run"), "?")
+        self.set(running, FAILED, f"timed out: the run passed its time limit of {self.args.time_limit:.0f}s in this check "
+                 "(a rank is stuck: see the job log)")
+        with contextlib.suppress(Exception):
+            if self.info.rank == 0:
+                self.write_result()
+        self.log(f"time limit of {self.args.time_limit:.0f}s passed during {running}: exiting")
+        os._exit(3)
+
+    def finish(self) -> int:
+        code = 0
+        if self.info.rank == 0:
+            result = self.write_result()
+            code = exit_code(result)
+            print(ddp_report.verdict_table(result), flush=True)
+            print(f"sitestack validation {result['verdict'].upper()}: {result['artefacts'].get('markdown')}", flush=True)
+        # every rank exits with rank 0's verdict, and its own failure when it failed alone
+        mine = verdict(list(self.checks.values()))
+        code = max(code, 0 if mine == PASSED or self.info.rank == 0 else 1)
+        if self.pg_ok and self.info.world_size > 1:
+            flag = self.torch.tensor([code], dtype=self.torch.int32, device=self.torch_device())
+            with contextlib.suppress(Exception):
+                self.dist.all_reduce(flag, op=self.dist.ReduceOp.MAX)
+                code = int(flag.cpu()[0])
+            with contextlib.suppress(Exception):
+                self.dist.destroy_process_group()
+        return code
+
+    def write_result(self) -> dict[str, Any]:
+        os.makedirs(self.args.out, exist_ok=True)
+        checks = [asdict(self.checks[name]) for name in CHECKS]
+        hosts = sorted({r["host"] for r in self.ranks}) if self.ranks else [self.host]
+        first = self.ranks[0] if self.ranks else getattr(self, "me", {})
+        result = {
+            "schema": SCHEMA,
+            "site": self.config.get("site", "unknown"),
+            "job_id": self.env.get("SLURM_JOB_ID") or self.env.get("SITESTACK_JOB_ID"),
+            "launcher": self.info.launcher,
+            "job_launcher": self.env.get("SITESTACK_LAUNCHER"),
+            "backend": self.device.backend if self.device else None,
+            "device": self.device.kind if self.device else None,
+            "world_size": self.info.world_size,
+            "nodes": len(hosts),
+            "hosts": hosts,
+            "torch": first.get("torch"),
+            "verdict": verdict(checks),
+            "checks": checks,
+            "ranks": self.ranks,
+            "bandwidth": self.bandwidth,
+            "mpi": {k: v for k, v in self.mpi_data.items() if k in ("probe", "mpi4py")},
+            "elapsed_s": round(time.time() - self.start, 2),
+            "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": "bandwidth.png"},
+        }
+        note = ddp_report.write_plot(result, os.path.join(self.args.out, "bandwidth.png"))
+        if note:
+            result["artefacts"]["plot"] = None
+            result["artefacts"]["plot_note"] = note
+        ddp_report.write_json(result, os.path.join(self.args.out, "result.json"))
+        with open(os.path.join(self.args.out, "summary.md"), "w", encoding="utf-8") as handle:
+            handle.write(ddp_report.markdown(result))
+        self.result = result
+        return result
+
+
+def _first_host(nodelist: str) -> str:
+    depth, cut = 0, len(nodelist)
+    for i, char in enumerate(nodelist):
+        depth += char == "["
+        depth -= char == "]"
+        if char == "," and depth == 0:
+            cut = i
+            break
+    entry = nodelist[:cut]
+    match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", entry)
+    if not match:
+        return entry
+    prefix, body, rest = match.groups()
+    first = body.split(",")[0].split("-")[0]
+    return _first_host(prefix + first + rest) if "[" in rest else prefix + first + rest
+
+
+def port_in_use(port: int) -> str | None:
+    """Why ``port`` cannot be listened on here (as the c10d store would), or None when it is free."""
+    for family, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        with sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((addr, port))
+                sock.listen(1)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return f"bind: {os.strerror(exc.errno)}"
+                continue
+            return None
+    return None
+
+
+def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInfo, timeout: float) -> str:
+    text = str(exc)
+    low = text.lower()
+    if "eaddrinuse" in low or "address already in use" in low:
+        return f"MASTER_PORT {port} on {addr} is already in use: another job or process holds it"
+    joined = re.search(r"(\d+)/(\d+) clients joined", text)
+    if joined or "timed out" in low or "timeout" in low:
+        seen = f" ({joined.group(1)} of {joined.group(2)} other ranks joined)" if joined else ""
+        return (f"timed out after {timeout:.0f}s waiting for {info.world_size} ranks at {addr}:{port}{seen}: "
+                f"the launcher started fewer ranks than the world size {info.world_size} ({info.source}) says, "
+                "or a rank cannot reach MASTER_ADDR")
+    if "connection refused" in low or "econnrefused" in low:
+        return f"cannot connect to {addr}:{port}: rank 0 is not listening there (MASTER_ADDR wrong, or rank 0 failed)"
+    if "name or service not known" in low or "getaddrinfo" in low:
+        return f"MASTER_ADDR {addr} does not resolve on this host"
+    return f"init_process_group failed: {text.splitlines()[0] if text else type(exc).__name__}"
+
+
+def mpi_pingpong(MPI: Any, comm: Any, rank: int, size: int) -> tuple[float | None, float | None]:
+    """Latency (8 B, half round trip, us) and bandwidth (1 MiB, MB/s) between rank 0 and the last rank."""
+    peer = size - 1
+    results: list[float | None] = [None, None]
+    for index, (nbytes, iters) in enumerate(((8, 200), (1 << 20, 20))):
+        buf = bytearray(nbytes)
+        comm.Barrier()
+        start = MPI.Wtime()
+        for _ in range(iters):
+            if rank == 0:
+                comm.Send([buf, MPI.BYTE], dest=peer, tag=7)
+                comm.Recv([buf, MPI.BYTE], source=peer, tag=7)
+            elif rank == peer:
+                comm.Recv([buf, MPI.BYTE], source=0, tag=7)
+                comm.Send([buf, MPI.BYTE], dest=0, tag=7)
+        half = (MPI.Wtime() - start) / iters / 2
+        if index == 0:
+            results[0] = half * 1e6
+        else:
+            results[1] = nbytes / half / 1e6
+    return comm.bcast((results[0], results[1]), root=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    env = os.environ
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="check-config.json written by `invoke install-validation-job`")
+    p.add_argument("--out", help="result directory (default: $SITESTACK_VALIDATION_OUT or ./sitestack-validation-<job>)")
+    p.add_argument("--expect-world-size", type=int, default=int(env.get("SITESTACK_EXPECT_WORLD_SIZE") or 0) or None,
+                   help="ranks the job asked for; a launcher that says otherwise fails the environment check")
+    p.add_argument("--cpu-masks", default=env.get("SITESTACK_CPU_MASKS") or None,
+                   help="the mask_cpu list the job bound ranks with, by local rank (0xfe,0xfe00,...)")
+    p.add_argument("--init-timeout", type=float, default=float(env.get("SITESTACK_INIT_TIMEOUT") or 180),
+                   help="seconds to wait for every rank to join the process group")
+    p.add_argument("--time-limit", type=float, default=float(env.get("SITESTACK_TIME_LIMIT") or 1500),
+                   help="seconds after which a stuck run writes its result and exits")
+    p.add_argument("--steps", type=int, default=20, help="DDP training steps")
+    p.add_argument("--min-bytes", type=parse_size, default=None, help="smallest allreduce of the sweep (default 8 on GPU, 4K on CPU)")
+    p.add_argument("--max-bytes", type=parse_size, default=None, help="largest allreduce (default 256M on GPU, 4M on CPU)")
+    p.add_argument("--factor", type=int, default=None, help="size step of the sweep (default 2 on GPU, 4 on CPU)")
+    p.add_argument("--iters", type=int, default=None, help="timed iterations per size (default 20 on GPU, 5 on CPU)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up iterations per size (default 5 on GPU, 2 on CPU)")
+    p.add_argument("--device", choices=("auto", "cpu"), default="auto", help="cpu: use gloo on CPU even where GPUs exist")
+    p.add_argument("--mpi-probe-result", default=None, help="JSON the MPI probe step wrote")
+    p.add_argument("--nccl-log", default=None, help="NCCL_DEBUG=INFO log file(s) (a glob) to judge; default OUT/nccl/*.log")
+    p.add_argument("--no-mpi", action="store_true", help="do not import mpi4py")
+    args = p.parse_args(argv)
+    if not args.out:
+        job = env.get("SLURM_JOB_ID") or env.get("SITESTACK_JOB_ID") or "local"
+        args.out = env.get("SITESTACK_VALIDATION_OUT") or os.path.join(os.getcwd(), f"sitestack-validation-{job}")
+    return args
+
+
+def load_config(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def import_mpi(info: RankInfo, args: argparse.Namespace) -> tuple[Any, str | None]:
+    """mpi4py's MPI module, imported before torch (cray-mpich's NIC_POLICY check needs that order)."""
+    if args.no_mpi:
+        return None, "mpi4py not used (--no-mpi)"
+    if info.launcher in ("torchrun", "none", "env"):
+        return None, f"the launcher ({info.launcher}) starts no MPI ranks: run the srun or mpiexec job for the MPI checks"
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None, "mpi4py is not installed in this stack"
+    except Exception as exc:  # noqa: BLE001  (a broken mpi4py is a finding, not a crash)
+        return None, f"mpi4py failed to load: {exc}"
+    return MPI, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = load_config(args.config)
+    if args.factor is None:
+        args.factor = 4 if args.device == "cpu" or not config.get("gpu_vendor") or config.get("gpu_vendor") == "none" else 2
+    info = discover_rank()
+    mpi, why = import_mpi(info, args)
+    run = Run(args, config, info, mpi)
+    if why:
+        run.mpi_data["skip"] = why
+    if mpi is not None:
+        run.mpi_data["library_short"] = " ".join(mpi.Get_library_version().strip().splitlines()[0].split())
+    return run.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

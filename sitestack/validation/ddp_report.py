@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""The report of a validation run: the verdict table, ``summary.md`` and ``bandwidth.png``.
+
+Used by ``ddp_check.py`` on the site (installed beside it, standard library plus matplotlib
+when present) and by sitestack on the controller. Run it on a ``result.json`` to render the
+Markdown and the plot again: ``python ddp_report.py RESULT.json [OUTDIR]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
+
+
+def human_bytes(n: float) -> str:
+    n = int(n)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def verdict_table(result: dict[str, Any]) -> str:
+    """A plain-text table: one line per check (what the job log and `invoke validate` print)."""
+    rows = [(c["name"], STATUS_MARK.get(c["status"], c["status"]), c["summary"]) for c in result.get("checks", [])]
+    width = max((len(r[0]) for r in rows), default=5)
+    head = (f"sitestack validation of {result.get('site', '?')}: {str(result.get('verdict', '?')).upper()} "
+            f"({result.get('world_size', '?')} ranks on {result.get('nodes', '?')} node(s), "
+            f"{result.get('launcher', '?')}, {result.get('backend', '?')})")
+    lines = [head]
+    for name, mark, summary in rows:
+        lines.append(f"  {name:<{width}}  {mark:<4}  {summary}")
+    return "\n".join(lines)
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """``summary.md``: the verdict, the checks, the ranks, the bandwidth table and the evidence."""
+    verdict = str(result.get("verdict", "?")).upper()
+    hosts = result.get("hosts") or []
+    out = [f"# sitestack validation: {result.get('site', '?')} — {verdict}", ""]
+    facts = [f"job {result['job_id']}" if result.get("job_id") else None,
+             f"launcher {result.get('launcher')}" + (f" (script: {result['job_launcher']})" if result.get("job_launcher") else ""),
+             f"backend {result.get('backend')} on {result.get('device')}",
+             f"{result.get('world_size')} ranks on {result.get('nodes')} node{'s' if result.get('nodes') != 1 else ''}"
+             + (f" ({', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''})" if hosts else ""),
+             f"torch {result['torch']}" if result.get("torch") else None,
+             f"{result.get('elapsed_s', 0):.1f} s"]
+    out += [" · ".join(f for f in facts if f), ""]
+    out += ["| check | status | detail |", "|---|---|---|"]
+    for check in result.get("checks", []):
+        out.append(f"| {check['name']} | {STATUS_MARK.get(check['status'], check['status'])} | {_cell(check['summary'])} |")
+    out.append("")
+    problems = [(c["name"], p) for c in result.get("checks", []) if c["status"] == "failed"
+                for p in c.get("details", {}).get("problems", [])[1:]]
+    if problems:
+        out += ["Further problems:", ""] + [f"- {name}: {p}" for name, p in problems] + [""]
+
+    ranks = result.get("ranks") or []
+    if ranks:
+        out += ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs |", "|---|---|---|---|---|---|"]
+        for r in sorted(ranks, key=lambda r: r.get("rank", 0)):
+            cpus = _cpu_list(r.get("affinity") or [])
+            out.append(f"| {r.get('rank')} | {r.get('local_rank')} | {r.get('host')} | {r.get('device')}"
+                       f"{' (' + r['device_name'] + ')' if r.get('device_name') else ''} | {cpus} | "
+                       f"{r.get('expected_cpus') or '—'} |")
+        out.append("")
+
+    bw = result.get("bandwidth") or {}
+    rows = bw.get("rows") or []
+    if rows:
+        out += [f"## Bandwidth: {bw.get('op', 'allreduce')} ({bw.get('dtype', 'float32')}, {bw.get('ranks')} ranks, "
+                f"{bw.get('iters')} iterations per size)", "",
+                "| size | time (us) | algbw (GB/s) | busbw (GB/s) |", "|---:|---:|---:|---:|"]
+        for row in rows:
+            out.append(f"| {human_bytes(row['bytes'])} | {row['time_us']:.1f} | {row['algbw_gbs']:.4g} | {row['busbw_gbs']:.4g} |")
+        out += ["", f"{bw.get('definition', '')}.", ""]
+        ref = bw.get("reference")
+        if ref:
+            out += [f"Reference ({ref.get('kind')}): {ref['busbw_gbs']:.4g} GB/s at {human_bytes(ref['message_bytes'])}, "
+                    f"accepted from {ref['minimum_gbs']:.4g} GB/s; measured {ref['measured_gbs']:.4g} GB/s at "
+                    f"{human_bytes(ref['at_bytes'])}." + (f" Source: {ref['source']}." if ref.get("source") else ""), ""]
+        else:
+            out += ["No reference for this node count in the site facts: measured only.", ""]
+    artefacts = result.get("artefacts") or {}
+    if artefacts.get("plot"):
+        out += [f"![allreduce bandwidth vs message size]({artefacts['plot']})", ""]
+    elif artefacts.get("plot_note"):
+        out += [f"Plot skipped: {artefacts['plot_note']}.", ""]
+
+    plugin = next((c for c in result.get("checks", []) if c["name"] == "net-plugin"), None)
+    if plugin and plugin.get("details", {}).get("evidence"):
+        out += ["## Network plugin evidence (NCCL_DEBUG=INFO)", "", "```"] + plugin["details"]["evidence"] + ["```", ""]
+
+    mpi = result.get("mpi") or {}
+    probe, m4 = mpi.get("probe"), mpi.get("mpi4py")
+    if probe or m4:
+        out += ["## MPI", ""]
+        if probe:
+            lib = str(probe.get("library", "")).strip().splitlines()
+            out.append(f"- C probe ({lib[0] if lib else '?'}), {probe.get('size')} ranks on "
+                       f"{', '.join(probe.get('hosts') or [])}: latency {probe.get('latency_us', 0):.3g} us")
+            for b in probe.get("bandwidth") or []:
+                out.append(f"  - {human_bytes(b['bytes'])}: {b['mb_s']:.4g} MB/s")
+        if m4:
+            lat, bwv = m4.get("latency_us"), m4.get("bandwidth_mb_s")
+            extra = f": ping-pong latency {lat:.3g} us, {bwv:.4g} MB/s at 1 MiB" if lat is not None else ""
+            out.append(f"- mpi4py ({m4.get('library')}), {m4.get('size')} ranks{extra}")
+        out.append("")
+    out += ["## Files", "", f"- `{artefacts.get('json', 'result.json')}`: every number above, per check and per rank",
+            f"- `{artefacts.get('markdown', 'summary.md')}`: this summary"]
+    if artefacts.get("plot"):
+        out.append(f"- `{artefacts['plot']}`: bandwidth vs message size")
+    out.append("")
+    return "\n".join(out)
+
+
+def _cpu_list(cpus) -> str:
+    values = sorted(cpus)
+    if not values:
+        return "—"
+    runs, start, prev = [], values[0], values[0]
+    for cpu in values[1:]:
+        if cpu != prev + 1:
+            runs.append(f"{start}-{prev}" if prev > start else str(start))
+            start = cpu
+        prev = cpu
+    runs.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(runs)
+
+
+def write_json(result: dict[str, Any], path: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=2, sort_keys=False, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def write_plot(result: dict[str, Any], path: str) -> str | None:
+    """Draw bandwidth vs message size into ``path``; return why not when it cannot (None: drawn)."""
+    rows = (result.get("bandwidth") or {}).get("rows") or []
+    if not rows:
+        return "no bandwidth was measured"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FixedLocator, NullLocator
+    except ImportError:
+        return "matplotlib is not installed in this Python"
+    bw = result["bandwidth"]
+    sizes = [r["bytes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    ax.plot(sizes, [r["busbw_gbs"] for r in rows], marker="o", linewidth=2, color="#1f77b4",
+            label=f"{bw.get('op', 'allreduce')} busbw = algbw × 2(n−1)/n")
+    ax.plot(sizes, [r["algbw_gbs"] for r in rows], marker="s", linewidth=1.5, linestyle="--", color="#ff7f0e",
+            label=f"{bw.get('op', 'allreduce')} algbw = bytes / time")
+    probe = (result.get("mpi") or {}).get("probe") or {}
+    probe_rows = [b for b in probe.get("bandwidth") or [] if b.get("mb_s")]
+    if probe_rows:
+        ax.plot([b["bytes"] for b in probe_rows], [b["mb_s"] / 1000 for b in probe_rows], marker="^", linestyle=":",
+                color="#2ca02c", label="MPI point-to-point (C probe), GB/s")
+    ref = bw.get("reference")
+    if ref:
+        ax.axhline(ref["minimum_gbs"], color="#d62728", linestyle="--", linewidth=1.2,
+                   label=f"accepted from {ref['minimum_gbs']:.3g} GB/s (reference {ref['busbw_gbs']:.3g} GB/s)")
+        ax.axvline(ref["at_bytes"], color="#d62728", linestyle=":", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ticks = sizes if len(sizes) <= 12 else sizes[:: max(1, len(sizes) // 10)]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([human_bytes(s) for s in ticks], rotation=30, ha="right")
+    ax.set_xlabel("message size")
+    ax.set_ylabel("bandwidth (GB/s, 10⁹ bytes/s)")
+    verdict = str(result.get("verdict", "?")).upper()
+    ax.set_title(f"{result.get('site', '?')}: {bw.get('op', 'allreduce')} bandwidth, {result.get('world_size')} ranks on "
+                 f"{result.get('nodes')} node(s), {result.get('backend')} on {result.get('device')} "
+                 f"({result.get('launcher')}) — {verdict}", fontsize=10)
+    ax.grid(True, which="major", alpha=0.35)
+    ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    with open(argv[0], encoding="utf-8") as handle:
+        result = json.load(handle)
+    out = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(argv[0]))
+    note = write_plot(result, os.path.join(out, "bandwidth.png"))
+    if note:
+        result.setdefault("artefacts", {})["plot"] = None
+        result["artefacts"]["plot_note"] = note
+    with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as handle:
+        handle.write(markdown(result))
+    print(verdict_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

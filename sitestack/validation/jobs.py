@@ -1,0 +1,248 @@
+"""The validation job of a site, rendered from its facts: batch scripts, check config, README.
+
+Everything here is a pure function of the site's facts (and the install directory), so the
+rendered files are golden-tested per site and re-rendering an unchanged site changes nothing.
+Templates live in ``sitestack/validation/templates/`` (Jinja2, ``StrictUndefined``, no
+timestamps): ``job.sbatch.j2`` is the base, one child template per launcher fills its
+``launch`` block, and ``README.md.j2`` is the users' README.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ..site import Facts, Validation
+from ..siteenv import prelude
+from . import masks as masks_mod
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+PROGRAM_FILES = ("ddp_check.py", "ddp_report.py")
+LAUNCHERS = ("srun", "mpiexec", "torchrun", "horovodrun")
+
+#: MASTER_PORT = PORT_BASE + job id % PORT_SPAN: below Linux's ephemeral range (32768-60999), so
+#: an outgoing connection never holds it; two jobs collide only when their ids differ by a
+#: multiple of PORT_SPAN, and then the process-group check names the taken port.
+PORT_BASE = 20000
+PORT_SPAN = 10000
+
+#: The NCCL_NET name each network plugin registers: the ROCm fork and aws-ofi-nccl before the
+#: rename say "AWS Libfabric"; current aws-ofi-nccl says "OFI" (HewlettPackard/shs-ccl-docs#35,
+#: OLCF's Frontier guide; research/peers.md s5.3).
+NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
+
+#: The container runtimes and the variable each reads its bind list from.
+BIND_VARS = {"singularity": "SINGULARITY_BINDPATH", "apptainer": "APPTAINER_BINDPATH"}
+
+
+def master_port(job_id: int) -> int:
+    """The job's MASTER_PORT, as the batch script computes it."""
+    return PORT_BASE + job_id % PORT_SPAN
+
+
+def validation_of(facts: Facts) -> Validation:
+    """The site's validation facts with defaults filled in."""
+    given = facts.validation or Validation()
+    launchers = given.launchers or (facts.mpi.launcher if facts.mpi.launcher != "mpirun" else "mpiexec",)
+    ranks = given.ranks_per_node or (facts.gpu.per_node if facts.gpu.vendor != "none" and facts.gpu.per_node else 2)
+    return Validation(launchers=tuple(launchers), ranks_per_node=ranks, sbatch_tasks=given.sbatch_tasks,
+                      bind=given.bind or default_bind(facts), single_node=given.single_node, multi_node=given.multi_node)
+
+
+def default_bind(facts: Facts) -> str:
+    return "mask" if facts.gpu.cpu_bind is not None else "launcher"
+
+
+def _shell_double(value: str) -> str:
+    """``value`` in double quotes: ``$VARS`` expand when the job runs, nothing else does."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    return env
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """What a site's job depends on besides the facts."""
+
+    site: str
+    facts: Facts
+    dir: str  # where the job is installed, e.g. {prefix}/validation
+    env: Mapping[str, str]  # facts.env with {user}/{home} left to the job ($USER, $HOME)
+    python: str | None = None  # the Python that runs the checks (default facts.python.executable)
+    description: str = ""
+
+
+def script_name(launcher: str) -> str:
+    return f"validate-{launcher}.sbatch"
+
+
+def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
+    """The template variables of one batch script."""
+    facts = inputs.facts
+    v = validation_of(facts)
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}")
+    sched = facts.scheduler
+    sbatch = []
+    if v.sbatch_tasks:
+        sbatch.append(f"--ntasks-per-node={v.ranks_per_node}")
+    for key, value in (("partition", sched.partition), ("account", sched.account), ("gres", sched.gres)):
+        if value:
+            sbatch.append(f"--{key}={value}")
+    sbatch.append(f"--time={sched.time}")
+    sbatch.extend(sched.options)
+    env_items = []
+    miopen = []
+    for key, value in inputs.env.items():
+        env_items.append((key, _shell_double(value)))
+        if key.startswith("MIOPEN_") and (key.endswith("_PATH") or key.endswith("_DIR")):
+            miopen.append(key)
+    binding = masks_mod.Binding.from_facts(facts)
+    masks = ",".join(masks_mod.rank_masks(binding)) if binding else ""
+    if v.bind == "mask" and not binding:
+        raise ValueError("validation.bind is mask, but the site has no gpu.cpu_bind to derive masks from")
+    container = None
+    exec_prefix = ""
+    if facts.container:
+        runtime = facts.container.runtime
+        container = {"runtime": runtime, "image": facts.container.image or "", "bind_var": BIND_VARS[runtime],
+                     "binds": ",".join(facts.container.bind)}
+        exec_prefix = f'{runtime} exec "$SIF" '
+    srun_mpi = " --mpi=pmi2" if facts.mpi.flavour in ("mpich", "intel-mpi") else ""
+    mpi_launcher = facts.mpi.launcher
+    if mpi_launcher == "srun":
+        per_node = 'srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1'
+        probe = f'srun --nodes=$(( NNODES > 1 ? 2 : 1 )) --ntasks=2 --ntasks-per-node="$PROBE_PER_NODE"{srun_mpi}'
+    elif facts.mpi.flavour == "openmpi":
+        per_node = 'mpiexec -n "$NNODES" -N 1 --host "$NODELIST"'
+        probe = 'mpiexec -n 2 -N "$PROBE_PER_NODE" --host "$(echo "$NODELIST" | sed "s/\\([^,]*\\)/\\1:2/g")"'
+    else:
+        per_node = 'mpiexec -n "$NNODES" -ppn 1 -hosts "$NODELIST"'
+        probe = 'mpiexec -n 2 -ppn "$PROBE_PER_NODE" -hosts "$NODELIST"'
+    nccl = facts.collectives in ("nccl", "rccl")
+    plugin = facts.network.net_plugin
+    stacks = 2 if facts.gpu.unit == "stack" else 0
+    return {
+        "site": inputs.site,
+        "launcher": launcher,
+        "script": script_name(launcher),
+        "dir": inputs.dir,
+        "python": inputs.python or facts.python.executable,
+        "prelude": prelude(facts).rstrip("\n") + "\n" if prelude(facts) else "",
+        "sbatch": sbatch,
+        "ranks_per_node": v.ranks_per_node,
+        "stacks": stacks,
+        "cards": (facts.gpu.per_node // stacks) if stacks else 0,
+        "cores_per_rank": facts.gpu.cores_per_gpu or 0,
+        "port_base": PORT_BASE,
+        "port_span": PORT_SPAN,
+        "env": env_items,
+        "miopen": miopen,
+        "per_node_command": per_node,
+        "nccl": nccl,
+        "nccl_net": NCCL_NET_NAMES.get(plugin or "", None) if plugin else None,
+        "net_plugin": plugin or "",
+        "container": container,
+        "exec_prefix": exec_prefix,
+        "probe_command": probe,
+        "srun_mpi": srun_mpi,
+        "mpi_flavour": facts.mpi.flavour,
+        "bind": v.bind,
+        "masks": masks,
+        "per_node": facts.gpu.per_node or v.ranks_per_node,
+        "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
+    }
+
+
+def render_job(inputs: JobInputs, launcher: str) -> str:
+    """One batch script."""
+    return environment().get_template(f"{launcher}.sbatch.j2").render(**job_context(inputs, launcher))
+
+
+def check_config(inputs: JobInputs) -> dict[str, Any]:
+    """What ``ddp_check.py`` expects on this site (``check-config.json``)."""
+    facts = inputs.facts
+    v = validation_of(facts)
+    binding = masks_mod.Binding.from_facts(facts)
+    cpu_bind = None
+    if binding:
+        cpu_bind = {"gpu_cpus": [masks_mod.cpus_for_gpu(binding, g) for g in range(len(binding.gpu_to_numa))],
+                    "masks": masks_mod.rank_masks(binding), "node_cores": binding.node_cores}
+
+    def ref(r) -> dict[str, Any] | None:
+        return None if r is None else {"busbw_gbs": r.busbw_gbs, "lower": r.lower, "message_bytes": r.message_bytes,
+                                       "source": r.source}
+
+    return {
+        "site": inputs.site,
+        "gpu_vendor": facts.gpu.vendor,
+        "gpu_unit": facts.gpu.unit,
+        "collectives": facts.collectives,
+        "ranks_per_node": v.ranks_per_node,
+        "torch_version": facts.torch.version,
+        "cpu_bind": cpu_bind,
+        "mpi": {"flavour": facts.mpi.flavour, "library_match": facts.mpi.library_match},
+        "network": {"fabric": facts.network.fabric, "net_plugin": facts.network.net_plugin,
+                    "libfabric_provider": facts.network.libfabric_provider,
+                    "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or "")},
+        "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
+    }
+
+
+def render_readme(inputs: JobInputs) -> str:
+    facts = inputs.facts
+    v = validation_of(facts)
+    ctx = job_context(inputs, v.launchers[0])
+    library = {"nccl": "NCCL", "rccl": "RCCL", "oneccl": "oneCCL", "gloo": "Gloo"}[facts.collectives]
+    backend = {"nccl": "nccl", "rccl": "nccl (RCCL)", "oneccl": "xccl or ccl (oneCCL)", "gloo": "gloo"}[facts.collectives]
+    if v.bind == "mask":
+        affinity = "each rank runs on the usable cores of the CCD/NUMA domain closest to its GPU (`mask_cpu` masks derived from `gpu.cpu_bind`)"
+    elif v.bind == "gpu-closest" and facts.gpu.cpu_bind:
+        affinity = "each rank's cores lie in the NUMA domain of the GPU Slurm gave it (`--gpu-bind=closest`, checked against `gpu.cpu_bind`)"
+    else:
+        affinity = "ranks are not all pinned to one core (the site states no GPU-to-core map)"
+    refs = []
+    for label, r in (("one node", v.single_node), ("two or more nodes", v.multi_node)):
+        if r:
+            refs.append(f"{r.busbw_gbs * (1 + r.lower):.4g} GB/s on {label} (reference {r.busbw_gbs:g} GB/s)")
+    bandwidth = "; ".join(refs) if refs else "a value reported, not judged (no reference in the site facts)"
+    if facts.network.net_plugin:
+        plugin_text = (f"on two or more nodes the NCCL_DEBUG=INFO log shows {facts.network.net_plugin} loaded"
+                       f"{' with provider ' + facts.network.libfabric_provider if facts.network.libfabric_provider else ''}"
+                       " and no `NET/Socket` fallback")
+    elif facts.collectives in ("nccl", "rccl"):
+        plugin_text = "on two or more nodes the NCCL log shows no `NET/Socket` fallback"
+    else:
+        plugin_text = f"skipped: {library} uses no NCCL network plugin"
+    return environment().get_template("README.md.j2").render(
+        site=inputs.site, description=inputs.description or facts.description, dir=inputs.dir,
+        jobs=[{"launcher": name, "script": script_name(name)} for name in v.launchers],
+        python=ctx["python"], container=ctx["container"], ranks_per_node_text=(
+            "GPUs per node from the allocation and ZE_FLAT_DEVICE_HIERARCHY" if ctx["stacks"] else str(v.ranks_per_node)),
+        library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
+        mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match)
+
+
+def job_files(inputs: JobInputs) -> dict[str, tuple[str, int]]:
+    """Every text file of the installed job: relative path -> (content, mode)."""
+    v = validation_of(inputs.facts)
+    files: dict[str, tuple[str, int]] = {}
+    here = Path(__file__).resolve().parent
+    for name in PROGRAM_FILES:
+        files[name] = ((here / name).read_text(encoding="utf-8"), 0o755 if name == "ddp_check.py" else 0o644)
+    files["check-config.json"] = (json.dumps(check_config(inputs), indent=2, sort_keys=True) + "\n", 0o644)
+    for launcher in v.launchers:
+        files[f"jobs/{script_name(launcher)}"] = (render_job(inputs, launcher), 0o755)
+    files["README.md"] = (render_readme(inputs), 0o644)
+    return files
