@@ -121,14 +121,16 @@ class Source:
     """One known version: where its source tarball is and its sha256."""
 
     url: str = field(metadata=_doc("download URL of the source tarball (https, http or file); may use {name}, {version}"))
-    sha256: str = field(metadata=_doc("sha256 of the tarball (`invoke checksum URL` prints it)"))
+    sha256: str | None = field(metadata=_doc(
+        "sha256 of the tarball (`invoke checksum URL` prints it); null where it is not known yet: "
+        "downloads are then refused until a site fills it in"))
     filename: str | None = field(default=None, metadata=_doc("file name in caches and mirrors (default: the URL's last part)"))
     requires: Requires = field(default_factory=Requires, metadata=_doc("site facts this version needs"))
     args: tuple[str, ...] = field(default=(), metadata=_doc("build arguments added for this version only"))
     env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("build environment added for this version only"))
 
     def check(self) -> str | None:
-        if not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
             return f"sha256: must be 64 lower-case hex digits, not {self.sha256!r}"
         if not re.match(r"^(https?|file)://", self.url):
             return f"url: must start with https://, http:// or file://, not {self.url!r}"
@@ -246,6 +248,9 @@ class Recipe:
         "paths (globs allowed) relative to the install prefix that must exist after install"))
     checks: tuple[Check, ...] = field(default=(), metadata=_doc("commands that must succeed on the staged install"))
     module: ModuleSettings | None = field(default=None, metadata=_doc("module-file settings"))
+    data: Mapping[str, Any] = field(default_factory=dict, metadata=_doc(
+        "package-specific tables for version rules that `rules` cannot express (e.g. which GPU "
+        "architectures each CUDA release targets); read and validated by the package's own module"))
     path: str = field(default="", init=False, compare=False)
     patch_dir: str = field(default="", init=False, compare=False)
 

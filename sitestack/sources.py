@@ -69,6 +69,10 @@ def fetch(recipe: Recipe, version: str, *, source: Path | None = None, mirrors: 
     want = recipe.versions[version].sha256
     name = filename_of(recipe, version)
     label = f"{recipe.name} {version}"
+    if want is None:
+        raise SitestackError(f"{recipe.path or recipe.name}: no sha256 for {label} yet, so nothing is downloaded or "
+                             f"accepted unverified: check the tarball (`invoke checksum {url_of(recipe, version)}`) "
+                             "and write its sha256 into the recipe")
     if source is not None:
         source = Path(source)
         if not source.is_file():
