@@ -194,3 +194,56 @@ def recipes(c, sources_dir=None, debug=False):
             r = recipe_mod.load_recipe(name, directory)
             shown = ", ".join(f"{v}*" if v == r.default_version else v for v in r.known_versions())
             print(f"{name:<14} {r.build:<9} {shown:<20} {r.description}")
+
+
+# -- the validation job ----------------------------------------------------------------------------
+from sitestack.errors import InputError as _InputError  # noqa: E402
+from sitestack.validation import submit as validation_mod  # noqa: E402
+
+VALIDATION_PYTHON_HELP = "the Python that runs the checks (default: facts.python.executable; the job's $SITESTACK_PYTHON overrides)"
+
+
+@task(auto_shortflags=False, iterable=["host"], help={
+    "site": SITE_HELP, "check": "change nothing; report what would change", "diff": "show a diff of the files that change",
+    "host": "install on this host (repeatable); default: the playbook's hosts", "prefix": PREFIX_HELP,
+    "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP, "playbook": PLAYBOOK_HELP,
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)", "debug": DEBUG_HELP})
+def install_validation_job(c, site=None, check=False, diff=False, host=None, prefix=None, account=None, python=None,
+                           playbook=None, accept_new_host_keys=False, debug=False):
+    """Install the validation DDP job (check program, batch scripts, README, MPI probe) into the site prefix."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        step = next((s for s in loaded.steps if s.action == "install-validation-job"), None)
+        if step is None:
+            raise _InputError(loaded.path, "the playbook has no install-validation-job step")
+        options = pb.Options(check=check, diff=diff, tags=(step.name,), hosts=tuple(host or ()), prefix=prefix,
+                             account=account_option(account), accept_new_host_keys=accept_new_host_keys,
+                             extra={"python": python} if python else {})
+        runs = pb.provision(loaded, options, Reporter(show_diff=diff, debug=debug))
+        code = pb.exit_code(runs, check=check, fail_on_change=False)
+    if code:
+        raise Exit(code=code)
+
+
+@task(auto_shortflags=False, help={
+    "site": SITE_HELP, "nodes": "nodes to run on (default: 1)",
+    "ranks-per-node": "ranks per node (default: the site's validation.ranks_per_node)",
+    "launcher": "which installed batch script: srun, mpiexec, torchrun or horovodrun (default: the site's first)",
+    "scheduler": "auto (Slurm when it answers here), slurm, or none (torchrun/mpiexec on this node)",
+    "wait": "wait for the job and print its verdict (--no-wait: submit and return)",
+    "collect": "read the verdict of this earlier Slurm job id instead of submitting",
+    "results": "directory for the job's log and results (default: ~/sitestack-validation/<site>)",
+    "prefix": PREFIX_HELP, "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP,
+    "timeout": "seconds to wait for the job (default: 3600)", "playbook": PLAYBOOK_HELP, "debug": DEBUG_HELP})
+def validate(c, site=None, nodes=0, ranks_per_node=0, launcher=None, scheduler="auto", wait=True, collect=None,
+             results=None, prefix=None, account=None, python=None, timeout=3600, playbook=None, debug=False):
+    """Run the site's validation job (sbatch, or torchrun/mpiexec here), print the verdict and where the report is."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        options = validation_mod.ValidateOptions(
+            nodes=int(nodes), ranks_per_node=int(ranks_per_node), launcher=launcher, scheduler=scheduler, wait=wait,
+            collect=collect, results=results, prefix=prefix, account=account_option(account), python=python,
+            timeout=float(timeout))
+        outcome = validation_mod.validate(loaded, options, Reporter(debug=debug))
+    if outcome.code:
+        raise Exit(code=outcome.code)

@@ -28,8 +28,8 @@ Checks, in order:
 10. ``mpi4py``: mpi4py sees the same ranks, the right MPI library, a correct allreduce.
 11. ``horovod``: an allreduce through Horovod where Horovod is part of the stack.
 
-The program needs torch; mpi4py, Horovod and matplotlib are used when present. It does not
-import sitestack: it is installed on the site beside ``ddp_report.py`` and runs in the
+The program needs torch; mpi4py, Horovod and matplotlib are used when present. It needs
+nothing of sitestack: it is installed on the site beside ``ddp_report.py`` and runs in the
 site's Python (a container, a conda env, a venv).
 
 Fault injection, for testing this program: ``SITESTACK_CHECK_FAULT=seed@R`` makes rank R build
@@ -584,6 +584,10 @@ class Run:
             affinity = sorted(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             affinity = []
+        if self.device.kind == "cpu" and not self.env.get("OMP_NUM_THREADS"):
+            # CPU ranks share the node's cores: one torch thread pool per core, not per rank
+            share = len(affinity) // max(1, self.info.local_world_size or 1) if affinity else 1
+            torch.set_num_threads(max(1, share))
         device_name = None
         if self.device.kind == "cuda" and self.device.index is not None:
             with contextlib.suppress(Exception):
@@ -853,9 +857,10 @@ class Run:
                 opt.zero_grad()
                 torch.nn.functional.mse_loss(net(x), y).backward()
                 opt.step()
-        exact = self.device.kind == "cpu"
         for p, q in zip(model.parameters(), fresh.parameters()):
-            same = torch.equal(p, q) if exact else torch.allclose(p, q, rtol=0, atol=1e-6)
+            # the state right after loading is compared exactly (above); two DDP instances may sum
+            # gradients in another order, so the next steps agree to rounding only
+            same = torch.allclose(p, q, rtol=1e-5, atol=1e-6)
             if not same:
                 problems.append(f"after {len(more)} more steps the resumed run diverges from the original "
                                 f"(max difference {float((p - q).abs().max()):.3g})")
@@ -976,7 +981,8 @@ class Run:
         MPI = self.mpi
         comm = MPI.COMM_WORLD
         size, rank = comm.Get_size(), comm.Get_rank()
-        library = " ".join(MPI.Get_library_version().split())
+        lines = MPI.Get_library_version().strip().splitlines()
+        library = " ".join(lines[0].split()) if lines else "?"
         problems = []
         if size != self.info.world_size:
             problems.append(f"mpi4py sees {size} rank(s), the launcher {self.info.launcher} started "

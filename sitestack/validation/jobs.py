@@ -117,7 +117,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
     if facts.container:
         runtime = facts.container.runtime
         container = {"runtime": runtime, "image": facts.container.image or "", "bind_var": BIND_VARS[runtime],
-                     "binds": ",".join(facts.container.bind)}
+                     "binds": _shell_double(",".join((*facts.container.bind, "$VALIDATION_DIR", "$OUT")))}
         exec_prefix = f'{runtime} exec "$SIF" '
     srun_mpi = " --mpi=pmi2" if facts.mpi.flavour in ("mpich", "intel-mpi") else ""
     mpi_launcher = facts.mpi.launcher

@@ -1,0 +1,135 @@
+"""A real one-node Slurm cluster on this machine, for the validation job's integration tests.
+
+``SlurmCluster(tmp).start()`` writes a ``slurm.conf`` into ``tmp`` (AuthType=auth/none,
+CredType=cred/none: no munge; one CPU-only node with ``CPUs=4`` on this 2-core machine, which
+``SlurmdParameters=config_overrides`` accepts; ports picked free), starts ``slurmctld`` and
+``slurmd`` from Debian's slurm-wlm, and waits until the node is idle. ``env`` is what a client
+command needs (``SLURM_CONF``); jobs inherit it. ``stop()`` ends both daemons by their pid.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+SLURMCTLD = shutil.which("slurmctld") or "/usr/sbin/slurmctld"
+SLURMD = shutil.which("slurmd") or "/usr/sbin/slurmd"
+
+
+def available() -> str | None:
+    """Why a cluster cannot start here, or None when it can."""
+    for tool in (SLURMCTLD, SLURMD):
+        if not os.access(tool, os.X_OK):
+            return f"{tool} not installed (apt-get install slurm-wlm)"
+    for tool in ("sbatch", "srun", "squeue", "scontrol", "sinfo"):
+        if not shutil.which(tool):
+            return f"{tool} not on PATH"
+    if os.geteuid() != 0:
+        return "slurmd needs root"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class SlurmCluster:
+    """slurmctld + slurmd with their state, spool and logs under ``root``."""
+
+    def __init__(self, root: Path, cpus: int = 4, partition: str = "debug") -> None:
+        self.root = Path(root)
+        self.cpus = cpus
+        self.partition = partition
+        self.node = socket.gethostname().split(".")[0]
+        self.conf = self.root / "slurm.conf"
+        self.env = {"SLURM_CONF": str(self.conf)}
+
+    def write_config(self) -> None:
+        for sub in ("state", "spool", "log"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        r = self.root
+        self.conf.write_text(f"""\
+ClusterName=sitestack-test
+SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+AuthType=auth/none
+CredType=cred/none
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+MailProg=/bin/true
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SlurmdParameters=config_overrides
+MinJobAge=600
+NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
+PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
+
+    def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
+
+    def start(self, timeout: float = 60) -> "SlurmCluster":
+        self.write_config()
+        for daemon in (SLURMCTLD, SLURMD):
+            out = self.run(daemon, "-c", "-f", str(self.conf))
+            if out.returncode != 0:
+                self.stop()
+                raise RuntimeError(f"{daemon} did not start: {out.stderr}{self.logs()}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.run("sinfo", "-h", "-N", "-o", "%T")
+            if out.returncode == 0 and out.stdout.strip() == "idle":
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"the node did not become idle in {timeout}s{self.logs()}")
+
+    def logs(self) -> str:
+        text = ""
+        for name in ("slurmctld.log", "slurmd.log"):
+            path = self.root / "log" / name
+            if path.exists():
+                text += f"\n--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-20:])
+        return text
+
+    def stop(self) -> None:
+        for name in ("slurmd.pid", "slurmctld.pid"):
+            path = self.root / name
+            try:
+                pid = int(path.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.2)
+            else:
+                os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,388 @@
+"""Unit tests of the validation job's pieces: nodelists, CPU masks, rank discovery, device and
+backend choice, NCCL log judgement, bandwidth definitions, the verdict and the report."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from sitestack import playbook as pb
+from sitestack.validation import ddp_check as dc
+from sitestack.validation import ddp_report, masks
+from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port
+from sitestack.validation.nodelist import NodelistError, expand_nodelist, first_host
+
+LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
+              "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
+
+
+# -- nodelists -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, hosts", [
+    ("nid[001-004,007],nid010", ["nid001", "nid002", "nid003", "nid004", "nid007", "nid010"]),
+    ("nid001", ["nid001"]),
+    ("nid[001,005]", ["nid001", "nid005"]),  # LUMI's get-master took "nid[001" here
+    ("x1000c0s0b0n[0-1],x1000c1s2b0n0", ["x1000c0s0b0n0", "x1000c0s0b0n1", "x1000c1s2b0n0"]),
+    ("gpu-[8-10]", ["gpu-8", "gpu-9", "gpu-10"]),
+    ("n[098-101]", ["n098", "n099", "n100", "n101"]),
+    ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+    ("pvc-s-[20,22-23]", ["pvc-s-20", "pvc-s-22", "pvc-s-23"]),
+])
+def test_nodelists_expand_like_scontrol(text, hosts):
+    assert expand_nodelist(text) == hosts
+    assert first_host(text) == hosts[0]
+    assert dc._first_host(text) == hosts[0]  # the check program's own copy agrees
+
+
+@pytest.mark.parametrize("text", ["", "nid[001-004", "nid001]", "nid[a-b]", "nid[5-3]", "nid[[1]]", "a,,b"])
+def test_bad_nodelists_are_refused(text):
+    with pytest.raises(NodelistError):
+        expand_nodelist(text)
+
+
+# -- CPU masks -------------------------------------------------------------------------------------
+
+def test_lumi_masks_derived_from_the_facts_match_the_documented_ones():
+    binding = masks.Binding.from_facts(pb.load("lumi").facts)
+    assert ",".join(masks.rank_masks(binding)) == LUMI_MASKS
+    assert masks.mask_cpu_option(binding) == "--cpu-bind=mask_cpu:" + LUMI_MASKS
+    assert masks.cores_for_gpu(binding, 0) == list(range(49, 56))  # GCD 0 -> CCD 6, core 48 reserved
+
+
+def test_frontier_gets_the_same_masks_from_its_own_facts():
+    assert ",".join(masks.rank_masks(masks.Binding.from_facts(pb.load("frontier").facts))) == LUMI_MASKS
+
+
+def test_smt_masks_add_the_sibling_threads():
+    binding = masks.Binding((6, 7, 2, 3, 0, 1, 4, 5), 8, 64, tuple(range(0, 64, 8)), threads_per_core=2)
+    first = masks.rank_masks(binding)[0]
+    assert int(first, 16) == 0xfe00000000000000fe000000000000  # LUMI's SMT affinity check mask
+    assert masks.cpus_for_gpu(binding, 4) == [1, 2, 3, 4, 5, 6, 7, 65, 66, 67, 68, 69, 70, 71]
+
+
+def test_masks_refuse_inconsistent_facts():
+    with pytest.raises(ValueError, match="NUMA 9"):
+        masks.cores_for_gpu(masks.Binding((9,), 8, 64), 0)
+    with pytest.raises(ValueError, match="reserved"):
+        masks.cores_for_gpu(masks.Binding((0,), 1, 2, (0,)), 0)
+    assert masks.parse_masks("0x3,0xc") == [{0, 1}, {2, 3}]
+    assert masks.parse_mask("00ff,fe000000") == set(range(25, 40))
+    assert masks.describe_cpus({1, 2, 3, 5}) == "1-3,5"
+
+
+def test_sites_without_cpu_bind_have_no_masks():
+    assert masks.Binding.from_facts(pb.load("dawn").facts) is None
+    assert masks.Binding.from_facts(pb.load("cirrus").facts) is None
+
+
+# -- rank discovery --------------------------------------------------------------------------------
+
+SLURM_BATCH = {"SLURM_JOB_ID": "77", "SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_LOCALID": "0",
+               "SLURM_JOB_NODELIST": "nid[001-002]"}
+
+
+@pytest.mark.parametrize("env, want", [
+    ({**SLURM_BATCH, "SLURM_STEP_ID": "0", "SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1",
+      "SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}, (5, 8, 1, 4, "srun")),
+    ({**SLURM_BATCH, "TORCHELASTIC_RUN_ID": "77", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3",
+      "LOCAL_WORLD_SIZE": "4"}, (3, 4, 3, 4, "torchrun")),
+    ({**SLURM_BATCH, "PMI_RANK": "6", "PMI_SIZE": "8", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "4"},
+     (6, 8, 2, 4, "mpiexec (Hydra)")),
+    # Hydra starts its proxies with srun: the ranks see the proxy step's SLURM_* too; PMI wins
+    ({**SLURM_BATCH, "SLURM_STEP_ID": "1", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2",
+      "PMI_RANK": "7", "PMI_SIZE": "8", "MPI_LOCALRANKID": "3", "MPI_LOCALNRANKS": "4"}, (7, 8, 3, 4, "mpiexec (Hydra)")),
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, (2, 4, 0, 2, "mpirun (Open MPI)")),
+    ({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
+      "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, (1, 2, 1, 2, "horovodrun")),
+    ({"PALS_RANKID": "9", "PMI_SIZE": "16", "PALS_LOCAL_RANKID": "1"}, (9, 16, 1, None, "mpiexec (PALS)")),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, (1, 2, 1, None, "env")),
+    ({}, (0, 1, 0, 1, "none")),
+])
+def test_ranks_are_found_under_every_launcher(env, want):
+    info = dc.discover_rank(env)
+    assert (info.rank, info.world_size, info.local_rank, info.local_world_size, info.launcher) == want
+
+
+def test_a_batch_step_is_not_mistaken_for_srun_ranks():
+    # the batch script itself has SLURM_PROCID=0 and SLURM_NTASKS=8 but no step: a single process
+    assert dc.discover_rank(SLURM_BATCH).launcher == "none"
+
+
+def test_garbage_rank_variables_are_named():
+    with pytest.raises(ValueError, match="PMI_RANK"):
+        dc.discover_rank({"PMI_RANK": "x", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0"})
+
+
+# -- device and backend ----------------------------------------------------------------------------
+
+def fake_torch(cuda: int = 0, hip: str | None = None, xpu: int = 0, xccl: bool = False):
+    return types.SimpleNamespace(
+        cuda=types.SimpleNamespace(is_available=lambda: cuda > 0, device_count=lambda: cuda),
+        xpu=types.SimpleNamespace(is_available=lambda: xpu > 0, device_count=lambda: xpu),
+        version=types.SimpleNamespace(hip=hip, cuda="12.1" if cuda and not hip else None),
+        distributed=types.SimpleNamespace(is_xccl_available=lambda: xccl))
+
+
+def test_rocm_uses_nccl_backend_on_rccl_and_maps_the_physical_gcd():
+    dev = dc.select_device(fake_torch(cuda=8, hip="6.2.4"), 3, 8, {})
+    assert (dev.kind, dev.index, dev.backend, dev.library, dev.physical) == ("cuda", 3, "nccl", "RCCL", 3)
+    # srun --gpus-per-task=1 --gpu-bind=closest: one visible GCD, device 0, physical from ROCR_VISIBLE_DEVICES
+    dev = dc.select_device(fake_torch(cuda=1, hip="5.7"), 5, 8, {"ROCR_VISIBLE_DEVICES": "6"})
+    assert (dev.index, dev.physical) == (0, 6)
+
+
+def test_cuda_uses_nccl_and_too_few_devices_is_a_problem():
+    dev = dc.select_device(fake_torch(cuda=4), 1, 4, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert (dev.backend, dev.library, dev.index) == ("nccl", "NCCL", 1)
+    bad = dc.select_device(fake_torch(cuda=2), 3, 4, {})
+    assert bad.index is None and "sees only 2 devices" in bad.problem
+
+
+def test_intel_xpu_prefers_xccl_then_ccl():
+    assert dc.select_device(fake_torch(xpu=8, xccl=True), 2, 8, {"ZE_AFFINITY_MASK": "0,1,2,3,4,5,6,7"}).backend == "xccl"
+    dev = dc.select_device(fake_torch(xpu=8, xccl=False), 2, 8, {})
+    assert dev.backend == "ccl" and dev.library == "oneCCL"
+    if "oneccl_bindings_for_pytorch" not in sys.modules:
+        assert "oneccl_bindings_for_pytorch" in dev.problem
+
+
+def test_cpu_uses_gloo():
+    dev = dc.select_device(fake_torch(), 0, 2, {})
+    assert (dev.kind, dev.backend, dev.index) == ("cpu", "gloo", None)
+    assert dc.select_device(fake_torch(cuda=4), 0, 2, {}, force_cpu=True).backend == "gloo"
+
+
+# -- affinity ----------------------------------------------------------------------------------------
+
+def ranks_on(host: str, affinities: list[list[int]], gpus: list[int | None] | None = None) -> list[dict]:
+    return [{"rank": i, "local_rank": i, "host": host, "affinity": a,
+             "physical_gpu": (gpus[i] if gpus else None)} for i, a in enumerate(affinities)]
+
+
+def test_affinity_matches_the_masks_or_names_the_rank():
+    cfg = {}
+    good = ranks_on("vm", [[0], [1]])
+    status, summary, _ = dc.judge_affinity(good, cfg, [{0}, {1}])
+    assert status == "passed" and "all 2 ranks" in summary
+    status, summary, _ = dc.judge_affinity(ranks_on("vm", [[1], [0]]), cfg, [{0}, {1}])
+    assert status == "failed" and "rank 0 on vm runs on CPUs 1, expected 0" in summary
+
+
+def test_affinity_against_the_gpu_numa_map_folds_smt_siblings():
+    cfg = {"cpu_bind": {"gpu_cpus": [list(range(49, 56)), list(range(57, 64))], "node_cores": 64}}
+    ok = ranks_on("nid001", [list(range(49, 56)) + list(range(113, 120)), list(range(57, 64))], gpus=[0, 1])
+    assert dc.judge_affinity(ok, cfg, None)[0] == "passed"
+    swapped = ranks_on("nid001", [list(range(57, 64)), list(range(49, 56))], gpus=[0, 1])
+    status, summary, _ = dc.judge_affinity(swapped, cfg, None)
+    assert status == "failed" and "closest to GPU 0" in summary
+
+
+def test_all_ranks_on_one_core_is_the_torchrun_pitfall():
+    status, summary, _ = dc.judge_affinity(ranks_on("frontier01", [[1], [1], [1]]), {}, None)
+    assert status == "failed" and "same CPU 1" in summary and "torchrun" in summary
+
+
+# -- NCCL / RCCL logs ----------------------------------------------------------------------------------
+# Excerpts in the formats of public NCCL_DEBUG=INFO logs (hosts and pids changed):
+#   plugin loaded over cxi: aws/aws-ofi-nccl#801 ("NET/OFI Selected Provider is cxi (found 8 nics)",
+#     "Using network AWS Libfabric"), determined-ai/environments#169 (nid hosts, provider cxi),
+#     aws/aws-ofi-nccl#161 ("NET/OFI Using aws-ofi-nccl 1.3.0aws"), LUMI user guide (peers s5.3).
+#   socket fallback: NVIDIA/nccl#352 and #226 ("NET/Plugin : No plugin found (libnccl-net.so)."
+#     then "NET/Socket : Using [0]..."), NVIDIA/nccl#1126 ("... using internal implementation",
+#     "Using network Socket"), NVIDIA/nccl-tests#188 ("Plugin load (libnccl-net.so) returned 2 : ...").
+
+PLUGIN_OK = """\
+nid005011:51404:52019 [0] NCCL INFO Bootstrap : Using hsn0:10.253.6.64<0>
+nid005011:51404:52019 [0] NCCL INFO NET/OFI Using aws-ofi-rccl 1.4.0
+nid005011:51404:52019 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)
+nid005011:51404:52019 [0] NCCL INFO Using network AWS Libfabric
+nid005012:61338:62013 [0] NCCL INFO NET/OFI Using aws-ofi-rccl 1.4.0
+nid005012:61338:62013 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)
+nid005012:61338:62013 [0] NCCL INFO Using network AWS Libfabric
+nid005012:61338:62013 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/AWS Libfabric/0
+"""
+
+SOCKET_FALLBACK = """\
+nid005011:17754:17754 [0] NCCL INFO Bootstrap : Using [0]hsn0:10.253.6.64<0>
+nid005011:17754:17754 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).
+nid005011:17754:17754 [0] NCCL INFO NET/IB : No device found.
+nid005011:17754:17754 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.253.6.64<0>
+nid005012:17755:17755 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).
+nid005012:17755:17755 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.253.6.65<0>
+nid005012:17755:17766 [0] NCCL INFO Using network Socket
+"""
+
+NEWER_FALLBACK = """\
+user1:852750:852750 [0] NCCL INFO NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory
+user1:852750:852750 [0] NCCL INFO NET/Plugin : No plugin found, using internal implementation
+user2:39964:40050 [6] NCCL INFO Using network IB
+"""
+
+
+def test_plugin_loaded_on_every_host_passes():
+    status, summary, evidence = dc.judge_net_plugin(PLUGIN_OK, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
+    assert status == "passed", summary
+    assert "aws-ofi-rccl loaded on all 2 hosts" in summary and "AWS Libfabric" in summary and "cxi" in summary
+    assert any("Selected Provider is cxi" in e for e in evidence)
+
+
+def test_socket_fallback_fails_with_the_log_line():
+    status, summary, _ = dc.judge_net_plugin(SOCKET_FALLBACK, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
+    assert status == "failed"
+    assert "fell back to TCP sockets" in summary and "NET/Socket : Using" in summary and "No plugin found" in summary
+
+
+def test_socket_fallback_fails_even_where_no_plugin_is_expected():
+    status, summary, _ = dc.judge_net_plugin(SOCKET_FALLBACK, hosts=2, plugin=None, provider=None)
+    assert status == "failed" and "TCP sockets" in summary
+
+
+def test_missing_plugin_with_native_ib_fails_where_the_plugin_is_required_only():
+    status, summary, _ = dc.judge_net_plugin(NEWER_FALLBACK, hosts=2, plugin="aws-ofi-nccl", provider=None)
+    assert status == "failed" and "did not load on user1" in summary and "returned 2" in summary
+    status, summary, _ = dc.judge_net_plugin(NEWER_FALLBACK.splitlines()[-1], hosts=2, plugin=None, provider=None)
+    assert status == "passed" and "IB" in summary
+
+
+def test_wrong_provider_and_one_host_without_plugin_fail():
+    tcp = PLUGIN_OK.replace("Selected Provider is cxi", "Selected Provider is tcp")
+    assert "provider tcp" in dc.judge_net_plugin(tcp, hosts=2, plugin="aws-ofi-rccl", provider="cxi")[1]
+    half = "\n".join(line for line in PLUGIN_OK.splitlines() if not line.startswith("nid005012") or "Bootstrap" in line)
+    half += "\nnid005012:1:1 [0] NCCL INFO Bootstrap : Using hsn0:10.253.6.65<0>\n"
+    status, summary, _ = dc.judge_net_plugin(half, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
+    assert status == "failed" and "nid005012" in summary
+
+
+def test_single_node_skips_and_no_log_on_multi_node_fails():
+    assert dc.judge_net_plugin(SOCKET_FALLBACK.replace("nid005012", "nid005011"), hosts=1, plugin="aws-ofi-rccl",
+                               provider="cxi")[0] == "skipped"
+    status, summary, _ = dc.judge_net_plugin("", hosts=4, plugin="aws-ofi-rccl", provider="cxi")
+    assert status == "failed" and "cannot prove" in summary
+
+
+def test_timestamped_log_lines_are_parsed_too():
+    line = "2025-05-16T16:39:51.208-07:00 | ip-10-36-29-253:79:79 [0] NCCL INFO Using network Socket"
+    assert [ln["host"] for ln in dc.parse_nccl_log(line.replace(" | ", ": "))] == ["ip-10-36-29-253"]
+
+
+# -- bandwidth ----------------------------------------------------------------------------------------
+
+def test_busbw_follows_nccl_tests():
+    assert dc.bus_factor("allreduce", 16) == pytest.approx(2 * 15 / 16)
+    assert dc.bus_factor("allgather", 8) == pytest.approx(7 / 8)
+    assert dc.bus_factor("broadcast", 8) == 1.0
+    row = dc.bandwidth_row(134217728, 134217728 / 45.3e9, 16)
+    assert row["algbw_gbs"] == pytest.approx(45.3) and row["busbw_gbs"] == pytest.approx(84.94, rel=1e-3)
+
+
+def test_reference_comparison_is_reframe_style():
+    ref = {"busbw_gbs": 85.0, "lower": -0.05, "message_bytes": 134217728, "source": "lumi-reframe-tests"}
+    rows = [dc.bandwidth_row(s, s / 40e9, 16) for s in (33554432, 67108864, 134217728)]
+    status, summary, compared = dc.judge_bandwidth(rows, ref, nodes=2)
+    assert status == "failed" and "below 80.8 GB/s" in summary and "multi-node" in summary
+    assert compared["minimum_gbs"] == pytest.approx(80.75)
+    fast = [dc.bandwidth_row(134217728, 134217728 / 46e9, 16)]
+    assert dc.judge_bandwidth(fast, ref, nodes=2)[0] == "passed"
+    small = [dc.bandwidth_row(4 << 20, (4 << 20) / 46e9, 16)]
+    assert "largest size" in dc.judge_bandwidth(small, ref, nodes=2)[1]
+    assert "not judged" in dc.judge_bandwidth(small, None, nodes=1)[1]
+
+
+def test_sweep_sizes_and_size_parsing():
+    assert dc.sweep_sizes(4096, 4 << 20, 4) == [4096, 16384, 65536, 262144, 1 << 20, 4 << 20]
+    assert dc.parse_size("64M") == 64 << 20 and dc.parse_size("4KiB") == 4096
+    assert dc.human_bytes(134217728) == "128 MiB" and dc.human_bytes(1000) == "1000 B"
+
+
+# -- process group failures, ports ---------------------------------------------------------------------
+
+def test_master_port_is_unique_per_job_and_below_the_ephemeral_range():
+    assert master_port(4242) == PORT_BASE + 4242 % PORT_SPAN
+    assert master_port(1) != master_port(2)
+    assert all(PORT_BASE <= master_port(j) < 32768 for j in (0, 1, 9999, 10000, 123456789))
+
+
+def test_a_port_that_is_listened_on_is_reported():
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        assert "in use" in dc.port_in_use(port)
+    assert dc.port_in_use(port) is None
+
+
+def test_init_failures_are_explained():
+    info = dc.RankInfo(0, 4, 0, 4, "env", "RANK/WORLD_SIZE")
+    timeout = RuntimeError("Timed out after 11 seconds waiting for clients. 1/3 clients joined.")
+    text = dc.explain_init_failure(timeout, "vm", "20001", info, 10)
+    assert "1 of 3 other ranks joined" in text and "world size 4" in text
+    used = RuntimeError("The server socket has failed to listen on any local network address. port: 20001, "
+                        "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    assert "already in use" in dc.explain_init_failure(used, "vm", "20001", info, 10)
+
+
+# -- verdict and report -----------------------------------------------------------------------------------
+
+def sample_result(**over) -> dict:
+    rows = [dc.bandwidth_row(s, s / 1e9, 4) for s in (4096, 65536, 1 << 20)]
+    result = {"site": "local", "verdict": "passed", "world_size": 4, "nodes": 1, "hosts": ["vm"], "launcher": "srun",
+              "backend": "gloo", "device": "cpu", "torch": "2.13.0", "elapsed_s": 12.5,
+              "checks": [{"name": "environment", "status": "passed", "summary": "4 ranks", "details": {}},
+                         {"name": "horovod", "status": "skipped", "summary": "skipped: Horovod not in this stack",
+                          "details": {}}],
+              "ranks": [{"rank": 0, "local_rank": 0, "host": "vm", "device": "cpu", "affinity": [0, 1]}],
+              "bandwidth": {"op": "allreduce", "dtype": "float32", "ranks": 4, "iters": 5, "rows": rows,
+                            "reference": None, "definition": "algbw = bytes / time"},
+              "mpi": {}, "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": "bandwidth.png"}}
+    result.update(over)
+    return result
+
+
+def test_skipped_checks_pass_failed_ones_fail():
+    assert dc.verdict([dc.Check("a", "passed"), dc.Check("b", "skipped")]) == "passed"
+    assert dc.verdict([dc.Check("a", "passed"), dc.Check("b", "failed")]) == "failed"
+    assert dc.exit_code({"verdict": "passed"}) == 0 and dc.exit_code({"verdict": "failed"}) == 1
+
+
+def test_fault_injection_names_rank_and_kind():
+    env = {"SITESTACK_CHECK_FAULT": "seed@1, allreduce@0"}
+    assert dc.rank_fault(env, "seed", 1) and dc.rank_fault(env, "allreduce", 0)
+    assert not dc.rank_fault(env, "seed", 0) and not dc.rank_fault({}, "seed", 1)
+
+
+def test_markdown_report_has_the_verdict_table_and_bandwidth():
+    text = ddp_report.markdown(sample_result())
+    assert text.startswith("# sitestack validation: local — PASSED")
+    assert "| environment | PASS | 4 ranks |" in text and "| horovod | skip |" in text
+    assert "| 1 MiB |" in text and "![allreduce bandwidth vs message size](bandwidth.png)" in text
+    table = ddp_report.verdict_table(sample_result(verdict="failed"))
+    assert "FAILED" in table.splitlines()[0]
+
+
+def test_plot_is_skipped_with_a_note_without_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    note = ddp_report.write_plot(sample_result(), str(tmp_path / "p.png"))
+    assert note == "matplotlib is not installed in this Python" and not (tmp_path / "p.png").exists()
+    result = sample_result(artefacts={"json": "result.json", "markdown": "summary.md", "plot": None, "plot_note": note})
+    assert "Plot skipped: matplotlib is not installed" in ddp_report.markdown(result)
+
+
+def test_report_cli_renders_a_result_again(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(sample_result()))
+    assert ddp_report.main([str(path)]) == 0
+    assert "PASSED" in capsys.readouterr().out and (tmp_path / "summary.md").exists()
+
+
+def test_the_check_program_imports_nothing_from_sitestack():
+    source = (Path(dc.__file__)).read_text() + Path(ddp_report.__file__).read_text()
+    assert not re.search(r"^\s*(import|from)\s+sitestack", source, re.M)
