@@ -678,7 +678,8 @@ exit 0
         for i, patch in enumerate(patches):
             remote = f"{self.work}/patches/{i:02d}-{patch.file}"
             self.host.put_file(Path(patch.path), remote)
-            reverse = self.host.probe(["patch", "-p1", "-R", "--dry-run", "--batch", "-s", "-i", remote], cwd=src)
+            # --force: never guess that a patch is reversed (--batch would, and "succeed")
+            reverse = self.host.probe(["patch", "-p1", "-R", "--dry-run", "--force", "-s", "-i", remote], cwd=src)
             if reverse.ok:
                 self.progress.note(f"patch {patch.file}: already applied, skipped")
                 continue
@@ -770,7 +771,7 @@ exit 0
                 raise SitestackError(f"{t.label}: check {name!r} failed: the output does not contain {expect!r} "
                                      f"(nothing was changed at {t.dest}; log: {self.log})\n"
                                      + "\n".join(out.stdout.strip().splitlines()[-10:]))
-            results.append({"name": name, "ok": True, "output": out.stdout.strip()[-2000:]})
+            results.append({"name": name, "ok": True, "output": out.stdout.strip()[:2000]})
         return results
 
     def commit(self) -> None:

@@ -193,7 +193,7 @@ def hipy_recipe(tarball: Path) -> str:
             url: {tarball.as_uri()}
             sha256: {sha256(tarball)}
         pip:
-          build_isolation: false   # setuptools from the building interpreter: no index needed
+          build_isolation: true    # a recent setuptools (with bdist_wheel) comes from the index
         sanity: [hipy/__init__.py]
         checks:
           - name: imports
