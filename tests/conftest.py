@@ -44,3 +44,23 @@ def tree(path: Path) -> list[str]:
     if not path.exists():
         return []
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.fixture(scope="session")
+def mpi4py_build(tmp_path_factory):
+    """mpi4py built ONCE per session, for real, from its PyPI sdist against the local site's MPICH
+    (`invoke build-mpi4py --site local`), with a check-mode run before it. Its build cache
+    (``env["SITESTACK_BUILD_CACHE"]``) holds the wheel: later installs with that env reuse it."""
+    import time
+    from types import SimpleNamespace
+
+    root = tmp_path_factory.mktemp("mpi4py")
+    env = {"SITESTACK_BUILD_CACHE": str(root / "build-cache"), "SITESTACK_SOURCE_CACHE": str(root / "source-cache"),
+           "SITESTACK_LOG_DIR": str(root / "logs")}
+    prefix = root / "prefix"
+    check = run_invoke("build-mpi4py", "--site", "local", "--prefix", str(prefix), "--check", "--fail-on-change", env=env)
+    start = time.monotonic()
+    build = run_invoke("build-mpi4py", "--site", "local", "--prefix", str(prefix), env=env, timeout=3600)
+    seconds = time.monotonic() - start
+    return SimpleNamespace(root=root, prefix=prefix, dest=prefix / "mpi4py" / "4.1.2", env=env, check=check,
+                           build=build, seconds=seconds)

@@ -248,3 +248,17 @@ def test_cli_bad_recipe_names_file_line_key(cli, tmp_path):
     out = cli("build-recipe", "demo", "--site", "local", "--sources-dir", str(sources), "--check")
     assert out.returncode == 1
     assert re.search(r"demo\.yml:14: args: expected a list", out.stderr), out.stderr
+
+
+def test_every_recipe_key_and_placeholder_is_documented(repo):
+    import dataclasses
+
+    from sitestack import recipe as recipe_mod
+
+    doc = (repo / "docs" / "recipes.md").read_text()
+    classes = (recipe_mod.Recipe, recipe_mod.Source, recipe_mod.Requires, recipe_mod.Rule, recipe_mod.Patch,
+               recipe_mod.Autotools, recipe_mod.CMake, recipe_mod.Pip, recipe_mod.Check, recipe_mod.ModuleSettings)
+    missing = [f"{c.__name__}.{f.name}" for c in classes for f in dataclasses.fields(c)
+               if f.init and f"`{f.name}`" not in doc]
+    assert not missing, f"docs/recipes.md lacks {missing}"
+    assert not [p for p in recipe_mod.PLACEHOLDERS if f"`{{{p}}}`" not in doc]
