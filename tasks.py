@@ -247,3 +247,47 @@ def validate(c, site=None, nodes=0, ranks_per_node=0, launcher=None, scheduler="
         outcome = validation_mod.validate(loaded, options, Reporter(debug=debug))
     if outcome.code:
         raise Exit(code=outcome.code)
+
+
+# -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
+STACK_HELP = {
+    "site": SITE_HELP,
+    "check": "change nothing; report what would change and why",
+    "diff": "show diffs (the environment's plan, the hook, module files)",
+    "fail-on-change": "with --check: exit 2 when anything would change",
+    "host": "run on this host (repeatable); default: the playbook's hosts",
+    "prefix": PREFIX_HELP,
+    "account": ACCOUNT_HELP,
+    "playbook": PLAYBOOK_HELP,
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+    "debug": DEBUG_HELP,
+}
+
+
+def _stack_steps(run, site, check, diff, fail_on_change, host, prefix, account, playbook, accept_new_host_keys,
+                 debug):
+    with errors_to_exit(debug):
+        runs = run(site=site, playbook=playbook_path(playbook), check=check, diff=diff, hosts=tuple(host or ()),
+                   prefix=prefix, account=account_option(account), accept_new_host_keys=accept_new_host_keys,
+                   reporter=Reporter(show_diff=diff, debug=debug))
+        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
+    if code:
+        raise Exit(code=code)
+
+
+@task(auto_shortflags=False, iterable=["host"], help=STACK_HELP)
+def install_venv(c, site=None, check=False, diff=False, fail_on_change=False, host=None, prefix=None, account=None,
+                 playbook=None, accept_new_host_keys=False, debug=False):
+    """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
+    from sitestack import venv as venv_mod
+    _stack_steps(venv_mod.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
+                 accept_new_host_keys, debug)
+
+
+@task(auto_shortflags=False, iterable=["host"], help=STACK_HELP)
+def install_modulefiles(c, site=None, check=False, diff=False, fail_on_change=False, host=None, prefix=None,
+                        account=None, playbook=None, accept_new_host_keys=False, debug=False):
+    """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
+    from sitestack import modulefile as modulefile_mod
+    _stack_steps(modulefile_mod.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
+                 playbook, accept_new_host_keys, debug)

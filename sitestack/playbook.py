@@ -24,6 +24,7 @@ from .host import Host, local_host, ssh_host
 from .report import Reporter
 from .site import Facts, HostSpec, Site, load_site
 from .step import Result, converge
+from . import modulefile  # noqa: F401,E402  (registers stack-venv, venv-hook, modulefiles)
 from .validation import action as _validation_action  # noqa: F401  (registers install-validation-job)
 
 
