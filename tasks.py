@@ -249,6 +249,62 @@ def validate(c, site=None, nodes=0, ranks_per_node=0, launcher=None, scheduler="
         raise Exit(code=outcome.code)
 
 
+# -- Horovod and the RCCL network plugin -----------------------------------------------------------
+from sitestack import horovod as horovod_mod  # noqa: E402
+from sitestack import netplugin as netplugin_mod  # noqa: E402
+
+_COMMON_BUILD_HELP = {k: v for k, v in BUILD_HELP.items() if k not in ("recipe", "prefix")}
+
+
+@task(auto_shortflags=False, iterable=["host"], help={
+    **_COMMON_BUILD_HELP,
+    "prefix": PREFIX_HELP + "; Horovod goes to <prefix>/horovod/<version>",
+    "python": "interpreter with the stack's torch that builds and runs Horovod (default: the site's facts.python.executable)",
+    "gpu-operations": "HOROVOD_GPU_OPERATIONS: NCCL, MPI or none (default: NCCL where the site has NCCL/RCCL, else none)"})
+def build_horovod(c, site=None, version=None, python=None, gpu_operations=None, source=None, prefix=None, check=False,
+                  diff=False, fail_on_change=False, host=None, account=None, sources_dir=None, mirror=None, jobs=None,
+                  playbook=None, accept_new_host_keys=False, debug=False):
+    """Build Horovod from its sdist for a site (NCCL/RCCL/CPU from the facts); check --check-build and a 2-rank allreduce."""
+    with errors_to_exit(debug):
+        runs = horovod_mod.build_horovod(
+            site=site, playbook=playbook_path(playbook), version=version, python=python, gpu_operations=gpu_operations,
+            sources_dir=sources_dir, reporter=Reporter(show_diff=diff, debug=debug), check=check, diff=diff,
+            hosts=tuple(host or ()), prefix=prefix, account=account_option(account), source=source, mirror=mirror,
+            jobs=int(jobs) if jobs else None, accept_new_host_keys=accept_new_host_keys)
+        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
+    if code:
+        raise Exit(code=code)
+
+
+@task(auto_shortflags=False, iterable=["host"], help={
+    **_COMMON_BUILD_HELP,
+    "site": SITE_HELP + " (default: local, this machine)",
+    "rocm": "ROCm release to build for, e.g. 5.7.1 (default: the site's facts.rocm.version)",
+    "version": "plugin version (default: the fork for ROCm < 6, aws-ofi-nccl from ROCm 6)",
+    "source": "the plugin's source: a tarball or a directory (a checkout)",
+    "prefix": PREFIX_HELP + "; the plugin goes to <prefix>/aws-ofi-rccl/<version>-rocm-<rocm>",
+    "rocm-home": "ROCm/HIP prefix (default: the site's facts.rocm.home for that release, else /opt/rocm-<rocm>)",
+    "rccl-home": "prefix with include/rccl/rccl.h when RCCL is not the ROCm release's",
+    "libfabric": "libfabric prefix (default: pkg-config's; a system prefix is never passed)",
+    "mpi-home": "MPI prefix for --with-mpi (default: $MPICH_DIR on Cray)",
+    "tests": "build the plugin's MPI test programs too"})
+def build_rccl_plugin(c, rocm=None, site=None, version=None, source=None, prefix=None, rocm_home=None, rccl_home=None,
+                      libfabric=None, mpi_home=None, tests=False, check=False, diff=False, fail_on_change=False,
+                      host=None, account=None, sources_dir=None, mirror=None, jobs=None, playbook=None,
+                      accept_new_host_keys=False, debug=False):
+    """Build the RCCL libfabric plugin for a ROCm release (aws-ofi-rccl / aws-ofi-nccl) and its module file."""
+    with errors_to_exit(debug):
+        runs = netplugin_mod.build_rccl_plugin(
+            site=site, rocm=rocm, playbook=playbook_path(playbook), version=version, rocm_home=rocm_home,
+            rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home, tests=tests, sources_dir=sources_dir,
+            reporter=Reporter(show_diff=diff, debug=debug), check=check, diff=diff, hosts=tuple(host or ()),
+            prefix=prefix, account=account_option(account), source=source, mirror=mirror,
+            jobs=int(jobs) if jobs else None, accept_new_host_keys=accept_new_host_keys)
+        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
+    if code:
+        raise Exit(code=code)
+
+
 # -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
 STACK_HELP = {
     "site": SITE_HELP,

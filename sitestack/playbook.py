@@ -26,6 +26,7 @@ from .site import Facts, HostSpec, Site, load_site
 from .step import Result, converge
 from . import modulefile  # noqa: F401,E402  (registers stack-venv, venv-hook, modulefiles)
 from .validation import action as _validation_action  # noqa: F401  (registers install-validation-job)
+from . import horovod, netplugin  # noqa: F401,E402  (register horovod-install, rccl-net-plugin)
 
 
 @dataclass(frozen=True)

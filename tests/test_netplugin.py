@@ -1,0 +1,246 @@
+"""The RCCL network plugin: version rules, golden configure lines, refusals, and real builds.
+
+The real builds use Debian's HIP (hipcc, libamdhip64-dev), libfabric-dev and libhwloc-dev with a
+stand-in plugin project (tests/netplugin_projects.py) that has the upstream configure interface:
+GitHub, and so the real plugin sources, cannot be reached here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sitestack import playbook as pb
+from sitestack.errors import SitestackError
+from sitestack.netplugin import (Homes, choose_version, configure_args, configure_line, known_rocm, module_text,
+                                 pack_dir, plugin_data, plugin_row, rccl_prefix, resolve_homes)
+from sitestack.recipe import load_recipe
+from sitestack.site import Toolkit, expand
+from tests.netplugin_projects import make_plugin_tarball, make_plugin_tree, make_rccl_stub
+
+GOLDEN = Path(__file__).parent / "golden" / "netplugin"
+# What the cray-mpich module sets on each site (the golden lines are for these).
+SITE_ENV = {
+    "lumi": {"MPICH_DIR": "/opt/cray/pe/mpich/8.1.29/ofi/gnu/12.3"},
+    "frontier": {"MPICH_DIR": "/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3"},
+}
+ROCMS = ["5.6.1", "5.7.1", "6.2.4", "7.0"]
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    return load_recipe("aws-ofi-rccl")
+
+
+@pytest.fixture(scope="module")
+def data(recipe):
+    return plugin_data(recipe)
+
+
+def site_facts(site: str, rocm: str):
+    loaded = pb.load(site)
+    values = loaded.placeholder_values(home="/home/user", user="user", account="project_465000123", prefix=None)
+    home = expand(str(loaded.raw_facts["rocm"]["home"]), {**values, "rocm_version": rocm})
+    return loaded, values, dataclasses.replace(loaded.facts, rocm=Toolkit(version=rocm, home=home))
+
+
+def configure_for(site: str, rocm: str) -> str:
+    recipe = load_recipe("aws-ofi-rccl")
+    data = plugin_data(recipe)
+    rocm = known_rocm(data, rocm)
+    loaded, values, facts = site_facts(site, rocm)
+    step = next(s for s in loaded.steps if s.action == "rccl-net-plugin")
+    version = choose_version(recipe, data, facts, None, site)
+    row = plugin_row(data, version)
+    homes = resolve_homes(data, row, rocm, facts.rocm.home, SITE_ENV[site], mpi_flavour=facts.mpi.flavour,
+                          pkg_prefix={"hwloc": "/usr"}, libfabric=step.args.get("libfabric"),
+                          mpi_home=step.args.get("mpi_home"))
+    dest = f"{values['prefix']}/aws-ofi-rccl/{version}-rocm-{rocm}"
+    return configure_line(recipe, facts, version, homes, dest)
+
+
+@pytest.mark.parametrize("site", ["lumi", "frontier"])
+@pytest.mark.parametrize("rocm", ROCMS)
+def test_golden_configure_lines(site, rocm):
+    line = configure_for(site, rocm) + "\n"
+    golden = GOLDEN / f"{site}-rocm-{rocm}.txt"
+    if os.environ.get("SITESTACK_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(line)
+    assert line == golden.read_text(), f"configure line for {site} ROCm {rocm} changed; review and rerun with SITESTACK_UPDATE_GOLDEN=1"
+
+
+def test_the_golden_lines_say_what_the_rules_say():
+    fork = configure_for("frontier", "5.7.1")
+    assert fork == ("'$SRC/configure' --prefix=/lustre/orion/project_465000123/world-shared/sitestack/aws-ofi-rccl/"
+                    "1.4.0+17d41cb-rocm-5.7.1 --disable-tests --with-libfabric=/opt/cray/libfabric/1.15.2.0 "
+                    "--with-hip=/opt/rocm-5.7.1 --with-rccl=/opt/rocm-5.7.1 "
+                    "--with-mpi=/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3")
+    upstream = configure_for("lumi", "7.0")
+    assert "/aws-ofi-rccl/1.18.0-rocm-7.0.0 " in upstream and "--with-rocm=/opt/rocm-7.0.0" in upstream
+    assert "--with-rccl" not in upstream and "--with-hip" not in upstream
+    for site in ("lumi", "frontier"):
+        for rocm in ROCMS:
+            assert "--with-libfabric=/usr" not in configure_for(site, rocm)
+
+
+def test_rccl_header_location_per_rocm_release(data):
+    assert rccl_prefix(data, "5.1.3", "/opt/rocm-5.1.3") == "/opt/rocm-5.1.3/rccl"
+    assert rccl_prefix(data, "5.2.0", "/opt/rocm-5.2.0") == "/opt/rocm-5.2.0"
+    assert rccl_prefix(data, "5.7.1", "/opt/rocm-5.7.1") == "/opt/rocm-5.7.1"
+    assert rccl_prefix(data, "6.0.0", "/opt/rocm-6.0.0") == "/opt/rocm-6.0.0"
+
+
+@pytest.mark.parametrize("rocm, version", [("5.6.1", "1.4.0+17d41cb"), ("5.7.1", "1.4.0+17d41cb"),
+                                           ("6.0.3", "1.18.0"), ("6.2.4", "1.18.0"), ("7.0", "1.18.0"),
+                                           ("7.1.1", "1.18.0")])
+def test_plugin_chosen_by_rocm_release(recipe, data, rocm, version):
+    _, _, facts = site_facts("frontier", known_rocm(data, rocm))
+    assert choose_version(recipe, data, facts, None, "frontier") == version
+
+
+def test_refusals_before_building(recipe, data):
+    with pytest.raises(SitestackError, match=r"unknown ROCm version 5\.8"):
+        known_rocm(data, "5.8")
+    with pytest.raises(SitestackError, match="not a ROCm version"):
+        known_rocm(data, "latest")
+    _, _, rocm7 = site_facts("lumi", "7.0.0")
+    with pytest.raises(SitestackError, match=r"does not fit ROCm 7\.0\.0.*needs rocm <6\.3.*loads v12"):
+        choose_version(recipe, data, rocm7, "1.4.0+17d41cb", "lumi")
+    _, _, rocm5 = site_facts("frontier", "5.7.1")
+    with pytest.raises(SitestackError, match=r"1\.18\.0 \(aws/aws-ofi-nccl\) does not fit ROCm 5\.7\.1.*versions that fit"):
+        choose_version(recipe, data, rocm5, "1.18.0", "frontier")
+    with pytest.raises(SitestackError, match="unknown version '9.9'"):
+        choose_version(recipe, data, rocm5, "9.9", "frontier")
+
+
+def test_system_prefixes_are_never_passed(data):
+    fork = plugin_row(data, "1.4.0+17d41cb")
+    homes = resolve_homes(data, fork, "5.7.1", "/usr", {}, libfabric="/usr", rccl_home="/opt/rccl")
+    assert configure_args(data, "1.4.0+17d41cb", homes) == ["--with-hip=/usr", "--with-rccl=/opt/rccl"]
+    upstream = plugin_row(data, "1.18.0")
+    homes = resolve_homes(data, upstream, "6.2.4", "/opt/rocm-6.2.4", {"F": "/opt/cray/libfabric/1.22.0"},
+                          libfabric="$F", pkg_prefix={"hwloc": "/usr/local"}, mpi_home="/usr")
+    assert configure_args(data, "1.18.0", homes, tests=True) == [
+        "--with-libfabric=/opt/cray/libfabric/1.22.0", "--with-rocm=/opt/rocm-6.2.4", "--enable-tests"]
+    with pytest.raises(SitestackError, match=r"\$MPICH_DIR is not set"):
+        resolve_homes(data, fork, "5.7.1", "/opt/rocm-5.7.1", {}, mpi_home="$MPICH_DIR")
+    assert Homes(rocm="/r").mpi is None
+
+
+def test_module_files_set_the_plugin_explicitly():
+    lua = module_text("lua", name="aws-ofi-rccl", version="1.18.0-rocm-6.2.4", whatis="plugin",
+                      prepend={"LD_LIBRARY_PATH": "/p/lib"},
+                      setenv={"NCCL_NET_PLUGIN": "/p/lib/librccl-net-ofi.so", "NCCL_NET": "AWS Libfabric"})
+    assert 'prepend_path("LD_LIBRARY_PATH", "/p/lib")' in lua and 'setenv("NCCL_NET", "AWS Libfabric")' in lua
+    tcl = module_text("tcl", name="aws-ofi-rccl", version="x", whatis="plugin", prepend={"LD_LIBRARY_PATH": "/p/lib"},
+                      setenv={"NCCL_NET": "AWS Libfabric"})
+    assert tcl.startswith("#%Module1.0\n") and "setenv NCCL_NET {AWS Libfabric}" in tcl
+
+
+def test_a_source_directory_is_packed_reproducibly(tmp_path: Path):
+    tree = make_plugin_tree(tmp_path / "src", "aws-ofi-nccl", "1.18.0")
+    first = pack_dir(tree, "a.tar.gz", tmp_path / "one")
+    os.utime(tree / "plugin.c", (1, 1))
+    second = pack_dir(tree, "a.tar.gz", tmp_path / "two")
+    assert first.read_bytes() == second.read_bytes()
+
+
+# -- real builds -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"SITESTACK_LOG_DIR": str(tmp_path / "logs"), "SITESTACK_SOURCE_CACHE": str(tmp_path / "sources"),
+            "SITESTACK_BUILD_CACHE": str(tmp_path / "builds")}
+
+
+def lmod(root: Path, module: str, *show: str) -> str:
+    script = ". /usr/share/lmod/lmod/init/bash; module use \"$1\"; module load \"$2\" || exit 3; shift 2; " \
+             "for v in \"$@\"; do printf '%s=%s\\n' \"$v\" \"$(printenv \"$v\")\"; done"
+    out = subprocess.run(["bash", "-c", script, "lmod", str(root), module, *show], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.integration
+def test_fork_builds_against_debian_hip_then_reruns_as_a_no_op(cli, tmp_path: Path, env):
+    tarball = make_plugin_tarball(tmp_path / "upstream", "aws-ofi-rccl", "17d41cb")
+    rccl = make_rccl_stub(tmp_path / "rccl")
+    prefix = tmp_path / "prefix"
+    args = ["build-rccl-plugin", "--rocm", "5.2.3", "--rocm-home", "/usr", "--rccl-home", str(rccl),
+            "--prefix", str(prefix)]
+
+    planned = cli(*args, "--source", str(tarball), "--check", env=env)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "would change: not installed" in planned.stdout and not prefix.exists()
+
+    built = cli(*args, "--source", str(tarball), env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    dest = prefix / "aws-ofi-rccl" / "1.4.0+17d41cb-rocm-5.2.3"
+    assert (dest / "lib" / "librccl-net.so").exists()
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(dest / "lib" / "librccl-net.so")],
+                             capture_output=True, text=True).stdout
+    assert " ncclNetPlugin_v5\n" in symbols
+    log = next((tmp_path / "logs").rglob("aws-ofi-rccl-*.log")).read_text()
+    assert f"--disable-tests --with-hip=/usr --with-rccl={rccl}" in log
+    assert "--with-libfabric=/usr" not in log          # Debian's libfabric is a system prefix
+
+    shown = lmod(prefix / "modules", "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.2.3", "NCCL_NET_PLUGIN", "NCCL_NET",
+                 "LD_LIBRARY_PATH")
+    assert f"NCCL_NET_PLUGIN={dest}/lib/librccl-net.so\n" in shown and "NCCL_NET=AWS Libfabric\n" in shown
+    assert f"LD_LIBRARY_PATH={dest}/lib" in shown
+
+    # No --source now: the sum recorded by the install stands for the source; nothing changes.
+    again = cli(*args, "--check", "--fail-on-change", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rerun = cli(*args, env=env)
+    assert rerun.returncode == 0 and "] ok       aws-ofi-rccl@1.4.0+17d41cb-rocm-5.2.3" in rerun.stdout, rerun.stdout
+
+
+@pytest.mark.integration
+def test_aws_ofi_nccl_from_a_source_directory_for_rocm_6(cli, tmp_path: Path, env):
+    tree = make_plugin_tree(tmp_path / "checkout", "aws-ofi-nccl", "1.18.0", bootstrapped=True)
+    prefix = tmp_path / "prefix"
+    site = tmp_path / "site.yml"
+    # the local site with the settings LUMI and Frontier carry (FI_*, NCCL_*) for the module
+    text = (Path(pb.__file__).parent.parent / "playbooks" / "local.yml").read_text()
+    site.write_text(text.replace("site: local", "site: site").replace(
+        "    GLOO_SOCKET_IFNAME: lo\n",
+        "    GLOO_SOCKET_IFNAME: lo\n    NCCL_SOCKET_IFNAME: lo\n    FI_PROVIDER: tcp\n"))
+    result = cli("build-rccl-plugin", "--playbook", str(site), "--rocm", "6.2.4", "--rocm-home", "/usr",
+                 "--source", str(tree), "--prefix", str(prefix), env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    dest = prefix / "aws-ofi-rccl" / "1.18.0-rocm-6.2.4"
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(dest / "lib" / "librccl-net-ofi.so")],
+                             capture_output=True, text=True).stdout
+    assert all(f" ncclNetPlugin_v{v}\n" in symbols for v in range(2, 12))
+    log = next((tmp_path / "logs").rglob("aws-ofi-rccl-*.log")).read_text()
+    assert "--disable-tests --with-rocm=/usr" in log and "--with-hwloc" not in log and "--with-rccl" not in log
+    module = (prefix / "modules" / "aws-ofi-rccl" / "1.18.0-rocm-6.2.4.lua").read_text()
+    assert f'setenv("NCCL_NET_PLUGIN", "{dest}/lib/librccl-net-ofi.so")' in module
+    assert 'setenv("NCCL_SOCKET_IFNAME", "lo")' in module and 'setenv("FI_PROVIDER", "tcp")' in module
+    assert "GLOO_SOCKET_IFNAME" not in module
+    # The packed directory is in the source cache under its sha256: later runs find it there.
+    assert list((tmp_path / "sources").glob("*/aws-ofi-nccl-1.18.0.tar.gz"))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("extra, message", [
+    (["--rocm", "5.8"], "unknown ROCm version 5.8"),
+    (["--rocm", "5.7.1", "--rocm-home", "/nonexistent"], "missing HIP for ROCm 5.7.1 in /nonexistent"),
+    (["--rocm", "7.0", "--version", "1.4.0+17d41cb"], "does not fit ROCm 7.0.0"),
+    (["--rocm", "5.7.1", "--version", "1.18.0"], "does not fit ROCm 5.7.1"),
+    (["--rocm", "5.2.3", "--rocm-home", "/usr"], "no RCCL header /usr/include/rccl/rccl.h for ROCm 5.2.3"),
+    (["--rocm", "6.2.4", "--rocm-home", "/usr"], "has no sha256 for aws-ofi-rccl 1.18.0"),
+])
+def test_refusals(cli, tmp_path: Path, env, extra, message):
+    result = cli("build-rccl-plugin", *extra, "--prefix", str(tmp_path / "prefix"), env=env)
+    assert result.returncode == 1
+    assert message in result.stdout + result.stderr, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "prefix" / "aws-ofi-rccl").exists()
