@@ -46,6 +46,75 @@ def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
+# -- the validation job's integration tests -----------------------------------------------------------
+# A session-wide Python with torch (CPU build), matplotlib and mpi4py for the DDP check program, kept
+# in ~/.cache between sessions; a real one-node Slurm cluster (tests/slurm.py); the job installed by
+# `invoke install-validation-job --site local` into a scratch prefix (which also builds the MPI probe).
+
+VALIDATION_REQUIREMENTS = ("torch==2.13.0", "matplotlib", "mpi4py", "numpy")
+
+
+def _mpi_abi_shim(venv: Path) -> dict[str, str]:
+    """mpi4py's binary wheel loads libmpi.so.12 (the MPICH ABI); Debian's MPICH names it libmpich.so.12."""
+    import glob
+    if glob.glob("/usr/lib/*/libmpi.so.12") or glob.glob("/usr/lib64/libmpi.so.12"):
+        return {}
+    found = glob.glob("/usr/lib/*/libmpich.so.12")
+    if not found:
+        return {}
+    shim = venv / "mpi-abi"
+    shim.mkdir(exist_ok=True)
+    link = shim / "libmpi.so.12"
+    if not link.exists():
+        link.symlink_to(found[0])
+    return {"LD_LIBRARY_PATH": f"{shim}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")}
+
+
+@pytest.fixture(scope="session")
+def validation_python() -> tuple[str, dict[str, str]]:
+    """(python, env) of a venv with torch, matplotlib and mpi4py; skips when it cannot be made."""
+    import fcntl
+    import hashlib
+    key = hashlib.sha256(" ".join(VALIDATION_REQUIREMENTS).encode() + sys.version.encode()).hexdigest()[:12]
+    venv = Path(os.environ.get("SITESTACK_TEST_VENVS", Path.home() / ".cache" / "sitestack" / "test-venvs")) / f"validation-{key}"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".complete").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            out = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                  *VALIDATION_REQUIREMENTS], capture_output=True, text=True, timeout=1500)
+            if out.returncode != 0:
+                pytest.skip(f"cannot make the validation venv: {out.stderr[-2000:]}")
+            (venv / ".complete").write_text("ok\n")
+    return str(venv / "bin" / "python"), _mpi_abi_shim(venv)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A running one-node Slurm cluster (slurmctld + slurmd, auth/none) for the whole session."""
+    from tests.slurm import SlurmCluster, available
+    why = available()
+    if why:
+        pytest.skip(f"no Slurm cluster here: {why}")
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def installed_local_job(tmp_path_factory, validation_python) -> dict:
+    """The local site's validation job installed into a scratch prefix (MPI probe built for real)."""
+    python, env = validation_python
+    prefix = tmp_path_factory.mktemp("validation") / "prefix"
+    logs = prefix.parent / "logs"
+    result = run_invoke("install-validation-job", "--site", "local", "--prefix", str(prefix), "--python", python,
+                        env={"SITESTACK_LOG_DIR": str(logs)}, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return {"prefix": prefix, "dir": prefix / "validation", "python": python, "env": env, "install_output": result.stdout,
+            "logs": logs}
+
+
 @pytest.fixture(scope="session")
 def mpi4py_build(tmp_path_factory):
     """mpi4py built ONCE per session, for real, from its PyPI sdist against the local site's MPICH
@@ -64,3 +133,4 @@ def mpi4py_build(tmp_path_factory):
     seconds = time.monotonic() - start
     return SimpleNamespace(root=root, prefix=prefix, dest=prefix / "mpi4py" / "4.1.2", env=env, check=check,
                            build=build, seconds=seconds)
+

@@ -323,7 +323,7 @@ def test_init_failures_are_explained():
     info = dc.RankInfo(0, 4, 0, 4, "env", "RANK/WORLD_SIZE")
     timeout = RuntimeError("Timed out after 11 seconds waiting for clients. 1/3 clients joined.")
     text = dc.explain_init_failure(timeout, "vm", "20001", info, 10)
-    assert "1 of 3 other ranks joined" in text and "world size 4" in text
+    assert "1 of 3 ranks joined" in text and "world size 4" in text
     used = RuntimeError("The server socket has failed to listen on any local network address. port: 20001, "
                         "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
     assert "already in use" in dc.explain_init_failure(used, "vm", "20001", info, 10)

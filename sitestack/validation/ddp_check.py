@@ -705,6 +705,10 @@ class Run:
         if self.device.kind == "cuda" and self.device.index is not None:
             kwargs["device_id"] = self.torch.device("cuda", self.device.index)
         start = time.perf_counter()
+        # the store's own timeout does not cover a port held by a process that accepts and never answers
+        stuck = threading.Timer(self.args.init_timeout + 15, self.on_stuck_init, args=(addr, port))
+        stuck.daemon = True
+        stuck.start()
         try:
             try:
                 self.dist.init_process_group(**kwargs)
@@ -715,6 +719,8 @@ class Run:
             self.set("process-group", FAILED, explain_init_failure(exc, addr, port, self.info, self.args.init_timeout),
                      error=str(exc)[:2000])
             return False
+        finally:
+            stuck.cancel()
         self.pg_ok = True
         self.set("process-group", PASSED, f"{self.device.backend} process group of {self.info.world_size} ranks via "
                  f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s")
@@ -1088,6 +1094,18 @@ class Run:
         watchdog.cancel()
         return code
 
+    def on_stuck_init(self, addr: str, port: str) -> None:
+        self.set("process-group", FAILED, f"rank {self.info.rank} did not get through init_process_group in "
+                 f"{self.args.init_timeout + 15:.0f}s: {addr}:{port} accepts connections but does not answer as rank 0's "
+                 "store (another process holds MASTER_PORT?)")
+        self.skip_rest("not run: the process group did not start", "process-group")
+        with contextlib.suppress(Exception):
+            if self.info.rank == 0:
+                self.ranks = self.ranks or [{**self.me, "problems": self.pre_problems}]
+                self.write_result()
+        self.log(self.checks["process-group"].summary)
+        os._exit(1)
+
     def on_time_limit(self) -> None:
         running = next((c.name for c in self.checks.values() if c.summary == "not run"), "?")
         self.set(running, FAILED, f"timed out: the run passed its time limit of {self.args.time_limit:.0f}s in this check "
@@ -1197,7 +1215,7 @@ def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInf
         return f"MASTER_PORT {port} on {addr} is already in use: another job or process holds it"
     joined = re.search(r"(\d+)/(\d+) clients joined", text)
     if joined or "timed out" in low or "timeout" in low:
-        seen = f" ({joined.group(1)} of {joined.group(2)} other ranks joined)" if joined else ""
+        seen = f" ({joined.group(1)} of {joined.group(2)} ranks joined)" if joined else ""
         return (f"timed out after {timeout:.0f}s waiting for {info.world_size} ranks at {addr}:{port}{seen}: "
                 f"the launcher started fewer ranks than the world size {info.world_size} ({info.source}) says, "
                 "or a rank cannot reach MASTER_ADDR")

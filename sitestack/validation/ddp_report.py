@@ -162,8 +162,9 @@ def write_plot(result: dict[str, Any], path: str) -> str | None:
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
     ax.plot(sizes, [r["busbw_gbs"] for r in rows], marker="o", linewidth=2, color="#1f77b4",
             label=f"{bw.get('op', 'allreduce')} busbw = algbw × 2(n−1)/n")
-    ax.plot(sizes, [r["algbw_gbs"] for r in rows], marker="s", linewidth=1.5, linestyle="--", color="#ff7f0e",
-            label=f"{bw.get('op', 'allreduce')} algbw = bytes / time")
+    same = " (equal to busbw for 2 ranks)" if bw.get("ranks") == 2 else ""
+    ax.plot(sizes, [r["algbw_gbs"] for r in rows], marker="s", markersize=9, markerfacecolor="none", linewidth=1.5,
+            linestyle="--", color="#ff7f0e", label=f"{bw.get('op', 'allreduce')} algbw = bytes / time{same}")
     probe = (result.get("mpi") or {}).get("probe") or {}
     probe_rows = [b for b in probe.get("bandwidth") or [] if b.get("mb_s")]
     if probe_rows:

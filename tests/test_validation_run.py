@@ -1,0 +1,187 @@
+"""The validation job for real on this machine: gloo on CPU under torchrun, mpiexec and a real Slurm
+cluster (sbatch + srun, 2 and 4 ranks), and the faults it must catch, each with its reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_invoke
+from tests.test_validation_units import SOCKET_FALLBACK
+
+pytestmark = pytest.mark.integration
+
+
+def checks_of(result: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in result["checks"]}
+
+
+def assert_report(out: Path, verdict: str = "passed") -> dict:
+    result = json.loads((out / "result.json").read_text())
+    assert result["verdict"] == verdict, json.dumps([(c["name"], c["status"], c["summary"]) for c in result["checks"]], indent=1)
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith(f"# sitestack validation: local — {verdict.upper()}")
+    png = (out / "bandwidth.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    return result
+
+
+def validate(job: dict, tmp_path: Path, *args: str, env: dict | None = None):
+    result = run_invoke("validate", "--site", "local", "--prefix", str(job["prefix"]), "--results", str(tmp_path),
+                        "--python", job["python"], "--timeout", "600", *args, env={**job["env"], **(env or {})}, timeout=700)
+    outs = sorted(p for p in tmp_path.glob("sitestack-validation-*") if p.is_dir())
+    return result, (outs[-1] if outs else None)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def check_argv(job: dict, out: Path, *extra: str) -> list[str]:
+    return [job["python"], "-u", str(job["dir"] / "ddp_check.py"), "--config", str(job["dir"] / "check-config.json"),
+            "--out", str(out), "--steps", "8", *extra]
+
+
+def run_ranks(job: dict, out: Path, world: int, nprocs: int, port: int, extra: tuple[str, ...] = (), timeout: float = 120):
+    """``nprocs`` ranks started by hand with RANK/WORLD_SIZE (the plain env:// launcher)."""
+    procs = []
+    for rank in range(nprocs):
+        env = {**os.environ, **job["env"], "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen(check_argv(job, out, "--init-timeout", "8", *extra), env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    return [(p.returncode, text) for p, text in zip(procs, outputs)]
+
+
+# -- the job, for real ----------------------------------------------------------------------------------
+
+def test_install_built_the_probe_and_is_idempotent(installed_local_job, tmp_path):
+    job = installed_local_job
+    assert "changed  install-validation-job" in job["install_output"]
+    probe = job["dir"] / "mpi-probe" / "bin" / "sitestack-mpi-probe"
+    assert os.access(probe, os.X_OK)
+    again = run_invoke("install-validation-job", "--site", "local", "--prefix", str(job["prefix"]), "--python",
+                       job["python"], "--check", env={"SITESTACK_LOG_DIR": str(tmp_path)})
+    assert again.returncode == 0 and "ok       install-validation-job" in again.stdout, again.stdout
+    out = subprocess.run(["mpiexec", "-n", "2", str(probe)], capture_output=True, text=True, timeout=120)
+    data = json.loads(out.stdout)
+    assert out.returncode == 0 and data["size"] == 2 and data["allreduce_ok"] and "MPICH" in data["library"]
+    assert data["latency_us"] > 0 and [b["bytes"] for b in data["bandwidth"]][:2] == [1024, 4096]
+
+
+def test_torchrun_without_a_scheduler(installed_local_job, tmp_path):
+    result, out = validate(installed_local_job, tmp_path, "--scheduler", "none", "--launcher", "torchrun")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = assert_report(out)
+    checks = checks_of(data)
+    assert data["launcher"] == "torchrun" and data["world_size"] == 2 and data["backend"] == "gloo"
+    assert checks["mpi4py"]["status"] == "skipped" and "torchrun" in checks["mpi4py"]["summary"]
+    assert checks["horovod"]["summary"] == "skipped: Horovod not in this stack"
+    assert "sitestack validation of local: PASSED" in result.stdout and "summary.md" in result.stdout
+
+
+def test_mpiexec_without_a_scheduler(installed_local_job, tmp_path):
+    result, out = validate(installed_local_job, tmp_path, "--scheduler", "none", "--launcher", "mpiexec")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = assert_report(out)
+    checks = checks_of(data)
+    assert data["launcher"] == "mpiexec (Hydra)"
+    assert checks["mpi-probe"]["status"] == "passed" and "MPICH" in checks["mpi-probe"]["summary"]
+    assert checks["mpi4py"]["status"] == "passed" and "2 ranks" in checks["mpi4py"]["summary"]
+    assert checks["ddp"]["status"] == "passed" and checks["checkpoint"]["status"] == "passed"
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_sbatch_and_srun_on_the_slurm_cluster(installed_local_job, slurm_cluster, tmp_path, ranks):
+    result, out = validate(installed_local_job, tmp_path, "--ranks-per-node", str(ranks), env=slurm_cluster.env)
+    assert result.returncode == 0, result.stdout + result.stderr + slurm_cluster.logs()
+    assert "submitted validate-srun.sbatch to Slurm as job" in result.stdout
+    data = assert_report(out)
+    checks = checks_of(data)
+    assert data["launcher"] == "srun" and data["world_size"] == ranks and data["job_id"] == out.name.split("-")[-1]
+    assert all(r["source"].startswith("SLURM_PROCID") for r in data["ranks"])
+    assert checks["mpi4py"]["status"] == "passed" and f"{ranks} ranks" in checks["mpi4py"]["summary"]
+    assert checks["mpi-probe"]["status"] == "passed"
+    rows = data["bandwidth"]["rows"]
+    assert [r["bytes"] for r in rows][-1] == 4 << 20
+    assert rows[-1]["busbw_gbs"] == pytest.approx(rows[-1]["algbw_gbs"] * 2 * (ranks - 1) / ranks)
+    job_id = int(data["job_id"])
+    assert any(r["master"].endswith(f":{20000 + job_id % 10000}") for r in data["ranks"])
+
+
+# -- faults ------------------------------------------------------------------------------------------------
+
+def test_a_rank_initialised_differently_and_a_socket_fallback_log_fail(installed_local_job, tmp_path):
+    job = installed_local_job
+    log = tmp_path / "nccl.log"
+    log.write_text(SOCKET_FALLBACK)
+    out = tmp_path / "out"
+    env = {**os.environ, **job["env"], "SITESTACK_CHECK_FAULT": "seed@1"}
+    proc = subprocess.run([job["python"], "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           *check_argv(job, out, "--nccl-log", str(log))[2:]], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = checks_of(assert_report(out, "failed"))
+    assert checks["ddp"]["status"] == "failed"
+    assert "rank 1 built different initial parameters than rank 0" in checks["ddp"]["summary"]
+    assert checks["net-plugin"]["status"] == "failed"
+    assert "fell back to TCP sockets between nodes on nid005011" in checks["net-plugin"]["summary"]
+    assert checks["collectives"]["status"] == "passed" and checks["environment"]["status"] == "passed"
+
+
+def test_a_wrong_world_size_is_named(installed_local_job, tmp_path):
+    job = installed_local_job
+    out = tmp_path / "out"
+    results = run_ranks(job, out, world=3, nprocs=2, port=free_port())
+    assert [rc for rc, _ in results] == [1, 1], results
+    checks = checks_of(json.loads((out / "result.json").read_text()))
+    summary = checks["process-group"]["summary"]
+    assert checks["process-group"]["status"] == "failed"
+    assert "timed out after 8s waiting for 3 ranks" in summary and "2 of 3 ranks joined" in summary
+    assert checks["ddp"]["status"] == "skipped"
+
+
+def test_a_launcher_disagreeing_with_the_job_fails_before_init(installed_local_job, tmp_path):
+    job = installed_local_job
+    out = tmp_path / "out"
+    results = run_ranks(job, out, world=2, nprocs=2, port=free_port(), extra=("--expect-world-size", "4"))
+    assert [rc for rc, _ in results] == [1, 1]
+    checks = checks_of(json.loads((out / "result.json").read_text()))
+    assert checks["environment"]["status"] == "failed"
+    assert "the job expects 4 ranks but the launcher (env, RANK/WORLD_SIZE) says world size 2" in checks["environment"]["summary"]
+
+
+def test_a_taken_port_is_named(installed_local_job, tmp_path):
+    job = installed_local_job
+    out = tmp_path / "out"
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        results = run_ranks(job, out, world=2, nprocs=2, port=port)
+    assert [rc for rc, _ in results] == [1, 1]
+    checks = checks_of(json.loads((out / "result.json").read_text()))
+    assert checks["process-group"]["status"] == "failed"
+    assert f"MASTER_PORT {port} is already in use" in checks["process-group"]["summary"]
+
+
+@pytest.mark.parametrize("masks, status", [("0x1,0x2", "passed"), ("0x2,0x1", "failed")])
+def test_affinity_is_compared_with_the_masks(installed_local_job, tmp_path, masks, status):
+    job = installed_local_job
+    out = tmp_path / "out"
+    env = {**os.environ, **job["env"], "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    proc = subprocess.run(["mpiexec", "-n", "2", "-bind-to", "core", *check_argv(job, out, "--cpu-masks", masks)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    checks = checks_of(json.loads((out / "result.json").read_text()))
+    assert checks["affinity"]["status"] == status, checks["affinity"]
+    assert proc.returncode == (0 if status == "passed" else 1), proc.stdout[-3000:]
+    if status == "failed":
+        assert "rank 0 on" in checks["affinity"]["summary"] and "runs on CPUs 0, expected 1" in checks["affinity"]["summary"]
