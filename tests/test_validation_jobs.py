@@ -151,7 +151,7 @@ def test_bad_validation_facts_are_refused_at_load(tmp_path):
     bad.write_text(text.replace("launchers: [srun, mpiexec, torchrun]", "launchers: [srun, mpirunn]"))
     with pytest.raises(InputError, match="mpirunn"):
         pb.load(path=bad)
-    bad.write_text(text.replace("lower: -0.9", "lower: 0.5"))
+    bad.write_text(text.replace("lower: -0.95", "lower: 0.5"))
     with pytest.raises(InputError, match="lower"):
         pb.load(path=bad)
 

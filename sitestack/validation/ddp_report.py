@@ -177,7 +177,8 @@ def write_plot(result: dict[str, Any], path: str) -> str | None:
         ax.axvline(ref["at_bytes"], color="#d62728", linestyle=":", linewidth=0.8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ticks = sizes if len(sizes) <= 12 else sizes[:: max(1, len(sizes) // 10)]
+    every = sorted(set(sizes) | {b["bytes"] for b in probe_rows})
+    ticks = every if len(every) <= 12 else every[:: max(1, len(every) // 10)]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticks(ticks)
@@ -189,7 +190,7 @@ def write_plot(result: dict[str, Any], path: str) -> str | None:
                  f"{result.get('nodes')} node(s), {result.get('backend')} on {result.get('device')} "
                  f"({result.get('launcher')}) — {verdict}", fontsize=10)
     ax.grid(True, which="major", alpha=0.35)
-    ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
+    ax.legend(loc="lower right", fontsize=9, framealpha=0.9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
