@@ -415,9 +415,9 @@ def check_build_check(plan: Plan) -> Check:
                  env={"PYTHONPATH": "{install}"})
 
 
-def link_dir(site_prefix: str, kind: str, target: str) -> str:
-    """A private directory of symlinks (libnccl.so, libcuda.so.1) for one target directory."""
-    return f"{site_prefix}/.sitestack/links/{kind}-{hashlib.sha256(target.encode()).hexdigest()[:12]}"
+def link_dir(cache_root: str, kind: str, target: str) -> str:
+    """A private directory of symlinks (libnccl.so, libcuda.so.1) for one target, beside the build cache."""
+    return f"{cache_root}/links/{kind}-{hashlib.sha256(target.encode()).hexdigest()[:12]}"
 
 
 # -- the action -----------------------------------------------------------------------------------
@@ -583,7 +583,7 @@ class HorovodInstall(RecipeInstall):
                                  f"HOROVOD_GPU_OPERATIONS={self.plan.gpu_operations} with ROCm")
 
     def cuda_parts(self, host: Host, probed: Probed) -> tuple[Probed, list[tuple[str, str]]]:
-        facts, site_prefix = self.ctx.facts, self.target.site_prefix
+        facts, links_root = self.ctx.facts, self.cache_root(host)
         env = probed.env
         home = resolve_refs(facts.cuda.home, env, "facts.cuda.home")
         if not host.exists(f"{home}/bin/nvcc"):
@@ -606,7 +606,7 @@ class HorovodInstall(RecipeInstall):
         elif any(n.startswith("libnccl.so.") for n in libs):
             # pip's NCCL wheels ship only libnccl.so.2, which CMake's find_library(nccl) misses.
             real = sorted(n for n in libs if n.startswith("libnccl.so."))[0]
-            lib = link_dir(site_prefix, "nccl", f"{nccl}/lib")
+            lib = link_dir(links_root, "nccl", f"{nccl}/lib")
             links.append((f"{lib}/libnccl.so", f"{nccl}/lib/{real}"))
         else:
             raise SitestackError(f"no libnccl.so in {nccl}/lib")
@@ -618,7 +618,7 @@ class HorovodInstall(RecipeInstall):
             if not host.exists(stub):
                 raise SitestackError(f"{host.name} has no CUDA driver (no libcuda.so.1) and {stub} is missing: "
                                      "nothing to link Horovod's CUDA code against")
-            stubs = link_dir(site_prefix, "cuda-stubs", stub)
+            stubs = link_dir(links_root, "cuda-stubs", stub)
             links += [(f"{stubs}/libcuda.so", stub), (f"{stubs}/libcuda.so.1", stub)]
         return dataclasses.replace(probed, cuda_home=home, nccl_home=nccl, nccl_include=f"{nccl}/include", nccl_lib=lib,
                                    cuda_stubs=stubs), links
