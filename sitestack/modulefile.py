@@ -29,6 +29,7 @@ no longer wanted are removed (a record in ``<install_root>/.sitestack/``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -56,7 +57,7 @@ FILE_MODE = 0o644
 DIR_MODE = 0o755
 
 _VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ENV_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_ENV_REF = re.compile(r"\$(?:\x00([A-Za-z_][A-Za-z0-9_]*)\x00|([A-Za-z_][A-Za-z0-9_]*))")
 _MODULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)+")
 
 
@@ -92,6 +93,7 @@ def text_of(raw: str, values: Mapping[str, str]) -> Text:
     """A fact string as a module value: ``{user}``/``{home}`` and ``$VAR`` are read at load time,
     other placeholders are filled from ``values``."""
     parts: list[tuple[str, str]] = []
+    raw = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", "$\x00\\1\x00", raw)  # ${VAR} is not a placeholder
     for lit, name, _spec, _conv in string.Formatter().parse(raw):
         if lit:
             parts += _env_refs(lit)
@@ -198,6 +200,12 @@ class ModuleSpec:
 
 
 def environment(template_dirs: Sequence[str | Path] = ()) -> jinja2.Environment:
+    """The Jinja2 environment: ``template_dirs`` first, then ``modulefiles/``; strict, no autoescape."""
+    return _environment(tuple(str(d) for d in template_dirs))
+
+
+@functools.lru_cache(maxsize=16)
+def _environment(template_dirs: tuple[str, ...]) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(d) for d in (*template_dirs, TEMPLATE_DIR)]),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
@@ -283,6 +291,9 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
     summary = f"PyTorch {torch.version} ({torch.variant}) stack for {ctx.site.name}"
     built_lines = [f"{b.recipe} {b.version} ({b.dest})" for b in built if not is_plugin(b, facts)]
     built_lines += [f"{b.recipe} {b.version} (module {b.module_name})" for b in built if is_plugin(b, facts)]
+    own = [b.recipe for b in built if not is_plugin(b, facts)]
+    description = f"{summary}: {', '.join(['torch', *sorted(torch.packages)])}" + (
+        f"; built for the site: {', '.join(own)}" if own else "")
     data = {
         "site_description": facts.description,
         "path": stack.path,
@@ -299,9 +310,7 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
     return ModuleSpec(
         name=name, version=version, template="stack", site=ctx.site.name, summary=summary,
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
-                ("Description", f"{summary}: torch, {', '.join(sorted(torch.packages)) or 'no companions'}"
-                                f"{', ' + ', '.join(b.recipe for b in built if not is_plugin(b, facts)) if built else ''}"),
-                ("URL", "https://pytorch.org")),
+                ("Description", description), ("URL", "https://pytorch.org")),
         requires=needs, autoload=autoload, family=stack.family, paths=tuple(paths), env=tuple(env), data=data)
 
 
@@ -398,16 +407,22 @@ class ModuleFiles(Action):
     def describe(self) -> str:
         return f"install the module files of {self.stack.name} under {self.root}"
 
-    def files(self, host: Host) -> dict[str, str]:
-        recipes = tuple(dict.fromkeys([*self.args.recipes, *plugin_recipes(self.ctx.facts)]))
-        built, _notes = find_built(host, self.ctx, recipes)
+    def recipes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*self.args.recipes, *plugin_recipes(self.ctx.facts)]))
+
+    def render_files(self, built: Sequence[Built], fmt: str | None = None, *, plugins: bool = False) -> dict[str, str]:
+        """path -> text of the module files for the packages ``built`` (no host needed)."""
         specs = site_modules(self.ctx, self.stack, built, requires=self.args.requires, autoload=self.args.autoload,
-                             plugins=False)
+                             plugins=plugins)
         dirs = [self.args.templates] if self.args.templates else []
-        return {f"{self.root}/{rel}": text for rel, text in render_all(specs, self.fmt, dirs).items()}
+        return {f"{self.root}/{rel}": text for rel, text in render_all(specs, fmt or self.fmt, dirs).items()}
+
+    def files(self, host: Host) -> dict[str, str]:
+        built, _notes = find_built(host, self.ctx, self.recipes())
+        return self.render_files(built)
 
     def dirs(self, files: Mapping[str, str]) -> list[str]:
-        out = [self.root]
+        out = [self.root, os.path.dirname(self.record)]
         for path in files:
             d = os.path.dirname(path)
             while d.startswith(self.root + "/") and d not in out:

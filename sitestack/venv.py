@@ -639,6 +639,7 @@ class Builder:
             self._switch(gen)
         except BaseException:
             self.host.probe(["rm", "-rf", "--", gen])
+            self.host.probe(["rmdir", "-p", "--ignore-fail-on-non-empty", "--", self.parent])
             raise
         self.host.write_text(self.stack.manifest, dump(manifest), 0o644)
 

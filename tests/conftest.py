@@ -134,3 +134,104 @@ def mpi4py_build(tmp_path_factory):
     return SimpleNamespace(root=root, prefix=prefix, dest=prefix / "mpi4py" / "4.1.2", env=env, check=check,
                            build=build, seconds=seconds)
 
+
+# -- the stack: venv, extend-venv-activate, module files (tests/test_venv*, test_modulefile*, test_activate*) --
+import re  # noqa: E402
+
+#: Variables only Lmod reads: its loaded-module table (split into _ModuleTable###_ chunks), the
+#: reference counts of path entries and the pushenv stacks. Lmod leaves some behind after the last
+#: unload (an emptied table chunk, the counts of entries that were there before); nothing else
+#: reads them, so comparisons of the environment before and after `module unload` ignore them.
+LMOD_BOOKKEEPING = re.compile(r"_ModuleTable\d+_|_ModuleTable_Sz_|__LMOD_REF_COUNT_\w+|__LMOD_STACK_\w+|"
+                              r"__LMOD_Priority_\w+|LOADEDMODULES|_LMFILES_")
+LMOD_INIT = "/usr/share/lmod/lmod/init"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """A minimal login-like environment for a shell under test."""
+    return {"HOME": os.environ.get("HOME", "/root"), "USER": os.environ.get("USER") or "root", "LANG": "C.UTF-8",
+            "PATH": "/usr/local/bin:/usr/bin:/bin", **extra}
+
+
+def shell(argv: list[str], script: str, env: dict[str, str] | None = None, timeout: float = 300,
+          cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with ``argv`` (e.g. ["bash", "-c"]) in a clean environment."""
+    return subprocess.run([*argv, script], env=env or clean_env(), text=True, capture_output=True, timeout=timeout,
+                          cwd=cwd)
+
+
+def parse_env(dump: str) -> dict[str, str]:
+    """``env -0`` output -> mapping."""
+    out = {}
+    for item in dump.split("\0"):
+        if "=" in item:
+            key, _, value = item.partition("=")
+            out[key] = value
+    return out
+
+
+def without_lmod_bookkeeping(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not LMOD_BOOKKEEPING.fullmatch(k)}
+
+
+def playbook_copy(tmp: Path, site: str = "local", *, facts: dict | None = None, step_args: dict | None = None) -> Path:
+    """``playbooks/<site>.yml`` copied to ``tmp/<site>.yml`` with facts merged in and step arguments changed
+    (``{action: {arg: value}}``)."""
+    import yaml
+    data = yaml.safe_load((REPO / "playbooks" / f"{site}.yml").read_text())
+
+    def merge(into: dict, new: dict) -> None:
+        for key, value in new.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+
+    merge(data["facts"], facts or {})
+    for step in data["steps"]:
+        if step_args and step["action"] in step_args:
+            step["args"] = {**(step.get("args") or {}), **step_args[step["action"]]}
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / f"{site}.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory):
+    """The local site's stack, made ONCE per session the way a user makes it: mpi4py built
+    (`invoke build-mpi4py`; from the build cache when an earlier run built the same inputs, so no
+    compiling then), `invoke install-venv`, `invoke install-modulefiles`. Horovod too when
+    SITESTACK_TEST_HOROVOD=1 and the build-horovod task exists (a cold build takes many minutes):
+    it is built with the stack's torch, then install-venv runs again and adds it in place.
+    ``seconds`` holds the timings; ``horovod`` is None or why Horovod is missing."""
+    import time
+    from types import SimpleNamespace
+
+    root = tmp_path_factory.mktemp("stack")
+    prefix = root / "prefix"
+    env = {"SITESTACK_LOG_DIR": str(root / "logs")}
+    seconds: dict[str, float] = {}
+
+    def step(name: str, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+        start = time.monotonic()
+        out = run_invoke(*args, "--site", "local", "--prefix", str(prefix), env=env, timeout=timeout)
+        seconds[name] = time.monotonic() - start
+        assert out.returncode == 0, f"{' '.join(args)} failed:\n{out.stdout}\n{out.stderr}"
+        return out
+
+    step("build-mpi4py", "build-mpi4py")
+    venv_run = step("install-venv", "install-venv")
+    venv = prefix / "pytorch" / "2.13.0-cpu"
+    horovod = "Horovod is not built for this stack: set SITESTACK_TEST_HOROVOD=1 to build it (`invoke build-horovod`)"
+    listing = run_invoke("--list").stdout
+    if "build-horovod" not in listing:
+        horovod = "Horovod is not built for this stack: this checkout has no build-horovod task"
+    elif os.environ.get("SITESTACK_TEST_HOROVOD") == "1":
+        step("build-horovod", "build-horovod", "--python", str(venv / "bin" / "python"))
+        step("install-venv (adds horovod)", "install-venv")
+        horovod = None
+    modules = step("install-modulefiles", "install-modulefiles")
+    return SimpleNamespace(root=root, prefix=prefix, env=env, venv=venv, name="pytorch/2.13.0-cpu",
+                           modules=prefix / "modules", manifest=prefix / "pytorch" / "2.13.0-cpu.manifest.json",
+                           seconds=seconds, horovod=horovod, venv_output=venv_run.stdout, modules_output=modules.stdout)

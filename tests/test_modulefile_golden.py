@@ -1,0 +1,200 @@
+"""Module files without a host: golden Lua and Tcl output for Cirrus, Frontier, LUMI and Dawn, and the
+template rules (StrictUndefined, no timestamps, quoting, load-time values, one block per package).
+
+The goldens are rendered from each site's playbook (its ``modulefiles`` step's arguments) for a
+fixed user (alice, account proj123), with mpi4py from its real recipe and Horovod and the network
+plugin (where the site builds one) described by the module settings below, so they test the
+templates, not the state of other recipes. After an intended change, regenerate them with
+``SITESTACK_UPDATE_GOLDEN=1 python -m pytest tests/test_modulefile_golden.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from sitestack import modulefile as mf
+from sitestack import playbook as pb
+from sitestack.actions import ACTIONS
+from sitestack.errors import InputError, SitestackError
+from sitestack.recipe import ModuleSettings
+from sitestack.venv import Built, recipe_targets
+
+GOLDEN = Path(__file__).parent / "golden" / "modulefiles"
+SITES = ("cirrus", "frontier", "lumi", "dawn")
+UPDATE = os.environ.get("SITESTACK_UPDATE_GOLDEN") == "1"
+
+HOROVOD = ModuleSettings(whatis="Horovod for PyTorch, built against the site MPI (and NCCL/RCCL on GPU sites)",
+                         prepend={"PYTHONPATH": ("{install}",), "PATH": ("{install}/bin",)})
+PLUGIN = ModuleSettings(whatis="libfabric network plugin for RCCL (Slingshot cxi)",
+                        prepend={"LD_LIBRARY_PATH": ("{install}/lib",)},
+                        set={"NCCL_NET_PLUGIN": "{install}/lib/librccl-net.so", "NCCL_NET": "AWS Libfabric"})
+
+
+def context(site_name: str):
+    site = pb.load(site_name)
+    return site, mf.offline_context(site, home="/home/alice", user="alice", account="proj123")
+
+
+def step_of(site, ctx, action: str):
+    spec = next(s for s in site.steps if s.action == action)
+    return ACTIONS[action].from_spec(spec, ctx)
+
+
+def built_for(ctx) -> list[Built]:
+    """mpi4py from its recipe; Horovod and (where the site names one) the network plugin as above."""
+    (mpi4py,), _ = recipe_targets(ctx, ["mpi4py"])
+    prefix = ctx.values["prefix"]
+    out = [mpi4py, Built(recipe="horovod", version="0.28.1", dest=f"{prefix}/horovod/0.28.1",
+                         description="Distributed training framework", homepage="https://horovod.ai",
+                         settings=HOROVOD, values={"install": f"{prefix}/horovod/0.28.1"})]
+    plugin = ctx.facts.network.net_plugin
+    if plugin:
+        dest = f"{prefix}/{plugin}/1.4.0-rocm-{ctx.facts.rocm.version}"
+        out.append(Built(recipe=plugin, version="1.4.0", dest=dest, description="RCCL network plugin",
+                         homepage="https://github.com/ROCm/aws-ofi-rccl", settings=PLUGIN, values={"install": dest}))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def rendered(site_name: str, fmt: str) -> dict[str, str]:
+    site, ctx = context(site_name)
+    step = step_of(site, ctx, "modulefiles")
+    files = step.render_files(built_for(ctx), fmt, plugins=True)
+    return {os.path.relpath(path, step.root): text for path, text in files.items()}
+
+
+CASES = [(s, f) for s in SITES for f in ("lua", "tcl")]
+
+
+@pytest.mark.parametrize(("site", "fmt"), CASES, ids=[f"{s}-{f}" for s, f in CASES])
+def test_golden(site: str, fmt: str):
+    files = rendered(site, fmt)
+    root = GOLDEN / site / fmt
+    if UPDATE:
+        for old in root.rglob("*"):
+            if old.is_file():
+                old.unlink()
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+    on_disk = {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file()}
+    assert sorted(files) == sorted(on_disk), f"module files for {site}/{fmt} differ from {root}"
+    for rel, text in files.items():
+        if text != on_disk[rel]:
+            diff = "".join(difflib.unified_diff(on_disk[rel].splitlines(True), text.splitlines(True),
+                                                f"golden/{site}/{fmt}/{rel}", "rendered"))
+            pytest.fail(f"{rel} differs from its golden file (SITESTACK_UPDATE_GOLDEN=1 to accept):\n{diff}")
+
+
+def test_every_site_and_format_has_its_stack_and_packages():
+    assert sorted(os.listdir(GOLDEN)) == sorted(SITES)
+    expected = {"cirrus": "pytorch/2.3.1-gpu", "frontier": "pytorch/2.2.2-rocm5.7", "lumi": "pytorch/2.7.1-rocm6.2.4",
+                "dawn": "pytorch/2.8.0-xpu"}
+    for site, stack in expected.items():
+        lua = rendered(site, "lua")
+        assert f"{stack}.lua" in lua and "mpi4py/4.1.2.lua" in lua and "horovod/0.28.1.lua" in lua
+        assert f"{stack}" in rendered(site, "tcl")
+
+
+def test_the_site_facts_reach_the_module_files():
+    cirrus = rendered("cirrus", "tcl")["pytorch/2.3.1-gpu"]
+    assert cirrus.startswith("#%Module1.0\n")
+    assert 'depends-on "python/3.12.1-gpu"' in cirrus and 'module load "python/3.12.1-gpu"' in cirrus
+    assert 'conflict "pytorch"' in cirrus
+    assert 'prepend-path PYTHONPATH "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu/lib/python3.12/site-packages"' in cirrus
+    assert 'sitestack_setenv HOROVOD_MPI_THREADS_DISABLE "1"' in cirrus
+    frontier = rendered("frontier", "lua")["pytorch/2.2.2-rocm5.7.lua"]
+    for module in ("PrgEnv-gnu/8.5.0", "rocm/5.7.1", "craype-accel-amd-gfx90a", "aws-ofi-rccl/1.4.0-rocm-5.7.1"):
+        assert f'depends_on("{module}")' in frontier
+    assert 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in frontier
+    assert 'pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")' in frontier
+    # {user} in a fact is the user who loads the module, not the one who installed it
+    assert 'pushenv("MIOPEN_USER_DB_PATH", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-cache")' in frontier
+    assert "alice-miopen" not in frontier
+    plugin = rendered("frontier", "lua")["aws-ofi-rccl/1.4.0-rocm-5.7.1.lua"]
+    assert 'pushenv("NCCL_NET", "AWS Libfabric")' in plugin and 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in plugin
+    assert 'prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib")' in plugin
+    lumi = rendered("lumi", "lua")["pytorch/2.7.1-rocm6.2.4.lua"]
+    assert 'append_path("SINGULARITY_BINDPATH", "/projappl/proj123/sitestack", ",")' in lumi
+    assert 'prepend_path("SINGULARITYENV_PREPEND_PATH", "/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4/bin")' in lumi
+    assert 'prepend_path("PATH"' not in lumi  # the venv's python is the container's: not on the host PATH
+    dawn = rendered("dawn", "tcl")["pytorch/2.8.0-xpu"]
+    assert "append-path -d \",\" APPTAINER_BINDPATH" in dawn and 'depends-on "rhel9/default-dawn"' in dawn
+    assert 'sitestack_setenv ZE_FLAT_DEVICE_HIERARCHY "FLAT"' in dawn
+    assert 'sitestack_setenv SIF "/home/alice/sitestack/dawn/apptainer/pytorch2.8.sif"' in dawn
+
+
+def test_rendering_is_deterministic_with_no_timestamps():
+    first, second = rendered.__wrapped__("cirrus", "lua"), rendered.__wrapped__("cirrus", "lua")
+    assert first == second
+    import re
+    import time
+    year = time.strftime("%Y")
+    for text in first.values():
+        assert not re.search(rf"\b{year}-\d\d-\d\d|\d\d:\d\d:\d\d", text)
+
+
+# -- templates -----------------------------------------------------------------------------------------
+def spec(**extra) -> mf.ModuleSpec:
+    base = dict(name="pkg", version="1.0", template="base", site="test", summary="a package",
+                whatis=(("Name", "pkg"),), help="help text")
+    return mf.ModuleSpec(**{**base, **extra})
+
+
+def test_strict_undefined_refuses_a_template_that_uses_an_unknown_name(tmp_path: Path):
+    (tmp_path / "stack.lua.j2").write_text('{% extends "base.lua.j2" %}{% block help %}{{ d.no_such_key }}{% endblock %}')
+    with pytest.raises(SitestackError, match="no_such_key"):
+        mf.render(spec(template="stack", data={}), "lua", [tmp_path])
+
+
+def test_a_site_template_overrides_one_block(tmp_path: Path):
+    (tmp_path / "pkg.lua.j2").write_text('{% extends "base.lua.j2" %}{% block footer %}-- site footer\n{% endblock %}')
+    plain = mf.render(spec(), "lua")
+    site = mf.render(spec(template="pkg"), "lua", [tmp_path])
+    assert site.replace("modulefiles/pkg.lua.j2", "modulefiles/base.lua.j2") == plain + "-- site footer\n"
+
+
+def test_per_package_templates_override_only_the_help_block():
+    for fmt in ("lua", "tcl"):
+        env = mf.environment()
+        for package in ("stack", "mpi4py", "horovod", "net-plugin"):
+            source = env.loader.get_source(env, f"{package}.{fmt}.j2")[0]
+            blocks = [line.split()[2] for line in source.splitlines() if line.startswith("{% block ")]
+            assert blocks == ["help"], (package, fmt, blocks)
+
+
+def test_values_are_quoted_for_each_language():
+    tricky = 'a "b" $c [d] {e} \\f\nnext'
+    s = spec(env=(("X", mf.literal(tricky)), ("Y", mf.text_of("/tmp/{user}/${SCRATCH}/x", {}))), help="ends ]] here")
+    lua = mf.render(s, "lua")
+    assert 'pushenv("X", "a \\"b\\" $c [d] {e} \\\\f\\nnext")' in lua
+    assert 'pushenv("Y", "/tmp/" .. (os.getenv("USER") or "") .. "/" .. (os.getenv("SCRATCH") or "") .. "/x")' in lua
+    assert "help([=[\nends ]] here\n]=])" in lua
+    tcl = mf.render(s, "tcl")
+    assert 'sitestack_setenv X "a \\"b\\" \\$c \\[d\\] \\{e\\} \\\\f\\nnext"' in tcl
+    assert 'sitestack_setenv Y "/tmp/$::env(USER)/$::env(SCRATCH)/x"' in tcl
+
+
+def test_bad_names_are_refused():
+    with pytest.raises(InputError, match="not an environment variable name"):
+        mf.render(spec(env=(("BAD-NAME", mf.literal("x")),)), "lua")
+    with pytest.raises(InputError, match="name/version"):
+        mf.render(spec(name="bad name"), "tcl")
+    with pytest.raises(InputError, match="lua or tcl"):
+        mf.render(spec(), "yaml")
+
+
+def test_text_of_fills_install_time_placeholders_and_keeps_load_time_ones():
+    t = mf.text_of("{prefix}/x-{user}-{home}-$HOST", {"prefix": "/p", "user": "alice", "home": "/home/alice"})
+    assert t.parts == (("lit", "/p/x-"), ("env", "USER"), ("lit", "-"), ("env", "HOME"), ("lit", "-"), ("env", "HOST"))
+    assert str(mf.text_of("{{literal}}", {})) == "{literal}"
+
+
+def test_jinja_environment_is_strict():
+    assert mf.environment().undefined is jinja2.StrictUndefined

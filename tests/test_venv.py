@@ -1,0 +1,284 @@
+"""The stack environment: `invoke install-venv` for real on the local site (one stack per session),
+its manifest, no-op re-runs, in-place updates, bad input; and the commands made for the other sites."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sitestack import modulefile as mf
+from sitestack import playbook as pb
+from sitestack import venv
+from tests.conftest import playbook_copy, run_invoke, tree
+
+integration = pytest.mark.integration
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot(path: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime_ns) of every path below ``path`` (symlinks not followed), except the lock file
+    every applying run takes (``.sitestack/provision.lock``)."""
+    out = {}
+    for p in [path, *path.rglob("*")]:
+        if p.name == "provision.lock":
+            continue
+        st = p.lstat()
+        out[str(p.relative_to(path))] = (st.st_ino, st.st_mtime_ns)
+    return out
+
+
+# -- the local stack, for real -------------------------------------------------------------------------
+@integration
+def test_stack_is_made_from_the_build_and_torch_works(local_stack):
+    v = local_stack.venv
+    assert v.is_symlink() and v.resolve().name.startswith(".2.13.0-cpu.gen-")  # a generation behind a symlink
+    assert "changed  stack-venv" in local_stack.venv_output
+    out = subprocess.run(
+        [str(v / "bin" / "python"), "-c", "import torch, mpi4py, mpi4py.MPI as M; print(torch.__version__, "
+         "mpi4py.__file__, M.Get_library_version().split()[0])"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    version, where, mpi = out.stdout.split()
+    assert version == "2.13.0+cpu" and where.startswith(str(v)) and mpi == "MPICH"
+    print(f"\nstack made in {local_stack.seconds['install-venv']:.1f}s (mpi4py step "
+          f"{local_stack.seconds['build-mpi4py']:.1f}s)")
+
+
+@integration
+def test_manifest_lists_exactly_what_is_installed(local_stack):
+    manifest = json.loads(local_stack.manifest.read_text())
+    site_packages = local_stack.venv / "lib" / "python3.11" / "site-packages"
+    dists = {p.name for p in site_packages.iterdir() if p.name.endswith((".dist-info", ".egg-info"))}
+    assert {p["dist_info"] for p in manifest["packages"]} == dists
+    by_name = {venv.normalize(p["name"]): p for p in manifest["packages"]}
+    for p in manifest["packages"]:
+        record = site_packages / p["dist_info"] / "RECORD"
+        assert p["record_sha256"] == sha256(record), p["name"]
+        assert p["version"] and p["source"]["kind"] in ("index", "built", "environment")
+    torch = by_name["torch"]
+    assert torch["version"] == "2.13.0+cpu" and torch["source"]["requested"]
+    wheel = Path(torch["source"]["url"].replace("file://", "").replace("%2B", "+"))
+    assert wheel.is_file() and torch["source"]["sha256"] == sha256(wheel)  # the wheel pip installed, by hash
+    mpi4py = by_name["mpi4py"]
+    stamp = json.loads((local_stack.prefix / "mpi4py" / "4.1.2" / ".sitestack" / "install.json").read_text())
+    assert mpi4py["source"]["kind"] == "built" and mpi4py["source"]["sha256"] == stamp["artefact"]["sha256"]
+    assert mpi4py["source"]["install"] == str(local_stack.prefix / "mpi4py" / "4.1.2")
+    assert manifest["plan"]["requirements"] == ["torch==2.13.0+cpu"]
+    assert manifest["plan"]["built"]["mpi4py"]["sha256"] == stamp["artefact"]["sha256"]
+    assert manifest["python"].startswith("3.11.") and manifest["name"] == "pytorch/2.13.0-cpu"
+
+
+@integration
+def test_rerun_with_nothing_changed_is_a_fast_noop(local_stack):
+    before = snapshot(local_stack.prefix)
+    start = time.monotonic()
+    again = run_invoke("install-venv", "--site", "local", "--prefix", str(local_stack.prefix), env=local_stack.env)
+    wall = time.monotonic() - start
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "[localhost] ok       stack-venv" in again.stdout and "[localhost] ok       venv-hook" in again.stdout
+    step_time = float(again.stdout.strip().splitlines()[-1].split()[-1].rstrip("s"))
+    print(f"\nno-op re-run: {wall:.2f}s wall, {step_time:.2f}s in the steps")
+    assert step_time < 2.0, again.stdout
+    assert snapshot(local_stack.prefix) == before  # nothing written, not even a timestamp
+    check = run_invoke("install-venv", "--site", "local", "--prefix", str(local_stack.prefix), "--check",
+                       "--fail-on-change", env=local_stack.env)
+    assert check.returncode == 0, check.stdout
+
+
+@integration
+def test_changed_pin_updates_only_what_changed(local_stack, tmp_path: Path):
+    prefix, v = local_stack.prefix, local_stack.venv
+    sp = v / "lib" / "python3.11" / "site-packages"
+    generation = os.readlink(v)
+    torch_record = (sp / "torch-2.13.0+cpu.dist-info" / "RECORD").stat()
+    original = json.loads(local_stack.manifest.read_text())
+    added = playbook_copy(tmp_path, facts={"torch": {"extras": ["six"]}})
+    plan = run_invoke("install-venv", "--playbook", str(added), "--prefix", str(prefix), "--check", "--diff",
+                      env=local_stack.env)
+    assert plan.returncode == 0 and "would change: extras: +six" in plan.stdout and '+    "six"' in plan.stdout
+    run = run_invoke("install-venv", "--playbook", str(added), "--prefix", str(prefix), env=local_stack.env)
+    try:
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "changed  stack-venv: extras: +six" in run.stdout
+        assert os.readlink(v) == generation  # updated in place, not rebuilt
+        after = (sp / "torch-2.13.0+cpu.dist-info" / "RECORD").stat()
+        assert (after.st_ino, after.st_mtime_ns) == (torch_record.st_ino, torch_record.st_mtime_ns)  # torch untouched
+        manifest = json.loads(local_stack.manifest.read_text())
+        six = next(p for p in manifest["packages"] if p["name"] == "six")
+        assert six["source"]["kind"] == "index" and six["source"]["requested"] and six["source"]["sha256"]
+        assert {p["name"] for p in manifest["packages"]} == {p["name"] for p in original["packages"]} | {"six"}
+        assert run_invoke("install-venv", "--playbook", str(added), "--prefix", str(prefix), "--check",
+                          "--fail-on-change", env=local_stack.env).returncode == 0
+    finally:
+        back = run_invoke("install-venv", "--site", "local", "--prefix", str(prefix), env=local_stack.env)
+    assert back.returncode == 0 and "changed  stack-venv: extras: -six" in back.stdout, back.stdout + back.stderr
+    assert not list(sp.glob("six-*.dist-info"))
+    restored = json.loads(local_stack.manifest.read_text())
+    assert restored["packages"] == original["packages"] and restored["plan"] == original["plan"]
+
+
+@integration
+def test_content_that_differs_from_the_manifest_is_drift(local_stack):
+    sp = local_stack.venv / "lib" / "python3.11" / "site-packages"
+    stray = sp / "stray-1.0.dist-info"
+    stray.mkdir()
+    try:
+        check = run_invoke("install-venv", "--site", "local", "--prefix", str(local_stack.prefix), "--check",
+                           "--fail-on-change", env=local_stack.env)
+        assert check.returncode == 2, check.stdout
+        assert "content differs from the manifest: +stray-1.0.dist-info" in check.stdout
+    finally:
+        stray.rmdir()
+
+
+@integration
+def test_horovod_from_its_build_is_in_the_stack(local_stack):
+    if local_stack.horovod:
+        pytest.skip(local_stack.horovod)
+    out = subprocess.run(
+        [str(local_stack.venv / "bin" / "python"), "-c", "import torch, mpi4py, horovod.torch as hvd; print(hvd.__file__)"],
+        capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith(str(local_stack.venv)), out.stderr
+    manifest = json.loads(local_stack.manifest.read_text())
+    assert next(p for p in manifest["packages"] if p["name"].lower() == "horovod")["source"]["kind"] == "built"
+
+
+# -- bad input: one message, exit 1, nothing half-written ------------------------------------------------------
+def stack_files(prefix: Path) -> list[str]:
+    """What install-venv would have written (the provision lock file is not the stack's)."""
+    return [p for p in tree(prefix) if not p.startswith(".sitestack")]
+
+
+@integration
+def test_unreachable_wheel_index_fails_before_anything_is_written(tmp_path: Path):
+    book = playbook_copy(tmp_path / "book", facts={"torch": {"index_url": "http://127.0.0.1:9/simple"}})
+    prefix = tmp_path / "prefix"
+    out = run_invoke("install-venv", "--playbook", str(book), "--prefix", str(prefix),
+                     env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert out.returncode == 1, out.stdout
+    assert "wheel index http://127.0.0.1:9/simple cannot be reached from localhost" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+    assert stack_files(prefix) == []
+
+
+@integration
+def test_a_failed_install_leaves_no_half_environment(tmp_path: Path):
+    book = playbook_copy(tmp_path / "book", facts={"torch": {"extras": [str(tmp_path / "missing-1.0-py3-none-any.whl")]}})
+    prefix = tmp_path / "prefix"
+    out = run_invoke("install-venv", "--playbook", str(book), "--prefix", str(prefix),
+                     env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert out.returncode == 1 and "failed   stack-venv" in out.stdout, out.stdout
+    assert stack_files(prefix) == []  # the generation it was building is gone
+
+
+@pytest.mark.parametrize("task", ["install-venv", "install-modulefiles"])
+def test_site_without_module_system_is_refused(task: str, tmp_path: Path):
+    book = playbook_copy(tmp_path / "book", facts={"modules": {"system": "none", "init": None}})
+    prefix = tmp_path / "prefix"
+    out = run_invoke(task, "--playbook", str(book), "--prefix", str(prefix))
+    assert out.returncode == 1
+    assert out.stderr.strip().count("\n") == 0 and "has no module system" in out.stderr, out.stderr
+    assert "facts.modules.system" in out.stderr and out.stdout == "" and not prefix.exists()
+
+
+@integration
+def test_a_foreign_directory_at_the_stack_path_is_left_alone(tmp_path: Path):
+    prefix = tmp_path / "prefix"
+    mine = prefix / "pytorch" / "2.13.0-cpu"
+    (mine / "bin").mkdir(parents=True)
+    (mine / "notes.txt").write_text("hand-made\n")
+    out = run_invoke("install-venv", "--site", "local", "--prefix", str(prefix),
+                     env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert out.returncode == 1 and "exists and is not a stack sitestack installed" in out.stdout, out.stdout
+    assert (mine / "notes.txt").read_text() == "hand-made\n" and sorted(os.listdir(prefix / "pytorch")) == ["2.13.0-cpu"]
+
+
+# -- the other sites, without their machines -----------------------------------------------------------------------
+def site_step(name: str):
+    site = pb.load(name)
+    ctx = mf.offline_context(site, home="/home/alice", user="alice", account="proj123")
+    spec = next(s for s in site.steps if s.action == "stack-venv")
+    return ctx, venv.StackVenv.from_spec(spec, ctx)
+
+
+def test_torch_pins_carry_the_wheel_variant():
+    expected = {
+        "cirrus": ("torch==2.3.1+cu121", "torchaudio==2.3.1+cu121", "torchtext==0.18.0", "torchvision==0.18.1+cu121"),
+        "frontier": ("torch==2.2.2+rocm5.7", "torchaudio==2.2.2+rocm5.7", "torchvision==0.17.2+rocm5.7"),
+        "local": ("torch==2.13.0+cpu",),
+        "lumi": (),   # torch comes with the container
+        "dawn": (),
+    }
+    for name, pins in expected.items():
+        ctx, step = site_step(name)
+        assert step.stack.requirements == pins, name
+        assert venv.torch_requirements(ctx.facts)[0].endswith("+" + ctx.facts.torch.variant)
+
+
+def test_stack_paths_and_names():
+    _, cirrus = site_step("cirrus")
+    assert cirrus.stack.path == "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu"  # the seed's name
+    assert cirrus.stack.manifest == cirrus.stack.path + ".manifest.json"
+    assert cirrus.stack.system_site_packages  # the module's Miniconda packages stay visible
+    _, local = site_step("local")
+    assert local.stack.name == "pytorch/2.13.0-cpu" and not local.stack.system_site_packages
+    assert local.stack.site_packages.endswith("/pytorch/2.13.0-cpu/lib/python3.11/site-packages")
+
+
+def test_commands_for_each_kind_of_base_python():
+    _, cirrus = site_step("cirrus")
+    (create,) = cirrus.base.create("/g")
+    assert create[:2] == ["bash", "-c"] and "module load python/3.12.1-gpu" in create[2]
+    assert create[-6:] == ["python", "-m", "venv", "--without-pip", "--system-site-packages", "/g"]
+    _, frontier = site_step("frontier")
+    (create,) = frontier.base.create("/g")
+    assert "module load miniforge3/23.11.0-0" in create[2] and "module load rocm/5.7.1" in create[2]
+    assert create[-8:] == ["conda", "create", "--yes", "--quiet", "--prefix", "/g", "python=3.10", "pip"]
+    assert frontier.base.env_python("/g", ["-m", "pip"])[-3:] == ["/g/bin/python", "-m", "pip"]
+    _, lumi = site_step("lumi")
+    (create,) = lumi.base.create("/g")
+    image = "/appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
+    i = create.index("singularity")
+    assert create[i:i + 3] == ["singularity", "exec", "--bind"] and create[i + 4] == image
+    assert create[i + 3].split(",")[0] == "/projappl/proj123/sitestack" and "/opt/cray" in create[i + 3].split(",")
+    assert create[i + 5:] == ["/opt/miniconda3/envs/pytorch/bin/python", "-m", "venv", "--without-pip",
+                              "--system-site-packages", "/g"]
+    _, local = site_step("local")
+    assert local.base.create("/g") == [["python3", "-m", "venv", "--without-pip", "/g"]]
+
+
+def test_plan_changes_are_explained():
+    old = {"base": {"python": "3.11"}, "requirements": ["torch==2.13.0+cpu"], "extras": ["six"], "built": {}}
+    new = {"base": {"python": "3.11"}, "requirements": ["torch==2.13.1+cpu"], "extras": [],
+           "built": {"mpi4py": {"version": "4.1.2", "sha256": "x"}}}
+    text = venv.explain(old, new)
+    assert text == "requirements: +torch==2.13.1+cpu, -torch==2.13.0+cpu; extras: -six; +mpi4py 4.1.2 (built)"
+    assert not venv.needs_new_generation(old, new)
+    assert venv.needs_new_generation(old, {**new, "base": {"python": "3.12"}})
+    assert venv.requirement_name("Torch_Vision[extra]==0.1") == "torch-vision"
+
+
+def test_origins_come_from_the_pip_report():
+    report = {"install": [
+        {"metadata": {"name": "Torch", "version": "2.13.0+cpu"}, "requested": True,
+         "download_info": {"url": "file:///opt/wheels/torch-2.13.0%2Bcpu-cp311-cp311-linux_x86_64.whl",
+                           "archive_info": {"hashes": {"sha256": "ab"}}}},
+        {"metadata": {"name": "mpi4py", "version": "4.1.2"}, "requested": True,
+         "download_info": {"url": "file:///p/mpi4py/4.1.2/.sitestack/wheels/mpi4py-4.1.2-cp311-cp311-linux_x86_64.whl",
+                           "archive_info": {"hash": "sha256=cd"}}}]}
+    built = [venv.Built(recipe="mpi4py", version="4.1.2", dest="/p/mpi4py/4.1.2", description="", homepage="",
+                        settings=None, values={}, installed=True,
+                        wheel="/p/mpi4py/4.1.2/.sitestack/wheels/mpi4py-4.1.2-cp311-cp311-linux_x86_64.whl",
+                        wheel_sha256="cd")]
+    origins = venv.origins_from_report(json.dumps(report), built)
+    assert origins["torch"] == {"kind": "index", "url": report["install"][0]["download_info"]["url"], "sha256": "ab",
+                                "requested": True}
+    assert origins["mpi4py"]["kind"] == "built" and origins["mpi4py"]["sha256"] == "cd"
