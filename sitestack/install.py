@@ -698,16 +698,15 @@ exit 0
         if toolchain.cmake and toolchain.ninja:
             return toolchain.cmake, None
         venv = cmake_venv(self.cache_root, opts.minimum)
-        if not self.host.exists(f"{venv}/bin/cmake"):
-            self.progress.phase("tools", f"cmake>={opts.minimum} from PyPI into {venv}")
-            tmp = f"{venv}.tmp-{self.token}"
-            for command in cmake.tool_venv_commands(self.target.python, tmp, opts.minimum, opts.generator):
-                self.run_command(command)
-            self.sh(["rm", "-rf", "--", venv])
-            # a venv is not relocatable: make it again at its final path (fast: wheels are local now)
-            for command in cmake.tool_venv_commands(self.target.python, venv, opts.minimum, opts.generator):
-                self.run_command(command)
-            self.sh(["rm", "-rf", "--", tmp])
+        done = f"{venv}/.complete"  # written last: a venv without it is a killed run's, made again
+        if not self.host.exists(done):
+            with self.host.lock(f"{venv}.lock", wait=1800):  # shared by every install on this host
+                if not self.host.exists(done):
+                    self.progress.phase("tools", f"cmake>={opts.minimum} from PyPI into {venv}")
+                    self.sh(["rm", "-rf", "--", venv])
+                    for command in cmake.tool_venv_commands(self.target.python, venv, opts.minimum, opts.generator):
+                        self.run_command(command)
+                    self.host.write_text(done, "ok\n")
         cmake_cmd = toolchain.cmake or f"{venv}/bin/cmake"
         ninja = None if toolchain.ninja else f"{venv}/bin/ninja"
         return cmake_cmd, ninja

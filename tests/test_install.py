@@ -244,6 +244,26 @@ def test_cmake_project(tmp_path, tarballs):
     assert project.run().stdout.count("ok       hicmake@0.1") == 1
 
 
+def test_cmake_from_pypi_when_the_host_has_none_new_enough(tmp_path, tarballs):
+    import re
+    import shutil
+    minimum = "3.18"
+    if shutil.which("cmake"):
+        have = re.search(r"(\d+)\.(\d+)", subprocess.run(["cmake", "--version"], capture_output=True, text=True).stdout)
+        minimum = f"{have.group(1)}.{int(have.group(2)) + 1}"
+    project = Project(tmp_path, tarballs, name="hicmake")
+    project.version = "0.1"
+    project.recipe(hicmake_recipe(tarballs["hicmake"], minimum=minimum))
+    out = project.run()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"phase tools (+" in build_log(out) and f"cmake>={minimum}" in build_log(out)
+    assert project.stamp()["inputs"]["build"]["toolchain"]["tools"]["cmake"] == f"PyPI cmake>={minimum}"
+    venv = Path(project.env["SITESTACK_BUILD_CACHE"]) / "tools" / f"cmake-{minimum}"
+    assert (venv / ".complete").is_file() and f"{venv}/bin/cmake" in build_log(out)
+    run = subprocess.run([str(project.dest / "bin" / "hicmake")], capture_output=True, text=True)
+    assert run.stdout == "hello from cmake\n"
+
+
 # -- bad input and faults: one message, exit 1, previous install untouched ---------------------------------------
 def assert_untouched(project: Project, before: dict, tree: str) -> None:
     assert project.stamp() == before
