@@ -1,9 +1,10 @@
 """The pip builder: an sdist (unpacked and patched) -> one wheel; a wheel -> an install tree.
 
 Builds never use pip's cache (``--no-cache-dir``: a wheel cached by pip would hide which MPI
-it was built against) and take ``--no-binary``-free local sources, so what is built is always
-this recipe's tarball. ``build_isolation=False`` builds in the interpreter's own environment,
-for packages that must see its torch.
+it was built against) and build from the unpacked, patched tarball (a local directory, never a
+name pip would resolve on an index), so what is built is always this recipe's source.
+``build_isolation=False`` builds in the interpreter's own environment, for packages that must
+see its torch.
 """
 
 from __future__ import annotations
