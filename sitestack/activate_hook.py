@@ -494,10 +494,27 @@ def original_of(script):
     if BEGIN not in current:
         # never extended, or remade by `python -m venv` since: this is the original
         return current, (not os.path.exists(saved) or _read(saved) != current)
-    if not os.path.exists(saved):
-        raise Refused("{} was extended, but its original ({}) is gone: remake the venv's scripts with "
-                      "`python3 -m venv --upgrade VENV`".format(script, os.path.basename(saved)))
-    return _read(saved), False
+    if os.path.exists(saved):
+        return _read(saved), False
+    # The copy is gone: the original is what lies between our two blocks.
+    recovered = strip_blocks(current)
+    if recovered is None:
+        raise Refused("{} was extended, but its original ({}) is gone and the extension was edited: make the "
+                      "venv again (python3 -m venv --clear VENV)".format(script, os.path.basename(saved)))
+    return recovered, True
+
+
+def strip_blocks(text):
+    """The original script inside an extended one (None when the blocks are not intact)."""
+    head = END + "\n"
+    if not text.startswith(BEGIN) or head not in text:
+        return None
+    body = text[text.index(head) + len(head):]
+    tail = body.rfind("\n" + BEGIN)
+    if tail < 0 or not body.endswith(END + "\n"):
+        return None
+    body = body[:tail]
+    return None if BEGIN in body or END in body else body
 
 
 def plan(venv_path, config):

@@ -1,0 +1,293 @@
+"""extend-venv-activate: idempotent, refuses what is not a venv, keeps the originals; and, with real
+bash/zsh/fish/csh and Lmod on the session's stack, activating loads the module and lets the venv's
+packages shadow the stack's, and deactivating gives back the environment (bash/zsh: exactly)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import shlex
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sitestack import activate_hook as hook
+from tests.conftest import LMOD_INIT, clean_env, parse_env, shell, without_lmod_bookkeeping
+
+CONFIG = {"site": "test", "module": "pytorch/2.13.0-cpu", "module_roots": ["/opt/site-modules", "/opt/stack/modules"],
+          "init": {"bash": ["/usr/share/lmod/lmod/init/bash"], "zsh": ["/usr/share/lmod/lmod/init/zsh"],
+                   "fish": ["/usr/share/lmod/lmod/init/fish"], "csh": ["/usr/share/lmod/lmod/init/csh"]},
+          "python_version": f"{sys.version_info.major}.{sys.version_info.minor}", "stack": "/opt/stack/pytorch"}
+#: Spaces, a quote, parentheses: what a user's path may hold (the venv's own activate copes with these).
+ODD = "my venv's (test)"
+
+
+def make_venv(path: Path, python: str = sys.executable, *extra: str) -> Path:
+    subprocess.run([python, "-m", "venv", "--without-pip", *extra, str(path)], check=True)
+    return path
+
+
+def scripts(venv: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((venv / "bin").iterdir()) if p.name.startswith(("activate", "deactivate"))}
+
+
+# -- the command itself ------------------------------------------------------------------------------------------
+def test_extending_twice_gives_byte_identical_scripts_and_keeps_the_originals(tmp_path: Path):
+    venv = make_venv(tmp_path / ODD)
+    originals = scripts(venv)
+    first = hook.extend(str(venv), CONFIG, out=io.StringIO())
+    assert sorted(Path(p).name for p in first) == ["activate", "activate.csh", "activate.fish", hook.CSH_DEACTIVATE]
+    once = scripts(venv)
+    out = io.StringIO()
+    assert hook.extend(str(venv), CONFIG, out=out) == []
+    assert scripts(venv) == once and "unchanged" in out.getvalue()
+    for name in ("activate", "activate.fish", "activate.csh"):
+        assert once[name + hook.ORIG] == originals[name]  # recoverable
+        assert hook.BEGIN.encode() in once[name] and originals[name] in once[name]  # the original runs unchanged
+    assert (venv / "bin" / "activate").stat().st_mode == (venv / "bin" / "activate.sitestack-orig").stat().st_mode
+    hook.undo(str(venv), out=io.StringIO())
+    assert scripts(venv) == originals
+
+
+def test_a_remade_venv_is_extended_from_its_new_scripts(tmp_path: Path):
+    venv = make_venv(tmp_path / "v")
+    hook.extend(str(venv), CONFIG, out=io.StringIO())
+    make_venv(venv, sys.executable, "--clear")  # made again: a new, plain activate
+    fresh = (venv / "bin" / "activate").read_bytes()
+    assert hook.BEGIN.encode() not in fresh
+    hook.extend(str(venv), CONFIG, out=io.StringIO())
+    assert (venv / "bin" / "activate.sitestack-orig").read_bytes() == fresh
+
+
+def test_an_original_whose_copy_is_gone_is_recovered_from_the_extended_script(tmp_path: Path):
+    venv = make_venv(tmp_path / "v")
+    original = (venv / "bin" / "activate").read_bytes()
+    hook.extend(str(venv), CONFIG, out=io.StringIO())
+    extended = (venv / "bin" / "activate").read_bytes()
+    (venv / "bin" / "activate.sitestack-orig").unlink()
+    hook.extend(str(venv), CONFIG, out=io.StringIO())
+    assert (venv / "bin" / "activate.sitestack-orig").read_bytes() == original
+    assert (venv / "bin" / "activate").read_bytes() == extended
+    (venv / "bin" / "activate.sitestack-orig").unlink()
+    (venv / "bin" / "activate").write_bytes(extended.replace(hook.END.encode(), b"# edited", 1))
+    with pytest.raises(hook.Refused, match="its original .* is gone and the extension was edited"):
+        hook.extend(str(venv), CONFIG, out=io.StringIO())
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "not-a-venv", "other-python", "the-stack"])
+def test_what_is_not_the_users_venv_is_refused_with_one_message(case: str, tmp_path: Path, capsys):
+    config = dict(CONFIG)
+    target = tmp_path / "target"
+    expect = {"missing": "does not exist", "file": "is not a directory", "not-a-venv": "is not a Python venv (no pyvenv.cfg",
+              "other-python": "uses Python 3.11", "the-stack": "is the stack itself"}[case]
+    if case == "file":
+        target.write_text("x")
+    elif case == "not-a-venv":
+        (target / "bin").mkdir(parents=True)
+        (target / "bin" / "activate").write_text("# not a venv\n")
+    elif case in ("other-python", "the-stack"):
+        make_venv(target)
+        if case == "other-python":
+            config["python_version"] = "3.99"
+            expect = f"uses Python {CONFIG['python_version']}, the stack pytorch/2.13.0-cpu is Python 3.99"
+        else:
+            config["stack"] = str(target)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert hook.main([str(target)], config=config) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("extend-venv-activate: error: ") and expect in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_csh_is_left_alone_when_csh_cannot_quote_the_settings(tmp_path: Path):
+    venv = make_venv(tmp_path / "v")
+    original = (venv / "bin" / "activate.csh").read_bytes()
+    out = io.StringIO()
+    hook.extend(str(venv), {**CONFIG, "module_roots": ["/opt/site modules"]}, out=out)  # a space
+    assert "skipped   activate.csh: not extended (csh cannot quote '/opt/site modules' safely)" in out.getvalue()
+    assert (venv / "bin" / "activate.csh").read_bytes() == original
+    assert hook.BEGIN in (venv / "bin" / "activate").read_text()
+
+
+def test_the_installed_command_carries_its_settings_and_runs_alone(tmp_path: Path):
+    text = hook.render_command(CONFIG)
+    assert text.startswith("#!/usr/bin/env python3\n") and hook.render_command(CONFIG) == text
+    command = tmp_path / "extend-venv-activate"
+    command.write_text(text)
+    venv = make_venv(tmp_path / "v")
+    out = subprocess.run([sys.executable, "-I", str(command), str(venv)], capture_output=True, text=True)
+    assert out.returncode == 0 and "extended  " in out.stdout, out.stderr
+    assert "pytorch/2.13.0-cpu" in (venv / "bin" / "activate").read_text()
+    refused = subprocess.run([sys.executable, "-I", str(command), str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert refused.returncode == 1 and refused.stderr.startswith("extend-venv-activate: error: ")
+
+
+# -- real shells, real Lmod, the session's stack -------------------------------------------------------------------
+def shadow_wheel(directory: Path, name: str = "filelock", version: str = "99.0") -> Path:
+    """A tiny wheel of a package the stack also has (torch needs filelock), at a version it has not."""
+    files = {f"{name}/__init__.py": f'__version__ = "{version}"\nFROM = "user venv"\n'.encode(),
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
+                     for p, d in files.items()) + f"{name}-{version}.dist-info/RECORD,,\n"
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for p, d in files.items():
+            z.writestr(p, d)
+        z.writestr(f"{name}-{version}.dist-info/RECORD", record)
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def user_venv(local_stack, tmp_path_factory):
+    """A user's venv on top of the stack, with a package that shadows the stack's, extended by the
+    stack's own extend-venv-activate (twice: the second run changes nothing)."""
+    root = tmp_path_factory.mktemp("user")
+    venv = root / ODD
+    stack_python = str(local_stack.venv / "bin" / "python")
+    subprocess.run([stack_python, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    wheel = shadow_wheel(root)
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                          "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr
+    command = local_stack.venv / "bin" / "extend-venv-activate"
+    first = subprocess.run([str(command), str(venv)], capture_output=True, text=True, env=clean_env())
+    assert first.returncode == 0, first.stderr
+    extended = scripts(venv)
+    second = subprocess.run([str(command), str(venv)], capture_output=True, text=True, env=clean_env())
+    assert second.returncode == 0 and "extended " not in second.stdout, second.stdout
+    assert scripts(venv) == extended  # byte-identical
+    return venv
+
+
+def dumps(tmp: Path, *names: str) -> list[dict[str, str]]:
+    return [parse_env((tmp / n).read_bytes().decode()) for n in names]
+
+
+PROBE = ("import filelock, torch, mpi4py, sys; "
+         "print(filelock.__version__, filelock.FROM, torch.__version__, sys.executable)")
+
+
+def check_active(out: str, venv: Path, module: str) -> None:
+    lines = [line for line in out.splitlines() if line.startswith(("LOADED=", "99.0 "))]
+    assert f"LOADED={module}" in lines[0] or f":{module}" in lines[0], out
+    assert lines[1].startswith("99.0 user venv 2.13.0+cpu ") and lines[1].endswith(f"{venv}/bin/python"), out
+
+
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sh", ["bash", "zsh"])
+def test_bash_and_zsh_activate_loads_the_stack_and_deactivate_restores_exactly(sh: str, user_venv, local_stack,
+                                                                             tmp_path: Path):
+    if not shutil.which(sh):
+        pytest.skip(f"{sh} is not installed")
+    q = shlex.quote(str(user_venv))
+    script = f"""set -eu
+. {LMOD_INIT}/{sh}
+env -0 > "$T/before"
+. {q}/bin/activate
+echo "LOADED=$LOADEDMODULES"
+python -c {shlex.quote(PROBE)}
+env -0 > "$T/during"
+deactivate
+env -0 > "$T/after"
+. {q}/bin/activate
+. {q}/bin/activate
+deactivate
+env -0 > "$T/again"
+:  # not the last command: zsh execs that one, with SHLVL one lower
+"""
+    out = shell([sh, "-f", "-c"] if sh == "zsh" else ["bash", "-c"], script, clean_env(T=str(tmp_path)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    check_active(out.stdout, user_venv, local_stack.name)
+    before, during, after, again = dumps(tmp_path, "before", "during", "after", "again")
+    assert during["VIRTUAL_ENV"] == str(user_venv)
+    assert during["PYTHONPATH"].split(":")[:2] == [f"{user_venv}/lib/python3.11/site-packages",
+                                                   f"{local_stack.venv}/lib/python3.11/site-packages"]
+    assert during["GLOO_SOCKET_IFNAME"] == "lo"  # the module's settings
+    assert after == before  # exactly, Lmod's own variables included
+    assert again == before  # activating twice, then deactivating
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sh", ["fish", "csh"])
+def test_fish_and_csh_activate_loads_the_stack_and_deactivate_restores(sh: str, user_venv, local_stack, tmp_path: Path):
+    binary = "fish" if sh == "fish" else "tcsh"
+    if not shutil.which(binary):
+        pytest.skip(f"{binary} is not installed")
+    venv = str(user_venv)
+    if sh == "fish":
+        argv = ["fish", "--no-config", "-c"]
+        script = f"""source {LMOD_INIT}/fish
+env -0 > "$T/before"
+source {shlex.quote(venv)}/bin/activate.fish
+echo "LOADED=$LOADEDMODULES"
+python -c {shlex.quote(PROBE)}
+deactivate
+env -0 > "$T/after"
+"""
+    else:
+        argv = ["tcsh", "-f", "-c"]
+        # csh runs `-c` as one line: use a script file; `prompt` as an interactive csh has it
+        body = f"""set prompt = "> "
+source {LMOD_INIT}/csh
+env -0 > "$T/before"
+source "{venv}/bin/activate.csh"
+echo "LOADED=$LOADEDMODULES"
+python -c '{PROBE}'
+deactivate
+env -0 > "$T/after"
+"""
+        (tmp_path / "run.csh").write_text(body)
+        argv, script = ["tcsh", "-f"], str(tmp_path / "run.csh")
+    out = shell(argv, script, clean_env(T=str(tmp_path)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    check_active(out.stdout, user_venv, local_stack.name)
+    before, after = dumps(tmp_path, "before", "after")
+    assert without_lmod_bookkeeping(after) == without_lmod_bookkeeping(before)
+
+
+@pytest.mark.integration
+def test_a_module_loaded_before_activation_stays_loaded(user_venv, local_stack, tmp_path: Path):
+    q = shlex.quote(str(user_venv))
+    script = f"""set -eu
+. {LMOD_INIT}/bash
+module use {shlex.quote(str(local_stack.modules))}
+module load {local_stack.name}
+env -0 > "$T/before"
+. {q}/bin/activate
+deactivate
+env -0 > "$T/after"
+echo "LOADED=$LOADEDMODULES"
+"""
+    out = shell(["bash", "-c"], script, clean_env(T=str(tmp_path)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"LOADED={local_stack.name}" in out.stdout
+    before, after = dumps(tmp_path, "before", "after")
+    assert after == before
+
+
+@pytest.mark.integration
+def test_a_module_that_does_not_load_is_said_and_undone(local_stack, tmp_path: Path):
+    venv = make_venv(tmp_path / "v", str(local_stack.venv / "bin" / "python"), "--system-site-packages")
+    config = {**CONFIG, "module": "pytorch/0.0-missing", "module_roots": [str(local_stack.modules)],
+              "stack": str(local_stack.venv)}
+    hook.extend(str(venv), config, out=io.StringIO())
+    script = f""". {LMOD_INIT}/bash
+env -0 > "$T/before"
+. {shlex.quote(str(venv))}/bin/activate; echo "rc=$?"
+command -v python
+deactivate
+env -0 > "$T/after"
+"""
+    out = shell(["bash", "-c"], script, clean_env(T=str(tmp_path)))
+    assert "rc=1" in out.stdout and f"{venv}/bin/python" in out.stdout, out.stdout + out.stderr
+    assert "extend-venv-activate: module load pytorch/0.0-missing failed; the venv is active without the stack" in out.stderr
+    before, after = dumps(tmp_path, "before", "after")
+    assert after == before
