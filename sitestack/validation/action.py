@@ -30,12 +30,25 @@ PROBE_EXE = "mpi-probe/bin/sitestack-mpi-probe"
 STAMP = "mpi-probe/.sitestack-stamp"
 
 
+def stack_python(ctx) -> str | None:
+    """The Python of the site's stack environment, where the playbook makes one (a stack-venv step)."""
+    spec = next((s for s in ctx.site.steps if s.action == "stack-venv"), None)
+    if spec is None:
+        return None
+    from ..actions import ACTIONS
+    from ..venv import stack_for
+
+    args = ACTIONS[spec.action].from_spec(spec, ctx).args  # placeholders filled
+    return f"{stack_for(ctx, getattr(args, 'name', None)).bin}/python"
+
+
 def job_inputs(ctx, directory: str, python: str | None) -> JobInputs:
-    """The job's inputs for a run context: facts.env keeps ``{user}``/``{home}`` for the job's user."""
+    """The job's inputs for a run context: facts.env keeps ``{user}``/``{home}`` for the job's user;
+    the checks run with ``python``, else the stack's Python, else facts.python.executable."""
     raw_env = (ctx.site.raw_facts or {}).get("env") or {}
     late = {**ctx.values, "user": "${USER}", "home": "${HOME}"}
     env = {str(k): expand(str(v), late) for k, v in raw_env.items()}
-    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python)
+    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx))
 
 
 def probe_digest(cc: str, build_python: str, flavour: str) -> str:
@@ -54,8 +67,8 @@ class InstallValidationJob(Action):
     class Args:
         dir: str = field(default="{prefix}/validation", metadata={"doc": "where the job is installed"})
         python: str | None = field(default=None, metadata={"doc": (
-            "the Python the job runs the checks with (default: facts.python.executable; "
-            "`invoke install-validation-job --python` overrides)")})
+            "the Python the job runs the checks with (default: the stack's, where a stack-venv step makes one, "
+            "else facts.python.executable; `invoke install-validation-job --python` overrides)")})
         build_probe: bool = field(default=True, metadata={"doc": "build the MPI probe against the site MPI"})
         build_python: str = field(default="python3", metadata={"doc": (
             "the host's Python (with pip) that builds the MPI probe, once the site modules are loaded")})
