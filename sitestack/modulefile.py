@@ -15,8 +15,10 @@ and in ``facts.modules.format``:
   (inside the container for container sites: SIF, the bind path, the container's PATH and
   PYTHONPATH), the site's settings (``facts.env``), the site modules it needs (loaded with it
   with ``autoload``), one ``pytorch`` at a time;
-- one module per package sitestack built for the site (mpi4py, Horovod, the network plugin),
-  from the ``module`` settings of its recipe.
+- one module per package sitestack built for the site (mpi4py, Horovod), from the ``module``
+  settings of its recipe. The network plugin's module is written by the plugin's build step (it
+  knows NCCL_NET_PLUGIN); the stack's module loads it. ``net-plugin.<fmt>.j2`` renders it from
+  the recipe too (:func:`site_modules` with ``plugins=True``).
 
 Values keep what must be decided when the module is loaded, not when it is written: ``{user}``
 and ``{home}`` in a fact become the loading user's ``$USER``/``$HOME``, and ``$VAR``/``${VAR}``
