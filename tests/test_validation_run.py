@@ -38,6 +38,34 @@ def validate(job: dict, tmp_path: Path, *args: str, env: dict | None = None):
     return result, (outs[-1] if outs else None)
 
 
+# A stand-in for horovod.torch (Horovod is not built here): init/size/rank/allreduce through the
+# torch.distributed group the check program already runs, so the horovod check's own logic runs for
+# real with 2 ranks. FAKE_HOROVOD_OFFSET makes its allreduce wrong.
+FAKE_HOROVOD = """
+import os
+import torch.distributed as dist
+Sum = "sum"
+def init(): pass
+def size(): return dist.get_world_size()
+def rank(): return dist.get_rank()
+def mpi_built(): return False
+def gloo_built(): return True
+def nccl_built(): return False
+def allreduce(tensor, op=Sum, name=None):
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out + float(os.environ.get("FAKE_HOROVOD_OFFSET", "0"))
+"""
+
+
+def fake_horovod(tmp_path: Path) -> dict[str, str]:
+    package = tmp_path / "fake-horovod" / "horovod"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "torch.py").write_text(FAKE_HOROVOD)
+    return {"PYTHONPATH": str(package.parent)}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -78,13 +106,14 @@ def test_install_built_the_probe_and_is_idempotent(installed_local_job, tmp_path
 
 
 def test_torchrun_without_a_scheduler(installed_local_job, tmp_path):
-    result, out = validate(installed_local_job, tmp_path, "--scheduler", "none", "--launcher", "torchrun")
+    result, out = validate(installed_local_job, tmp_path, "--scheduler", "none", "--launcher", "torchrun",
+                           env=fake_horovod(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     data = assert_report(out)
     checks = checks_of(data)
     assert data["launcher"] == "torchrun" and data["world_size"] == 2 and data["backend"] == "gloo"
     assert checks["mpi4py"]["status"] == "skipped" and "torchrun" in checks["mpi4py"]["summary"]
-    assert checks["horovod"]["summary"] == "skipped: Horovod not in this stack"
+    assert checks["horovod"]["status"] == "passed" and "2-rank allreduce exact" in checks["horovod"]["summary"]
     assert "sitestack validation of local: PASSED" in result.stdout and "summary.md" in result.stdout
 
 
@@ -97,6 +126,7 @@ def test_mpiexec_without_a_scheduler(installed_local_job, tmp_path):
     assert checks["mpi-probe"]["status"] == "passed" and "MPICH" in checks["mpi-probe"]["summary"]
     assert checks["mpi4py"]["status"] == "passed" and "2 ranks" in checks["mpi4py"]["summary"]
     assert checks["ddp"]["status"] == "passed" and checks["checkpoint"]["status"] == "passed"
+    assert checks["horovod"]["summary"] == "skipped: Horovod not in this stack"
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
@@ -124,7 +154,8 @@ def test_a_rank_initialised_differently_and_a_socket_fallback_log_fail(installed
     log = tmp_path / "nccl.log"
     log.write_text(SOCKET_FALLBACK)
     out = tmp_path / "out"
-    env = {**os.environ, **job["env"], "SITESTACK_CHECK_FAULT": "seed@1"}
+    env = {**os.environ, **job["env"], **fake_horovod(tmp_path), "SITESTACK_CHECK_FAULT": "seed@1",
+           "FAKE_HOROVOD_OFFSET": "1"}
     proc = subprocess.run([job["python"], "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                            *check_argv(job, out, "--nccl-log", str(log))[2:]], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -135,6 +166,7 @@ def test_a_rank_initialised_differently_and_a_socket_fallback_log_fail(installed
     assert checks["net-plugin"]["status"] == "failed"
     assert "fell back to TCP sockets between nodes on nid005011" in checks["net-plugin"]["summary"]
     assert checks["collectives"]["status"] == "passed" and checks["environment"]["status"] == "passed"
+    assert checks["horovod"]["status"] == "failed" and "Horovod allreduce gave 4, expected 3" in checks["horovod"]["summary"]
 
 
 def test_a_wrong_world_size_is_named(installed_local_job, tmp_path):
