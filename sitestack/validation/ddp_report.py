@@ -173,7 +173,8 @@ def write_plot(result: dict[str, Any], path: str) -> str | None:
     ref = bw.get("reference")
     if ref:
         ax.axhline(ref["minimum_gbs"], color="#d62728", linestyle="--", linewidth=1.2,
-                   label=f"accepted from {ref['minimum_gbs']:.3g} GB/s (reference {ref['busbw_gbs']:.3g} GB/s)")
+                   label=f"busbw accepted from {ref['minimum_gbs']:.3g} GB/s at {human_bytes(ref['at_bytes'])} "
+                         f"(reference {ref['busbw_gbs']:.3g} GB/s)")
         ax.axvline(ref["at_bytes"], color="#d62728", linestyle=":", linewidth=0.8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
