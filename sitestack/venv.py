@@ -210,7 +210,7 @@ def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built]
             try:
                 target = RecipeInstall.from_spec(spec, ctx).target
             except SitestackError as exc:
-                notes.append(f"{recipe}: not built for this site ({getattr(exc, 'detail', exc)})")
+                notes.append(f"{recipe} (not for this site: {getattr(exc, 'detail', exc)})")
                 continue
         out.append(Built(recipe=recipe, version=target.version, dest=target.dest,
                          description=target.recipe.description, homepage=target.recipe.homepage,
@@ -227,7 +227,7 @@ def find_built(host: Host, ctx: RunContext, recipes: Sequence[str]) -> tuple[lis
     for b in candidates:
         stamp = read_stamp(host, b.dest)
         if not stamp:
-            notes.append(f"{b.recipe} {b.version}: not built (no install at {b.dest})")
+            notes.append(f"{b.recipe} {b.version} (not built yet)")
             continue
         artefact = stamp.get("artefact") or {}
         wheel = installed_wheel(host, b.dest)
@@ -520,6 +520,8 @@ class StackVenv(Action):
         reason = self._reason(host)
         if reason is not None:
             check_index(host, self.stack.index_url)
+            if self.notes:
+                reason += f" (left out: {'; '.join(self.notes)})"
         return reason
 
     def _reason(self, host: Host) -> str | None:

@@ -203,7 +203,8 @@ def local_stack(tmp_path_factory):
     (`invoke build-mpi4py`; from the build cache when an earlier run built the same inputs, so no
     compiling then), `invoke install-venv`, `invoke install-modulefiles`. Horovod too when
     SITESTACK_TEST_HOROVOD=1 and the build-horovod task exists (a cold build takes many minutes):
-    it is built with the stack's torch, then install-venv runs again and adds it in place.
+    it is built (against the same torch, in its build environment), then install-venv runs again and
+    adds it in place.
     ``seconds`` holds the timings; ``horovod`` is None or why Horovod is missing."""
     import time
     from types import SimpleNamespace
@@ -228,7 +229,7 @@ def local_stack(tmp_path_factory):
     if "build-horovod" not in listing:
         horovod = "Horovod is not built for this stack: this checkout has no build-horovod task"
     elif os.environ.get("SITESTACK_TEST_HOROVOD") == "1":
-        step("build-horovod", "build-horovod", "--python", str(venv / "bin" / "python"))
+        step("build-horovod", "build-horovod")
         step("install-venv (adds horovod)", "install-venv")
         horovod = None
     modules = step("install-modulefiles", "install-modulefiles")
