@@ -10,8 +10,8 @@ the stack's ``bin/``). From then on:
   stack's packages would shadow the user's) and the venv's ``bin`` first on PATH;
 - ``deactivate`` unloads the module (only if activating loaded it), takes back the
   ``module use``, and puts every environment variable activation changed back to the value it
-  had before (bash/zsh: exactly, by a snapshot of the environment taken before activation;
-  fish/csh: PYTHONPATH and PATH from their saved values, the rest through ``module unload``).
+  had before (bash, zsh and fish: exactly, by a snapshot of the environment taken before
+  activation; csh: PATH and PYTHONPATH from their saved values, the rest through ``module unload``).
 
 It is idempotent: the extended scripts are always made from the original ones, kept as
 ``bin/<script>.sitestack-orig``, so running it twice gives byte-identical files, and
@@ -274,17 +274,11 @@ def _heredoc_safe(text):
 # -- fish ------------------------------------------------------------------------------------------
 FISH_PROLOGUE = """{begin}
 # Added by the stack's extend-venv-activate (site {site}): activating also loads the module
-# {module_text}; deactivate unloads it. The original script is activate.fish{orig}.
+# {module_text} and puts this venv's site-packages first on PYTHONPATH; deactivate unloads it and
+# puts back every environment variable activation changed. The original is activate.fish{orig}.
 if set -q _SITESTACK_VENV; and functions -q deactivate
     deactivate
 end
-{end}
-"""
-
-FISH_EPILOGUE = """
-{begin}
-set -g _SITESTACK_VENV $VIRTUAL_ENV
-set -g _sitestack_module {module}
 if not functions -q module
     for _sitestack_f in {inits}
         if test -r $_sitestack_f
@@ -294,9 +288,18 @@ if not functions -q module
     end
     set -e _sitestack_f
 end
-if set -q PYTHONPATH
-    set -g _sitestack_old_pythonpath $PYTHONPATH
+# Remember every exported variable before activation.
+set -g _sitestack_names (set -nx)
+for _sitestack_n in $_sitestack_names
+    set -g _sitestack_old_$_sitestack_n $$_sitestack_n
 end
+{end}
+"""
+
+FISH_EPILOGUE = """
+{begin}
+set -g _SITESTACK_VENV $VIRTUAL_ENV
+set -g _sitestack_module {module}
 set -g _sitestack_used
 set -g _sitestack_loaded 0
 if functions -q module
@@ -307,7 +310,6 @@ if functions -q module
             end
         end
     end
-    set -e _sitestack_r
     if not contains -- $_sitestack_module (string split : -- "$LOADEDMODULES")
         if module load $_sitestack_module
             set -g _sitestack_loaded 1
@@ -320,26 +322,65 @@ else
 end
 set -gx PATH "$VIRTUAL_ENV/bin" $PATH
 set -gx PYTHONPATH "$VIRTUAL_ENV/lib/python{python}/site-packages" $PYTHONPATH
+# Keep the old values of exactly the variables activation changed.
+set -g _sitestack_touched
+for _sitestack_n in (printf '%s\\n' $_sitestack_names (set -nx) | LC_ALL=C sort -u)
+    set -l _sitestack_old _sitestack_old_$_sitestack_n
+    if contains -- $_sitestack_n $_sitestack_names
+        if set -qx $_sitestack_n; and test "$$_sitestack_old" = "$$_sitestack_n"; and test (count $$_sitestack_old) = (count $$_sitestack_n)
+            set -e $_sitestack_old
+            continue
+        end
+    else if not set -qx $_sitestack_n
+        continue
+    end
+    set -g -a _sitestack_touched $_sitestack_n
+end
+set -e _sitestack_names
+set -e _sitestack_n
+set -e _sitestack_r
 functions -c deactivate _sitestack_orig_deactivate
-function deactivate -d "Exit the virtual environment and unload the stack's module"
+function deactivate -d "Exit the virtual environment, unload the stack's module, restore the environment"
     if test "$_sitestack_loaded" = 1
         module unload $_sitestack_module
     end
     for _sitestack_r in $_sitestack_used
         module unuse $_sitestack_r
     end
-    if set -q _sitestack_old_pythonpath
-        set -gx PYTHONPATH $_sitestack_old_pythonpath
-    else
-        set -e PYTHONPATH
+    _sitestack_orig_deactivate $argv
+    # The module system's own variables are put back only when it is back where it was.
+    set -l _sitestack_back 1
+    for _sitestack_n in LOADEDMODULES MODULEPATH
+        if contains -- $_sitestack_n $_sitestack_touched
+            set -l _sitestack_old _sitestack_old_$_sitestack_n
+            if set -q $_sitestack_old
+                if not set -qx $_sitestack_n; or test "$$_sitestack_n" != "$$_sitestack_old"
+                    set _sitestack_back 0
+                end
+            else if set -qx $_sitestack_n; and test -n "$$_sitestack_n"
+                set _sitestack_back 0
+            end
+        end
     end
-    set -e _sitestack_old_pythonpath
+    for _sitestack_n in $_sitestack_touched
+        if string match -qr '^(_ModuleTable.*|__LMOD_.*|LMOD_FAMILY_.*|LOADEDMODULES|_LMFILES_|MODULEPATH|__MODULES_.*|MODULES_LM.*)$' -- $_sitestack_n
+            if test $_sitestack_back = 0
+                continue
+            end
+        end
+        set -l _sitestack_old _sitestack_old_$_sitestack_n
+        if set -q $_sitestack_old
+            set -gx $_sitestack_n $$_sitestack_old
+            set -e $_sitestack_old
+        else
+            set -e $_sitestack_n
+        end
+    end
+    set -e _sitestack_touched
     set -e _sitestack_loaded
     set -e _sitestack_used
     set -e _sitestack_module
-    set -e _sitestack_r
     set -e _SITESTACK_VENV
-    _sitestack_orig_deactivate $argv
     if test "$argv[1]" != nondestructive
         functions -e _sitestack_orig_deactivate
     end
@@ -351,8 +392,8 @@ end
 def fish_text(original, config, python):
     inits = " ".join(fish_quote(p) for p in config.get("init", {}).get("fish", [])) or "''"
     prologue = FISH_PROLOGUE.format(begin=BEGIN, end=END, site=config.get("site", "?"), module_text=config["module"],
-                                    orig=ORIG)
-    epilogue = FISH_EPILOGUE.format(begin=BEGIN, end=END, module=fish_quote(config["module"]), inits=inits,
+                                    orig=ORIG, inits=inits)
+    epilogue = FISH_EPILOGUE.format(begin=BEGIN, end=END, module=fish_quote(config["module"]),
                                     roots=" ".join(fish_quote(r) for r in config["module_roots"]) or "''",
                                     command=COMMAND, python=python)
     return prologue + original + ("" if original.endswith("\n") else "\n") + epilogue
