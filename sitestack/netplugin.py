@@ -252,29 +252,25 @@ def configure_line(recipe: Recipe, facts: Facts, version: str, homes: Homes, des
     return shlex.join(command.argv)
 
 
-# -- module file (minimal; the module-file templates render the stack's other modules) -------------
-def module_text(fmt: str, *, name: str, version: str, whatis: str, prepend: Mapping[str, str],
-                setenv: Mapping[str, str]) -> str:
-    """A Lua (Lmod) or Tcl module file that prepends paths and sets variables."""
-    if fmt == "lua":
-        def q(text: str) -> str:
-            return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        lines = [f"-- {name}/{version} (sitestack)", f"whatis({q(whatis)})"]
-        lines += [f"prepend_path({q(k)}, {q(v)})" for k, v in prepend.items()]
-        lines += [f"setenv({q(k)}, {q(v)})" for k, v in setenv.items()]
-    else:
-        def q(text: str) -> str:
-            return "{" + text + "}" if not any(c in text for c in "{}\\") else '"' + \
-                "".join("\\" + c if c in '"\\$[]{}' else c for c in text) + '"'
-        lines = ["#%Module1.0", f"## {name}/{version} (sitestack)", f"module-whatis {q(whatis)}"]
-        lines += [f"prepend-path {k} {q(v)}" for k, v in prepend.items()]
-        lines += [f"setenv {k} {q(v)}" for k, v in setenv.items()]
-    return "\n".join(lines) + "\n"
+# -- module file (rendered by the module-file templates: modulefiles/net-plugin.<fmt>.j2) ------------
+def module_settings(recipe: Recipe, row: PluginRow) -> Any:
+    """The recipe's module settings plus the plugin's own: NCCL_NET_PLUGIN (the library's absolute
+    path) and NCCL_NET, so that RCCL fails instead of falling back to sockets when it cannot load it."""
+    from .recipe import ModuleSettings
+
+    base = recipe.module or ModuleSettings()
+    return dataclasses.replace(base, set={**base.set, "NCCL_NET_PLUGIN": "{install}/" + row.library,
+                                          "NCCL_NET": row.net_name})
 
 
-def site_settings(env: Mapping[str, Any]) -> dict[str, str]:
-    """The site's FI_* and NCCL_* runtime settings (facts.env)."""
-    return {k: str(v) for k, v in env.items() if k.startswith(("FI_", "NCCL_"))}
+def module_spec(ctx: RunContext, recipe: Recipe, row: PluginRow, version: str, dest: str, values: Mapping[str, str]):
+    """The plugin's module (name/version = <recipe>/<basename of dest>), with the site's FI_* and NCCL_*."""
+    from .modulefile import package_module
+    from .venv import Built
+
+    built = Built(recipe=recipe.name, version=version, dest=dest, description=recipe.description,
+                  homepage=recipe.homepage, settings=module_settings(recipe, row), values=values, installed=True)
+    return package_module(ctx, built)
 
 
 # -- sources given as a directory ------------------------------------------------------------------
@@ -348,9 +344,10 @@ class RcclNetPlugin(RecipeInstall):
         self.rocm = rocm
         self.row = plugin_row(data, version, recipe.path)
         self.base_recipe = self.recipe
-        self.module_name = f"{data.install_name}/{version}-rocm-{rocm}"
+        self.spec = module_spec(self.ctx, recipe, self.row, version, self.target.dest,
+                                self.target.values(install=self.target.dest))
         root = str(ctx.resolved.get("modules", {}).get("install_root") or f"{ctx.values['prefix']}/modules")
-        self.module_path = f"{root}/{self.module_name}" + (".lua" if facts.modules.format == "lua" else "")
+        self.module_path = f"{root}/{self.spec.relpath(facts.modules.format)}"
         self._prepared = False
         self._packed: Path | None = None
 
@@ -381,13 +378,9 @@ class RcclNetPlugin(RecipeInstall):
 
     # -- the site's part ---------------------------------------------------------------------------------
     def module_file(self) -> str:
-        dest = self.target.dest
-        setenv = {"NCCL_NET_PLUGIN": f"{dest}/{self.row.library}", "NCCL_NET": self.row.net_name}
-        setenv.update(site_settings(self.ctx.resolved.get("env") or {}))
-        return module_text(self.ctx.facts.modules.format, name=self.module_name.split("/")[0],
-                           version=self.module_name.split("/", 1)[1],
-                           whatis=f"{self.row.upstream} {self.version}: libfabric network plugin for RCCL (ROCm {self.rocm})",
-                           prepend={"LD_LIBRARY_PATH": f"{dest}/lib"}, setenv=setenv)
+        from .modulefile import render
+
+        return render(self.spec, self.ctx.facts.modules.format)
 
     def prepare(self, host: Host) -> None:
         if self._prepared:
@@ -503,4 +496,4 @@ def build_rccl_plugin(*, site: str | None, rocm: str | None, playbook: Any = Non
 
 
 __all__ = ["RcclNetPlugin", "build_rccl_plugin", "configure_line", "configure_args", "choose_version",
-           "known_rocm", "plugin_data", "module_text", "pack_dir", "Homes"]
+           "known_rocm", "plugin_data", "module_spec", "pack_dir", "Homes"]

@@ -16,7 +16,7 @@ import pytest
 
 from sitestack import playbook as pb
 from sitestack.errors import SitestackError
-from sitestack.netplugin import (Homes, choose_version, configure_args, configure_line, known_rocm, module_text,
+from sitestack.netplugin import (Homes, choose_version, configure_args, configure_line, known_rocm,
                                  pack_dir, plugin_data, plugin_row, rccl_prefix, resolve_homes)
 from sitestack.recipe import load_recipe
 from sitestack.site import Toolkit, expand
@@ -132,14 +132,24 @@ def test_system_prefixes_are_never_passed(data):
     assert Homes(rocm="/r").mpi is None
 
 
-def test_module_files_set_the_plugin_explicitly():
-    lua = module_text("lua", name="aws-ofi-rccl", version="1.18.0-rocm-6.2.4", whatis="plugin",
-                      prepend={"LD_LIBRARY_PATH": "/p/lib"},
-                      setenv={"NCCL_NET_PLUGIN": "/p/lib/librccl-net-ofi.so", "NCCL_NET": "AWS Libfabric"})
-    assert 'prepend_path("LD_LIBRARY_PATH", "/p/lib")' in lua and 'setenv("NCCL_NET", "AWS Libfabric")' in lua
-    tcl = module_text("tcl", name="aws-ofi-rccl", version="x", whatis="plugin", prepend={"LD_LIBRARY_PATH": "/p/lib"},
-                      setenv={"NCCL_NET": "AWS Libfabric"})
-    assert tcl.startswith("#%Module1.0\n") and "setenv NCCL_NET {AWS Libfabric}" in tcl
+@pytest.mark.parametrize("site, fmt", [("frontier", "lua"), ("frontier", "tcl")])
+def test_module_files_set_the_plugin_explicitly(recipe, data, site, fmt):
+    from sitestack.modulefile import offline_context, render
+    from sitestack.netplugin import module_spec
+
+    ctx = offline_context(pb.load(site), account="project_465000123")
+    dest = "/p/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"
+    row = plugin_row(data, "1.4.0+17d41cb")
+    spec = module_spec(ctx, recipe, row, "1.4.0+17d41cb", dest, {"install": dest, "version": "1.4.0+17d41cb"})
+    assert spec.full == "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"
+    text = render(spec, fmt)
+    if fmt == "lua":
+        assert 'prepend_path("LD_LIBRARY_PATH", "/p/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1/lib")' in text
+        assert f'pushenv("NCCL_NET_PLUGIN", "{dest}/lib/librccl-net.so")' in text
+        assert 'pushenv("NCCL_NET", "AWS Libfabric")' in text
+        assert 'pushenv("FI_CXI_ATS", "0")' in text and 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in text
+    else:
+        assert text.startswith("#%Module") and "NCCL_NET_PLUGIN" in text and "AWS Libfabric" in text
 
 
 def test_a_source_directory_is_packed_reproducibly(tmp_path: Path):
@@ -222,8 +232,8 @@ def test_aws_ofi_nccl_from_a_source_directory_for_rocm_6(cli, tmp_path: Path, en
     log = next((tmp_path / "logs").rglob("aws-ofi-rccl-*.log")).read_text()
     assert "--disable-tests --with-rocm=/usr" in log and "--with-hwloc" not in log and "--with-rccl" not in log
     module = (prefix / "modules" / "aws-ofi-rccl" / "1.18.0-rocm-6.2.4.lua").read_text()
-    assert f'setenv("NCCL_NET_PLUGIN", "{dest}/lib/librccl-net-ofi.so")' in module
-    assert 'setenv("NCCL_SOCKET_IFNAME", "lo")' in module and 'setenv("FI_PROVIDER", "tcp")' in module
+    assert f'pushenv("NCCL_NET_PLUGIN", "{dest}/lib/librccl-net-ofi.so")' in module
+    assert 'pushenv("NCCL_SOCKET_IFNAME", "lo")' in module and 'pushenv("FI_PROVIDER", "tcp")' in module
     assert "GLOO_SOCKET_IFNAME" not in module
     # The packed directory is in the source cache under its sha256: later runs find it there.
     assert list((tmp_path / "sources").glob("*/aws-ofi-nccl-1.18.0.tar.gz"))
