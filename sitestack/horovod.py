@@ -231,7 +231,7 @@ for hdr in ("include/torch/csrc/api/include/torch/all.h", "include/ATen/ATen.h",
     if os.path.exists(path):
         declared += [int(x) for x in re.findall(r"#\s*error\s+C\+\+(\d+) or later", open(path).read())]
 out["declared_cxx"] = max(declared) if declared else None
-out["missing"] = [m for m in ("setuptools", "wheel", "packaging", "psutil", "cloudpickle", "yaml")
+out["missing"] = [m for m in ("setuptools", "wheel", "packaging", "psutil", "cloudpickle", "yaml", "cffi")
                   if importlib.util.find_spec(m) is None]
 nccl = None
 for base in sys.path:
@@ -287,14 +287,21 @@ def try_probe_torch(host: Host, facts: Facts, python: str) -> tuple[TorchInfo | 
                      tuple(info.get("missing") or ()), info.get("nccl_wheel"), tuple(info.get("nccl_libs") or ())), ""
 
 
-#: What the build environment gets besides torch (setup.py and horovodrun need them).
-BUILD_ENV_PACKAGES = ("setuptools", "wheel", "packaging", "psutil", "cloudpickle", "pyyaml")
+#: What the build environment gets besides torch: setup.py's setup_requires (cloudpickle, psutil,
+#: pyyaml, packaging, cffi; fetched from PyPI at build time when missing, which fails offline) and
+#: what horovodrun needs.
+BUILD_ENV_PACKAGES = ("setuptools", "wheel", "packaging", "psutil", "cloudpickle", "pyyaml", "cffi")
 
 
 def build_env_dir(cache_root: str, facts: Facts) -> str:
     """The build environment for a site's torch: beside the build cache, so that every prefix on the
     host shares it (and the wheel built with it)."""
     return f"{cache_root}/envs/torch-{facts.torch.version}-{facts.torch.variant}-py{facts.python.version}"
+
+
+def build_env_marker(facts: Facts) -> str:
+    """What a complete build environment records (another torch or package list: it is completed again)."""
+    return f"torch {facts.torch.version}\npackages: {' '.join(BUILD_ENV_PACKAGES)}\n"
 
 
 def build_env_commands(base_python: str, env_dir: str, facts: Facts) -> list[list[str]]:
@@ -521,10 +528,13 @@ class HorovodInstall(RecipeInstall):
                     f"(torch {facts.torch.version}; log: {log})")
         host.run(["mkdir", "-p", env_dir.rsplit("/", 1)[0]])
         with host.lock(f"{env_dir}.lock", wait=float(self.options.get("lock_wait", 6 * 3600))):
-            if not host.exists(f"{env_dir}/.sitestack-ready"):
-                for argv in build_env_commands(facts.python.executable, env_dir, facts):
+            if host.read_text(f"{env_dir}/.sitestack-ready") != build_env_marker(facts):
+                commands = build_env_commands(facts.python.executable, env_dir, facts)
+                if host.exists(f"{env_dir}/bin/python"):
+                    commands = commands[-1:]   # there already: complete it (pip install is idempotent)
+                for argv in commands:
                     host.run(in_site_env(facts, argv), log=log)
-                host.write_text(f"{env_dir}/.sitestack-ready", f"torch {facts.torch.version}\n")
+                host.write_text(f"{env_dir}/.sitestack-ready", build_env_marker(facts))
         self.make_env = False
         self._prepared = False
 
@@ -551,7 +561,8 @@ class HorovodInstall(RecipeInstall):
         self.env_dir = build_env_dir(self.cache_root(host), facts)
         python = f"{self.env_dir}/bin/python"
         self.target = dataclasses.replace(self.target, python=python)
-        info, _ = try_probe_torch(host, facts, python) if host.exists(f"{self.env_dir}/.sitestack-ready") else (None, "")
+        ready = host.read_text(f"{self.env_dir}/.sitestack-ready") == build_env_marker(facts)
+        info, _ = try_probe_torch(host, facts, python) if ready else (None, "")
         if info is None:
             self.make_env = True
             raise NeedsBuildEnv(f"no build environment with torch {facts.torch.version} at {self.env_dir} ({base} "
