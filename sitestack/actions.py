@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from . import schema
 from .errors import CannotProbe, InputError, SitestackError
 from .host import Host
-from .site import Facts, Site, StepSpec, expand_all
+from .site import Facts, Site, StepSpec, expand_all, plain_data as _plain
 from .siteenv import in_site_env, probe_in_site_env
 from .step import Step
 
@@ -78,14 +78,6 @@ def register(name: str) -> Callable[[type[Action]], type[Action]]:
         ACTIONS[name] = cls
         return cls
     return wrap
-
-
-def _plain(node: Any) -> Any:
-    if isinstance(node, Mapping):
-        return {k: _plain(v) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [_plain(v) for v in node]
-    return node
 
 
 def _mode(text: str, where: str) -> int:

@@ -327,7 +327,7 @@ class Site:
 
     def resolved_facts(self, values: Mapping[str, str]) -> dict[str, Any]:
         """The facts as plain data with every placeholder filled from ``values``."""
-        data = expand_all(_plain(self.raw_facts), values)
+        data = expand_all(plain_data(self.raw_facts), values)
         data["prefix"] = values["prefix"]
         return data
 
@@ -466,11 +466,12 @@ def expand_all(node: Any, values: Mapping[str, str]) -> Any:
     return node
 
 
-def _plain(node: Any) -> Any:
+def plain_data(node: Any) -> Any:
+    """Mappings and sequences (read-only or marked) as plain dicts and lists."""
     if isinstance(node, Mapping):
-        return {k: _plain(v) for k, v in node.items()}
+        return {k: plain_data(v) for k, v in node.items()}
     if isinstance(node, (list, tuple)):
-        return [_plain(v) for v in node]
+        return [plain_data(v) for v in node]
     return node
 
 

@@ -252,17 +252,7 @@ def parse_mask(text: str) -> set[int]:
 
 
 def cpu_list(cpus) -> str:
-    values = sorted(cpus)
-    if not values:
-        return "(none)"
-    runs, start, prev = [], values[0], values[0]
-    for cpu in values[1:]:
-        if cpu != prev + 1:
-            runs.append(f"{start}-{prev}" if prev > start else str(start))
-            start = cpu
-        prev = cpu
-    runs.append(f"{start}-{prev}" if prev > start else str(start))
-    return ",".join(runs)
+    return ddp_report.cpu_list(cpus, empty="(none)")
 
 
 def expected_cpus(rank: dict[str, Any], config: dict[str, Any], masks: list[set[int]] | None) -> tuple[set[int] | None, str]:

@@ -67,7 +67,7 @@ def markdown(result: dict[str, Any]) -> str:
     if ranks:
         out += ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs |", "|---|---|---|---|---|---|"]
         for r in sorted(ranks, key=lambda r: r.get("rank", 0)):
-            cpus = _cpu_list(r.get("affinity") or [])
+            cpus = cpu_list(r.get("affinity") or [])
             out.append(f"| {r.get('rank')} | {r.get('local_rank')} | {r.get('host')} | {r.get('device')}"
                        f"{' (' + r['device_name'] + ')' if r.get('device_name') else ''} | {cpus} | "
                        f"{r.get('expected_cpus') or '—'} |")
@@ -122,10 +122,11 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _cpu_list(cpus) -> str:
+def cpu_list(cpus, empty: str = "—") -> str:
+    """``{0, 1, 2, 5}`` -> ``"0-2,5"`` (``empty`` for no CPUs)."""
     values = sorted(cpus)
     if not values:
-        return "—"
+        return empty
     runs, start, prev = [], values[0], values[0]
     for cpu in values[1:]:
         if cpu != prev + 1:
