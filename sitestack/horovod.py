@@ -621,14 +621,12 @@ class HorovodInstall(RecipeInstall):
             links.append((f"{lib}/libnccl.so", f"{nccl}/lib/{real}"))
         else:
             raise SitestackError(f"no libnccl.so in {nccl}/lib")
-        # Login nodes have no GPU driver: link against the toolkit's libcuda stub.
+        # Login nodes have no GPU driver. Horovod links the CUDA runtime, not the driver, but libraries
+        # it links (NVHPC's, seed 004) may need libcuda.so.1: offer the toolkit's stub under both names.
         stubs = None
         driver = host.probe(["bash", "-c", "ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1 '"])
-        if not driver.ok:
-            stub = f"{home}/lib64/stubs/libcuda.so"
-            if not host.exists(stub):
-                raise SitestackError(f"{host.name} has no CUDA driver (no libcuda.so.1) and {stub} is missing: "
-                                     "nothing to link Horovod's CUDA code against")
+        stub = f"{home}/lib64/stubs/libcuda.so"
+        if not driver.ok and host.exists(stub):
             stubs = link_dir(links_root, "cuda-stubs", stub)
             links += [(f"{stubs}/libcuda.so", stub), (f"{stubs}/libcuda.so.1", stub)]
         return dataclasses.replace(probed, cuda_home=home, nccl_home=nccl, nccl_include=f"{nccl}/include", nccl_lib=lib,
