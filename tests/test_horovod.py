@@ -197,13 +197,16 @@ def cli(*args: str, env: dict, timeout: float = 3000) -> subprocess.CompletedPro
 def horovod_build(tmp_path_factory) -> Build:
     """Horovod 0.28.1 built for real for the `local` site (CPU: MPI + Gloo, torch 2.13.0+cpu)."""
     root = tmp_path_factory.mktemp("horovod")
+    # SITESTACK_TEST_BUILD_CACHE keeps the build environment and the wheel between sessions (development);
+    # CI builds cold, once per session.
+    builds = Path(os.environ.get("SITESTACK_TEST_BUILD_CACHE") or root / "builds")
     env = {"SITESTACK_LOG_DIR": str(root / "logs"), "SITESTACK_SOURCE_CACHE": str(root / "sources"),
-           "SITESTACK_BUILD_CACHE": str(root / "builds"), "SITESTACK_PROGRESS_INTERVAL": "60"}
+           "SITESTACK_BUILD_CACHE": str(builds), "SITESTACK_PROGRESS_INTERVAL": "60"}
     prefix = root / "prefix"
     start = time.monotonic()
     first = cli("build-horovod", "--site", "local", "--prefix", str(prefix), env=env)
     seconds = time.monotonic() - start
-    python = str(root / "builds" / "envs" / "torch-2.13.0-cpu-py3.11" / "bin" / "python")
+    python = str(builds / "envs" / "torch-2.13.0-cpu-py3.11" / "bin" / "python")
     return Build(root, env, prefix, prefix / "horovod" / "0.28.1", first, seconds, python)
 
 
@@ -234,7 +237,8 @@ def test_cpu_build_from_the_sdist(horovod_build):
                                                     "2-rank allreduce (horovodrun, Gloo)"]
     assert all(c["ok"] for c in stamp["checks"])
     log = "".join(p.read_text() for p in (horovod_build.root / "logs").rglob("horovod-0.28.1.log"))
-    assert "-std=c++20" in log and "Horovod PyTorch extension: C++20" in log
+    if not stamp["artefact"]["from_cache"]:
+        assert "-std=c++20" in log and "Horovod PyTorch extension: C++20" in log
     print(f"\nHorovod CPU build (build environment + build + checks): {horovod_build.seconds:.0f} s")
 
 
@@ -282,7 +286,9 @@ def test_another_prefix_installs_the_cached_wheel(horovod_build, tmp_path):
     assert "from the build cache" in out.stdout
     record = json.loads((tmp_path / "other" / "horovod" / "0.28.1" / ".sitestack" / "install.json").read_text())
     assert record["artefact"]["from_cache"] is True and all(c["ok"] for c in record["checks"])
-    assert took < horovod_build.seconds / 4, (took, horovod_build.seconds)
+    first = json.loads((horovod_build.dest / ".sitestack" / "install.json").read_text())
+    if not first["artefact"]["from_cache"]:     # the session built it: installing the wheel is much faster
+        assert took < horovod_build.seconds / 4, (took, horovod_build.seconds)
     print(f"\ncached install into a second prefix: {took:.1f} s")
 
 
