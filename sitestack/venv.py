@@ -685,7 +685,10 @@ exit 0
         wanted = {requirement_name(r) for r in (*self.plan["requirements"], *self.plan["extras"])}
         removed = sorted({requirement_name(r) for r in (*old.get("requirements", []), *old.get("extras", []))} - wanted)
         old_built, new_built = old.get("built", {}), self.plan.get("built", {})
-        rebuilt = [b.wheel for b in self.built if b.wheel and old_built.get(b.recipe) != new_built.get(b.recipe)]
+        # A newly built package comes with its dependencies; a rebuilt one keeps them.
+        changed += [b.wheel for b in self.built if b.wheel and b.recipe not in old_built]
+        rebuilt = [b.wheel for b in self.built
+                   if b.wheel and b.recipe in old_built and old_built[b.recipe] != new_built.get(b.recipe)]
         removed += sorted(normalize(r) for r in old_built if r not in new_built)
         report = f"{self.parent}/.{self.leaf}.pip-report-{self.token}.json"
         text_a = self.pip_install(root, changed, report) if changed else None
