@@ -282,3 +282,82 @@ def test_origins_come_from_the_pip_report():
     assert origins["torch"] == {"kind": "index", "url": report["install"][0]["download_info"]["url"], "sha256": "ab",
                                 "requested": True}
     assert origins["mpi4py"]["kind"] == "built" and origins["mpi4py"]["sha256"] == "cd"
+
+
+# -- the conda and container variants, for real, with stand-ins for conda and singularity ---------------------------
+def stand_in(tmp: Path, module: str, command: str, script: str) -> Path:
+    """A site module ``module`` (Lua) that puts a stand-in ``command`` on PATH; returns the module root."""
+    bindir = tmp / "stand-ins" / module.replace("/", "-")
+    bindir.mkdir(parents=True)
+    (bindir / command).write_text("#!/bin/bash\n" + script)
+    (bindir / command).chmod(0o755)
+    root = tmp / "site-modules"
+    (root / module).parent.mkdir(parents=True, exist_ok=True)
+    (root / f"{module}.lua").write_text(f'prepend_path("PATH", "{bindir}")\n')
+    return root
+
+
+@integration
+def test_a_conda_stack_is_made_with_the_site_conda_module(tmp_path: Path):
+    """Frontier's variant: `conda create --prefix` with the site's conda module loaded, then pip from the env."""
+    root = stand_in(tmp_path, "miniforge3/23.11.0-0", "conda", r"""
+# conda create --yes --quiet --prefix P python=X pip: a Python env with pip at P
+[ "$1" = create ] || { echo "unexpected: conda $*" >&2; exit 2; }
+echo "$@" > "$(dirname "$0")/argv"
+while [ $# -gt 0 ]; do case "$1" in --prefix) p=$2; shift ;; esac; shift; done
+exec python3 -m venv "$p"
+""")
+    book = playbook_copy(tmp_path / "book", facts={
+        "modules": {"use": [str(root)], "load": ["miniforge3/23.11.0-0"]},
+        "python": {"source": "conda", "module": "miniforge3/23.11.0-0", "version": "3.11", "executable": "python3"}})
+    prefix = tmp_path / "prefix"
+    env = {"SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    out = run_invoke("install-venv", "--playbook", str(book), "--prefix", str(prefix), env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    argv = (tmp_path / "stand-ins" / "miniforge3-23.11.0-0" / "argv").read_text().split()
+    assert argv == ["create", "--yes", "--quiet", "--prefix", argv[4], "python=3.11", "pip"]
+    assert Path(argv[4]).name.startswith(".2.13.0-cpu.gen-")
+    manifest = json.loads((prefix / "pytorch" / "2.13.0-cpu.manifest.json").read_text())
+    kinds = {p["name"]: p["source"]["kind"] for p in manifest["packages"]}
+    assert kinds["torch"] == "index" and kinds["pip"] == "environment"  # conda's own pip: made with the env
+    assert manifest["plan"]["base"]["module"] == "miniforge3/23.11.0-0"
+    modules = run_invoke("install-modulefiles", "--playbook", str(book), "--prefix", str(prefix), env=env)
+    assert modules.returncode == 0, modules.stdout
+    text = (prefix / "modules" / "pytorch" / "2.13.0-cpu.lua").read_text()
+    assert 'depends_on("miniforge3/23.11.0-0")' in text  # the base Python's module by default
+
+
+@integration
+def test_a_container_stack_is_made_inside_the_image(tmp_path: Path):
+    """LUMI's and Dawn's variant: the venv is made and filled by the image's Python (here a stand-in
+    `singularity exec` that runs the command on the host), on top of the image's packages."""
+    root = stand_in(tmp_path, "singularity/4.1", "singularity", r"""
+# singularity exec --bind B IMAGE COMMAND...
+echo "$1 $2 $3 $4" >> "$(dirname "$0")/calls"
+[ "$1" = exec ] && [ "$2" = --bind ] || exit 2
+shift 4
+exec "$@"
+""")
+    prefix = tmp_path / "prefix"
+    env = {"SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    book = playbook_copy(tmp_path / "book", facts={
+        "modules": {"use": [str(root)], "load": ["singularity/4.1"]},
+        "python": {"source": "container", "version": "3.11", "executable": "python3"},
+        "container": {"runtime": "singularity", "image": "/images/pytorch.sif", "bind": ["/scratch"]},
+        "torch": {"extras": ["toml", "six"]}})
+    out = run_invoke("install-venv", "--playbook", str(book), "--prefix", str(prefix), env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    calls = (tmp_path / "stand-ins" / "singularity-4.1" / "calls").read_text().splitlines()
+    assert calls and all(c == f"exec --bind {prefix},/scratch /images/pytorch.sif" for c in calls)
+    manifest = json.loads((prefix / "pytorch" / "2.13.0-cpu.manifest.json").read_text())
+    # torch (and six, which the stand-in image has) are the image's: only toml is the venv's
+    assert [p["name"] for p in manifest["packages"]] == ["toml"]
+    assert manifest["plan"]["requirements"] == [] and manifest["plan"]["base"]["image"] == "/images/pytorch.sif"
+    cfg = (prefix / "pytorch" / "2.13.0-cpu" / "pyvenv.cfg").read_text()
+    assert "include-system-site-packages = true" in cfg
+    modules = run_invoke("install-modulefiles", "--playbook", str(book), "--prefix", str(prefix), env=env)
+    assert modules.returncode == 0, modules.stdout
+    text = (prefix / "modules" / "pytorch" / "2.13.0-cpu.lua").read_text()
+    assert 'pushenv("SIF", "/images/pytorch.sif")' in text
+    assert f'prepend_path("SINGULARITYENV_PREPEND_PATH", "{prefix}/pytorch/2.13.0-cpu/bin")' in text
+    assert f'append_path("SINGULARITY_BINDPATH", "{prefix}", ",")' in text
