@@ -215,14 +215,16 @@ def render_check_build(expected: Mapping[str, Mapping[str, bool]]) -> str:
 TORCH_PROBE = r"""
 import glob, importlib.util, json, os, re, sys
 out = {"python": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3]}
-try:
-    import torch
-except Exception as exc:
-    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+# Read torch/version.py instead of importing torch: the import takes seconds, and this probe runs
+# on every (no-op) provision.
+spec = importlib.util.find_spec("torch")
+if spec is None or not spec.origin or not os.path.exists(os.path.join(os.path.dirname(spec.origin), "version.py")):
+    out["error"] = "ModuleNotFoundError: No module named 'torch'"
     print(json.dumps(out)); sys.exit(0)
-root = os.path.dirname(torch.__file__)
-out.update(torch=torch.__version__, cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None),
-           abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI), root=root)
+root = os.path.dirname(spec.origin)
+info = {}
+exec(compile(open(os.path.join(root, "version.py")).read(), "torch/version.py", "exec"), info)
+out.update(torch=info["__version__"], cuda=info.get("cuda"), hip=info.get("hip"), root=root)
 declared = []
 for cfg in glob.glob(os.path.join(root, "share", "cmake", "Torch", "TorchConfig.cmake")):
     declared += [int(x) for x in re.findall(r"CXX_STANDARD\s+(\d+)", open(cfg).read())]

@@ -12,8 +12,13 @@ from tests.conftest import tree
 pytestmark = pytest.mark.integration
 
 
-def provision(cli, prefix: Path, *extra: str):
-    return cli("provision", "--site", "local", "--prefix", str(prefix), *extra)
+#: The core steps of the local playbook (packages, preflight, layout, facts). The builds, the
+#: stack and the validation job have their own tests; test_full_playbook_twice runs them all.
+CORE = ("--tags", "system,preflight,layout")
+
+
+def provision(cli, prefix: Path, *extra: str, core: bool = True):
+    return cli("provision", "--site", "local", "--prefix", str(prefix), *(CORE if core else ()), *extra)
 
 
 def recap_row(stdout: str, host: str = "localhost") -> dict[str, int]:
@@ -46,7 +51,7 @@ def test_check_apply_check_apply(cli, scratch: Path):
     second = provision(cli, scratch)
     assert second.returncode == 0
     counts = recap_row(second.stdout)
-    assert counts["changed"] == 0 and counts["failed"] == 0 and counts["ok"] == sum(counts.values())
+    assert counts["changed"] == 0 and counts["failed"] == 0 and counts["ok"] == 5
     assert tree(scratch) == before
 
 
@@ -67,7 +72,7 @@ def test_drift_shows_as_diff_and_is_repaired(cli, scratch: Path):
 
 
 def test_tags_run_only_the_selected_steps(cli, scratch: Path):
-    result = provision(cli, scratch, "--tags", "layout", "--skip-tags", "site-facts")
+    result = cli("provision", "--site", "local", "--prefix", str(scratch), "--tags", "layout", "--skip-tags", "site-facts")
     assert result.returncode == 0, result.stderr
     assert "[localhost] skipped  system-packages: not selected by tags" in result.stdout
     assert (scratch / "modules").is_dir()
@@ -81,3 +86,20 @@ def test_apply_mode_failure_is_exit_1_and_stops_the_host(cli, tmp_path: Path):
     assert result.returncode == 1
     assert "[localhost] failed" in result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_full_playbook_twice(cli, scratch: Path):
+    """The main job: the whole local playbook (builds from the session's build cache when an
+    earlier test built the same inputs), then again as a no-op."""
+    first = provision(cli, scratch, core=False)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+    assert recap_row(first.stdout)["failed"] == 0
+    for path in ("mpi4py/4.1.2", "pytorch/2.13.0-cpu/bin/python", "pytorch/2.13.0-cpu/bin/extend-venv-activate",
+                 "modules/pytorch/2.13.0-cpu.lua"):
+        assert (scratch / path).exists(), path
+    check = provision(cli, scratch, "--check", "--fail-on-change", core=False)
+    assert check.returncode == 0, check.stdout
+    second = provision(cli, scratch, core=False)
+    counts = recap_row(second.stdout)
+    assert second.returncode == 0 and counts["changed"] == 0 and counts["failed"] == 0, second.stdout

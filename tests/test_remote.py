@@ -17,6 +17,8 @@ pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not sshd.available(), reason="needs root and openssh-server")]
 
 SLOW_SITE = REPO / "tests" / "data" / "sites" / "slowsite.yml"
+#: The local playbook's core steps: these tests are about the transport, the builds have theirs.
+CORE = ("--tags", "system,preflight,layout")
 
 
 @pytest.fixture
@@ -49,7 +51,7 @@ def recap(stdout: str) -> dict[str, dict[str, int]]:
 
 def test_local_playbook_on_three_hosts_in_parallel_then_all_ok(hosts, cli, tmp_path: Path):
     _, env = hosts
-    first = cli("provision", "--site", "local", *host_args("h1", "h2", "h3"), env=env)
+    first = cli("provision", "--site", "local", *CORE, *host_args("h1", "h2", "h3"), env=env)
     assert first.returncode == 0, first.stdout + first.stderr
     rows = recap(first.stdout)
     assert set(rows) == {"h1", "h2", "h3"}
@@ -63,7 +65,7 @@ def test_local_playbook_on_three_hosts_in_parallel_then_all_ok(hosts, cli, tmp_p
     text = logs[0].read_text()
     assert "[h2] changed  site-facts" in text and "[h1]" not in text and "[h3]" not in text
 
-    second = cli("provision", "--site", "local", *host_args("h1", "h2", "h3"), env=env)
+    second = cli("provision", "--site", "local", *CORE, *host_args("h1", "h2", "h3"), env=env)
     assert second.returncode == 0
     for name, row in recap(second.stdout).items():
         assert row["changed"] == 0 and row["failed"] == 0 and row["ok"] == 5, (name, second.stdout)
@@ -104,10 +106,11 @@ def test_unknown_host_key_is_refused_and_accepted_on_request(cli, tmp_path: Path
     server = sshd.start_sshd(tmp_path / "srv", "stranger", known=False, home=tmp_path / "home")
     env = {"SITESTACK_SSH_CONFIG": str(tmp_path / "ssh_config"), "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
     try:
-        refused = cli("provision", "--site", "local", "--host", "stranger", "--check", env=env)
+        refused = cli("provision", "--site", "local", *CORE, "--host", "stranger", "--check", env=env)
         assert refused.returncode == 1
         assert "[stranger] failed   [stranger] host key of stranger is not in known_hosts: refusing to connect" in refused.stdout
-        accepted = cli("provision", "--site", "local", "--host", "stranger", "--check", "--accept-new-host-keys", env=env)
+        accepted = cli("provision", "--site", "local", *CORE, "--host", "stranger", "--check", "--accept-new-host-keys",
+                       env=env)
         assert accepted.returncode == 0, accepted.stdout + accepted.stderr
         assert not (tmp_path / "home" / "sitestack").exists()  # check mode wrote nothing remotely
     finally:
