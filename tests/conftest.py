@@ -198,11 +198,12 @@ def playbook_copy(tmp: Path, site: str = "local", *, facts: dict | None = None, 
 
 
 @pytest.fixture(scope="session")
-def local_stack(tmp_path_factory):
+def local_stack(tmp_path_factory, request):
     """The local site's stack, made ONCE per session the way a user makes it: mpi4py built
     (`invoke build-mpi4py`; from the build cache when an earlier run built the same inputs, so no
     compiling then), `invoke install-venv`, `invoke install-modulefiles`. Horovod too when
-    SITESTACK_TEST_HOROVOD=1 and the build-horovod task exists (a cold build takes many minutes):
+    the build-horovod task exists (unless SITESTACK_TEST_HOROVOD=0; the build cache is the default one,
+    shared with test_horovod's build, so a session compiles Horovod once):
     it is built (against the same torch, in its build environment), then install-venv runs again and
     adds it in place.
     ``seconds`` holds the timings; ``horovod`` is None or why Horovod is missing."""
@@ -224,11 +225,12 @@ def local_stack(tmp_path_factory):
     step("build-mpi4py", "build-mpi4py")
     venv_run = step("install-venv", "install-venv")
     venv = prefix / "pytorch" / "2.13.0-cpu"
-    horovod = "Horovod is not built for this stack: set SITESTACK_TEST_HOROVOD=1 to build it (`invoke build-horovod`)"
+    horovod = "Horovod is not built for this stack: SITESTACK_TEST_HOROVOD=0 left it out"
     listing = run_invoke("--list").stdout
     if "build-horovod" not in listing:
         horovod = "Horovod is not built for this stack: this checkout has no build-horovod task"
-    elif os.environ.get("SITESTACK_TEST_HOROVOD") == "1":
+    elif os.environ.get("SITESTACK_TEST_HOROVOD") != "0":
+        request.getfixturevalue("horovod_build")  # compiles it (cold, with its own log) into the shared cache
         step("build-horovod", "build-horovod")
         step("install-venv (adds horovod)", "install-venv")
         horovod = None
@@ -236,3 +238,39 @@ def local_stack(tmp_path_factory):
     return SimpleNamespace(root=root, prefix=prefix, env=env, venv=venv, name="pytorch/2.13.0-cpu",
                            modules=prefix / "modules", manifest=prefix / "pytorch" / "2.13.0-cpu.manifest.json",
                            seconds=seconds, horovod=horovod, venv_output=venv_run.stdout, modules_output=modules.stdout)
+
+
+# -- Horovod, built once per session (tests/test_horovod.py; the stack fixture reuses the wheel) ------
+import dataclasses  # noqa: E402
+import time  # noqa: E402
+
+
+@dataclasses.dataclass
+class Build:
+    root: Path
+    env: dict
+    prefix: Path
+    dest: Path
+    first: subprocess.CompletedProcess
+    seconds: float
+    python: str
+
+
+@pytest.fixture(scope="session")
+def horovod_build(tmp_path_factory) -> Build:
+    """Horovod 0.28.1 built for real for the `local` site (CPU: MPI + Gloo, torch 2.13.0+cpu)."""
+    root = tmp_path_factory.mktemp("horovod")
+    # The default build cache, shared with the stack fixture (tests/conftest.py: local_stack), so a
+    # session compiles Horovod once; on a fresh machine (CI) that build is cold.
+    # SITESTACK_TEST_BUILD_CACHE names another one.
+    builds = Path(os.environ.get("SITESTACK_TEST_BUILD_CACHE") or Path.home() / ".cache" / "sitestack" / "builds")
+    env = {"SITESTACK_LOG_DIR": str(root / "logs"), "SITESTACK_SOURCE_CACHE": str(root / "sources"),
+           "SITESTACK_BUILD_CACHE": str(builds), "SITESTACK_PROGRESS_INTERVAL": "60"}
+    prefix = root / "prefix"
+    start = time.monotonic()
+    first = run_invoke("build-horovod", "--site", "local", "--prefix", str(prefix), env=env, timeout=3600)
+    seconds = time.monotonic() - start
+    python = str(builds / "envs" / "torch-2.13.0-cpu-py3.11" / "bin" / "python")
+    return Build(root, env, prefix, prefix / "horovod" / "0.28.1", first, seconds, python)
+
+

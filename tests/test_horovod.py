@@ -177,37 +177,9 @@ def test_patches_carry_their_headers(recipe):
         "0001-torch-cxx17.patch", "0002-torch-cxx-standard-from-env.patch", "0003-gloo-cmake4.patch"]
 
 
-# -- the real CPU build, once per session -------------------------------------------------------------
-@dataclasses.dataclass
-class Build:
-    root: Path
-    env: dict
-    prefix: Path
-    dest: Path
-    first: subprocess.CompletedProcess
-    seconds: float
-    python: str
-
-
+# -- the real CPU build, once per session: the horovod_build fixture (tests/conftest.py) ----------------
 def cli(*args: str, env: dict, timeout: float = 3000) -> subprocess.CompletedProcess:
     return run_invoke(*args, env=env, timeout=timeout)
-
-
-@pytest.fixture(scope="session")
-def horovod_build(tmp_path_factory) -> Build:
-    """Horovod 0.28.1 built for real for the `local` site (CPU: MPI + Gloo, torch 2.13.0+cpu)."""
-    root = tmp_path_factory.mktemp("horovod")
-    # SITESTACK_TEST_BUILD_CACHE keeps the build environment and the wheel between sessions (development);
-    # CI builds cold, once per session.
-    builds = Path(os.environ.get("SITESTACK_TEST_BUILD_CACHE") or root / "builds")
-    env = {"SITESTACK_LOG_DIR": str(root / "logs"), "SITESTACK_SOURCE_CACHE": str(root / "sources"),
-           "SITESTACK_BUILD_CACHE": str(builds), "SITESTACK_PROGRESS_INTERVAL": "60"}
-    prefix = root / "prefix"
-    start = time.monotonic()
-    first = cli("build-horovod", "--site", "local", "--prefix", str(prefix), env=env)
-    seconds = time.monotonic() - start
-    python = str(builds / "envs" / "torch-2.13.0-cpu-py3.11" / "bin" / "python")
-    return Build(root, env, prefix, prefix / "horovod" / "0.28.1", first, seconds, python)
 
 
 integration = [pytest.mark.integration, pytest.mark.slow]
