@@ -46,7 +46,7 @@ from .errors import CommandFailed, InputError, LockHeld, SitestackError
 from .host import Host, LocalHost
 from .recipe import Recipe, expand, load_recipe
 from .report import Reporter
-from .site import Facts
+from .site import Facts, plain_data
 from .siteenv import in_site_env, probe_in_site_env
 from . import versions
 
@@ -265,7 +265,7 @@ def build_inputs(target: Target, toolchain: Toolchain) -> dict[str, Any]:
         "source": {"sha256": recipe.versions[target.version].sha256},
         "patches": [{"file": p.file, "sha256": p.sha256} for p in recipe.patches_for(target.version)],
         "builder": recipe.build,
-        "options": _plain(dataclasses.asdict(recipe.builder_options())),
+        "options": plain_data(dataclasses.asdict(recipe.builder_options())),
         "plan": [c.as_dict() for c in plan],
         "toolchain": {
             "modules": list(target.facts.modules.load),
@@ -289,14 +289,6 @@ def install_inputs(target: Target) -> dict[str, Any]:
 
 def digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _plain(node: Any) -> Any:
-    if isinstance(node, Mapping):
-        return {k: _plain(v) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [_plain(v) for v in node]
-    return node
 
 
 def explain_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
