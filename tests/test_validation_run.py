@@ -217,3 +217,17 @@ def test_affinity_is_compared_with_the_masks(installed_local_job, tmp_path, mask
     assert proc.returncode == (0 if status == "passed" else 1), proc.stdout[-3000:]
     if status == "failed":
         assert "rank 0 on" in checks["affinity"]["summary"] and "runs on CPUs 0, expected 1" in checks["affinity"]["summary"]
+
+
+def test_a_single_rank_without_a_launcher_still_runs_the_collectives(installed_local_job, tmp_path):
+    """One process on one device (e.g. `python ddp_check.py` on a one-GPU node): a process group of
+    one is made, so the backend initialises and every collective runs."""
+    job = installed_local_job
+    env = {k: v for k, v in {**os.environ, **job["env"]}.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    out = subprocess.run(check_argv(job, tmp_path / "one", "--no-mpi"), env=env, text=True, capture_output=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    checks = checks_of(json.loads((tmp_path / "one" / "result.json").read_text()))
+    assert checks["process-group"]["status"] == "passed" and "process group of 1 ranks" in checks["process-group"]["summary"]
+    assert checks["collectives"]["status"] == "passed" and checks["ddp"]["status"] == "passed"

@@ -671,13 +671,15 @@ class Run:
     def process_group(self) -> bool:
         from datetime import timedelta
 
-        if self.info.world_size == 1:
-            self.set("process-group", SKIPPED, "a single rank: no process group needed")
-            return True
         env = self.env
         agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         addr = env.get("MASTER_ADDR")
         port = env.get("MASTER_PORT")
+        if self.info.world_size == 1 and (not addr or not port):
+            # One rank started without a launcher (python ddp_check.py on one GPU): a process group
+            # of one still initialises the backend (NCCL, XCCL, gloo) and runs every collective.
+            addr, port = "127.0.0.1", str(free_port())
+            os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, port
         if not addr or not port:
             self.set("process-group", FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
                      "from the first host of the node list and the job id")
@@ -1176,6 +1178,13 @@ def _first_host(nodelist: str) -> str:
     prefix, body, rest = match.groups()
     first = body.split(",")[0].split("-")[0]
     return _first_host(prefix + first + rest) if "[" in rest else prefix + first + rest
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, on this host."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def port_in_use(port: int) -> str | None:
