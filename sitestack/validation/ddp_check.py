@@ -1123,6 +1123,7 @@ class Run:
             with contextlib.suppress(Exception):
                 self.dist.all_reduce(flag, op=self.dist.ReduceOp.MAX)
                 code = int(flag.cpu()[0])
+        if self.pg_ok:
             with contextlib.suppress(Exception):
                 self.dist.destroy_process_group()
         return code
