@@ -18,7 +18,7 @@ from _common import ROOT, summary, timed, write
 from sitestack import playbook as pb
 from sitestack.report import Reporter
 
-REPEAT = 10
+REPEAT = 5
 
 
 def main() -> int:
