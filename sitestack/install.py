@@ -833,6 +833,7 @@ def build_recipe(recipe: str, *, site: str | None, playbook: Path | None = None,
                  reporter: Any = None, lock_wait: float = 6 * 3600) -> list[Any]:
     """Build and install one recipe version on a site's hosts (one step, through the playbook engine)."""
     from . import playbook as pb
+    from .buildtask import run_step
     from .site import StepSpec
 
     loaded = pb.load(site, playbook)
@@ -843,21 +844,9 @@ def build_recipe(recipe: str, *, site: str | None, playbook: Path | None = None,
     if version:
         args["version"] = version
     spec = StepSpec(name=f"{recipe}@{shown_version}", action="recipe-install", args=args, tags=("build", recipe))
-    single = dataclasses.replace(loaded, steps=(spec,), handlers=())
-    extra: dict[str, Any] = {"progress": reporter.note if reporter else None, "lock_wait": lock_wait}
-    if source:
-        extra["source"] = str(Path(source).resolve())
-    if sources_dir:
-        extra["sources_dir"] = str(Path(sources_dir).resolve())
-    if mirror:
-        extra["mirror"] = str(Path(mirror).resolve())
-    if jobs:
-        extra["jobs"] = int(jobs)
-    if os.environ.get("SITESTACK_PROGRESS_INTERVAL"):
-        extra["progress_interval"] = float(os.environ["SITESTACK_PROGRESS_INTERVAL"])
-    options = pb.Options(check=check, diff=diff, hosts=tuple(hosts), prefix=prefix, account=account,
-                         accept_new_host_keys=accept_new_host_keys, lock_wait=lock_wait, extra=extra)
-    return pb.provision(single, options, reporter)
+    return run_step(loaded, spec, check=check, diff=diff, hosts=hosts, prefix=prefix, account=account,
+                    source=source, sources_dir=sources_dir, mirror=mirror, jobs=jobs,
+                    accept_new_host_keys=accept_new_host_keys, reporter=reporter, lock_wait=lock_wait)
 
 
 __all__ = ["RecipeInstall", "Target", "build_plan", "host_argv", "build_inputs", "install_inputs", "digest",
