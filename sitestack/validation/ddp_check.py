@@ -244,6 +244,7 @@ def select_device(torch: Any, local_rank: int, local_world_size: int | None,
 # --------------------------------------------------------------------------------------------
 
 def parse_mask(text: str) -> set[int]:
+    """The CPUs of one hex mask (``0xfe``, ``fe``, or Linux's comma-grouped ``00ff,fe000000``)."""
     digits = text.strip().lower().removeprefix("0x").replace(",", "")
     if not digits or any(c not in "0123456789abcdef" for c in digits):
         raise ValueError(f"not a hex CPU mask: {text!r}")

@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+# The check program parses the masks it is given on the site; one parser serves both sides.
+from .ddp_check import parse_mask
+
 
 @dataclass(frozen=True)
 class Binding:
@@ -84,15 +87,6 @@ def rank_masks(binding: Binding) -> list[str]:
 def mask_cpu_option(binding: Binding) -> str:
     """The srun option: ``--cpu-bind=mask_cpu:0x...,0x...``."""
     return "--cpu-bind=mask_cpu:" + ",".join(rank_masks(binding))
-
-
-def parse_mask(text: str) -> set[int]:
-    """The CPUs of one hex mask (``0xfe``, ``fe``, or Linux's comma-grouped ``00ff,fe000000``)."""
-    digits = text.strip().lower().removeprefix("0x").replace(",", "")
-    if not digits or any(c not in "0123456789abcdef" for c in digits):
-        raise ValueError(f"not a hex CPU mask: {text!r}")
-    value = int(digits, 16)
-    return {bit for bit in range(value.bit_length()) if value >> bit & 1}
 
 
 def parse_masks(text: str) -> list[set[int]]:
