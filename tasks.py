@@ -12,12 +12,12 @@ import yaml
 from invoke import task
 from invoke.exceptions import Exit
 
-from sitestack import actions as actions_mod
-from sitestack import playbook as pb
-from sitestack.cli import account_option, errors_to_exit, playbook_path, split_list
-from sitestack.host import local_host
-from sitestack.report import Reporter
-from sitestack.site import list_sites
+from sitestack.actions import ACTIONS
+from sitestack.engine import playbook as pb
+from sitestack.engine.cli import account_option, errors_to_exit, playbook_path, split_list
+from sitestack.core.host import local_host
+from sitestack.core.report import Reporter
+from sitestack.model.site import list_sites
 
 SITE_HELP = "site name: one of the playbooks in playbooks/ (see `invoke sites`)"
 PLAYBOOK_HELP = "use this playbook file instead of playbooks/<site>.yml"
@@ -89,7 +89,7 @@ def provision(c, site=None, check=False, diff=False, tags="", skip_tags="", fail
 def actions(c):
     """List the actions a playbook step can name, with their arguments."""
     import dataclasses
-    for name, cls in sorted(actions_mod.ACTIONS.items()):
+    for name, cls in sorted(ACTIONS.items()):
         print(f"{name}: {(cls.__doc__ or '').strip().splitlines()[0]}")
         for f in dataclasses.fields(cls.Args):
             default = "" if f.default is dataclasses.MISSING else f" (default {f.default!r})"
@@ -119,9 +119,9 @@ def benchmark(c, name=None):
 
 
 # -- builds from source: recipes in sources/ -------------------------------------------------
-from sitestack import install as install_mod  # noqa: E402
-from sitestack import recipe as recipe_mod  # noqa: E402
-from sitestack import sources as sources_mod  # noqa: E402
+from sitestack.actions import recipe_install as install_mod  # noqa: E402
+from sitestack.model import recipe as recipe_mod  # noqa: E402
+from sitestack.installs import sources as sources_mod  # noqa: E402
 
 BUILD_HELP = {
     "recipe": "recipe name: sources/<recipe>.yml (see `invoke recipes`)",
@@ -197,8 +197,8 @@ def recipes(c, sources_dir=None, debug=False):
 
 
 # -- the validation job ----------------------------------------------------------------------------
-from sitestack.errors import InputError as _InputError  # noqa: E402
-from sitestack.validation import submit as validation_mod  # noqa: E402
+from sitestack.core.errors import InputError as _InputError  # noqa: E402
+from sitestack.engine import validate as validation_mod  # noqa: E402
 
 VALIDATION_PYTHON_HELP = "the Python that runs the checks (default: facts.python.executable; the job's $SITESTACK_PYTHON overrides)"
 
@@ -250,8 +250,8 @@ def validate(c, site=None, nodes=0, ranks_per_node=0, launcher=None, scheduler="
 
 
 # -- Horovod and the RCCL network plugin -----------------------------------------------------------
-from sitestack import horovod as horovod_mod  # noqa: E402
-from sitestack import netplugin as netplugin_mod  # noqa: E402
+from sitestack.actions import horovod_install as horovod_mod  # noqa: E402
+from sitestack.actions import rccl_net_plugin as netplugin_mod  # noqa: E402
 
 _COMMON_BUILD_HELP = {k: v for k, v in BUILD_HELP.items() if k not in ("recipe", "prefix")}
 
@@ -335,7 +335,7 @@ def _stack_steps(run, site, check, diff, fail_on_change, host, prefix, account, 
 def install_venv(c, site=None, check=False, diff=False, fail_on_change=False, host=None, prefix=None, account=None,
                  playbook=None, accept_new_host_keys=False, debug=False):
     """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
-    from sitestack import venv as venv_mod
+    from sitestack.actions import stack_venv as venv_mod
     _stack_steps(venv_mod.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
                  accept_new_host_keys, debug)
 
@@ -344,6 +344,6 @@ def install_venv(c, site=None, check=False, diff=False, fail_on_change=False, ho
 def install_modulefiles(c, site=None, check=False, diff=False, fail_on_change=False, host=None, prefix=None,
                         account=None, playbook=None, accept_new_host_keys=False, debug=False):
     """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
-    from sitestack import modulefile as modulefile_mod
+    from sitestack.actions import modulefiles as modulefile_mod
     _stack_steps(modulefile_mod.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
                  playbook, accept_new_host_keys, debug)

@@ -6,8 +6,8 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from sitestack.errors import MutationRefused
-from sitestack.host import Completed, Host
+from sitestack.core.errors import MutationRefused
+from sitestack.core.host import Completed, Host
 
 
 class FakeHost(Host):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from sitestack import schema
-from sitestack.site import Facts
+from sitestack.core import schema
+from sitestack.model.site import Facts
 
 _BASE: dict[str, Any] = {
     "description": "test site",

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
-from sitestack.install import (Target, Toolchain, build_inputs, build_plan, check_commands, digest, explain_change,
+from sitestack.actions.recipe_install import (Target, Toolchain, build_inputs, build_plan, check_commands, digest, explain_change,
                                host_argv, install_inputs)
-from sitestack.recipe import load_recipe
+from sitestack.model.recipe import load_recipe
 from tests.recipe_facts import FRONTIER, LUMI, facts
 
 L = Layout(src="/b/src", build="/b/build", stage="/b/stage", prefix="/opt/x/1.0", jobs="8")
@@ -207,5 +207,5 @@ def test_symbolic_layout():
 @pytest.mark.parametrize("launcher,expected", [("srun", ["srun", "-n", "4"]), ("mpiexec", ["mpiexec", "-n", "4"]),
                                                ("mpirun", ["mpirun", "-np", "4"])])
 def test_launchers(launcher, expected):
-    from sitestack.install import launcher_argv
+    from sitestack.actions.recipe_install import launcher_argv
     assert launcher_argv(facts(mpi__launcher=launcher), 4) == expected

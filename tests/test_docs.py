@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sitestack import playbook  # noqa: F401  (registers every action)
 from sitestack.actions import ACTIONS
-from sitestack.site import PLACEHOLDERS, facts_fields
+from sitestack.engine import playbook  # noqa: F401  (registers every action)
+from sitestack.model.site import PLACEHOLDERS, facts_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOK_DOC = (ROOT / "docs" / "playbooks.md").read_text()
@@ -17,7 +17,7 @@ README = (ROOT / "README.md").read_text()
 
 def test_generated_reference_is_fresh():
     """docs/playbooks.md's actions, facts and placeholders sections match the code."""
-    result = subprocess.run([sys.executable, "-m", "sitestack.reference", "--check"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "sitestack.engine.reference", "--check"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

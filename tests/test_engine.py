@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sitestack.errors import CannotProbe, MutationRefused, SitestackError
-from sitestack.step import Step, converge, selected
+from sitestack.core.errors import CannotProbe, MutationRefused, SitestackError
+from sitestack.core.step import Step, converge, selected
 from tests.fakehost import FakeHost
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.errors import CommandFailed, LockHeld, MutationRefused, SitestackError
-from sitestack.host import LocalHost, atomic_write, shell_line, ssh_host
+from sitestack.actions import ACTIONS
+from sitestack.core.errors import CommandFailed, LockHeld, MutationRefused, SitestackError
+from sitestack.core.host import LocalHost, atomic_write, shell_line, ssh_host
 from tests import sshd
 
 AWKWARD = "a b'c\"d $HOME `x` ;|&"
@@ -135,7 +136,7 @@ def test_unknown_host_key_is_refused_unless_accepted(tmp_path: Path, monkeypatch
 
 
 def test_secrets_stay_out_of_logs_and_errors(tmp_path: Path):
-    from sitestack.redact import redact
+    from sitestack.core.redact import redact
 
     assert redact("env PIP_INDEX_TOKEN=abc123 pip install x") == "env PIP_INDEX_TOKEN=*** pip install x"
     assert redact("--index-url https://bob:s3cret@pypi.example.org/simple") == "--index-url https://bob:***@pypi.example.org/simple"
@@ -165,9 +166,8 @@ class RecordingHost(LocalHost):
 
 
 def test_sudo_only_for_steps_marked_become(tmp_path: Path):
-    from sitestack import playbook as pb
-    from sitestack.actions import ACTIONS
-    from sitestack.site import StepSpec
+    from sitestack.engine import playbook as pb
+        from sitestack.model.site import StepSpec
 
     site = pb.load("local")
     host = RecordingHost()

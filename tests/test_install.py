@@ -467,11 +467,11 @@ def test_two_concurrent_runs_one_builds(project):
 
 def test_install_lock_serialises_steps_in_one_process(project, monkeypatch):
     """The per-install lock (not only the run's prefix lock): two steps, two threads, one build."""
-    from sitestack import playbook as pb
-    from sitestack.host import local_host
-    from sitestack.install import RecipeInstall
-    from sitestack.site import StepSpec
-    from sitestack.step import converge
+    from sitestack.engine import playbook as pb
+    from sitestack.core.host import local_host
+    from sitestack.actions.recipe_install import RecipeInstall
+    from sitestack.model.site import StepSpec
+    from sitestack.core.step import converge
 
     site = pb.load("local")
     spec = StepSpec(name="hello", action="recipe-install", args={"recipe": "hello"})

@@ -18,12 +18,12 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from sitestack import modulefile as mf
-from sitestack import playbook as pb
 from sitestack.actions import ACTIONS
-from sitestack.errors import InputError, SitestackError
-from sitestack.recipe import ModuleSettings
-from sitestack.venv import Built, recipe_targets
+from sitestack.actions import modulefiles as mf
+from sitestack.engine import playbook as pb
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.model.recipe import ModuleSettings
+from sitestack.actions.stack_venv import Built, recipe_targets
 
 GOLDEN = Path(__file__).parent / "golden" / "modulefiles"
 SITES = ("cirrus", "frontier", "lumi", "dawn")
@@ -38,7 +38,7 @@ PLUGIN = ModuleSettings(whatis="libfabric network plugin for RCCL (Slingshot cxi
 
 def context(site_name: str):
     site = pb.load(site_name)
-    return site, mf.offline_context(site, home="/home/alice", user="alice", account="proj123")
+    return site, pb.offline_context(site, home="/home/alice", user="alice", account="proj123")
 
 
 def step_of(site, ctx, action: str):

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from sitestack import playbook as pb
-from sitestack.errors import SitestackError
-from sitestack.netplugin import (Homes, choose_version, configure_args, configure_line, known_rocm,
+from sitestack.engine import playbook as pb
+from sitestack.core.errors import SitestackError
+from sitestack.actions.rccl_net_plugin import (Homes, choose_version, configure_args, configure_line, known_rocm,
                                  pack_dir, plugin_data, plugin_row, rccl_prefix, resolve_homes)
-from sitestack.recipe import load_recipe
-from sitestack.site import Toolkit, expand
+from sitestack.model.recipe import load_recipe
+from sitestack.model.site import Toolkit, expand
 from tests.netplugin_projects import make_plugin_tarball, make_plugin_tree, make_rccl_stub
 
 GOLDEN = Path(__file__).parent / "golden" / "netplugin"
@@ -134,8 +134,9 @@ def test_system_prefixes_are_never_passed(data):
 
 @pytest.mark.parametrize("site, fmt", [("frontier", "lua"), ("frontier", "tcl")])
 def test_module_files_set_the_plugin_explicitly(recipe, data, site, fmt):
-    from sitestack.modulefile import offline_context, render
-    from sitestack.netplugin import module_spec
+    from sitestack.actions.modulefiles import render
+    from sitestack.engine.playbook import offline_context
+    from sitestack.actions.rccl_net_plugin import module_spec
 
     ctx = offline_context(pb.load(site), account="project_465000123")
     dest = "/p/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"

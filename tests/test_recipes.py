@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sitestack import versions
-from sitestack.errors import InputError, SitestackError
-from sitestack.recipe import list_recipes, load_recipe, parse_patch_header
+from sitestack.core import versions
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.model.recipe import list_recipes, load_recipe, parse_patch_header
 from tests.recipe_facts import facts
 
 SHA = "a" * 64
@@ -253,7 +253,7 @@ def test_cli_bad_recipe_names_file_line_key(cli, tmp_path):
 def test_every_recipe_key_and_placeholder_is_documented(repo):
     import dataclasses
 
-    from sitestack import recipe as recipe_mod
+    from sitestack.model import recipe as recipe_mod
 
     doc = (repo / "docs" / "recipes.md").read_text()
     classes = (recipe_mod.Recipe, recipe_mod.Source, recipe_mod.Requires, recipe_mod.Rule, recipe_mod.Patch,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sitestack import playbook as pb
-from sitestack.site import PLACEHOLDERS, list_sites
+from sitestack.engine import playbook as pb
+from sitestack.model.site import PLACEHOLDERS, list_sites
 
 SITES = list_sites()
 REMOTE_SITES = [s for s in SITES if s != "local"]

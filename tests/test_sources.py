@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sitestack import sources
-from sitestack.errors import SitestackError
-from sitestack.recipe import load_recipe
+from sitestack.installs import sources
+from sitestack.core.errors import SitestackError
+from sitestack.model.recipe import load_recipe
 
 PAYLOAD = b"not really a tarball, but bytes with a known sha256\n" * 100
 SHA = hashlib.sha256(PAYLOAD).hexdigest()

@@ -12,14 +12,15 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from sitestack import playbook as pb
-from sitestack import schema
-from sitestack.actions import RunContext
-from sitestack.errors import InputError
-from sitestack.site import Facts
-from sitestack.step import converge
+from sitestack.engine import playbook as pb
+from sitestack.core import schema
+from sitestack.core.errors import InputError
+from sitestack.model.site import Facts
+from sitestack.core.step import converge
+from sitestack.model.context import RunContext
+from sitestack.actions import ACTIONS
 from sitestack.validation import jobs
-from sitestack.validation.action import InstallValidationJob, job_inputs
+from sitestack.actions.validation_job import InstallValidationJob, job_inputs
 from tests.fakehost import FakeHost
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "jobs"
@@ -35,7 +36,7 @@ def context(name: str, **options) -> RunContext:
     values = site.placeholder_values(home="/home/alice", user="alice", account="proj123", prefix=None)
     resolved = site.resolved_facts(values)
     facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
-    return RunContext(site=site, facts=facts, resolved=resolved, values=values, options=options)
+    return RunContext(site=site, facts=facts, resolved=resolved, values=values, options=options, actions=ACTIONS)
 
 
 def step_for(ctx: RunContext) -> InstallValidationJob:

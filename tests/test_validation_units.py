@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sitestack import playbook as pb
+from sitestack.engine import playbook as pb
 from sitestack.validation import ddp_check as dc
 from sitestack.validation import ddp_report, masks
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sitestack import modulefile as mf
-from sitestack import playbook as pb
-from sitestack import venv
+from sitestack.actions import modulefiles as mf
+from sitestack.engine import playbook as pb
+from sitestack.actions import stack_venv as venv
 from tests.conftest import playbook_copy, run_invoke, tree
 
 integration = pytest.mark.integration
@@ -204,7 +204,7 @@ def test_a_foreign_directory_at_the_stack_path_is_left_alone(tmp_path: Path):
 # -- the other sites, without their machines -----------------------------------------------------------------------
 def site_step(name: str):
     site = pb.load(name)
-    ctx = mf.offline_context(site, home="/home/alice", user="alice", account="proj123")
+    ctx = pb.offline_context(site, home="/home/alice", user="alice", account="proj123")
     spec = next(s for s in site.steps if s.action == "stack-venv")
     return ctx, venv.StackVenv.from_spec(spec, ctx)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from . import Command, Layout
+from sitestack.builders import Command
+from sitestack.builders import Layout
 
 
 def needs_bootstrap(mode: str, has_configure: bool) -> bool:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from . import Command, Layout
+from sitestack.builders import Command
+from sitestack.builders import Layout
 
 
 def plan(*, layout: Layout, args: Sequence[str] = (), env: Mapping[str, str] | None = None, cmake: str = "cmake",

@@ -18,9 +18,9 @@ from typing import Any
 
 import jinja2
 
-from ..site import Facts, Validation
-from ..siteenv import prelude
-from . import masks as masks_mod
+from sitestack.model.site import Facts, Validation
+from sitestack.model.siteenv import prelude
+from sitestack.validation import masks as masks_mod
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PROGRAM_FILES = ("ddp_check.py", "ddp_report.py")

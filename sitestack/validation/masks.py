@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 # The check program parses the masks it is given on the site; one parser serves both sides.
-from .ddp_check import parse_mask
+from sitestack.validation.ddp_check import parse_mask
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,16 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..actions import Action, log_name, register, unified_diff
-from ..errors import SitestackError
-from ..host import Host
-from ..site import expand
-from ..siteenv import in_site_env
-from .jobs import JobInputs, job_files
+from sitestack.actions.base import Action, log_name, unified_diff
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.model.site import expand
+from sitestack.model.siteenv import in_site_env
+from sitestack.validation.jobs import JobInputs, job_files
 
-PROBE_SOURCES = Path(__file__).resolve().parent.parent.parent / "sources" / "mpi_probe"
+from sitestack.core.paths import SOURCES_DIR
+
+PROBE_SOURCES = SOURCES_DIR / "mpi_probe"
 PROBE_FILES = ("pyproject.toml", "CMakeLists.txt", "probe.c", "src/sitestack_mpi_probe/__init__.py",
                "src/sitestack_mpi_probe/__main__.py")
 PROBE_EXE = "mpi-probe/bin/sitestack-mpi-probe"
@@ -35,10 +37,9 @@ def stack_python(ctx) -> str | None:
     spec = next((s for s in ctx.site.steps if s.action == "stack-venv"), None)
     if spec is None:
         return None
-    from ..actions import ACTIONS
-    from ..venv import stack_for
+    from sitestack.actions.stack_venv import stack_for
 
-    args = ACTIONS[spec.action].from_spec(spec, ctx).args  # placeholders filled
+    args = ctx.actions[spec.action].from_spec(spec, ctx).args  # placeholders filled
     return f"{stack_for(ctx, getattr(args, 'name', None)).bin}/python"
 
 
@@ -59,9 +60,10 @@ def probe_digest(cc: str, build_python: str, flavour: str) -> str:
     return digest.hexdigest()
 
 
-@register("install-validation-job")
 class InstallValidationJob(Action):
     """The validation DDP job (check program, batch scripts, README, MPI probe) is installed for the site."""
+
+    action = "install-validation-job"
 
     @dataclass(frozen=True)
     class Args:

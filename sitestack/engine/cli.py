@@ -15,7 +15,7 @@ from pathlib import Path
 
 from invoke.exceptions import Exit
 
-from .errors import SitestackError
+from sitestack.core.errors import SitestackError
 
 
 def split_list(value: str | None) -> tuple[str, ...]:

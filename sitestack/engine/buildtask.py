@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .site import Site, StepSpec
+from sitestack.model.site import Site, StepSpec
 
 
 def run_step(loaded: Site, spec: StepSpec, *, check: bool = False, diff: bool = False, hosts: Sequence[str] = (),
@@ -22,7 +22,7 @@ def run_step(loaded: Site, spec: StepSpec, *, check: bool = False, diff: bool = 
              accept_new_host_keys: bool = False, reporter: Any = None, lock_wait: float = 6 * 3600,
              extra: Mapping[str, Any] | None = None) -> list[Any]:
     """Provision ``loaded`` with ``spec`` as its only step; the options go to the step's context."""
-    from . import playbook as pb
+    from sitestack.engine import playbook as pb
 
     single = dataclasses.replace(loaded, steps=(spec,), handlers=())
     options: dict[str, Any] = {"progress": reporter.note if reporter else None, "lock_wait": lock_wait}

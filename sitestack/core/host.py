@@ -29,8 +29,8 @@ from typing import IO
 
 import invoke
 
-from .errors import CommandFailed, ConnectionLost, LockHeld, MutationRefused, SitestackError
-from .redact import redact
+from sitestack.core.errors import CommandFailed, ConnectionLost, LockHeld, MutationRefused, SitestackError
+from sitestack.core.redact import redact
 
 
 @dataclass(frozen=True)

@@ -39,16 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import sources as sources_mod
-from .actions import Action, RunContext, register
-from .builders import Command, Layout, autotools, cmake, pip, symbolic
-from .errors import CommandFailed, InputError, LockHeld, SitestackError
-from .host import Host, LocalHost
-from .recipe import Recipe, expand, load_recipe
-from .report import Reporter
-from .site import Facts, plain_data
-from .siteenv import in_site_env, probe_in_site_env
-from . import versions
+from sitestack.installs import sources as sources_mod
+from sitestack.actions.base import Action
+from sitestack.model.context import RunContext
+from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
+from sitestack.core.errors import CommandFailed, InputError, LockHeld, SitestackError
+from sitestack.core.host import Host, LocalHost
+from sitestack.model.recipe import Recipe, expand, load_recipe
+from sitestack.core.report import Reporter
+from sitestack.model.site import Facts, plain_data
+from sitestack.model.siteenv import in_site_env, probe_in_site_env
+from sitestack.core import versions
 
 STAMP = ".sitestack/install.json"
 STAMP_FORMAT = 1
@@ -395,9 +396,10 @@ def _fmt(seconds: float) -> str:
 
 
 # -- the action ----------------------------------------------------------------------------------
-@register("recipe-install")
 class RecipeInstall(Action):
     """A package built from its recipe in sources/ and installed atomically (stamped, locked, cached)."""
+
+    action = "recipe-install"
 
     @dataclass(frozen=True)
     class Args:
@@ -832,9 +834,9 @@ def build_recipe(recipe: str, *, site: str | None, playbook: Path | None = None,
                  mirror: str | None = None, jobs: int | None = None, accept_new_host_keys: bool = False,
                  reporter: Any = None, lock_wait: float = 6 * 3600) -> list[Any]:
     """Build and install one recipe version on a site's hosts (one step, through the playbook engine)."""
-    from . import playbook as pb
-    from .buildtask import run_step
-    from .site import StepSpec
+    from sitestack.engine import playbook as pb
+    from sitestack.engine.buildtask import run_step
+    from sitestack.model.site import StepSpec
 
     loaded = pb.load(site, playbook)
     found = load_recipe(recipe, Path(sources_dir) if sources_dir else None)

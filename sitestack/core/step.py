@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from .errors import CannotProbe, SitestackError
+from sitestack.core.errors import CannotProbe, SitestackError
 
 if TYPE_CHECKING:
-    from .host import Host
+    from sitestack.core.host import Host
 
 Status = Literal["ok", "changed", "skipped", "failed"]
 

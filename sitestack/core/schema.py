@@ -19,8 +19,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from .errors import InputError
-from .yamlfile import MarkedDict, MarkedList
+from sitestack.core.errors import InputError
+from sitestack.core.yamlfile import MarkedDict, MarkedList
 
 T = TypeVar("T")
 

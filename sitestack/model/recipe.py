@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import schema, versions
-from .errors import InputError, SitestackError
-from .site import Facts
-from .yamlfile import MarkedDict, display_path, load_yaml
+from sitestack.core import schema
+from sitestack.core import versions
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.model.site import Facts
+from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from sitestack.core.paths import REPO as ROOT
 SOURCES_DIR = ROOT / "sources"
 
 #: Placeholders a recipe string may use (``{{`` and ``}}`` write literal braces).

@@ -1,6 +1,6 @@
 """The generated parts of docs/playbooks.md: the actions and the facts reference.
 
-``python -m sitestack.reference`` rewrites the text between the ``<!-- BEGIN x -->`` and
+``python -m sitestack.engine.reference`` rewrites the text between the ``<!-- BEGIN x -->`` and
 ``<!-- END x -->`` markers of docs/playbooks.md from the code (action docstrings and
 argument metadata, fact metadata), so the reference cannot drift from what the loader
 accepts; ``--check`` exits 1 when the file is stale (the docs test runs it).
@@ -14,11 +14,13 @@ import sys
 import typing
 from pathlib import Path
 
-from . import playbook  # noqa: F401  (imports every module that registers actions)
-from .actions import ACTIONS
-from .site import PLACEHOLDERS, facts_fields, type_name
+from sitestack.actions import ACTIONS
+from sitestack.engine import playbook  # noqa: F401  (imports every module that registers actions)
+from sitestack.model.site import PLACEHOLDERS, facts_fields, type_name
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "playbooks.md"
+from sitestack.core.paths import DOCS_DIR
+
+DOC = DOCS_DIR / "playbooks.md"
 
 
 def actions_section() -> str:
@@ -73,7 +75,7 @@ def main(argv: list[str]) -> int:
     fresh = render(current)
     if "--check" in argv:
         if fresh != current:
-            print(f"{DOC} is stale: run `python -m sitestack.reference`", file=sys.stderr)
+            print(f"{DOC} is stale: run `python -m sitestack.engine.reference`", file=sys.stderr)
             return 1
         return 0
     DOC.write_text(fresh)

@@ -39,7 +39,7 @@ class CommandFailed(SitestackError):
         self.rc = rc
         self.output = output
         self.log = log
-        from .redact import redact
+        from sitestack.core.redact import redact
 
         tail = "\n".join(output.rstrip().splitlines()[-20:])
         where = f" (full log: {log})" if log else ""

@@ -37,16 +37,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import schema, versions
-from . import sources as sources_mod
-from .actions import RunContext, register, unified_diff
-from .builders import symbolic
-from .errors import SitestackError
-from .horovod import resolve_refs, site_environment
-from .host import Host
-from .install import RecipeInstall, Target, build_plan, read_stamp
-from .recipe import Check, Recipe, expand
-from .site import Facts, Toolkit
+from sitestack.core import schema
+from sitestack.core import versions
+from sitestack.installs import sources as sources_mod
+from sitestack.actions.base import unified_diff
+from sitestack.model.context import RunContext
+from sitestack.builders import symbolic
+from sitestack.core.errors import SitestackError
+from sitestack.actions.horovod_install import resolve_refs, site_environment
+from sitestack.core.host import Host
+from sitestack.actions.recipe_install import RecipeInstall, Target, build_plan, read_stamp
+from sitestack.model.recipe import Check, Recipe, expand
+from sitestack.model.site import Facts, Toolkit
 
 
 # -- the recipe's tables -----------------------------------------------------------------------
@@ -256,7 +258,7 @@ def configure_line(recipe: Recipe, facts: Facts, version: str, homes: Homes, des
 def module_settings(recipe: Recipe, row: PluginRow) -> Any:
     """The recipe's module settings plus the plugin's own: NCCL_NET_PLUGIN (the library's absolute
     path) and NCCL_NET, so that RCCL fails instead of falling back to sockets when it cannot load it."""
-    from .recipe import ModuleSettings
+    from sitestack.model.recipe import ModuleSettings
 
     base = recipe.module or ModuleSettings()
     return dataclasses.replace(base, set={**base.set, "NCCL_NET_PLUGIN": "{install}/" + row.library,
@@ -265,8 +267,8 @@ def module_settings(recipe: Recipe, row: PluginRow) -> Any:
 
 def module_spec(ctx: RunContext, recipe: Recipe, row: PluginRow, version: str, dest: str, values: Mapping[str, str]):
     """The plugin's module (name/version = <recipe>/<basename of dest>), with the site's FI_* and NCCL_*."""
-    from .modulefile import package_module
-    from .venv import Built
+    from sitestack.actions.modulefiles import package_module
+    from sitestack.actions.stack_venv import Built
 
     built = Built(recipe=recipe.name, version=version, dest=dest, description=recipe.description,
                   homepage=recipe.homepage, settings=module_settings(recipe, row), values=values, installed=True)
@@ -299,9 +301,10 @@ def pack_dir(directory: Path, name: str, out_dir: Path) -> Path:
 
 
 # -- the action ---------------------------------------------------------------------------------------
-@register("rccl-net-plugin")
 class RcclNetPlugin(RecipeInstall):
     """The RCCL libfabric network plugin for a ROCm release, with its module file."""
+
+    action = "rccl-net-plugin"
 
     @dataclass(frozen=True)
     class Args:
@@ -322,7 +325,7 @@ class RcclNetPlugin(RecipeInstall):
         recipe: str = field(default="aws-ofi-rccl", metadata={"doc": "recipe name (sources/<recipe>.yml)"})
 
     def __init__(self, spec: Any, args: Any, ctx: RunContext) -> None:
-        from .recipe import load_recipe
+        from sitestack.model.recipe import load_recipe
 
         options = dict(ctx.options or {})
         sources_dir = options.get("sources_dir")
@@ -378,7 +381,7 @@ class RcclNetPlugin(RecipeInstall):
 
     # -- the site's part ---------------------------------------------------------------------------------
     def module_file(self) -> str:
-        from .modulefile import render
+        from sitestack.actions.modulefiles import render
 
         return render(self.spec, self.ctx.facts.modules.format)
 
@@ -417,7 +420,7 @@ class RcclNetPlugin(RecipeInstall):
 
     def pkg_prefix(self, host: Host, package: str) -> str | None:
         """What pkg-config says the package's prefix is, with the site's modules loaded."""
-        from .siteenv import probe_in_site_env
+        from sitestack.model.siteenv import probe_in_site_env
         out = probe_in_site_env(host, self.ctx.facts, ["pkg-config", "--variable=prefix", package])
         return (out.stdout.strip() or None) if out.ok else None
 
@@ -462,7 +465,7 @@ def default_rocm_home(ctx: RunContext, rocm: str) -> str:
     raw = (ctx.site.raw_facts.get("rocm") or {}).get("home") if ctx.site.raw_facts else None
     if not raw:
         return f"/opt/rocm-{rocm}"
-    from .site import expand as site_expand
+    from sitestack.model.site import expand as site_expand
     return site_expand(str(raw), {**ctx.values, "rocm_version": rocm})
 
 
@@ -473,10 +476,10 @@ def build_rccl_plugin(*, site: str | None, rocm: str | None, playbook: Any = Non
                       reporter: Any = None, **options: Any) -> list[Any]:
     """``invoke build-rccl-plugin``: the ROCm release and plugin checked before anything connects,
     then one rccl-net-plugin step through the playbook engine."""
-    from . import playbook as pb
-    from .buildtask import run_step
-    from .recipe import load_recipe
-    from .site import StepSpec
+    from sitestack.engine import playbook as pb
+    from sitestack.engine.buildtask import run_step
+    from sitestack.model.recipe import load_recipe
+    from sitestack.model.site import StepSpec
 
     loaded = pb.load(site or "local", playbook)
     recipe = load_recipe("aws-ofi-rccl", Path(sources_dir) if sources_dir else None)

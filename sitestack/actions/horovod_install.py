@@ -33,14 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import schema, versions
-from .actions import RunContext, register
-from .errors import SitestackError
-from .host import Host
-from .install import RecipeInstall
-from .recipe import Check, Recipe
-from .site import Facts
-from .siteenv import in_site_env, probe_in_site_env
+from sitestack.core import schema
+from sitestack.core import versions
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.model.context import RunContext
+from sitestack.actions.recipe_install import RecipeInstall
+from sitestack.model.recipe import Check, Recipe
+from sitestack.model.site import Facts
+from sitestack.model.siteenv import in_site_env, probe_in_site_env
 
 
 # -- the recipe's tables -----------------------------------------------------------------------
@@ -434,9 +435,10 @@ class NeedsBuildEnv(Exception):
     """The build environment with the site's torch does not exist yet (pending's reason)."""
 
 
-@register("horovod-install")
 class HorovodInstall(RecipeInstall):
     """Horovod built from its sdist for the site (NCCL/RCCL/CPU from the facts), checked with --check-build."""
+
+    action = "horovod-install"
 
     @dataclass(frozen=True)
     class Args:
@@ -648,10 +650,10 @@ def build_horovod(*, site: str | None, playbook: Any = None, version: str | None
     horovod-install step through the playbook engine."""
     from pathlib import Path
 
-    from . import playbook as pb
-    from .buildtask import run_step
-    from .recipe import load_recipe
-    from .site import StepSpec
+    from sitestack.engine import playbook as pb
+    from sitestack.engine.buildtask import run_step
+    from sitestack.model.recipe import load_recipe
+    from sitestack.model.site import StepSpec
 
     loaded = pb.load(site, playbook)
     recipe = load_recipe("horovod", Path(sources_dir) if sources_dir else None)

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import schema
-from .errors import InputError
-from .yamlfile import MarkedDict, MarkedList, display_path, load_yaml
+from sitestack.core import schema
+from sitestack.core.errors import InputError
+from sitestack.core.yamlfile import MarkedDict, MarkedList, display_path, load_yaml
 
-PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+from sitestack.core.paths import PLAYBOOK_DIR
 
 #: The placeholders a string in a playbook may use, with what each becomes.
 PLACEHOLDERS: Mapping[str, str] = {

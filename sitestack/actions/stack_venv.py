@@ -39,12 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import activate_hook
-from .actions import Action, RunContext, register, unified_diff
-from .errors import InputError, SitestackError
-from .host import Completed, Host
-from .site import Facts, Site, StepSpec, expand
-from .siteenv import in_site_env
+from sitestack.programs import activate_hook
+from sitestack.actions.base import Action, unified_diff
+from sitestack.model.context import RunContext
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.host import Completed, Host
+from sitestack.model.site import Facts, Site, StepSpec, expand
+from sitestack.model.siteenv import in_site_env
 
 MANIFEST_FORMAT = 1
 #: Recipes whose wheels the stack installs when sitestack built them for the site.
@@ -186,13 +187,12 @@ def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built]
     Returns (packages, notes): a recipe without ``sources/<name>.yml``, or one the site's facts
     rule out, is a note, not an error.
     """
-    from .actions import ACTIONS
-    from .install import RecipeInstall
+    from sitestack.actions.recipe_install import RecipeInstall
 
     # The playbook's install steps (recipe-install and the actions built on it) say where each goes.
     targets: dict[str, Any] = {}
     for spec in ctx.site.steps:
-        cls = ACTIONS.get(spec.action)
+        cls = ctx.actions.get(spec.action)
         if cls is None or not issubclass(cls, RecipeInstall):
             continue
         try:
@@ -220,7 +220,7 @@ def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built]
 
 def find_built(host: Host, ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built], list[str]]:
     """The packages of :func:`recipe_targets` that are installed on ``host``, with their wheels."""
-    from .install import installed_wheel, read_stamp
+    from sitestack.actions.recipe_install import installed_wheel, read_stamp
 
     candidates, notes = recipe_targets(ctx, recipes)
     found = []
@@ -479,10 +479,11 @@ def _list_dists(host: Host, stack: Stack) -> tuple[bool, set[str]]:
     return "NOPYTHON" not in lines, {n for n in lines if n != "NOPYTHON"}
 
 
-@register("stack-venv")
 class StackVenv(Action):
     """The site's stack environment (venv or conda env) with torch, extras and the wheels sitestack
     built, and its manifest beside it."""
+
+    action = "stack-venv"
 
     @dataclass(frozen=True)
     class Args:
@@ -706,7 +707,7 @@ exit 0
 # -- the extend-venv-activate command in the stack's bin/ ---------------------------------------------------
 def hook_config(ctx: RunContext, stack: Stack) -> dict[str, Any]:
     """What the installed extend-venv-activate needs to know about the stack and the site."""
-    from .siteenv import INIT_CANDIDATES
+    from sitestack.model.siteenv import INIT_CANDIDATES
 
     mods = ctx.facts.modules
     bash_inits = [mods.init] if mods.init else list(INIT_CANDIDATES)
@@ -730,10 +731,11 @@ def hook_config(ctx: RunContext, stack: Stack) -> dict[str, Any]:
     }
 
 
-@register("venv-hook")
 class VenvHook(Action):
     """The extend-venv-activate command in the stack's bin/: extends a user's venv so that activating it
     loads the stack's module and deactivating restores the environment."""
+
+    action = "venv-hook"
 
     @dataclass(frozen=True)
     class Args:
@@ -788,7 +790,7 @@ def run_steps(actions: Sequence[str], *, site: str | None, playbook: Path | None
               hosts: Sequence[str], prefix: str | None, account: str | None, accept_new_host_keys: bool,
               reporter: Any) -> list[Any]:
     """Run only the steps with these actions of a site's playbook (a default step where it has none)."""
-    from . import playbook as pb
+    from sitestack.engine import playbook as pb
 
     loaded = pb.load(site, playbook)
     require_module_system(loaded)

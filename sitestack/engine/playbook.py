@@ -16,17 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import schema
-from .actions import ACTIONS, RunContext
-from . import install  # noqa: F401  registers recipe actions
-from .errors import InputError, SitestackError
-from .host import Host, local_host, ssh_host
-from .report import Reporter
-from .site import Facts, HostSpec, Site, load_site
-from .step import Result, converge
-from . import modulefile  # noqa: F401,E402  (registers stack-venv, venv-hook, modulefiles)
-from .validation import action as _validation_action  # noqa: F401  (registers install-validation-job)
-from . import horovod, netplugin  # noqa: F401,E402  (register horovod-install, rccl-net-plugin)
+from sitestack.actions import ACTIONS
+from sitestack.core import schema
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.host import Host, local_host, ssh_host
+from sitestack.model.context import RunContext
+from sitestack.core.report import HostRun, Reporter
+from sitestack.model.site import Facts, HostSpec, Site, load_site
+from sitestack.core.step import Result, converge
 
 
 @dataclass(frozen=True)
@@ -45,23 +42,6 @@ class Options:
     lock_wait: float = 600.0
     extra: dict[str, Any] = field(default_factory=dict)
 
-
-@dataclass
-class HostRun:
-    """The outcome on one host."""
-
-    host: str
-    results: list[Result] = field(default_factory=list)
-    error: str | None = None
-    elapsed: float = 0.0
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None or any(r.status == "failed" for r in self.results)
-
-    @property
-    def changed(self) -> bool:
-        return any(r.status == "changed" for r in self.results)
 
 
 def load(site_name: str | None = None, path: Path | None = None) -> Site:
@@ -106,7 +86,16 @@ def context_for(site: Site, host: Host, options: Options, logs: Path | None) -> 
     resolved = site.resolved_facts(values)
     facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
     return RunContext(site=site, facts=facts, resolved=resolved, values=values, check=options.check,
-                      log_dir=logs, options=options.extra)
+                      log_dir=logs, options=options.extra, actions=ACTIONS)
+
+
+def offline_context(site: Site, *, home: str = "/home/user", user: str = "user", account: str | None = "project",
+                    prefix: str | None = None) -> RunContext:
+    """A run context for ``site`` without a host (golden files, documentation)."""
+    values = site.placeholder_values(home=home, user=user, account=account, prefix=prefix)
+    resolved = site.resolved_facts(values)
+    facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
+    return RunContext(site=site, facts=facts, resolved=resolved, values=values, actions=ACTIONS)
 
 
 def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, logs: Path | None) -> HostRun:

@@ -20,8 +20,8 @@ import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import SitestackError
-from .recipe import Recipe, expand
+from sitestack.core.errors import SitestackError
+from sitestack.model.recipe import Recipe, expand
 
 
 class ChecksumMismatch(SitestackError):

@@ -15,9 +15,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from .errors import CannotProbe, SitestackError
-from .host import Completed, Host
-from .site import Facts
+from sitestack.core.errors import CannotProbe, SitestackError
+from sitestack.core.host import Completed, Host
+from sitestack.model.site import Facts
 
 NO_MODULE_SYSTEM = 97
 LOAD_FAILED = 98

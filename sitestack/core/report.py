@@ -9,13 +9,29 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from dataclasses import dataclass, field
+from typing import TextIO
 
-from .redact import redact
-from .step import Result
+from sitestack.core.redact import redact
+from sitestack.core.step import Result
 
-if TYPE_CHECKING:
-    from .playbook import HostRun
+
+@dataclass
+class HostRun:
+    """The outcome on one host."""
+
+    host: str
+    results: list[Result] = field(default_factory=list)
+    error: str | None = None
+    elapsed: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or any(r.status == "failed" for r in self.results)
+
+    @property
+    def changed(self) -> bool:
+        return any(r.status == "changed" for r in self.results)
 
 
 class Reporter:

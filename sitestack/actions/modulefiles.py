@@ -43,15 +43,16 @@ from typing import Any
 
 import jinja2
 
-from . import schema
-from .actions import Action, RunContext, register, unified_diff
-from .errors import InputError, SitestackError
-from .host import Host
-from .site import Facts, Site, StepSpec
-from .venv import DEFAULT_RECIPES, Built, Stack, find_built, module_root, recipe_targets, require_module_system, \
+from sitestack.core import schema
+from sitestack.actions.base import Action, unified_diff
+from sitestack.model.context import RunContext
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.host import Host
+from sitestack.model.site import Facts, Site, StepSpec
+from sitestack.actions.stack_venv import DEFAULT_RECIPES, Built, Stack, find_built, module_root, recipe_targets, require_module_system, \
     run_steps, stack_for
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "modulefiles"
+from sitestack.core.paths import MODULEFILE_DIR as TEMPLATE_DIR
 EXTENSIONS = {"lua": ".lua", "tcl": ""}
 #: Placeholders that must be the loading user's, not the installing user's.
 RUNTIME = {"user": "USER", "home": "HOME"}
@@ -318,7 +319,7 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
 
 def package_module(ctx: RunContext, b: Built, *, autoload: bool = True) -> ModuleSpec:
     """The module of a package sitestack built (from its recipe's module settings)."""
-    from .recipe import expand
+    from sitestack.model.recipe import expand
 
     facts = ctx.facts
     settings = b.settings
@@ -363,24 +364,17 @@ def render_all(specs: Sequence[ModuleSpec], fmt: str, template_dirs: Sequence[st
     return {spec.relpath(fmt): render(spec, fmt, template_dirs) for spec in specs}
 
 
-def offline_context(site: Site, *, home: str = "/home/user", user: str = "user", account: str | None = "project",
-                    prefix: str | None = None) -> RunContext:
-    """A run context for ``site`` without a host (golden files, documentation)."""
-    values = site.placeholder_values(home=home, user=user, account=account, prefix=prefix)
-    resolved = site.resolved_facts(values)
-    facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
-    return RunContext(site=site, facts=facts, resolved=resolved, values=values)
-
 
 # -- the step ---------------------------------------------------------------------------------------------
 def plugin_recipes(facts: Facts) -> tuple[str, ...]:
     return (facts.network.net_plugin,) if facts.network.net_plugin else ()
 
 
-@register("modulefiles")
 class ModuleFiles(Action):
     """Module files for the stack and each package sitestack built for the site, in the site's format
     (facts.modules.format), installed atomically under facts.modules.install_root (files 0644, dirs 0755)."""
+
+    action = "modulefiles"
 
     @dataclass(frozen=True)
     class Args:
@@ -502,4 +496,4 @@ def install_modulefiles(**kwargs: Any) -> list[Any]:
 
 
 __all__ = ["ModuleSpec", "ModuleFiles", "Text", "text_of", "render", "render_all", "site_modules", "stack_module",
-           "package_module", "offline_context", "install_modulefiles", "recipe_targets"]
+           "package_module", "install_modulefiles", "recipe_targets"]

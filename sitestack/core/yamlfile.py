@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from .errors import InputError
+from sitestack.core.errors import InputError
 
 
 class MarkedDict(dict):

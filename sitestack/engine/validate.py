@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, SitestackError
-from ..host import local_host
-from ..report import Reporter
-from ..site import Facts, Site, expand
-from .ddp_report import verdict_table
-from .jobs import script_name, validation_of
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.host import local_host
+from sitestack.core.report import Reporter
+from sitestack.model.site import Facts, Site, expand
+from sitestack.validation.ddp_report import verdict_table
+from sitestack.validation.jobs import script_name, validation_of
 
 LOCAL_LAUNCHERS = ("torchrun", "mpiexec")
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
@@ -108,7 +108,7 @@ def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcom
     """Run (or collect) the site's validation job; report the verdict; return the outcome."""
     host = local_host()
     values = site.placeholder_values(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
-    from .. import schema
+    from sitestack.core import schema
 
     facts = schema.build(Facts, site.resolved_facts(values), site.path, line=0, key="facts")
     directory = install_dir(site, values)

@@ -1,0 +1,40 @@
+"""The ``apt-packages`` action: debian packages are installed (apt-get; sudo where the step says become)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sitestack.actions.base import Action, log_name
+from sitestack.core.errors import CannotProbe
+from sitestack.core.host import Host
+
+
+class AptPackages(Action):
+    """Debian packages are installed (apt-get; sudo where the step says become)."""
+
+    action = "apt-packages"
+
+    @dataclass(frozen=True)
+    class Args:
+        packages: tuple[str, ...] = field(metadata={"doc": "Debian package names"})
+
+    def describe(self) -> str:
+        return f"install {', '.join(self.args.packages)}"
+
+    def pending(self, host: Host) -> str | None:
+        out = host.probe(["dpkg-query", "-W", "-f=${Package} ${Status}\\n", *self.args.packages])
+        if out.rc == 127 and "not found" in out.stderr:
+            raise CannotProbe("dpkg-query not found: not a Debian host")
+        installed = {line.split()[0] for line in out.stdout.splitlines() if line.endswith(" installed")}
+        missing = [p for p in self.args.packages if p not in installed]
+        return f"not installed: {', '.join(missing)}" if missing else None
+
+    def apply(self, host: Host) -> None:
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        log = self.ctx.log_dir / log_name(self.name) if self.ctx.log_dir else None
+        missing = self.pending(host) or ""
+        # apt-get update only when the package lists are missing (fresh containers have none).
+        if not host.probe(["sh", "-c", "ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1"]).ok:
+            host.run(["apt-get", "update"], env=env, sudo=self.become, log=log)
+        names = missing.removeprefix("not installed: ").split(", ")
+        host.run(["apt-get", "install", "-y", "--no-install-recommends", *names], env=env, sudo=self.become, log=log)

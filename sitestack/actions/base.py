@@ -1,0 +1,68 @@
+"""The base of every playbook action, and helpers the actions share.
+
+An action is a :class:`~sitestack.core.step.Step` class with an ``Args`` dataclass (checked
+against the playbook when it is loaded, so a bad argument is an error naming file, line and
+key before anything runs), a class attribute ``action`` (its name in playbooks) and a
+constructor taking the step's spec, its arguments and the
+:class:`~sitestack.model.context.RunContext` of the host it runs on. The table of all actions
+is :data:`sitestack.actions.ACTIONS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sitestack.core import schema
+from sitestack.core.errors import SitestackError
+from sitestack.core.step import Step
+from sitestack.model.context import RunContext
+from sitestack.model.site import StepSpec, expand_all
+from sitestack.model.site import plain_data as _plain
+
+
+class Action(Step):
+    """A Step built from a playbook step."""
+
+    action: ClassVar[str] = ""  # the name playbooks use
+
+    @dataclass(frozen=True)
+    class Args:
+        pass
+
+    def __init__(self, spec: StepSpec, args: Any, ctx: RunContext) -> None:
+        self.name = spec.name
+        self.tags = frozenset(spec.tags)
+        self.notify = spec.notify
+        self.become = spec.become
+        self.args = args
+        self.ctx = ctx
+
+    @classmethod
+    def check_args(cls, raw: Any, file: str, line: int, key: str) -> Any:
+        """Validate the raw YAML arguments; raise InputError naming file, line and key."""
+        return schema.build(cls.Args, raw if raw is not None else {}, file, line=line, key=key)
+
+    @classmethod
+    def from_spec(cls, spec: StepSpec, ctx: RunContext) -> Action:
+        """The step for one host: arguments checked, placeholders (defaults' too) filled."""
+        args = cls.check_args(_plain(spec.args), ctx.site.path, spec.line, "args")
+        filled = {f.name: expand_all(_plain(getattr(args, f.name)), ctx.values) for f in dataclasses.fields(args)}
+        filled = {k: tuple(v) if isinstance(getattr(args, k), tuple) else v for k, v in filled.items()}
+        return cls(spec, dataclasses.replace(args, **filled), ctx)
+
+
+
+def unified_diff(old: str | None, new: str, path: str) -> str:
+    """A unified diff from ``old`` (None: no file) to ``new``."""
+    return "".join(difflib.unified_diff(
+        (old or "").splitlines(keepends=True), new.splitlines(keepends=True),
+        fromfile="/dev/null" if old is None else f"{path} (on host)", tofile=f"{path} (new)"))
+
+
+def log_name(step_name: str) -> str:
+    """A log file name for a step: its name with anything but letters, digits, . and - as _."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", step_name).strip("_") + ".log"

@@ -1,0 +1,65 @@
+"""The ``directory`` action: directories exist with the given mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sitestack.actions.base import Action
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+
+def parse_mode(text: str, where: str) -> int:
+    try:
+        value = int(text, 8)
+    except ValueError:
+        raise SitestackError(f"{where}: mode must be octal like '0755', not {text!r}") from None
+    if not 0 <= value <= 0o7777:
+        raise SitestackError(f"{where}: mode {text!r} out of range")
+    return value
+
+
+class Directory(Action):
+    """Directories exist with the given mode."""
+
+    action = "directory"
+
+    @dataclass(frozen=True)
+    class Args:
+        paths: tuple[str, ...] = field(metadata={"doc": "directories to create (parents too)"})
+        mode: str = field(default="0755", metadata={"doc": "octal permission bits"})
+
+        def check(self) -> str | None:
+            if not self.paths:
+                return "paths: at least one directory"
+            for path in self.paths:
+                if not path.startswith("/") and not path.startswith("{"):
+                    return f"paths: {path!r} must be absolute"
+            try:
+                parse_mode(self.mode, "mode")
+            except SitestackError as exc:
+                return str(exc)
+            return None
+
+    def describe(self) -> str:
+        return f"create {', '.join(self.args.paths)}"
+
+    def pending(self, host: Host) -> str | None:
+        want = parse_mode(self.args.mode, self.name)
+        out = host.probe(["stat", "-c", "%F|%a|%n", "--", *self.args.paths])
+        found = {}
+        for line in out.stdout.splitlines():
+            kind, mode, name = line.split("|", 2)
+            found[name] = (kind, int(mode, 8))
+        problems = []
+        for path in self.args.paths:
+            if path not in found:
+                problems.append(f"{path} missing")
+            elif found[path][0] != "directory":
+                raise SitestackError(f"{path} exists and is a {found[path][0]}, not a directory")
+            elif found[path][1] != want:
+                problems.append(f"{path} mode {found[path][1]:04o}, want {want:04o}")
+        return "; ".join(problems) or None
+
+    def apply(self, host: Host) -> None:
+        host.run(["mkdir", "-p", "--", *self.args.paths], sudo=self.become)
+        host.run(["chmod", self.args.mode, "--", *self.args.paths], sudo=self.become)

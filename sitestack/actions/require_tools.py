@@ -1,0 +1,36 @@
+"""The ``require-tools`` action: commands exist on the host once the site's modules are loaded (an assertion)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sitestack.actions.base import Action
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.model.siteenv import probe_in_site_env
+
+
+class RequireTools(Action):
+    """Commands exist on the host once the site's modules are loaded (an assertion)."""
+
+    action = "require-tools"
+
+    asserts = True
+
+    @dataclass(frozen=True)
+    class Args:
+        tools: tuple[str, ...] = field(metadata={"doc": "commands that must be on PATH"})
+
+    def describe(self) -> str:
+        return f"check that {', '.join(self.args.tools)} exist"
+
+    def pending(self, host: Host) -> str | None:
+        script = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done'
+        out = probe_in_site_env(host, self.ctx.facts, ["bash", "-c", script, "sitestack", *self.args.tools])
+        if out.rc != 0:
+            raise SitestackError(f"cannot check tools: {out.stderr.strip()}")
+        missing = out.stdout.split()
+        if missing:
+            loaded = ", ".join(self.ctx.facts.modules.load) or "no site modules"
+            raise SitestackError(f"missing on {host.name} (with {loaded} loaded): {', '.join(missing)}")
+        return None

@@ -1,0 +1,16 @@
+"""Where sitestack finds its data: the checkout's playbooks/, sources/, patches/, modulefiles/, docs/.
+
+sitestack runs from its checkout (see README): the data directories sit beside the package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The checkout: the directory holding ``sitestack/``, ``playbooks/`` and ``sources/``.
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_DIR = REPO / "playbooks"
+SOURCES_DIR = REPO / "sources"
+PATCHES_DIR = REPO / "patches"
+MODULEFILE_DIR = REPO / "modulefiles"
+DOCS_DIR = REPO / "docs"
