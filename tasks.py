@@ -13,11 +13,20 @@ from invoke import task
 from invoke.exceptions import Exit
 
 from sitestack.actions import ACTIONS
-from sitestack.engine import playbook as pb
-from sitestack.engine.cli import account_option, errors_to_exit, playbook_path, split_list
+from sitestack.core.errors import InputError as _InputError
 from sitestack.core.host import local_host
 from sitestack.core.report import Reporter
+from sitestack.engine import buildtask
+from sitestack.engine import playbook as pb
+from sitestack.engine import validate as validation_mod
+from sitestack.engine.cli import account_option, errors_to_exit, playbook_path, split_list
+from sitestack.installs import sources as sources_mod
+from sitestack.model import recipe as recipe_mod
+from sitestack.model.context import RunOptions
 from sitestack.model.site import list_sites
+
+#: Builds wait this long for another run's lock on the same install (builds take long).
+BUILD_LOCK_WAIT = 6 * 3600.0
 
 SITE_HELP = "site name: one of the playbooks in playbooks/ (see `invoke sites`)"
 PLAYBOOK_HELP = "use this playbook file instead of playbooks/<site>.yml"
@@ -119,9 +128,6 @@ def benchmark(c, name=None):
 
 
 # -- builds from source: recipes in sources/ -------------------------------------------------
-from sitestack.actions import recipe_install as install_mod  # noqa: E402
-from sitestack.model import recipe as recipe_mod  # noqa: E402
-from sitestack.installs import sources as sources_mod  # noqa: E402
 
 BUILD_HELP = {
     "recipe": "recipe name: sources/<recipe>.yml (see `invoke recipes`)",
@@ -146,11 +152,11 @@ BUILD_HELP = {
 def _build(recipe, site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
            jobs, playbook, accept_new_host_keys, debug):
     with errors_to_exit(debug):
-        runs = install_mod.build_recipe(
-            recipe, site=site, playbook=playbook_path(playbook), version=version, source=source, prefix=prefix,
-            check=check, diff=diff, hosts=tuple(host or ()), account=account_option(account), sources_dir=sources_dir,
-            mirror=mirror, jobs=int(jobs) if jobs else None, accept_new_host_keys=accept_new_host_keys,
-            reporter=Reporter(show_diff=diff, debug=debug))
+        options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
+                             accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
+                             sources_dir=sources_dir, mirror=mirror, jobs=int(jobs) if jobs else None)
+        runs = buildtask.build_recipe(recipe, site=site, playbook=playbook_path(playbook), version=version,
+                                      options=options, reporter=Reporter(show_diff=diff, debug=debug))
         code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
     if code:
         raise Exit(code=code)
@@ -197,8 +203,6 @@ def recipes(c, sources_dir=None, debug=False):
 
 
 # -- the validation job ----------------------------------------------------------------------------
-from sitestack.core.errors import InputError as _InputError  # noqa: E402
-from sitestack.engine import validate as validation_mod  # noqa: E402
 
 VALIDATION_PYTHON_HELP = "the Python that runs the checks (default: facts.python.executable; the job's $SITESTACK_PYTHON overrides)"
 
@@ -218,7 +222,7 @@ def install_validation_job(c, site=None, check=False, diff=False, host=None, pre
             raise _InputError(loaded.path, "the playbook has no install-validation-job step")
         options = pb.Options(check=check, diff=diff, tags=(step.name,), hosts=tuple(host or ()), prefix=prefix,
                              account=account_option(account), accept_new_host_keys=accept_new_host_keys,
-                             extra={"python": python} if python else {})
+                             python=python)
         runs = pb.provision(loaded, options, Reporter(show_diff=diff, debug=debug))
         code = pb.exit_code(runs, check=check, fail_on_change=False)
     if code:
@@ -250,8 +254,6 @@ def validate(c, site=None, nodes=0, ranks_per_node=0, launcher=None, scheduler="
 
 
 # -- Horovod and the RCCL network plugin -----------------------------------------------------------
-from sitestack.actions import horovod_install as horovod_mod  # noqa: E402
-from sitestack.actions import rccl_net_plugin as netplugin_mod  # noqa: E402
 
 _COMMON_BUILD_HELP = {k: v for k, v in BUILD_HELP.items() if k not in ("recipe", "prefix")}
 
@@ -266,11 +268,12 @@ def build_horovod(c, site=None, version=None, python=None, gpu_operations=None, 
                   playbook=None, accept_new_host_keys=False, debug=False):
     """Build Horovod from its sdist for a site (NCCL/RCCL/CPU from the facts); check --check-build and a 2-rank allreduce."""
     with errors_to_exit(debug):
-        runs = horovod_mod.build_horovod(
-            site=site, playbook=playbook_path(playbook), version=version, python=python, gpu_operations=gpu_operations,
-            sources_dir=sources_dir, reporter=Reporter(show_diff=diff, debug=debug), check=check, diff=diff,
-            hosts=tuple(host or ()), prefix=prefix, account=account_option(account), source=source, mirror=mirror,
-            jobs=int(jobs) if jobs else None, accept_new_host_keys=accept_new_host_keys)
+        options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
+                             accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
+                             sources_dir=sources_dir, mirror=mirror, jobs=int(jobs) if jobs else None, python=python,
+                             gpu_operations=gpu_operations)
+        runs = buildtask.build_horovod(site=site, playbook=playbook_path(playbook), version=version, options=options,
+                                       reporter=Reporter(show_diff=diff, debug=debug))
         code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
     if code:
         raise Exit(code=code)
@@ -294,12 +297,13 @@ def build_rccl_plugin(c, rocm=None, site=None, version=None, source=None, prefix
                       accept_new_host_keys=False, debug=False):
     """Build the RCCL libfabric plugin for a ROCm release (aws-ofi-rccl / aws-ofi-nccl) and its module file."""
     with errors_to_exit(debug):
-        runs = netplugin_mod.build_rccl_plugin(
-            site=site, rocm=rocm, playbook=playbook_path(playbook), version=version, rocm_home=rocm_home,
-            rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home, tests=tests, sources_dir=sources_dir,
-            reporter=Reporter(show_diff=diff, debug=debug), check=check, diff=diff, hosts=tuple(host or ()),
-            prefix=prefix, account=account_option(account), source=source, mirror=mirror,
-            jobs=int(jobs) if jobs else None, accept_new_host_keys=accept_new_host_keys)
+        options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
+                             accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
+                             sources_dir=sources_dir, mirror=mirror, jobs=int(jobs) if jobs else None, rocm=rocm,
+                             rocm_home=rocm_home, rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home,
+                             plugin_version=version, tests=tests)
+        runs = buildtask.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options,
+                                           reporter=Reporter(show_diff=diff, debug=debug))
         code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
     if code:
         raise Exit(code=code)
@@ -323,9 +327,9 @@ STACK_HELP = {
 def _stack_steps(run, site, check, diff, fail_on_change, host, prefix, account, playbook, accept_new_host_keys,
                  debug):
     with errors_to_exit(debug):
-        runs = run(site=site, playbook=playbook_path(playbook), check=check, diff=diff, hosts=tuple(host or ()),
-                   prefix=prefix, account=account_option(account), accept_new_host_keys=accept_new_host_keys,
-                   reporter=Reporter(show_diff=diff, debug=debug))
+        options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
+                             accept_new_host_keys=accept_new_host_keys)
+        runs = run(site=site, playbook=playbook_path(playbook), options=options, reporter=Reporter(show_diff=diff, debug=debug))
         code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
     if code:
         raise Exit(code=code)
@@ -335,8 +339,7 @@ def _stack_steps(run, site, check, diff, fail_on_change, host, prefix, account, 
 def install_venv(c, site=None, check=False, diff=False, fail_on_change=False, host=None, prefix=None, account=None,
                  playbook=None, accept_new_host_keys=False, debug=False):
     """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
-    from sitestack.actions import stack_venv as venv_mod
-    _stack_steps(venv_mod.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
+    _stack_steps(buildtask.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
                  accept_new_host_keys, debug)
 
 
@@ -344,6 +347,5 @@ def install_venv(c, site=None, check=False, diff=False, fail_on_change=False, ho
 def install_modulefiles(c, site=None, check=False, diff=False, fail_on_change=False, host=None, prefix=None,
                         account=None, playbook=None, accept_new_host_keys=False, debug=False):
     """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
-    from sitestack.actions import modulefiles as modulefile_mod
-    _stack_steps(modulefile_mod.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
+    _stack_steps(buildtask.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
                  playbook, accept_new_host_keys, debug)

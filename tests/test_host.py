@@ -167,7 +167,7 @@ class RecordingHost(LocalHost):
 
 def test_sudo_only_for_steps_marked_become(tmp_path: Path):
     from sitestack.engine import playbook as pb
-        from sitestack.model.site import StepSpec
+    from sitestack.model.site import StepSpec
 
     site = pb.load("local")
     host = RecordingHost()

@@ -256,7 +256,7 @@ def test_cmake_from_pypi_when_the_host_has_none_new_enough(tmp_path, tarballs):
     project.recipe(hicmake_recipe(tarballs["hicmake"], minimum=minimum))
     out = project.run()
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"phase tools (+" in build_log(out) and f"cmake>={minimum}" in build_log(out)
+    assert "phase tools (+" in build_log(out) and f"cmake>={minimum}" in build_log(out)
     assert project.stamp()["inputs"]["build"]["toolchain"]["tools"]["cmake"] == f"PyPI cmake>={minimum}"
     venv = Path(project.env["SITESTACK_BUILD_CACHE"]) / "tools" / f"cmake-{minimum}"
     assert (venv / ".complete").is_file() and f"{venv}/bin/cmake" in build_log(out)
@@ -482,8 +482,7 @@ def test_install_lock_serialises_steps_in_one_process(project, monkeypatch):
 
     def one(name: str) -> None:
         host = local_host()
-        options = pb.Options(prefix=str(project.prefix),
-                             extra={"sources_dir": str(project.sources), "progress": notes.append})
+        options = pb.Options(prefix=str(project.prefix), sources_dir=str(project.sources), progress=notes.append)
         ctx = pb.context_for(site, host, options, project.root / "logs" / name)
         results[name] = converge([RecipeInstall.from_spec(spec, ctx)], host)
 

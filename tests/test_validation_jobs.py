@@ -36,7 +36,7 @@ def context(name: str, **options) -> RunContext:
     values = site.placeholder_values(home="/home/alice", user="alice", account="proj123", prefix=None)
     resolved = site.resolved_facts(values)
     facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
-    return RunContext(site=site, facts=facts, resolved=resolved, values=values, options=options, actions=ACTIONS)
+    return RunContext(site=site, facts=facts, resolved=resolved, values=values, options=pb.Options(**options), actions=ACTIONS)
 
 
 def step_for(ctx: RunContext) -> InstallValidationJob:

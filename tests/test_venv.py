@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.actions import modulefiles as mf
 from sitestack.engine import playbook as pb
 from sitestack.actions import stack_venv as venv
 from tests.conftest import playbook_copy, run_invoke, tree

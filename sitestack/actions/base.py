@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sitestack.core import schema
-from sitestack.core.errors import SitestackError
 from sitestack.core.step import Step
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand_all

@@ -456,15 +456,15 @@ class HorovodInstall(RecipeInstall):
         recipe: str = field(default="horovod", metadata={"doc": "recipe name (sources/<recipe>.yml)"})
 
     def __init__(self, spec: Any, args: Any, ctx: RunContext) -> None:
-        options = dict(ctx.options or {})
-        python = options.get("python") or args.python
+        options = ctx.options
+        python = options.python or args.python
         self.given_python = python
         base = RecipeInstall.Args(recipe=args.recipe, version=args.version, dest=args.dest, python=python,
                                   mirror=args.mirror)
         super().__init__(spec, base, ctx)
         self.hvd_args = args
         self.data = horovod_data(self.recipe)
-        self.plan = plan_for(self.recipe, ctx.facts, options.get("gpu_operations") or args.gpu_operations,
+        self.plan = plan_for(self.recipe, ctx.facts, options.gpu_operations or args.gpu_operations,
                              ctx.site.name)
         self.base_recipe = self.recipe
         self._prepared = False
@@ -505,7 +505,7 @@ class HorovodInstall(RecipeInstall):
         t = self.target
         self.check_torch(torch)
         env = site_environment(host, facts)
-        jobs = int(self.options.get("jobs") or facts.build_jobs or _nproc(host))
+        jobs = int(self.options.jobs or facts.build_jobs or _nproc(host))
         probed = Probed(torch=torch, env=env, jobs=jobs)
         links: list[tuple[str, str]] = []
         if self.plan.gpu == "CUDA":
@@ -531,7 +531,7 @@ class HorovodInstall(RecipeInstall):
         self.report(f"    [{host.name}] {self.target.label}: making the build environment {env_dir} "
                     f"(torch {facts.torch.version}; log: {log})")
         host.run(["mkdir", "-p", env_dir.rsplit("/", 1)[0]])
-        with host.lock(f"{env_dir}.lock", wait=float(self.options.get("lock_wait", 6 * 3600))):
+        with host.lock(f"{env_dir}.lock", wait=self.options.install_lock_wait):
             if host.read_text(f"{env_dir}/.sitestack-ready") != build_env_marker(facts):
                 commands = build_env_commands(facts.python.executable, env_dir, facts)
                 if host.exists(f"{env_dir}/bin/python"):
@@ -543,9 +543,7 @@ class HorovodInstall(RecipeInstall):
         self._prepared = False
 
     def cache_root(self, host: Host) -> str:
-        import os
-        return (self.options.get("build_cache") or os.environ.get("SITESTACK_BUILD_CACHE")
-                or f"{host.home()}/.cache/sitestack/builds")
+        return self.options.build_cache or f"{host.home()}/.cache/sitestack/builds"
 
     def choose_python(self, host: Host) -> TorchInfo:
         """The interpreter that builds Horovod: the one given (it must have the site's torch), else
@@ -640,26 +638,3 @@ class HorovodInstall(RecipeInstall):
 def _nproc(host: Host) -> int:
     out = host.probe(["nproc"])
     return int(out.stdout.strip()) if out.ok and out.stdout.strip().isdigit() else 1
-
-
-# -- the CLI's entry point ----------------------------------------------------------------------------
-def build_horovod(*, site: str | None, playbook: Any = None, version: str | None = None, python: str | None = None,
-                  gpu_operations: str | None = None, sources_dir: str | None = None, reporter: Any = None,
-                  **options: Any) -> list[Any]:
-    """``invoke build-horovod``: the version rules checked before anything connects, then one
-    horovod-install step through the playbook engine."""
-    from pathlib import Path
-
-    from sitestack.engine import playbook as pb
-    from sitestack.engine.buildtask import run_step
-    from sitestack.model.recipe import load_recipe
-    from sitestack.model.site import StepSpec
-
-    loaded = pb.load(site, playbook)
-    recipe = load_recipe("horovod", Path(sources_dir) if sources_dir else None)
-    chosen = recipe.select_version(version, loaded.facts, f"site {loaded.name}")
-    plan_for(recipe, loaded.facts, gpu_operations, loaded.name)
-    args: dict[str, Any] = {"version": version} if version else {}
-    spec = StepSpec(name=f"horovod@{chosen}", action="horovod-install", args=args, tags=("build", "horovod"))
-    extra = {k: v for k, v in (("python", python), ("gpu_operations", gpu_operations)) if v}
-    return run_step(loaded, spec, sources_dir=sources_dir, reporter=reporter, extra=extra, **options)

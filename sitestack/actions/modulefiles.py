@@ -43,14 +43,13 @@ from typing import Any
 
 import jinja2
 
-from sitestack.core import schema
 from sitestack.actions.base import Action, unified_diff
 from sitestack.model.context import RunContext
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.model.site import Facts, Site, StepSpec
 from sitestack.actions.stack_venv import DEFAULT_RECIPES, Built, Stack, find_built, module_root, recipe_targets, require_module_system, \
-    run_steps, stack_for
+    stack_for
 
 from sitestack.core.paths import MODULEFILE_DIR as TEMPLATE_DIR
 EXTENSIONS = {"lua": ".lua", "tcl": ""}
@@ -490,10 +489,5 @@ class ModuleFiles(Action):
         host.write_text(self.record, self._record_text(files), FILE_MODE)
 
 
-def install_modulefiles(**kwargs: Any) -> list[Any]:
-    """``invoke install-modulefiles``: the module files of the site's stack and built packages."""
-    return run_steps(("modulefiles",), **kwargs)
-
-
 __all__ = ["ModuleSpec", "ModuleFiles", "Text", "text_of", "render", "render_all", "site_modules", "stack_module",
-           "package_module", "install_modulefiles", "recipe_targets"]
+           "package_module", "recipe_targets"]

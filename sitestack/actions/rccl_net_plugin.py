@@ -327,18 +327,18 @@ class RcclNetPlugin(RecipeInstall):
     def __init__(self, spec: Any, args: Any, ctx: RunContext) -> None:
         from sitestack.model.recipe import load_recipe
 
-        options = dict(ctx.options or {})
-        sources_dir = options.get("sources_dir")
+        options = ctx.options
+        sources_dir = options.sources_dir
         recipe = load_recipe(args.recipe, Path(sources_dir) if sources_dir else None)
         data = plugin_data(recipe)
-        rocm = options.get("rocm") or args.rocm or (ctx.facts.rocm.version if ctx.facts.rocm else None)
+        rocm = options.rocm or args.rocm or (ctx.facts.rocm.version if ctx.facts.rocm else None)
         if not rocm:
             raise SitestackError(f"site {ctx.site.name} has no facts.rocm: say which ROCm release to build for (--rocm)")
         rocm = known_rocm(data, rocm, recipe.path)
-        home = options.get("rocm_home") or args.rocm_home or default_rocm_home(ctx, rocm)
+        home = options.rocm_home or args.rocm_home or default_rocm_home(ctx, rocm)
         facts = dataclasses.replace(ctx.facts, rocm=Toolkit(version=rocm, home=home))
         ctx = dataclasses.replace(ctx, facts=facts)
-        version = choose_version(recipe, data, facts, options.get("plugin_version") or args.version, ctx.site.name)
+        version = choose_version(recipe, data, facts, options.plugin_version or args.version, ctx.site.name)
         dest = args.dest or f"{ctx.values['prefix']}/{data.install_name}/{version}-rocm-{rocm}"
         base = RecipeInstall.Args(recipe=args.recipe, version=version, dest=dest, mirror=args.mirror)
         super().__init__(spec, base, ctx)
@@ -373,7 +373,7 @@ class RcclNetPlugin(RecipeInstall):
 
     def apply(self, host: Host) -> None:
         self.prepare(host)
-        if self._packed is not None or self.options.get("source"):
+        if self._packed is not None or self.options.source:
             self.keep_source()
         super().apply(host)
         host.run(["mkdir", "-p", os.path.dirname(self.module_path)])
@@ -398,7 +398,7 @@ class RcclNetPlugin(RecipeInstall):
             raise SitestackError(f"missing HIP for ROCm {self.rocm} in {home}: no {what} (load the site's rocm module, "
                                  "or give --rocm-home)")
         env = site_environment(host, facts)
-        given = {k: self.options.get(k) or getattr(args, k) for k in ("rccl_home", "libfabric", "hwloc", "mpi_home")}
+        given = {k: getattr(self.options, k) or getattr(args, k) for k in ("rccl_home", "libfabric", "hwloc", "mpi_home")}
         pkg = {name: self.pkg_prefix(host, name) for name in ("libfabric", "hwloc") if not given[name]}
         homes = resolve_homes(self.data, self.row, self.rocm, home, env, mpi_flavour=facts.mpi.flavour,
                               pkg_prefix=pkg, **given)
@@ -407,7 +407,7 @@ class RcclNetPlugin(RecipeInstall):
                 f"no RCCL header {homes.rccl}/include/rccl/rccl.h for ROCm {self.rocm}: {self.row.upstream} includes "
                 "<rccl/rccl.h> (ROCm <= 5.1 installs only <rocm>/rccl/include/rccl.h); install RCCL or give --rccl-home")
         mpi = homes.mpi
-        tests = bool(self.options.get("tests") or args.tests)
+        tests = bool(self.options.tests or args.tests)
         if tests and not mpi:
             raise SitestackError("the plugin's tests need MPI: give --mpi-home")
         sha = self.source_sha(host)
@@ -427,13 +427,13 @@ class RcclNetPlugin(RecipeInstall):
     def source_sha(self, host: Host) -> str | None:
         """The sha256 of the source to build: the recipe's, else that of --source, else the installed one."""
         known = self.base_recipe.versions[self.version].sha256
-        source = self.options.get("source")
+        source = self.options.source
         if source:
             path = Path(source)
             if path.is_dir():
                 self._packed = pack_dir(path, sources_mod.filename_of(self.base_recipe, self.version),
                                         Path(tempfile.mkdtemp(prefix="sitestack-source-")))
-                self.options = {**self.options, "source": str(self._packed)}
+                self.options = dataclasses.replace(self.options, source=str(self._packed))
                 path = self._packed
             elif not path.is_file():
                 raise SitestackError(f"--source {source}: no such file or directory")
@@ -451,7 +451,7 @@ class RcclNetPlugin(RecipeInstall):
 
     def keep_source(self) -> None:
         """Keep the --source tarball in the controller's source cache under its sha256."""
-        source = Path(self.options["source"])
+        source = Path(self.options.source or "")
         sha = self.recipe.versions[self.version].sha256
         if not sha or sources_mod.sha256_file(source) != sha:
             return   # a mismatch is refused by fetch, with both sums
@@ -467,36 +467,3 @@ def default_rocm_home(ctx: RunContext, rocm: str) -> str:
         return f"/opt/rocm-{rocm}"
     from sitestack.model.site import expand as site_expand
     return site_expand(str(raw), {**ctx.values, "rocm_version": rocm})
-
-
-# -- the CLI's entry point ----------------------------------------------------------------------------
-def build_rccl_plugin(*, site: str | None, rocm: str | None, playbook: Any = None, version: str | None = None,
-                      rocm_home: str | None = None, rccl_home: str | None = None, libfabric: str | None = None,
-                      mpi_home: str | None = None, tests: bool = False, sources_dir: str | None = None,
-                      reporter: Any = None, **options: Any) -> list[Any]:
-    """``invoke build-rccl-plugin``: the ROCm release and plugin checked before anything connects,
-    then one rccl-net-plugin step through the playbook engine."""
-    from sitestack.engine import playbook as pb
-    from sitestack.engine.buildtask import run_step
-    from sitestack.model.recipe import load_recipe
-    from sitestack.model.site import StepSpec
-
-    loaded = pb.load(site or "local", playbook)
-    recipe = load_recipe("aws-ofi-rccl", Path(sources_dir) if sources_dir else None)
-    data = plugin_data(recipe)
-    rocm = rocm or (loaded.facts.rocm.version if loaded.facts.rocm else None)
-    if not rocm:
-        raise SitestackError(f"site {loaded.name} has no facts.rocm: give --rocm (e.g. --rocm 5.7.1)")
-    rocm = known_rocm(data, rocm, recipe.path)
-    facts = dataclasses.replace(loaded.facts, rocm=Toolkit(version=rocm, home=rocm_home or "/opt/rocm"))
-    chosen = choose_version(recipe, data, facts, version, loaded.name)
-    extra = {k: v for k, v in (("rocm", rocm), ("rocm_home", rocm_home), ("rccl_home", rccl_home),
-                               ("libfabric", libfabric), ("mpi_home", mpi_home), ("plugin_version", version),
-                               ("tests", tests)) if v}
-    spec = StepSpec(name=f"{data.install_name}@{chosen}-rocm-{rocm}", action="rccl-net-plugin", args={},
-                    tags=("build", "netplugin"))
-    return run_step(loaded, spec, sources_dir=sources_dir, reporter=reporter, extra=extra, **options)
-
-
-__all__ = ["RcclNetPlugin", "build_rccl_plugin", "configure_line", "configure_args", "choose_version",
-           "known_rocm", "plugin_data", "module_spec", "pack_dir", "Homes"]

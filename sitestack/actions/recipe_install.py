@@ -46,7 +46,6 @@ from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
 from sitestack.core.errors import CommandFailed, InputError, LockHeld, SitestackError
 from sitestack.core.host import Host, LocalHost
 from sitestack.model.recipe import Recipe, expand, load_recipe
-from sitestack.core.report import Reporter
 from sitestack.model.site import Facts, plain_data
 from sitestack.model.siteenv import in_site_env, probe_in_site_env
 from sitestack.core import versions
@@ -419,8 +418,8 @@ class RecipeInstall(Action):
 
     def __init__(self, spec: Any, args: Any, ctx: RunContext) -> None:
         super().__init__(spec, args, ctx)
-        options = ctx.options or {}
-        sources_dir = options.get("sources_dir")
+        options = ctx.options
+        sources_dir = options.sources_dir
         self.recipe = load_recipe(args.recipe, Path(sources_dir) if sources_dir else None)
         self.version = self.recipe.select_version(args.version, ctx.facts,
                                                   f"site {ctx.site.name}")
@@ -429,7 +428,7 @@ class RecipeInstall(Action):
         self.target = Target(self.recipe, self.version, ctx.facts, dest.rstrip("/"), site_prefix,
                              args.python or ctx.facts.python.executable)
         self.options = options
-        self.report = options.get("progress") or Reporter().note
+        self.report = ctx.note
         self._toolchain: Toolchain | None = None
 
     # -- Step ----------------------------------------------------------------------------------
@@ -454,7 +453,7 @@ class RecipeInstall(Action):
         return f"{parent}/.{base}.lock"
 
     def _lock(self, host: Host):
-        return _wait_lock(host, self.lock_path(), float(self.options.get("lock_wait", 6 * 3600)),
+        return _wait_lock(host, self.lock_path(), self.options.install_lock_wait,
                           self.report, f"[{host.name}] {self.target.label}")
 
     def toolchain(self, host: Host) -> Toolchain:
@@ -538,12 +537,11 @@ class Installer:
         self.dest_key = hashlib.sha256(t.dest.encode()).hexdigest()[:8]
         self.build_root = f"{t.site_prefix}/.sitestack/build"
         self.work = f"{self.build_root}/{t.recipe.name}-{t.version}-{self.dest_key}-{self.token}"
-        self.cache_root = (self.options.get("build_cache") or os.environ.get("SITESTACK_BUILD_CACHE")
-                           or f"{host.home()}/.cache/sitestack/builds")
+        self.cache_root = (self.options.build_cache or f"{host.home()}/.cache/sitestack/builds")
         self.cache_entry = f"{self.cache_root}/{t.recipe.name}/{self.build_digest}"
         log_dir = self.ctx.log_dir or Path.home() / ".cache" / "sitestack" / "logs" / "recipe"
         self.log = Path(log_dir) / f"{t.recipe.name}-{t.version}.log"
-        interval = float(self.options.get("progress_interval", 30))
+        interval = self.options.progress_interval
         self.progress = Progress(self.log, t.label, step.report, interval, shown=f"[{host.name}] {t.label}")
         self.from_cache = False
 
@@ -628,7 +626,7 @@ exit 0
         t, recipe = self.target, self.target.recipe
         toolchain = self.step.toolchain(self.host)
         layout = Layout(src=f"{self.work}/src", build=f"{self.work}/build", stage=f"{self.work}/stage", prefix=t.dest,
-                        jobs=str(self.options.get("jobs") or t.facts.build_jobs or toolchain.nproc))
+                        jobs=str(self.options.jobs or t.facts.build_jobs or toolchain.nproc))
         self.progress.phase("fetch")
         tarball = self.fetch()
         self.progress.phase("extract", os.path.basename(tarball))
@@ -651,8 +649,8 @@ exit 0
     def fetch(self) -> str:
         """The verified tarball on the host."""
         t = self.target
-        mirrors = [Path(m) for m in (self.options.get("mirror"), self.step.args.mirror) if m] + sources_mod.env_mirrors()
-        source = self.options.get("source")
+        mirrors = [Path(m) for m in (self.options.mirror, self.step.args.mirror) if m] + sources_mod.env_mirrors()
+        source = self.options.source
         local = sources_mod.fetch(t.recipe, t.version, source=Path(source) if source else None, mirrors=mirrors)
         if isinstance(self.host, LocalHost):
             return str(local)
@@ -827,29 +825,5 @@ def installed_wheel(host: Host, dest: str) -> str | None:
     return f"{dest}/{WHEEL_DIR}/{stamp['artefact']['file']}"
 
 
-# -- the CLI's entry point ---------------------------------------------------------------------------
-def build_recipe(recipe: str, *, site: str | None, playbook: Path | None = None, version: str | None = None,
-                 source: str | None = None, prefix: str | None = None, check: bool = False, diff: bool = False,
-                 hosts: Sequence[str] = (), account: str | None = None, sources_dir: str | None = None,
-                 mirror: str | None = None, jobs: int | None = None, accept_new_host_keys: bool = False,
-                 reporter: Any = None, lock_wait: float = 6 * 3600) -> list[Any]:
-    """Build and install one recipe version on a site's hosts (one step, through the playbook engine)."""
-    from sitestack.engine import playbook as pb
-    from sitestack.engine.buildtask import run_step
-    from sitestack.model.site import StepSpec
-
-    loaded = pb.load(site, playbook)
-    found = load_recipe(recipe, Path(sources_dir) if sources_dir else None)
-    # Version rules are checked before anything connects or runs (the step checks them again per host).
-    shown_version = found.select_version(version, loaded.facts, f"site {loaded.name}")
-    args: dict[str, Any] = {"recipe": recipe}
-    if version:
-        args["version"] = version
-    spec = StepSpec(name=f"{recipe}@{shown_version}", action="recipe-install", args=args, tags=("build", recipe))
-    return run_step(loaded, spec, check=check, diff=diff, hosts=hosts, prefix=prefix, account=account,
-                    source=source, sources_dir=sources_dir, mirror=mirror, jobs=jobs,
-                    accept_new_host_keys=accept_new_host_keys, reporter=reporter, lock_wait=lock_wait)
-
-
 __all__ = ["RecipeInstall", "Target", "build_plan", "host_argv", "build_inputs", "install_inputs", "digest",
-           "explain_change", "read_stamp", "installed_wheel", "build_recipe", "InputError"]
+           "explain_change", "read_stamp", "installed_wheel", "InputError"]

@@ -36,7 +36,6 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sitestack.programs import activate_hook
@@ -774,36 +773,5 @@ class VenvHook(Action):
         host.write_text(self.path, self.render(), 0o755)
 
 
-# -- the tasks' entry points ------------------------------------------------------------------------------
-def steps_of(site: Site, actions: Sequence[str]) -> tuple[StepSpec, ...]:
-    """The site's steps with these actions, in playbook order; a default step for each action it lacks."""
-    chosen = [s for s in site.steps if s.action in actions]
-    have = {s.action for s in chosen}
-    for action in actions:
-        if action not in have:
-            chosen.append(StepSpec(name=action, action=action, args={}, tags=(action,)))
-    order = {a: i for i, a in enumerate(actions)}
-    return tuple(sorted(chosen, key=lambda s: order[s.action]))
-
-
-def run_steps(actions: Sequence[str], *, site: str | None, playbook: Path | None, check: bool, diff: bool,
-              hosts: Sequence[str], prefix: str | None, account: str | None, accept_new_host_keys: bool,
-              reporter: Any) -> list[Any]:
-    """Run only the steps with these actions of a site's playbook (a default step where it has none)."""
-    from sitestack.engine import playbook as pb
-
-    loaded = pb.load(site, playbook)
-    require_module_system(loaded)
-    subset = dataclasses.replace(loaded, steps=steps_of(loaded, actions), handlers=())
-    options = pb.Options(check=check, diff=diff, hosts=tuple(hosts), prefix=prefix, account=account,
-                         accept_new_host_keys=accept_new_host_keys)
-    return pb.provision(subset, options, reporter)
-
-
-def install_venv(**kwargs: Any) -> list[Any]:
-    """``invoke install-venv``: the stack environment and its extend-venv-activate command."""
-    return run_steps(("stack-venv", "venv-hook"), **kwargs)
-
-
 __all__ = ["Stack", "Built", "StackVenv", "VenvHook", "stack_for", "find_built", "recipe_targets", "plan_for",
-           "install_venv", "run_steps", "module_root"]
+           "module_root"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sitestack.actions.base import Action, log_name, unified_diff
 from sitestack.core.errors import SitestackError
@@ -85,7 +84,7 @@ class InstallValidationJob(Action):
 
     # -- what it writes ----------------------------------------------------------------------
     def python(self) -> str | None:
-        return self.ctx.options.get("python") or self.args.python or None
+        return self.ctx.options.python or self.args.python or None
 
     def files(self) -> dict[str, tuple[str, int]]:
         return job_files(job_inputs(self.ctx, self.args.dir, self.python()))

@@ -78,8 +78,9 @@ class Reporter:
     def host_error(self, host: str, message: str) -> None:
         self._print(f"[{host}] failed   {message}", host)
 
-    def note(self, text: str) -> None:
-        self._print(text)
+    def note(self, text: str, host: str | None = None) -> None:
+        """A progress line; with ``host``, also into that host's log (provision.log)."""
+        self._print(text, host)
 
     def recap(self, runs: Sequence[HostRun]) -> None:
         header = ("host", "ok", "changed", "failed", "skipped", "unprobed", "time")

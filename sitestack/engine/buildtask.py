@@ -1,42 +1,114 @@
-"""One build step of a site, run through the playbook engine (the ``invoke build-*`` tasks).
+"""The tasks that run part of a site's playbook: one build step, or the steps of some actions.
 
-A task such as ``invoke build-horovod`` makes one step (an action and its arguments), puts it
-in the site's playbook in place of the playbook's own steps, and provisions: the site's hosts,
-modules, check mode, locks and recap all work as for ``invoke provision``.
+``invoke build-recipe``, ``build-mpi4py``, ``build-horovod`` and ``build-rccl-plugin`` make
+one step (an action and its arguments), put it in the site's playbook in place of the
+playbook's own steps, and provision; ``install-venv`` and ``install-modulefiles`` run only
+the playbook's steps of their actions. The site's hosts, modules, check mode, locks and recap
+all work as for ``invoke provision``. Version rules are checked before anything connects.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sitestack.model.site import Site, StepSpec
+from sitestack.actions.horovod_install import plan_for as horovod_plan
+from sitestack.actions.modulefiles import require_module_system
+from sitestack.actions.rccl_net_plugin import choose_version, known_rocm, plugin_data
+from sitestack.core.errors import SitestackError
+from sitestack.core.report import HostRun, Reporter
+from sitestack.engine import playbook as pb
+from sitestack.model.context import RunOptions
+from sitestack.model.recipe import load_recipe
+from sitestack.model.site import Site, StepSpec, Toolkit
 
 
-def run_step(loaded: Site, spec: StepSpec, *, check: bool = False, diff: bool = False, hosts: Sequence[str] = (),
-             prefix: str | None = None, account: str | None = None, source: str | None = None,
-             sources_dir: str | None = None, mirror: str | None = None, jobs: int | None = None,
-             accept_new_host_keys: bool = False, reporter: Any = None, lock_wait: float = 6 * 3600,
-             extra: Mapping[str, Any] | None = None) -> list[Any]:
-    """Provision ``loaded`` with ``spec`` as its only step; the options go to the step's context."""
-    from sitestack.engine import playbook as pb
+def _resolved(path: str | None) -> str | None:
+    return str(Path(path).resolve()) if path else None
 
+
+def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Reporter) -> list[HostRun]:
+    """Provision ``loaded`` with ``spec`` as its only step."""
     single = dataclasses.replace(loaded, steps=(spec,), handlers=())
-    options: dict[str, Any] = {"progress": reporter.note if reporter else None, "lock_wait": lock_wait}
-    if source:
-        options["source"] = str(Path(source).resolve())
-    if sources_dir:
-        options["sources_dir"] = str(Path(sources_dir).resolve())
-    if mirror:
-        options["mirror"] = str(Path(mirror).resolve())
-    if jobs:
-        options["jobs"] = int(jobs)
-    if os.environ.get("SITESTACK_PROGRESS_INTERVAL"):
-        options["progress_interval"] = float(os.environ["SITESTACK_PROGRESS_INTERVAL"])
-    options.update(extra or {})
-    run = pb.Options(check=check, diff=diff, hosts=tuple(hosts), prefix=prefix, account=account,
-                     accept_new_host_keys=accept_new_host_keys, lock_wait=lock_wait, extra=options)
-    return pb.provision(single, run, reporter)
+    options = dataclasses.replace(options, source=_resolved(options.source), sources_dir=_resolved(options.sources_dir),
+                                  mirror=_resolved(options.mirror))
+    return pb.provision(single, options, reporter)
+
+
+def _sources_dir(options: RunOptions) -> Path | None:
+    return Path(options.sources_dir) if options.sources_dir else None
+
+
+def build_recipe(recipe: str, *, site: str | None, playbook: Path | None, version: str | None,
+                 options: RunOptions, reporter: Reporter) -> list[HostRun]:
+    """Build and install one recipe version on a site's hosts (one ``recipe-install`` step)."""
+    loaded = pb.load(site, playbook)
+    found = load_recipe(recipe, _sources_dir(options))
+    shown_version = found.select_version(version, loaded.facts, f"site {loaded.name}")
+    args: dict[str, Any] = {"recipe": recipe}
+    if version:
+        args["version"] = version
+    spec = StepSpec(name=f"{recipe}@{shown_version}", action="recipe-install", args=args, tags=("build", recipe))
+    return run_step(loaded, spec, options, reporter)
+
+
+def build_horovod(*, site: str | None, playbook: Path | None, version: str | None, options: RunOptions,
+                  reporter: Reporter) -> list[HostRun]:
+    """``invoke build-horovod``: one horovod-install step."""
+    loaded = pb.load(site, playbook)
+    recipe = load_recipe("horovod", _sources_dir(options))
+    chosen = recipe.select_version(version, loaded.facts, f"site {loaded.name}")
+    horovod_plan(recipe, loaded.facts, options.gpu_operations, loaded.name)
+    args: dict[str, Any] = {"version": version} if version else {}
+    spec = StepSpec(name=f"horovod@{chosen}", action="horovod-install", args=args, tags=("build", "horovod"))
+    return run_step(loaded, spec, options, reporter)
+
+
+def build_rccl_plugin(*, site: str | None, playbook: Path | None, options: RunOptions,
+                      reporter: Reporter) -> list[HostRun]:
+    """``invoke build-rccl-plugin``: the ROCm release and plugin checked, then one rccl-net-plugin step."""
+    loaded = pb.load(site or "local", playbook)
+    recipe = load_recipe("aws-ofi-rccl", _sources_dir(options))
+    data = plugin_data(recipe)
+    rocm = options.rocm or (loaded.facts.rocm.version if loaded.facts.rocm else None)
+    if not rocm:
+        raise SitestackError(f"site {loaded.name} has no facts.rocm: give --rocm (e.g. --rocm 5.7.1)")
+    rocm = known_rocm(data, rocm, recipe.path)
+    facts = dataclasses.replace(loaded.facts, rocm=Toolkit(version=rocm, home=options.rocm_home or "/opt/rocm"))
+    chosen = choose_version(recipe, data, facts, options.plugin_version, loaded.name)
+    spec = StepSpec(name=f"{data.install_name}@{chosen}-rocm-{rocm}", action="rccl-net-plugin", args={},
+                    tags=("build", "netplugin"))
+    return run_step(loaded, spec, dataclasses.replace(options, rocm=rocm), reporter)
+
+
+def steps_of(site: Site, actions: Sequence[str]) -> tuple[StepSpec, ...]:
+    """The site's steps with these actions, in playbook order; a default step for each action it lacks."""
+    chosen = [s for s in site.steps if s.action in actions]
+    have = {s.action for s in chosen}
+    for action in actions:
+        if action not in have:
+            chosen.append(StepSpec(name=action, action=action, args={}, tags=(action,)))
+    order = {a: i for i, a in enumerate(actions)}
+    return tuple(sorted(chosen, key=lambda s: order[s.action]))
+
+
+def run_steps(actions: Sequence[str], *, site: str | None, playbook: Path | None, options: RunOptions,
+              reporter: Reporter) -> list[HostRun]:
+    """Run only the steps with these actions of a site's playbook (a default step where it has none)."""
+    loaded = pb.load(site, playbook)
+    require_module_system(loaded)
+    subset = dataclasses.replace(loaded, steps=steps_of(loaded, actions), handlers=())
+    return pb.provision(subset, options, reporter)
+
+
+def install_venv(*, site: str | None, playbook: Path | None, options: RunOptions, reporter: Reporter) -> list[HostRun]:
+    """``invoke install-venv``: the stack environment and its extend-venv-activate command."""
+    return run_steps(("stack-venv", "venv-hook"), site=site, playbook=playbook, options=options, reporter=reporter)
+
+
+def install_modulefiles(*, site: str | None, playbook: Path | None, options: RunOptions,
+                        reporter: Reporter) -> list[HostRun]:
+    """``invoke install-modulefiles``: the module files of the site's stack and built packages."""
+    return run_steps(("modulefiles",), site=site, playbook=playbook, options=options, reporter=reporter)

@@ -9,38 +9,24 @@ read-only Host: probes run for real, mutations are refused.
 from __future__ import annotations
 
 import concurrent.futures
-import os
+import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sitestack.actions import ACTIONS
 from sitestack.core import schema
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host, ssh_host
-from sitestack.model.context import RunContext
+from sitestack.model.context import RunContext, RunOptions
 from sitestack.core.report import HostRun, Reporter
 from sitestack.model.site import Facts, HostSpec, Site, load_site
 from sitestack.core.step import Result, converge
 
 
-@dataclass(frozen=True)
-class Options:
-    """How to run a playbook (the CLI options of ``invoke provision``)."""
 
-    check: bool = False
-    diff: bool = False
-    tags: tuple[str, ...] = ()
-    skip_tags: tuple[str, ...] = ()
-    hosts: tuple[str, ...] = ()
-    prefix: str | None = None
-    account: str | None = None
-    accept_new_host_keys: bool = False
-    log_root: Path | None = None
-    lock_wait: float = 600.0
-    extra: dict[str, Any] = field(default_factory=dict)
+#: The run options (one typed object from the CLI down to every step).
+Options = RunOptions
 
 
 
@@ -69,7 +55,7 @@ def check_tags(site: Site, options: Options) -> None:
 
 
 def log_root(options: Options, site: Site) -> Path:
-    root = options.log_root or Path(os.environ.get("SITESTACK_LOG_DIR") or Path.home() / ".cache" / "sitestack" / "logs")
+    root = options.log_root or Path.home() / ".cache" / "sitestack" / "logs"
     return root / site.name / time.strftime("%Y%m%d-%H%M%S")
 
 
@@ -86,7 +72,7 @@ def context_for(site: Site, host: Host, options: Options, logs: Path | None) -> 
     resolved = site.resolved_facts(values)
     facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
     return RunContext(site=site, facts=facts, resolved=resolved, values=values, check=options.check,
-                      log_dir=logs, options=options.extra, actions=ACTIONS)
+                      log_dir=logs, options=options, actions=ACTIONS)
 
 
 def offline_context(site: Site, *, home: str = "/home/user", user: str = "user", account: str | None = "project",
@@ -105,6 +91,8 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
     if logs is not None:
         reporter.log_host_to(spec.name, logs / spec.name / "provision.log")
     host = None
+    if options.progress is None:  # progress lines go to the console and this host's provision.log
+        options = dataclasses.replace(options, progress=lambda text: reporter.note(text, spec.name))
     try:
         host = connect(spec, options)
         ctx = context_for(site, host, options, logs / spec.name if logs else None)

@@ -12,7 +12,6 @@ import dataclasses
 import re
 import sys
 import typing
-from pathlib import Path
 
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook  # noqa: F401  (imports every module that registers actions)

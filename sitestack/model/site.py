@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from sitestack.core import schema
 from sitestack.core.errors import InputError
-from sitestack.core.yamlfile import MarkedDict, MarkedList, display_path, load_yaml
+from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
 
 from sitestack.core.paths import PLAYBOOK_DIR
 
