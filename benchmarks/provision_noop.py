@@ -15,8 +15,8 @@ from pathlib import Path
 
 from _common import ROOT, summary, timed, write
 
-from sitestack.engine import playbook as pb
 from sitestack.core.report import Reporter
+from sitestack.engine import playbook as pb
 
 REPEAT = 5
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from _common import ROOT, summary, timed, write
 
-from sitestack.engine import playbook as pb
 from sitestack.core.report import Reporter
+from sitestack.engine import playbook as pb
 from tests import sshd
 
 REPEAT = 3

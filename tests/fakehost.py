@@ -52,7 +52,7 @@ class FakeHost(Host):
         self._refuse_if_read_only(f"lock {path}")
         yield
 
-    def read_only_view(self) -> "FakeHost":
+    def read_only_view(self) -> FakeHost:
         view = FakeHost(self.name, read_only=True)
         view.files = self.files
         view.mutations = self.mutations

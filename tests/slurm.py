@@ -89,7 +89,7 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
 
-    def start(self, timeout: float = 60) -> "SlurmCluster":
+    def start(self, timeout: float = 60) -> SlurmCluster:
         self.write_config()
         for daemon in (SLURMCTLD, SLURMD):
             out = self.run(daemon, "-c", "-f", str(self.conf))

@@ -8,9 +8,18 @@ import json
 
 import pytest
 
+from sitestack.actions.recipe_install import (
+    Target,
+    Toolchain,
+    build_inputs,
+    build_plan,
+    check_commands,
+    digest,
+    explain_change,
+    host_argv,
+    install_inputs,
+)
 from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
-from sitestack.actions.recipe_install import (Target, Toolchain, build_inputs, build_plan, check_commands, digest, explain_change,
-                               host_argv, install_inputs)
 from sitestack.model.recipe import load_recipe
 from tests.recipe_facts import FRONTIER, LUMI, facts
 

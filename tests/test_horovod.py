@@ -23,10 +23,21 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.engine import playbook as pb
+from sitestack.actions.horovod_install import (
+    Plan,
+    Probed,
+    TorchInfo,
+    build_env,
+    check_cuda_arch,
+    cxx_standard,
+    gpu_operations,
+    horovod_data,
+    parse_check_build,
+    plan_for,
+    render_check_build,
+)
 from sitestack.core.errors import SitestackError
-from sitestack.actions.horovod_install import (Plan, Probed, TorchInfo, build_env, check_cuda_arch, cxx_standard, gpu_operations,
-                               horovod_data, parse_check_build, plan_for, render_check_build)
+from sitestack.engine import playbook as pb
 from sitestack.model.recipe import load_recipe
 from sitestack.model.site import Toolkit
 from tests.conftest import run_invoke

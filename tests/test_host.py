@@ -77,9 +77,8 @@ def test_lock_excludes_another_process_and_is_freed_when_it_dies(tmp_path: Path)
     holder = multiprocessing.Process(target=_hold_lock, args=(path, ready, release))
     holder.start()
     assert ready.wait(10)
-    with pytest.raises(LockHeld, match=r"is locked by pid \d+"):
-        with LocalHost().lock(path, wait=0.3):
-            pass
+    with pytest.raises(LockHeld, match=r"is locked by pid \d+"), LocalHost().lock(path, wait=0.3):
+        pass
     holder.kill()  # SIGKILL: the kernel drops the flock with the process
     holder.join()
     start = time.monotonic()
@@ -113,10 +112,9 @@ def test_ssh_host_probes_runs_and_writes_atomically(server, tmp_path: Path):
     assert os.listdir(tmp_path / "remote") == ["file.txt"]
     with pytest.raises(CommandFailed):
         host.run(["false"])
-    with host.lock(str(tmp_path / "remote" / "lock")):
-        with pytest.raises(LockHeld, match="remove .*lock.d"):
-            with ssh_host("testhost").lock(str(tmp_path / "remote" / "lock"), wait=0):
-                pass
+    with host.lock(str(tmp_path / "remote" / "lock")), pytest.raises(LockHeld, match="remove .*lock.d"):
+        with ssh_host("testhost").lock(str(tmp_path / "remote" / "lock"), wait=0):
+            pass
     assert not (tmp_path / "remote" / "lock.d").exists()
     view = host.read_only_view()
     with pytest.raises(MutationRefused):

@@ -15,8 +15,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_invoke
-from tests.recipe_projects import (HELLO_C, PATCHED_C, hello_recipe, hicmake_recipe, hipy_recipe, make_hello,
-                                   make_hicmake, make_hipy, patch_text, sha256)
+from tests.recipe_projects import (
+    HELLO_C,
+    PATCHED_C,
+    hello_recipe,
+    hicmake_recipe,
+    hipy_recipe,
+    make_hello,
+    make_hicmake,
+    make_hipy,
+    patch_text,
+    sha256,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -467,11 +477,11 @@ def test_two_concurrent_runs_one_builds(project):
 
 def test_install_lock_serialises_steps_in_one_process(project, monkeypatch):
     """The per-install lock (not only the run's prefix lock): two steps, two threads, one build."""
-    from sitestack.engine import playbook as pb
-    from sitestack.core.host import local_host
     from sitestack.actions.recipe_install import RecipeInstall
-    from sitestack.model.site import StepSpec
+    from sitestack.core.host import local_host
     from sitestack.core.step import converge
+    from sitestack.engine import playbook as pb
+    from sitestack.model.site import StepSpec
 
     site = pb.load("local")
     spec = StepSpec(name="hello", action="recipe-install", args={"recipe": "hello"})

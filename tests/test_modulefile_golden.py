@@ -20,10 +20,10 @@ import pytest
 
 from sitestack.actions import ACTIONS
 from sitestack.actions import modulefiles as mf
-from sitestack.engine import playbook as pb
-from sitestack.core.errors import InputError, SitestackError
-from sitestack.model.recipe import ModuleSettings
 from sitestack.actions.stack_venv import Built, recipe_targets
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.engine import playbook as pb
+from sitestack.model.recipe import ModuleSettings
 
 GOLDEN = Path(__file__).parent / "golden" / "modulefiles"
 SITES = ("cirrus", "frontier", "lumi", "dawn")
@@ -61,7 +61,7 @@ def built_for(ctx) -> list[Built]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rendered(site_name: str, fmt: str) -> dict[str, str]:
     site, ctx = context(site_name)
     step = step_of(site, ctx, "modulefiles")

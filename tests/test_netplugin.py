@@ -14,10 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.engine import playbook as pb
+from sitestack.actions.rccl_net_plugin import (
+    Homes,
+    choose_version,
+    configure_args,
+    configure_line,
+    known_rocm,
+    pack_dir,
+    plugin_data,
+    plugin_row,
+    rccl_prefix,
+    resolve_homes,
+)
 from sitestack.core.errors import SitestackError
-from sitestack.actions.rccl_net_plugin import (Homes, choose_version, configure_args, configure_line, known_rocm,
-                                 pack_dir, plugin_data, plugin_row, rccl_prefix, resolve_homes)
+from sitestack.engine import playbook as pb
 from sitestack.model.recipe import load_recipe
 from sitestack.model.site import Toolkit, expand
 from tests.netplugin_projects import make_plugin_tarball, make_plugin_tree, make_rccl_stub
@@ -135,8 +145,8 @@ def test_system_prefixes_are_never_passed(data):
 @pytest.mark.parametrize("site, fmt", [("frontier", "lua"), ("frontier", "tcl")])
 def test_module_files_set_the_plugin_explicitly(recipe, data, site, fmt):
     from sitestack.actions.modulefiles import render
-    from sitestack.engine.playbook import offline_context
     from sitestack.actions.rccl_net_plugin import module_spec
+    from sitestack.engine.playbook import offline_context
 
     ctx = offline_context(pb.load(site), account="project_465000123")
     dest = "/p/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import http.server
-import threading
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
-from sitestack.installs import sources
 from sitestack.core.errors import SitestackError
+from sitestack.installs import sources
 from sitestack.model.recipe import load_recipe
 
 PAYLOAD = b"not really a tarball, but bytes with a known sha256\n" * 100

@@ -12,15 +12,15 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from sitestack.engine import playbook as pb
+from sitestack.actions import ACTIONS
+from sitestack.actions.validation_job import InstallValidationJob, job_inputs
 from sitestack.core import schema
 from sitestack.core.errors import InputError
-from sitestack.model.site import Facts
 from sitestack.core.step import converge
+from sitestack.engine import playbook as pb
 from sitestack.model.context import RunContext
-from sitestack.actions import ACTIONS
+from sitestack.model.site import Facts
 from sitestack.validation import jobs
-from sitestack.actions.validation_job import InstallValidationJob, job_inputs
 from tests.fakehost import FakeHost
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "jobs"

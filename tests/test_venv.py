@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.engine import playbook as pb
 from sitestack.actions import stack_venv as venv
+from sitestack.engine import playbook as pb
 from tests.conftest import playbook_copy, run_invoke, tree
 
 integration = pytest.mark.integration

@@ -8,6 +8,7 @@ from sitestack.actions.base import Action
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 
+
 def parse_mode(text: str, where: str) -> int:
     try:
         value = int(text, 8)

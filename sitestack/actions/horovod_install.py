@@ -33,12 +33,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.core import schema
-from sitestack.core import versions
+from sitestack.actions.recipe_install import RecipeInstall
+from sitestack.core import schema, versions
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.model.context import RunContext
-from sitestack.actions.recipe_install import RecipeInstall
 from sitestack.model.recipe import Check, Recipe
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import in_site_env, probe_in_site_env

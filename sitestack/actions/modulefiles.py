@@ -44,14 +44,22 @@ from typing import Any
 import jinja2
 
 from sitestack.actions.base import Action, unified_diff
-from sitestack.model.context import RunContext
+from sitestack.actions.stack_venv import (
+    DEFAULT_RECIPES,
+    Built,
+    Stack,
+    find_built,
+    module_root,
+    recipe_targets,
+    require_module_system,
+    stack_for,
+)
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
-from sitestack.model.site import Facts, Site, StepSpec
-from sitestack.actions.stack_venv import DEFAULT_RECIPES, Built, Stack, find_built, module_root, recipe_targets, require_module_system, \
-    stack_for
-
 from sitestack.core.paths import MODULEFILE_DIR as TEMPLATE_DIR
+from sitestack.model.context import RunContext
+from sitestack.model.site import Facts, Site, StepSpec
+
 EXTENSIONS = {"lua": ".lua", "tcl": ""}
 #: Placeholders that must be the loading user's, not the installing user's.
 RUNTIME = {"user": "USER", "home": "HOME"}

@@ -37,16 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sitestack.core import schema
-from sitestack.core import versions
-from sitestack.installs import sources as sources_mod
 from sitestack.actions.base import unified_diff
-from sitestack.model.context import RunContext
-from sitestack.builders import symbolic
-from sitestack.core.errors import SitestackError
 from sitestack.actions.horovod_install import resolve_refs, site_environment
-from sitestack.core.host import Host
 from sitestack.actions.recipe_install import RecipeInstall, Target, build_plan, read_stamp
+from sitestack.builders import symbolic
+from sitestack.core import schema, versions
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.installs import sources as sources_mod
+from sitestack.model.context import RunContext
 from sitestack.model.recipe import Check, Recipe, expand
 from sitestack.model.site import Facts, Toolkit
 

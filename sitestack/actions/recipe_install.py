@@ -39,16 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sitestack.installs import sources as sources_mod
 from sitestack.actions.base import Action
-from sitestack.model.context import RunContext
 from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
+from sitestack.core import versions
 from sitestack.core.errors import CommandFailed, InputError, LockHeld, SitestackError
 from sitestack.core.host import Host, LocalHost
+from sitestack.installs import sources as sources_mod
+from sitestack.model.context import RunContext
 from sitestack.model.recipe import Recipe, expand, load_recipe
 from sitestack.model.site import Facts, plain_data
 from sitestack.model.siteenv import in_site_env, probe_in_site_env
-from sitestack.core import versions
 
 STAMP = ".sitestack/install.json"
 STAMP_FORMAT = 1

@@ -38,13 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.programs import activate_hook
 from sitestack.actions.base import Action, unified_diff
-from sitestack.model.context import RunContext
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Completed, Host
+from sitestack.model.context import RunContext
 from sitestack.model.site import Facts, Site, StepSpec, expand
 from sitestack.model.siteenv import in_site_env
+from sitestack.programs import activate_hook
 
 MANIFEST_FORMAT = 1
 #: Recipes whose wheels the stack installs when sitestack built them for the site.

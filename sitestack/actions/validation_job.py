@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from sitestack.actions.base import Action, log_name, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
+from sitestack.core.paths import SOURCES_DIR
 from sitestack.model.site import expand
 from sitestack.model.siteenv import in_site_env
 from sitestack.validation.jobs import JobInputs, job_files
-
-from sitestack.core.paths import SOURCES_DIR
 
 PROBE_SOURCES = SOURCES_DIR / "mpi_probe"
 PROBE_FILES = ("pyproject.toml", "CMakeLists.txt", "probe.c", "src/sitestack_mpi_probe/__init__.py",

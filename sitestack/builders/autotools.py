@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sitestack.builders import Command
-from sitestack.builders import Layout
+from sitestack.builders import Command, Layout
 
 
 def needs_bootstrap(mode: str, has_configure: bool) -> bool:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sitestack.builders import Command
-from sitestack.builders import Layout
+from sitestack.builders import Command, Layout
 
 
 def plan(*, layout: Layout, args: Sequence[str] = (), env: Mapping[str, str] | None = None, cmake: str = "cmake",

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sitestack.builders import Command
-from sitestack.builders import Layout
+from sitestack.builders import Command, Layout
 
 #: Set for every pip command: no version check chatter, never a cache.
 PIP_ENV = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}

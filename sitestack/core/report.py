@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from sitestack.core.redact import redact

@@ -36,7 +36,7 @@ class _Where:
     def __init__(self, file: str, line: int, key: str) -> None:
         self.file, self.line, self.key = file, line, key
 
-    def child(self, key: str | int, line: int | None) -> "_Where":
+    def child(self, key: str | int, line: int | None) -> _Where:
         path = f"{self.key}[{key}]" if isinstance(key, int) else (f"{self.key}.{key}" if self.key else key)
         return _Where(self.file, line or self.line, path)
 

@@ -18,12 +18,10 @@ from sitestack.actions import ACTIONS
 from sitestack.core import schema
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host, ssh_host
-from sitestack.model.context import RunContext, RunOptions
 from sitestack.core.report import HostRun, Reporter
-from sitestack.model.site import Facts, HostSpec, Site, load_site
 from sitestack.core.step import Result, converge
-
-
+from sitestack.model.context import RunContext, RunOptions
+from sitestack.model.site import Facts, HostSpec, Site, load_site
 
 #: The run options (one typed object from the CLI down to every step).
 Options = RunOptions

@@ -14,10 +14,9 @@ import sys
 import typing
 
 from sitestack.actions import ACTIONS
+from sitestack.core.paths import DOCS_DIR
 from sitestack.engine import playbook  # noqa: F401  (imports every module that registers actions)
 from sitestack.model.site import PLACEHOLDERS, facts_fields, type_name
-
-from sitestack.core.paths import DOCS_DIR
 
 DOC = DOCS_DIR / "playbooks.md"
 

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sitestack.core import schema
-from sitestack.core import versions
+from sitestack.core import schema, versions
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.model.site import Facts
-from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
-
 from sitestack.core.paths import REPO as ROOT
+from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
+from sitestack.model.site import Facts
+
 SOURCES_DIR = ROOT / "sources"
 
 #: Placeholders a recipe string may use (``{{`` and ``}}`` write literal braces).

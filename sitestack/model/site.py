@@ -20,9 +20,8 @@ from typing import Any, Literal
 
 from sitestack.core import schema
 from sitestack.core.errors import InputError
-from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
-
 from sitestack.core.paths import PLAYBOOK_DIR
+from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
 
 #: The placeholders a string in a playbook may use, with what each becomes.
 PLACEHOLDERS: Mapping[str, str] = {

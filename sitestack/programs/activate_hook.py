@@ -63,13 +63,13 @@ def fish_quote(text):
 def read_venv(path):
     """The venv at ``path``: its root and Python major.minor; Refused when it is not a venv."""
     if not os.path.lexists(path):
-        raise Refused("{} does not exist".format(path))
+        raise Refused(f"{path} does not exist")
     if not os.path.isdir(path):
-        raise Refused("{} is not a directory (give the venv's top directory)".format(path))
+        raise Refused(f"{path} is not a directory (give the venv's top directory)")
     cfg_path = os.path.join(path, "pyvenv.cfg")
     if not os.path.isfile(cfg_path):
-        raise Refused("{} is not a Python venv (no pyvenv.cfg; make one with "
-                      "`python3 -m venv --system-site-packages {}`)".format(path, path))
+        raise Refused(f"{path} is not a Python venv (no pyvenv.cfg; make one with "
+                      f"`python3 -m venv --system-site-packages {path}`)")
     cfg = {}
     with open(cfg_path, encoding="utf-8", errors="replace") as handle:
         for line in handle:
@@ -79,10 +79,10 @@ def read_venv(path):
     version = cfg.get("version") or cfg.get("version_info") or ""
     match = re.match(r"(\d+)\.(\d+)", version)
     if not match:
-        raise Refused("{}: pyvenv.cfg does not say which Python the venv uses".format(cfg_path))
+        raise Refused(f"{cfg_path}: pyvenv.cfg does not say which Python the venv uses")
     if not os.path.isfile(os.path.join(path, "bin", "activate")):
-        raise Refused("{} is not a Python venv (no bin/activate)".format(path))
-    return {"root": os.path.abspath(path), "python": "{}.{}".format(match.group(1), match.group(2)),
+        raise Refused(f"{path} is not a Python venv (no bin/activate)")
+    return {"root": os.path.abspath(path), "python": f"{match.group(1)}.{match.group(2)}",
             "system_site_packages": cfg.get("include-system-site-packages", "false").lower() == "true"}
 
 
@@ -91,7 +91,7 @@ def check_config(config):
         raise Refused("bad module name {!r} in this command's settings".format(config["module"]))
     for root in config["module_roots"]:
         if "\n" in root or not root.startswith("/"):
-            raise Refused("bad module directory {!r} in this command's settings".format(root))
+            raise Refused(f"bad module directory {root!r} in this command's settings")
 
 
 # -- bash / zsh ----------------------------------------------------------------------------------
@@ -484,7 +484,7 @@ def csh_texts(original, config, python):
     values = [config["module"], python, *config["module_roots"], *config.get("init", {}).get("csh", [])]
     for value in values:
         if not _CSH_SAFE.fullmatch(value):
-            raise Refused("activate.csh: not extended (csh cannot quote {!r} safely)".format(value))
+            raise Refused(f"activate.csh: not extended (csh cannot quote {value!r} safely)")
     roots = config["module_roots"]
     uses = "".join(CSH_USE.format(root=r, i=i) for i, r in enumerate(roots))
     unuses = "".join(CSH_UNUSE.format(root=r, i=i) for i, r in enumerate(roots))
@@ -495,7 +495,7 @@ def csh_texts(original, config, python):
                                    command=COMMAND, python=python, deactivate=CSH_DEACTIVATE,
                                    original=match.group(1))
     helper = CSH_DEACTIVATE_TEXT.format(module=config["module"], unuses=unuses,
-                                        used_vars="".join(" _sitestack_used_{}".format(i) for i in range(len(roots))))
+                                        used_vars="".join(f" _sitestack_used_{i}" for i in range(len(roots))))
     return prologue + original + ("" if original.endswith("\n") else "\n") + epilogue, helper
 
 
@@ -540,8 +540,8 @@ def original_of(script):
     # The copy is gone: the original is what lies between our two blocks.
     recovered = strip_blocks(current)
     if recovered is None:
-        raise Refused("{} was extended, but its original ({}) is gone and the extension was edited: make the "
-                      "venv again (python3 -m venv --clear VENV)".format(script, os.path.basename(saved)))
+        raise Refused(f"{script} was extended, but its original ({os.path.basename(saved)}) is gone and the extension was edited: make the "
+                      "venv again (python3 -m venv --clear VENV)")
     return recovered, True
 
 
@@ -564,7 +564,7 @@ def plan(venv_path, config):
     venv = read_venv(venv_path)
     stack = config.get("stack")
     if stack and os.path.realpath(venv["root"]) == os.path.realpath(stack):
-        raise Refused("{} is the stack itself; give your own venv".format(venv_path))
+        raise Refused(f"{venv_path} is the stack itself; give your own venv")
     if venv["python"] != config["python_version"]:
         raise Refused("{} uses Python {}, the stack {} is Python {}: make the venv with the stack's Python "
                       "(module load {}; python3 -m venv --system-site-packages VENV)".format(
@@ -602,10 +602,10 @@ def extend(venv_path, config, out=sys.stdout):
             changed.append(path)
         out.write("{} {}\n".format("extended " if path in changed else "unchanged", path))
     for reason in skipped:
-        out.write("skipped   {}\n".format(reason))
+        out.write(f"skipped   {reason}\n")
     if not venv["system_site_packages"]:
-        out.write("note: {} was made without --system-site-packages: packages of the base Python are not "
-                  "visible in it (the stack's are, through its module)\n".format(venv_path))
+        out.write(f"note: {venv_path} was made without --system-site-packages: packages of the base Python are not "
+                  "visible in it (the stack's are, through its module)\n")
     return changed
 
 
@@ -619,7 +619,7 @@ def undo(venv_path, out=sys.stdout):
         if os.path.exists(saved):
             _write(script, _read(saved), like=script)
             os.unlink(saved)
-            out.write("restored  {}\n".format(script))
+            out.write(f"restored  {script}\n")
     helper = os.path.join(bindir, CSH_DEACTIVATE)
     if os.path.exists(helper):
         os.unlink(helper)
@@ -635,7 +635,7 @@ def main(argv=None, config=None):
     parser.add_argument("--undo", action="store_true", help="put the original activate scripts back")
     args = parser.parse_args(argv)
     if config is None:
-        sys.stderr.write("{}: error: this copy has no stack settings (run the one in the stack's bin/)\n".format(COMMAND))
+        sys.stderr.write(f"{COMMAND}: error: this copy has no stack settings (run the one in the stack's bin/)\n")
         return 1
     try:
         if args.undo:
@@ -643,10 +643,10 @@ def main(argv=None, config=None):
         else:
             extend(args.venv, config)
     except Refused as exc:
-        sys.stderr.write("{}: error: {}\n".format(COMMAND, exc))
+        sys.stderr.write(f"{COMMAND}: error: {exc}\n")
         return 1
     except OSError as exc:
-        sys.stderr.write("{}: error: {}\n".format(COMMAND, exc))
+        sys.stderr.write(f"{COMMAND}: error: {exc}\n")
         return 1
     return 0
 

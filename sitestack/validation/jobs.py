@@ -151,7 +151,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "miopen": miopen,
         "per_node_command": per_node,
         "nccl": nccl,
-        "nccl_net": NCCL_NET_NAMES.get(plugin or "", None) if plugin else None,
+        "nccl_net": NCCL_NET_NAMES.get(plugin or "") if plugin else None,
         "net_plugin": plugin or "",
         "container": container,
         "exec_prefix": exec_prefix,
