@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from nothing, on Debian 12 as root (or with passwordless sudo):
 # installs the system packages the tests use for real (Lmod, MPICH, Slurm, sshd, autotools,
-# HIP, libfabric), makes .venv with sitestack and pytest, then runs pytest.
+# HIP, libfabric, and the shells the activate hook supports), makes .venv with sitestack and its
+# test tools, runs the linters (ruff, mypy --strict), then pytest.
 # Extra arguments go to pytest, e.g. `scripts/test.sh -k engine`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ PACKAGES=(
   slurm-wlm munge openssh-server openssh-client
   libfabric-dev libhwloc-dev hipcc libamdhip64-dev
   procps psmisc
+  zsh fish tcsh
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -37,4 +39,8 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
 export PATH="$PWD/.venv/bin:$PATH"
+echo "scripts/test.sh: ruff"
+.venv/bin/ruff check sitestack tasks.py tests benchmarks
+echo "scripts/test.sh: mypy --strict"
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"
