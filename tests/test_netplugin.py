@@ -14,11 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.actions.rccl_net_plugin import (
+from sitestack.actions.rccl_net_plugin import configure_line
+from sitestack.core.errors import SitestackError
+from sitestack.core.paths import PLAYBOOK_DIR
+from sitestack.engine import playbook as pb
+from sitestack.model.recipe import load_recipe
+from sitestack.model.site import Toolkit, expand
+from sitestack.packages.aws_ofi_rccl import (
     Homes,
     choose_version,
     configure_args,
-    configure_line,
     known_rocm,
     pack_dir,
     plugin_data,
@@ -26,11 +31,6 @@ from sitestack.actions.rccl_net_plugin import (
     rccl_prefix,
     resolve_homes,
 )
-from sitestack.core.errors import SitestackError
-from sitestack.core.paths import PLAYBOOK_DIR
-from sitestack.engine import playbook as pb
-from sitestack.model.recipe import load_recipe
-from sitestack.model.site import Toolkit, expand
 from tests.netplugin_projects import make_plugin_tarball, make_plugin_tree, make_rccl_stub
 
 GOLDEN = Path(__file__).parent / "golden" / "netplugin"

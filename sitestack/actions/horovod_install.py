@@ -7,7 +7,7 @@ whose build environment and checks come from Horovod's hooks
 :mod:`sitestack.packages.horovod`). After the install, ``horovodrun --check-build`` must list
 exactly the frameworks, controllers and tensor operations asked for.
 
-The package's names are re-exported here for callers that import them from the action.
+``plan_for`` is re-exported for callers that import it from the action.
 """
 
 from __future__ import annotations
@@ -15,34 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sitestack.actions.hooked_install import HookedInstall
-from sitestack.packages.environment import resolve_refs, site_environment
-from sitestack.packages.horovod import (
-    BUILD_ENV_PACKAGES,
-    GPU_NAMES,
-    CudaRow,
-    CxxRow,
-    HorovodData,
-    OpsRow,
-    Plan,
-    Probed,
-    TorchInfo,
-    build_env,
-    build_env_commands,
-    build_env_dir,
-    build_env_marker,
-    check_build_check,
-    check_cuda_arch,
-    compute_capability,
-    cxx_standard,
-    gpu_operations,
-    horovod_data,
-    link_dir,
-    parse_check_build,
-    plan_for,
-    render_check_build,
-    with_site,
-)
-from sitestack.packages.horovod_hooks import HorovodArgs, HorovodHooks, probe_torch, try_probe_torch
+from sitestack.packages.horovod import plan_for
+from sitestack.packages.horovod_hooks import HorovodArgs, HorovodHooks
 
 
 class HorovodInstall(HookedInstall):
@@ -62,10 +36,4 @@ class HorovodInstall(HookedInstall):
         recipe: str = field(default="horovod", metadata={"doc": "recipe name (sources/<recipe>.yml)"})
 
 
-__all__ = [
-    "BUILD_ENV_PACKAGES", "GPU_NAMES", "CudaRow", "CxxRow", "HorovodData", "HorovodInstall", "OpsRow", "Plan",
-    "Probed", "TorchInfo", "build_env", "build_env_commands", "build_env_dir", "build_env_marker",
-    "check_build_check", "check_cuda_arch", "compute_capability", "cxx_standard", "gpu_operations", "horovod_data",
-    "link_dir", "parse_check_build", "plan_for", "probe_torch", "render_check_build", "resolve_refs",
-    "site_environment", "try_probe_torch", "with_site",
-]
+__all__ = ["HorovodInstall", "plan_for"]

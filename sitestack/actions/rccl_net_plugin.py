@@ -12,7 +12,8 @@ Sources: the recipe's URL when its sha256 is known; else ``--source`` with a tar
 directory (a checkout; packed reproducibly), whose sha256 is recorded in the install's stamp and
 whose tarball is kept in the source cache, so later runs need no ``--source``.
 
-The package's names are re-exported here for callers that import them from the action.
+``choose_version``, ``known_rocm`` and ``plugin_data`` are re-exported for callers that import them
+from the action.
 """
 
 from __future__ import annotations
@@ -39,28 +40,17 @@ from sitestack.model.context import RunContext
 from sitestack.model.recipe import Recipe
 from sitestack.model.site import Facts
 from sitestack.packages.aws_ofi_rccl import (
-    DefaultRow,
     Homes,
-    LoadsRow,
     PluginArgs,
-    PluginData,
     PluginHooks,
     PluginRow,
-    PrefixRow,
-    api_versions,
     choose_version,
     configure_args,
-    default_rocm_home,
-    is_system,
     known_rocm,
     module_settings,
     pack_dir,
     plugin_data,
-    plugin_row,
-    rccl_prefix,
-    resolve_homes,
     site_recipe,
-    symbol_checks,
 )
 
 
@@ -168,9 +158,4 @@ class RcclNetPlugin(HookedInstall):
             sources_mod._store(source, cached)
 
 
-__all__ = [
-    "DefaultRow", "Homes", "LoadsRow", "PluginData", "PluginRow", "PrefixRow", "RcclNetPlugin", "api_versions",
-    "choose_version", "configure_args", "configure_line", "default_rocm_home", "is_system", "known_rocm",
-    "module_settings", "module_spec", "pack_dir", "plugin_data", "plugin_row", "rccl_prefix", "resolve_homes",
-    "site_recipe", "symbol_checks",
-]
+__all__ = ["RcclNetPlugin", "choose_version", "configure_line", "known_rocm", "module_spec", "plugin_data"]
