@@ -23,7 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.actions.horovod_install import (
+from sitestack.core.errors import SitestackError
+from sitestack.engine import playbook as pb
+from sitestack.model.recipe import load_recipe
+from sitestack.model.site import Toolkit
+from sitestack.packages.horovod import (
     Plan,
     Probed,
     TorchInfo,
@@ -36,11 +40,7 @@ from sitestack.actions.horovod_install import (
     plan_for,
     render_check_build,
 )
-from sitestack.core.errors import SitestackError
-from sitestack.engine import playbook as pb
-from sitestack.model.recipe import load_recipe
-from sitestack.model.site import Toolkit
-from tests.conftest import run_invoke
+from tests.conftest import Build, run_invoke
 
 ALLREDUCE = textwrap.dedent("""\
     import torch
@@ -67,7 +67,7 @@ Available Tensor Operations:
     [ ] DDL
     [ ] CCL
     [X] MPI
-    [X] Gloo    
+    [X] Gloo\x20\x20\x20\x20
 """
 
 

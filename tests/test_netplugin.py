@@ -14,11 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.actions.rccl_net_plugin import (
+from sitestack.actions.rccl_net_plugin import configure_line
+from sitestack.core.errors import SitestackError
+from sitestack.core.paths import PLAYBOOK_DIR
+from sitestack.engine import playbook as pb
+from sitestack.model.recipe import load_recipe
+from sitestack.model.site import Toolkit, expand
+from sitestack.packages.aws_ofi_rccl import (
     Homes,
     choose_version,
     configure_args,
-    configure_line,
     known_rocm,
     pack_dir,
     plugin_data,
@@ -26,10 +31,6 @@ from sitestack.actions.rccl_net_plugin import (
     rccl_prefix,
     resolve_homes,
 )
-from sitestack.core.errors import SitestackError
-from sitestack.engine import playbook as pb
-from sitestack.model.recipe import load_recipe
-from sitestack.model.site import Toolkit, expand
 from tests.netplugin_projects import make_plugin_tarball, make_plugin_tree, make_rccl_stub
 
 GOLDEN = Path(__file__).parent / "golden" / "netplugin"
@@ -229,7 +230,7 @@ def test_aws_ofi_nccl_from_a_source_directory_for_rocm_6(cli, tmp_path: Path, en
     prefix = tmp_path / "prefix"
     site = tmp_path / "site.yml"
     # the local site with the settings LUMI and Frontier carry (FI_*, NCCL_*) for the module
-    text = (Path(pb.__file__).parent.parent / "playbooks" / "local.yml").read_text()
+    text = (PLAYBOOK_DIR / "local.yml").read_text()
     site.write_text(text.replace("site: local", "site: site").replace(
         "    GLOO_SOCKET_IFNAME: lo\n",
         "    GLOO_SOCKET_IFNAME: lo\n    NCCL_SOCKET_IFNAME: lo\n    FI_PROVIDER: tcp\n"))

@@ -1,0 +1,29 @@
+"""Per-package hooks (like Spack's package.py): what a recipe's build needs beyond its YAML.
+
+Adding a package is one YAML in ``sources/``; a package whose build depends on the site in ways a
+recipe cannot say (probing the host, choosing versions from the facts) adds a hooks class
+(:class:`~sitestack.packages.base.PackageHooks`) and one line to :data:`HOOKS`. Generic install
+code asks ``HOOKS.get(recipe.name, PackageHooks)``; it never tests a package's name.
+
+This layer sits below installs and actions: it imports core, model and builders only.
+"""
+
+from __future__ import annotations
+
+from sitestack.packages.aws_ofi_rccl import PluginHooks
+from sitestack.packages.base import InstallInfo, NotReady, PackageHooks, Prepared
+from sitestack.packages.horovod_hooks import HorovodHooks
+
+#: recipe name (``name:`` of sources/<recipe>.yml) -> its hooks class.
+HOOKS: dict[str, type[PackageHooks]] = {
+    "horovod": HorovodHooks,
+    "aws-ofi-rccl": PluginHooks,
+}
+
+
+def hooks_for(recipe_name: str) -> type[PackageHooks]:
+    """The hooks of a recipe (the default hooks where it has none)."""
+    return HOOKS.get(recipe_name, PackageHooks)
+
+
+__all__ = ["HOOKS", "InstallInfo", "NotReady", "PackageHooks", "Prepared", "hooks_for"]

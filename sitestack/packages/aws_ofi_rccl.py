@@ -1,0 +1,354 @@
+"""The RCCL network plugin's package knowledge (aws-ofi-rccl / aws-ofi-nccl for a ROCm release).
+
+What differs per ROCm release is data in ``sources/aws-ofi-rccl.yml``:
+
+- which plugin (``data.default_for_rocm``): the ROCm fork (cxi branch) before ROCm 6,
+  aws-ofi-nccl built ``--with-rocm`` from ROCm 6;
+- whether they fit: an unknown ROCm release, a plugin whose exported API versions the release's
+  RCCL does not load (``data.rccl_loads``) or a version the recipe's rules exclude is refused
+  before anything is built;
+- where RCCL's headers are (``data.rccl_prefix``: the prefix must contain
+  ``include/rccl/rccl.h``), which configure options each plugin has (``data.plugins``), which
+  prefixes are the system's and never passed (``data.system_prefixes``).
+
+Before building, the host must have HIP (``include/hip/hip_runtime.h`` and libamdhip64) and, for
+the fork, RCCL's header (:class:`PluginHooks`). After building, ``nm -D`` must show the symbols
+the recipe lists (:func:`symbol_checks`). The module file sets ``NCCL_NET_PLUGIN`` and ``NCCL_NET``
+(:func:`module_settings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import tarfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sitestack.core import schema, versions
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.model.context import RunContext
+from sitestack.model.recipe import Check, ModuleSettings, Recipe, expand
+from sitestack.model.site import Facts, Toolkit
+from sitestack.model.site import expand as site_expand
+from sitestack.model.siteenv import probe_in_site_env
+from sitestack.packages.base import InstallInfo, PackageHooks, Prepared
+from sitestack.packages.environment import braces, replace_recipe, resolve_refs, site_environment
+
+RECIPE_FILE = "sources/aws-ofi-rccl.yml"
+R = TypeVar("R")
+
+
+# -- the recipe's tables -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class RocmRow:
+    """A row of a per-ROCm-release table: the releases it covers (a version range) and why."""
+
+    rocm: str
+    why: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefaultRow(RocmRow):
+    version: str          # the plugin version built for those releases
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixRow(RocmRow):
+    prefix: str           # where their RCCL's include/rccl/rccl.h is ({rocm_home} placeholder)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadsRow(RocmRow):
+    api: tuple[int, ...]  # the net plugin API versions their RCCL loads
+
+
+@dataclass(frozen=True)
+class PluginRow:
+    versions: str
+    upstream: str
+    hip_option: str
+    library: str
+    exports: tuple[str, ...]
+    net_name: str
+    rccl_option: str | None = None
+    hwloc_option: str | None = None
+
+    def check(self) -> str | None:
+        return versions.check_spec(self.versions) and f"versions: {versions.check_spec(self.versions)}"
+
+
+@dataclass(frozen=True)
+class PluginData:
+    """``data:`` of sources/aws-ofi-rccl.yml."""
+
+    install_name: str
+    default_for_rocm: tuple[DefaultRow, ...]
+    plugins: tuple[PluginRow, ...]
+    rocm_releases: tuple[str, ...]
+    rccl_prefix: tuple[PrefixRow, ...]
+    rccl_loads: tuple[LoadsRow, ...]
+    system_prefixes: tuple[str, ...] = ("/usr", "/usr/local", "/")
+    mpi_home: Mapping[str, str] = field(default_factory=dict)
+
+
+def plugin_data(recipe: Recipe) -> PluginData:
+    return schema.build(PluginData, dict(recipe.data), recipe.path, line=1, key="data")
+
+
+def _row(rows: Sequence[R], attr: str, value: str, what: str, recipe: str) -> R:
+    """The first row of table ``what`` whose ``attr`` range covers ``value``."""
+    for row in rows:
+        if versions.matches(getattr(row, attr), value):
+            return row
+    raise SitestackError(f"{recipe}: no row of data.{what} covers {attr} {value}")
+
+
+# -- version rules (pure) ---------------------------------------------------------------------------
+def known_rocm(data: PluginData, rocm: str, recipe: str = RECIPE_FILE) -> str:
+    """The ROCm release as the recipe spells it (``7.0`` -> ``7.0.0``); unknown ones are refused."""
+    try:
+        versions.parse(rocm)
+    except ValueError:
+        raise SitestackError(f"--rocm {rocm!r} is not a ROCm version (like 5.7.1)") from None
+    for release in data.rocm_releases:
+        if versions.matches(f"=={release}", rocm):
+            return release
+    raise SitestackError(f"unknown ROCm version {rocm}: {recipe} knows {', '.join(data.rocm_releases)} "
+                         "(add a release to data.rocm_releases once where its RCCL headers are and which plugin API "
+                         "versions its RCCL loads are known)")
+
+
+def plugin_row(data: PluginData, version: str, recipe: str = RECIPE_FILE) -> PluginRow:
+    return _row(data.plugins, "versions", version, "plugins", recipe)
+
+
+def api_versions(symbols: Sequence[str]) -> list[int]:
+    return [int(s.rsplit("_v", 1)[1]) for s in symbols if "_v" in s and s.rsplit("_v", 1)[1].isdigit()]
+
+
+def choose_version(recipe: Recipe, data: PluginData, facts: Facts, asked: str | None, site: str) -> str:
+    """The plugin version for the site's ROCm (``facts.rocm``): ``asked`` or the default for that
+    release; refused when the recipe's rules or the RCCL's plugin API do not fit."""
+    if facts.rocm is None:
+        raise SitestackError(f"site {site} has no facts.rocm: say which ROCm release to build for (--rocm)")
+    rocm = facts.rocm.version
+    version = asked or _row(data.default_for_rocm, "rocm", rocm, "default_for_rocm", recipe.path).version
+    if version not in recipe.versions:
+        raise SitestackError(f"unknown version {version!r} of {recipe.name} (known versions in {recipe.path}: "
+                             f"{', '.join(recipe.known_versions())})")
+    row = plugin_row(data, version, recipe.path)
+    problems = recipe.unmet(version, facts)
+    loads = _row(data.rccl_loads, "rocm", rocm, "rccl_loads", recipe.path)
+    if not set(api_versions(row.exports)) & set(loads.api):
+        problems.append(f"it exports plugin API {', '.join(f'v{v}' for v in api_versions(row.exports))} and the RCCL "
+                        f"of ROCm {rocm} loads {', '.join(f'v{v}' for v in loads.api)} ({loads.why})")
+    if problems:
+        fits = [v for v in recipe.known_versions() if not recipe.unmet(v, facts)]
+        hint = f"versions that fit ROCm {rocm}: {', '.join(fits)}" if fits else f"no known version fits ROCm {rocm}"
+        raise SitestackError(f"{recipe.name} {version} ({row.upstream}) does not fit ROCm {rocm} on {site}: "
+                             f"{'; '.join(problems)}. {hint}")
+    return version
+
+
+def rccl_prefix(data: PluginData, rocm: str, rocm_home: str) -> str:
+    row = _row(data.rccl_prefix, "rocm", rocm, "rccl_prefix", RECIPE_FILE)
+    return expand(row.prefix, {"rocm_home": rocm_home})
+
+
+@dataclass(frozen=True)
+class Homes:
+    """The prefixes configure is given (None: not given)."""
+
+    rocm: str
+    rccl: str | None = None
+    libfabric: str | None = None
+    hwloc: str | None = None
+    mpi: str | None = None
+
+
+def is_system(data: PluginData, prefix: str) -> bool:
+    return os.path.normpath(prefix) in {os.path.normpath(p) for p in data.system_prefixes}
+
+
+def resolve_homes(data: PluginData, row: PluginRow, rocm: str, rocm_home: str, env: Mapping[str, str], *,
+                  rccl_home: str | None = None, libfabric: str | None = None, hwloc: str | None = None,
+                  mpi_home: str | None = None, mpi_flavour: str | None = None,
+                  pkg_prefix: Mapping[str, str | None] | None = None) -> Homes:
+    """The prefixes for configure: as given ($VARIABLES from ``env``, the site environment), else
+    pkg-config's (``pkg_prefix``), the recipe's RCCL location for the release and MPI per flavour."""
+    pkg = pkg_prefix or {}
+    rccl = None
+    if row.rccl_option:
+        rccl = resolve_refs(rccl_home or rccl_prefix(data, rocm, rocm_home), env, "the RCCL prefix")
+    fabric = resolve_refs(libfabric, env, "libfabric") if libfabric else pkg.get("libfabric")
+    hw = (resolve_refs(hwloc, env, "hwloc") if hwloc else pkg.get("hwloc")) if row.hwloc_option else None
+    mpi = None
+    if mpi_home:
+        mpi = resolve_refs(mpi_home, env, "mpi_home")
+    elif mpi_flavour is not None and mpi_flavour in data.mpi_home:
+        try:
+            mpi = resolve_refs(data.mpi_home[mpi_flavour], env, "the MPI prefix")
+        except SitestackError:
+            mpi = None    # only the plugin's tests need it
+    return Homes(rocm=rocm_home, rccl=rccl, libfabric=fabric, hwloc=hw, mpi=mpi)
+
+
+def configure_args(data: PluginData, version: str, homes: Homes, *, tests: bool = False) -> list[str]:
+    """The site's configure options of plugin ``version`` (the recipe adds its own, e.g. --disable-tests)."""
+    row = plugin_row(data, version)
+    args = []
+    if homes.libfabric and not is_system(data, homes.libfabric):
+        args.append(f"--with-libfabric={homes.libfabric}")
+    args.append(f"{row.hip_option}={homes.rocm}")
+    if row.rccl_option and homes.rccl:
+        args.append(f"{row.rccl_option}={homes.rccl}")
+    if row.hwloc_option and homes.hwloc and not is_system(data, homes.hwloc):
+        args.append(f"{row.hwloc_option}={homes.hwloc}")
+    if homes.mpi and not is_system(data, homes.mpi):
+        args.append(f"--with-mpi={homes.mpi}")
+    if tests:
+        args.append("--enable-tests")
+    return args
+
+
+def site_recipe(recipe: Recipe, version: str, args: Sequence[str], *, tests: bool = False,
+                sha256: str | None = None, checks: Sequence[Check] = ()) -> Recipe:
+    """``recipe`` with the site's configure options, the sha256 of the source used, and checks."""
+    source = recipe.versions[version]
+    own = tuple(a for a in source.args if not (tests and a == "--disable-tests"))
+    source = dataclasses.replace(source, args=own + tuple(braces(a) for a in args),
+                                 sha256=sha256 or source.sha256)
+    return replace_recipe(recipe, versions={**recipe.versions, version: source}, checks=(*recipe.checks, *checks))
+
+
+def symbol_checks(row: PluginRow) -> list[Check]:
+    """``nm -D`` of the installed library must list each exported plugin symbol."""
+    return [Check(name=f"exports {sym}", run=("nm", "-D", "--defined-only", "{install}/" + row.library),
+                  expect=f" {sym}\n") for sym in row.exports]
+
+
+def module_settings(recipe: Recipe, row: PluginRow) -> ModuleSettings:
+    """The recipe's module settings plus the plugin's own: NCCL_NET_PLUGIN (the library's absolute
+    path) and NCCL_NET, so that RCCL fails instead of falling back to sockets when it cannot load it."""
+    base = recipe.module or ModuleSettings()
+    return dataclasses.replace(base, set={**base.set, "NCCL_NET_PLUGIN": "{install}/" + row.library,
+                                          "NCCL_NET": row.net_name})
+
+
+# -- sources given as a directory ------------------------------------------------------------------
+def pack_dir(directory: Path, name: str, out_dir: Path) -> Path:
+    """A reproducible tar.gz of ``directory`` (sorted, no owners, mtime 0) named ``name``."""
+    directory = Path(directory).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / name
+    top = directory.name
+
+    def reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        return info
+
+    with open(out, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        tar.add(directory, arcname=top, recursive=False, filter=reset)
+        for root, dirs, files in os.walk(directory):
+            dirs.sort()
+            for entry in sorted(dirs + files):
+                path = Path(root) / entry
+                tar.add(path, arcname=f"{top}/{path.relative_to(directory)}", recursive=False, filter=reset)
+    return out
+
+
+def default_rocm_home(ctx: RunContext, rocm: str) -> str:
+    """facts.rocm.home with {rocm_version} set to ``rocm`` (placeholders of the site filled), else /opt/rocm-<rocm>."""
+    raw = (ctx.site.raw_facts.get("rocm") or {}).get("home") if ctx.site.raw_facts else None
+    if not raw:
+        return f"/opt/rocm-{rocm}"
+    return site_expand(str(raw), {**ctx.values, "rocm_version": rocm})
+
+
+
+# -- the hooks ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PluginArgs:
+    """The step arguments the plugin adds to a recipe install."""
+
+    rocm: str | None = field(default=None, metadata={"doc": "ROCm release to build for (default: facts.rocm.version)"})
+    rocm_home: str | None = field(default=None, metadata={"doc": (
+        "ROCm/HIP prefix (default: facts.rocm.home for that release, else /opt/rocm-<rocm>)")})
+    rccl_home: str | None = field(default=None, metadata={"doc": (
+        "prefix with include/rccl/rccl.h, for an RCCL outside ROCm (default: from the ROCm release)")})
+    libfabric: str | None = field(default=None, metadata={"doc": (
+        "libfabric prefix (may use $VARIABLES of the site modules; default: pkg-config's; system prefixes are not passed)")})
+    hwloc: str | None = field(default=None, metadata={"doc": "hwloc prefix (aws-ofi-nccl; default: pkg-config's)"})
+    mpi_home: str | None = field(default=None, metadata={"doc": (
+        "MPI prefix for --with-mpi (default: the recipe's per MPI flavour, e.g. $MPICH_DIR on Cray)")})
+    tests: bool = field(default=False, metadata={"doc": "build the plugin's MPI test programs too"})
+
+
+class PluginHooks(PackageHooks):
+    """The RCCL libfabric network plugin for a ROCm release: version, dest and configure options."""
+
+    Args = PluginArgs
+
+    def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
+        super().__init__(ctx, recipe, args)
+        self.data = data = plugin_data(recipe)
+        rocm = self.option("rocm") or (ctx.facts.rocm.version if ctx.facts.rocm else None)
+        if not rocm:
+            raise SitestackError(f"site {ctx.site.name} has no facts.rocm: say which ROCm release to build for (--rocm)")
+        self.rocm = rocm = known_rocm(data, rocm, recipe.path)
+        home = self.option("rocm_home") or default_rocm_home(ctx, rocm)
+        # The install is for this release: its placeholders ({rocm_home}, {rocm_version}) and rules see it.
+        self.ctx = dataclasses.replace(ctx, facts=dataclasses.replace(ctx.facts, rocm=Toolkit(version=rocm, home=home)))
+        asked = ctx.options.plugin_version or getattr(args, "version", None)
+        self.version = choose_version(recipe, data, self.ctx.facts, asked, ctx.site.name)
+        self.row = plugin_row(data, self.version, recipe.path)
+        self.dest = getattr(args, "dest", None) or f"{ctx.values['prefix']}/{data.install_name}/{self.version}-rocm-{rocm}"
+        self.homes: Homes | None = None
+
+    def install_args(self) -> Mapping[str, str | None]:
+        return {"version": self.version, "dest": self.dest}
+
+    def describe(self, info: InstallInfo) -> str:
+        return f"build {info.label} ({self.row.upstream}) for ROCm {self.rocm} into {info.dest}"
+
+    def prepare(self, host: Host, info: InstallInfo) -> Prepared:
+        """Check HIP (and RCCL's header for the fork); the recipe with the site's configure options."""
+        facts = self.ctx.facts
+        assert facts.rocm is not None   # set by __init__
+        home = facts.rocm.home
+        missing_hip = [p for p in ("include/hip/hip_runtime.h",) if not host.exists(f"{home}/{p}")]
+        libs = host.probe(["bash", "-c", 'compgen -G "$1/lib/libamdhip64.so*" || compgen -G "$1/lib64/libamdhip64.so*" '
+                           '|| compgen -G "$1/lib/*-linux-gnu/libamdhip64.so*"', "sitestack", home])
+        if missing_hip or not libs.ok:
+            what = ", ".join(missing_hip + ([] if libs.ok else ["libamdhip64.so"]))
+            raise SitestackError(f"missing HIP for ROCm {self.rocm} in {home}: no {what} (load the site's rocm module, "
+                                 "or give --rocm-home)")
+        env = site_environment(host, facts)
+        given = {k: self.option(k) for k in ("rccl_home", "libfabric", "hwloc", "mpi_home")}
+        pkg = {name: self.pkg_prefix(host, name) for name in ("libfabric", "hwloc") if not given[name]}
+        homes = resolve_homes(self.data, self.row, self.rocm, home, env, mpi_flavour=facts.mpi.flavour,
+                              pkg_prefix=pkg, **given)
+        if homes.rccl and not host.exists(f"{homes.rccl}/include/rccl/rccl.h"):
+            raise SitestackError(
+                f"no RCCL header {homes.rccl}/include/rccl/rccl.h for ROCm {self.rocm}: {self.row.upstream} includes "
+                "<rccl/rccl.h> (ROCm <= 5.1 installs only <rocm>/rccl/include/rccl.h); install RCCL or give --rccl-home")
+        tests = bool(self.option("tests"))
+        if tests and not homes.mpi:
+            raise SitestackError("the plugin's tests need MPI: give --mpi-home")
+        self.homes = homes
+        args = configure_args(self.data, self.version, homes, tests=tests)
+        return Prepared(site_recipe(self.recipe, self.version, args, tests=tests, sha256=info.source_sha256(),
+                                    checks=symbol_checks(self.row)))
+
+    def pkg_prefix(self, host: Host, package: str) -> str | None:
+        """What pkg-config says the package's prefix is, with the site's modules loaded."""
+        out = probe_in_site_env(host, self.ctx.facts, ["pkg-config", "--variable=prefix", package])
+        return (out.stdout.strip() or None) if out.ok else None
