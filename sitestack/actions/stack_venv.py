@@ -87,9 +87,8 @@ def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built]
             continue
         if not isinstance(step, RecipeInstall):
             continue
-        target = step.target
-        if target.recipe.name in recipes:
-            targets.setdefault(target.recipe.name, target)
+        if step.target.recipe.name in recipes:
+            targets.setdefault(step.target.recipe.name, step.target)
     out: list[Built] = []
     notes: list[str] = []
     for recipe in recipes:
@@ -97,10 +96,12 @@ def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built]
         if target is None:
             spec = StepSpec(name=f"{recipe} (default install)", action="recipe-install", args={"recipe": recipe})
             try:
-                target = RecipeInstall.from_spec(spec, ctx).target
+                default = RecipeInstall.from_spec(spec, ctx)
             except SitestackError as exc:
                 notes.append(f"{recipe} (not for this site: {getattr(exc, 'detail', exc)})")
                 continue
+            assert isinstance(default, RecipeInstall)  # from_spec makes an instance of the class it is called on
+            target = default.target
         out.append(Built(recipe=recipe, version=target.version, dest=target.dest,
                          description=target.recipe.description, homepage=target.recipe.homepage,
                          settings=target.recipe.module, values=target.values(install=target.dest)))
