@@ -19,10 +19,12 @@ import jinja2
 import pytest
 
 from sitestack.actions import ACTIONS
-from sitestack.actions import modulefiles as mf
-from sitestack.actions.stack_venv import Built, recipe_targets
+from sitestack.actions.stack_venv import recipe_targets
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.engine import playbook as pb
+from sitestack.installs import modulefile_render as mf
+from sitestack.installs import modulefile_text as mt
+from sitestack.installs.venv_stack import Built
 from sitestack.model.recipe import ModuleSettings
 
 GOLDEN = Path(__file__).parent / "golden" / "modulefiles"
@@ -171,7 +173,7 @@ def test_per_package_templates_override_only_the_help_block():
 
 def test_values_are_quoted_for_each_language():
     tricky = 'a "b" $c [d] {e} \\f\nnext'
-    s = spec(env=(("X", mf.literal(tricky)), ("Y", mf.text_of("/tmp/{user}/${SCRATCH}/x", {}))), help="ends ]] here")
+    s = spec(env=(("X", mt.literal(tricky)), ("Y", mt.text_of("/tmp/{user}/${SCRATCH}/x", {}))), help="ends ]] here")
     lua = mf.render(s, "lua")
     assert 'pushenv("X", "a \\"b\\" $c [d] {e} \\\\f\\nnext")' in lua
     assert 'pushenv("Y", "/tmp/" .. (os.getenv("USER") or "") .. "/" .. (os.getenv("SCRATCH") or "") .. "/x")' in lua
@@ -183,7 +185,7 @@ def test_values_are_quoted_for_each_language():
 
 def test_bad_names_are_refused():
     with pytest.raises(InputError, match="not an environment variable name"):
-        mf.render(spec(env=(("BAD-NAME", mf.literal("x")),)), "lua")
+        mf.render(spec(env=(("BAD-NAME", mt.literal("x")),)), "lua")
     with pytest.raises(InputError, match="name/version"):
         mf.render(spec(name="bad name"), "tcl")
     with pytest.raises(InputError, match="lua or tcl"):
@@ -191,9 +193,9 @@ def test_bad_names_are_refused():
 
 
 def test_text_of_fills_install_time_placeholders_and_keeps_load_time_ones():
-    t = mf.text_of("{prefix}/x-{user}-{home}-$HOST", {"prefix": "/p", "user": "alice", "home": "/home/alice"})
+    t = mt.text_of("{prefix}/x-{user}-{home}-$HOST", {"prefix": "/p", "user": "alice", "home": "/home/alice"})
     assert t.parts == (("lit", "/p/x-"), ("env", "USER"), ("lit", "-"), ("env", "HOME"), ("lit", "-"), ("env", "HOST"))
-    assert str(mf.text_of("{{literal}}", {})) == "{literal}"
+    assert str(mt.text_of("{{literal}}", {})) == "{literal}"
 
 
 def test_jinja_environment_is_strict():

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from sitestack.actions import ACTIONS
-from sitestack.actions import modulefiles as mf
 from sitestack.engine import playbook as pb
+from sitestack.installs import modulefile_specs as mf
 from tests.conftest import LMOD_INIT, clean_env, parse_env, playbook_copy, run_invoke, shell, without_lmod_bookkeeping
 from tests.test_modulefile_golden import built_for
 

@@ -14,6 +14,7 @@ import pytest
 
 from sitestack.actions import stack_venv as venv
 from sitestack.engine import playbook as pb
+from sitestack.installs import venv_manifest, venv_stack
 from tests.conftest import playbook_copy, run_invoke, tree
 
 integration = pytest.mark.integration
@@ -57,7 +58,7 @@ def test_manifest_lists_exactly_what_is_installed(local_stack):
     site_packages = local_stack.venv / "lib" / "python3.11" / "site-packages"
     dists = {p.name for p in site_packages.iterdir() if p.name.endswith((".dist-info", ".egg-info"))}
     assert {p["dist_info"] for p in manifest["packages"]} == dists
-    by_name = {venv.normalize(p["name"]): p for p in manifest["packages"]}
+    by_name = {venv_stack.normalize(p["name"]): p for p in manifest["packages"]}
     for p in manifest["packages"]:
         record = site_packages / p["dist_info"] / "RECORD"
         assert p["record_sha256"] == sha256(record), p["name"]
@@ -219,7 +220,7 @@ def test_torch_pins_carry_the_wheel_variant():
     for name, pins in expected.items():
         ctx, step = site_step(name)
         assert step.stack.requirements == pins, name
-        assert venv.torch_requirements(ctx.facts)[0].endswith("+" + ctx.facts.torch.variant)
+        assert venv_stack.torch_requirements(ctx.facts)[0].endswith("+" + ctx.facts.torch.variant)
 
 
 def test_stack_paths_and_names():
@@ -258,11 +259,11 @@ def test_plan_changes_are_explained():
     old = {"base": {"python": "3.11"}, "requirements": ["torch==2.13.0+cpu"], "extras": ["six"], "built": {}}
     new = {"base": {"python": "3.11"}, "requirements": ["torch==2.13.1+cpu"], "extras": [],
            "built": {"mpi4py": {"version": "4.1.2", "sha256": "x"}}}
-    text = venv.explain(old, new)
+    text = venv_manifest.explain(old, new)
     assert text == "requirements: +torch==2.13.1+cpu, -torch==2.13.0+cpu; extras: -six; +mpi4py 4.1.2 (built)"
-    assert not venv.needs_new_generation(old, new)
-    assert venv.needs_new_generation(old, {**new, "base": {"python": "3.12"}})
-    assert venv.requirement_name("Torch_Vision[extra]==0.1") == "torch-vision"
+    assert not venv_manifest.needs_new_generation(old, new)
+    assert venv_manifest.needs_new_generation(old, {**new, "base": {"python": "3.12"}})
+    assert venv_manifest.requirement_name("Torch_Vision[extra]==0.1") == "torch-vision"
 
 
 def test_origins_come_from_the_pip_report():
@@ -273,11 +274,11 @@ def test_origins_come_from_the_pip_report():
         {"metadata": {"name": "mpi4py", "version": "4.1.2"}, "requested": True,
          "download_info": {"url": "file:///p/mpi4py/4.1.2/.sitestack/wheels/mpi4py-4.1.2-cp311-cp311-linux_x86_64.whl",
                            "archive_info": {"hash": "sha256=cd"}}}]}
-    built = [venv.Built(recipe="mpi4py", version="4.1.2", dest="/p/mpi4py/4.1.2", description="", homepage="",
+    built = [venv_stack.Built(recipe="mpi4py", version="4.1.2", dest="/p/mpi4py/4.1.2", description="", homepage="",
                         settings=None, values={}, installed=True,
                         wheel="/p/mpi4py/4.1.2/.sitestack/wheels/mpi4py-4.1.2-cp311-cp311-linux_x86_64.whl",
                         wheel_sha256="cd")]
-    origins = venv.origins_from_report(json.dumps(report), built)
+    origins = venv_manifest.origins_from_report(json.dumps(report), built)
     assert origins["torch"] == {"kind": "index", "url": report["install"][0]["download_info"]["url"], "sha256": "ab",
                                 "requested": True}
     assert origins["mpi4py"]["kind"] == "built" and origins["mpi4py"]["sha256"] == "cd"

@@ -17,8 +17,9 @@ from sitestack.actions.rccl_net_plugin import RcclNetPlugin
 from sitestack.actions.recipe_install import RecipeInstall
 from sitestack.actions.require_tools import RequireTools
 from sitestack.actions.site_facts import SiteFacts
-from sitestack.actions.stack_venv import StackVenv, VenvHook
+from sitestack.actions.stack_venv import StackVenv
 from sitestack.actions.validation_job import InstallValidationJob
+from sitestack.actions.venv_hook import VenvHook
 
 #: action name (as playbooks write it) -> the Action class.
 ACTIONS: dict[str, type[Action]] = {cls.action: cls for cls in (

@@ -19,6 +19,8 @@ from sitestack.actions.base import Action, log_name, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.paths import SOURCES_DIR
+from sitestack.installs.venv_stack import stack_for
+from sitestack.model.context import RunContext
 from sitestack.model.site import expand
 from sitestack.model.siteenv import in_site_env
 from sitestack.validation.jobs import JobInputs, job_files
@@ -30,18 +32,16 @@ PROBE_EXE = "mpi-probe/bin/sitestack-mpi-probe"
 STAMP = "mpi-probe/.sitestack-stamp"
 
 
-def stack_python(ctx) -> str | None:
+def stack_python(ctx: RunContext) -> str | None:
     """The Python of the site's stack environment, where the playbook makes one (a stack-venv step)."""
     spec = next((s for s in ctx.site.steps if s.action == "stack-venv"), None)
     if spec is None:
         return None
-    from sitestack.actions.stack_venv import stack_for
-
     args = ctx.actions[spec.action].from_spec(spec, ctx).args  # placeholders filled
     return f"{stack_for(ctx, getattr(args, 'name', None)).bin}/python"
 
 
-def job_inputs(ctx, directory: str, python: str | None) -> JobInputs:
+def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs:
     """The job's inputs for a run context: facts.env keeps ``{user}``/``{home}`` for the job's user;
     the checks run with ``python``, else the stack's Python, else facts.python.executable."""
     raw_env = (ctx.site.raw_facts or {}).get("env") or {}

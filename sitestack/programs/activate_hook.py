@@ -30,6 +30,7 @@ import os
 import re
 import sys
 import tempfile
+from typing import Any, TextIO
 
 COMMAND = "extend-venv-activate"
 #: The installed command's settings (module, module directories, init scripts, Python version).
@@ -50,17 +51,18 @@ class Refused(Exception):
 
 
 # -- quoting ---------------------------------------------------------------------------------
-def sh_quote(text):
+def sh_quote(text: str) -> str:
     """A single-quoted word for bash/zsh."""
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def fish_quote(text):
+def fish_quote(text: str) -> str:
+    """A single-quoted word for fish (which also escapes backslashes inside quotes)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 # -- the venv ------------------------------------------------------------------------------------
-def read_venv(path):
+def read_venv(path: str) -> "dict[str, Any]":
     """The venv at ``path``: its root and Python major.minor; Refused when it is not a venv."""
     if not os.path.lexists(path):
         raise Refused(f"{path} does not exist")
@@ -70,7 +72,7 @@ def read_venv(path):
     if not os.path.isfile(cfg_path):
         raise Refused(f"{path} is not a Python venv (no pyvenv.cfg; make one with "
                       f"`python3 -m venv --system-site-packages {path}`)")
-    cfg = {}
+    cfg: dict[str, str] = {}
     with open(cfg_path, encoding="utf-8", errors="replace") as handle:
         for line in handle:
             key, sep, value = line.partition("=")
@@ -86,7 +88,8 @@ def read_venv(path):
             "system_site_packages": cfg.get("include-system-site-packages", "false").lower() == "true"}
 
 
-def check_config(config):
+def check_config(config: "dict[str, Any]") -> None:
+    """Refuse settings that would put an unsafe module name or directory into a shell script."""
     if not _MODULE_NAME.fullmatch(config["module"]):
         raise Refused("bad module name {!r} in this command's settings".format(config["module"]))
     for root in config["module_roots"]:
@@ -254,7 +257,8 @@ if [ "$_sitestack_status" = 0 ]; then unset _sitestack_status; else unset _sites
 """
 
 
-def bash_text(original, config, python):
+def bash_text(original: str, config: "dict[str, Any]", python: str) -> str:
+    """``activate`` extended: the prologue and epilogue blocks around the original text."""
     inits = config.get("init", {})
     prologue = BASH_PROLOGUE.format(
         begin=BEGIN, end=END, site=config.get("site", "?"), module=config["module"], script="activate", orig=ORIG,
@@ -266,7 +270,7 @@ def bash_text(original, config, python):
     return prologue + original + ("" if original.endswith("\n") else "\n") + epilogue
 
 
-def _heredoc_safe(text):
+def _heredoc_safe(text: str) -> str:
     """A line for an unquoted here-document: $ ` \\ are escaped."""
     return re.sub(r"([$`\\])", r"\\\1", text)
 
@@ -389,7 +393,8 @@ end
 """
 
 
-def fish_text(original, config, python):
+def fish_text(original: str, config: "dict[str, Any]", python: str) -> str:
+    """``activate.fish`` extended: the prologue and epilogue blocks around the original text."""
     inits = " ".join(fish_quote(p) for p in config.get("init", {}).get("fish", [])) or "''"
     prologue = FISH_PROLOGUE.format(begin=BEGIN, end=END, site=config.get("site", "?"), module_text=config["module"],
                                     orig=ORIG, inits=inits)
@@ -476,7 +481,7 @@ endif
 """
 
 
-def csh_texts(original, config, python):
+def csh_texts(original: str, config: "dict[str, Any]", python: str) -> "tuple[str, str]":
     """(activate.csh, the file its deactivate sources); Refused when csh cannot say it safely."""
     match = re.search(r"^alias deactivate '([^'\n]*)'\s*$", original, re.M)
     if not match:
@@ -500,7 +505,7 @@ def csh_texts(original, config, python):
 
 
 # -- extending ----------------------------------------------------------------------------------------
-def _write(path, text, like=None):
+def _write(path: str, text: str, like: "str | None" = None) -> bool:
     """Write ``text`` to ``path`` atomically (temp file + rename) unless it already holds it."""
     data = text.encode("utf-8")
     try:
@@ -523,12 +528,12 @@ def _write(path, text, like=None):
     return True
 
 
-def _read(path):
+def _read(path: str) -> str:
     with open(path, encoding="utf-8", newline="") as handle:
         return handle.read()
 
 
-def original_of(script):
+def original_of(script: str) -> "tuple[str, bool]":
     """The original text of ``script`` (saving it beside, the first time)."""
     current = _read(script)
     saved = script + ORIG
@@ -545,7 +550,7 @@ def original_of(script):
     return recovered, True
 
 
-def strip_blocks(text):
+def strip_blocks(text: str) -> "str | None":
     """The original script inside an extended one (None when the blocks are not intact)."""
     head = END + "\n"
     if not text.startswith(BEGIN) or head not in text:
@@ -558,7 +563,7 @@ def strip_blocks(text):
     return None if BEGIN in body or END in body else body
 
 
-def plan(venv_path, config):
+def plan(venv_path: str, config: "dict[str, Any]") -> "tuple[dict[str, Any], list[tuple[str, str, str | None]], list[str]]":
     """[(path, new text, mode-from path, original to save or None)] for the venv; Refused if unfit."""
     check_config(config)
     venv = read_venv(venv_path)
@@ -570,8 +575,8 @@ def plan(venv_path, config):
                       "(module load {}; python3 -m venv --system-site-packages VENV)".format(
                           venv_path, venv["python"], config["module"], config["python_version"], config["module"]))
     bindir = os.path.join(venv["root"], "bin")
-    writes = []
-    skipped = []
+    writes: list[tuple[str, str, str | None]] = []
+    skipped: list[str] = []
     for name in SCRIPTS:
         script = os.path.join(bindir, name)
         if not os.path.isfile(script):
@@ -591,10 +596,10 @@ def plan(venv_path, config):
     return venv, writes, skipped
 
 
-def extend(venv_path, config, out=sys.stdout):
+def extend(venv_path: str, config: "dict[str, Any]", out: TextIO = sys.stdout) -> "list[str]":
     """Extend the venv's activate scripts; return the paths that changed."""
     venv, writes, skipped = plan(venv_path, config)
-    changed = []
+    changed: list[str] = []
     for path, text, original in writes:
         if original is not None:
             _write(path + ORIG, original, like=path)
@@ -609,7 +614,7 @@ def extend(venv_path, config, out=sys.stdout):
     return changed
 
 
-def undo(venv_path, out=sys.stdout):
+def undo(venv_path: str, out: TextIO = sys.stdout) -> None:
     """Put the original activate scripts back."""
     venv = read_venv(venv_path)
     bindir = os.path.join(venv["root"], "bin")
@@ -625,7 +630,8 @@ def undo(venv_path, out=sys.stdout):
         os.unlink(helper)
 
 
-def main(argv=None, config=None):
+def main(argv: "list[str] | None" = None, config: "dict[str, Any] | None" = None) -> int:
+    """The command line: extend (or with --undo restore) one venv; 0, or 1 with the reason on stderr."""
     config = config or CONFIG
     parser = argparse.ArgumentParser(
         prog=COMMAND,
@@ -651,7 +657,7 @@ def main(argv=None, config=None):
     return 0
 
 
-def render_command(config):
+def render_command(config: "dict[str, Any]") -> str:
     """The text of the installed command: this module with ``config`` in :data:`CONFIG`."""
     with open(__file__.replace(".pyc", ".py"), encoding="utf-8") as handle:
         source = handle.read()

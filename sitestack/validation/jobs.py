@@ -14,11 +14,12 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jinja2
 
-from sitestack.model.site import Facts, Validation
+from sitestack.core import templates
+from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import prelude
 from sitestack.validation import masks as masks_mod
 
@@ -55,7 +56,8 @@ def validation_of(facts: Facts) -> Validation:
                       bind=given.bind or default_bind(facts), single_node=given.single_node, multi_node=given.multi_node)
 
 
-def default_bind(facts: Facts) -> str:
+def default_bind(facts: Facts) -> Literal["mask", "launcher"]:
+    """Pin each rank with CPU masks where the site states its GPU-to-core map, else leave it to the launcher."""
     return "mask" if facts.gpu.cpu_bind is not None else "launcher"
 
 
@@ -65,10 +67,8 @@ def _shell_double(value: str) -> str:
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters["q"] = lambda v: shlex.quote(str(v))
-    return env
+    """The job's templates (``validation/templates/``), strict; ``|q`` quotes a value for the shell."""
+    return templates.environment([TEMPLATES], {"q": lambda v: shlex.quote(str(v))})
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
         cpu_bind = {"gpu_cpus": [masks_mod.cpus_for_gpu(binding, g) for g in range(len(binding.gpu_to_numa))],
                     "masks": masks_mod.rank_masks(binding), "node_cores": binding.node_cores}
 
-    def ref(r) -> dict[str, Any] | None:
+    def ref(r: BusBandwidth | None) -> dict[str, Any] | None:
         return None if r is None else {"busbw_gbs": r.busbw_gbs, "lower": r.lower, "message_bytes": r.message_bytes,
                                        "source": r.source}
 

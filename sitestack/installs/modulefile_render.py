@@ -1,0 +1,123 @@
+"""A module file from its :class:`ModuleSpec`: Lua for Lmod, Tcl for Environment Modules.
+
+``<package>.<fmt>.j2`` renders a spec when that template exists, else ``base.<fmt>.j2``; the
+templates live in the checkout's ``modulefiles/`` (a step may put a directory of site overrides
+first). No timestamps, strict Jinja: an unchanged spec gives byte-identical text.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from sitestack.core import templates
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.paths import MODULEFILE_DIR as TEMPLATE_DIR
+from sitestack.installs.modulefile_text import Text, lua, lua_long, tcl, tcl_text
+
+EXTENSIONS = {"lua": ".lua", "tcl": ""}
+
+_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MODULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)+")
+
+
+@dataclass(frozen=True)
+class PathOp:
+    op: str      # prepend | append
+    var: str
+    value: Text
+    sep: str = ":"
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """Everything one module file says; rendered by :func:`render`."""
+
+    name: str                      # e.g. pytorch (the part before the version)
+    version: str                   # e.g. 2.3.1-gpu
+    template: str                  # template key: stack, mpi4py, horovod, net-plugin, or base
+    site: str
+    summary: str
+    whatis: tuple[tuple[str, str], ...]
+    requires: tuple[str, ...] = ()
+    autoload: bool = True
+    family: str | None = None
+    conflicts: tuple[str, ...] = ()
+    paths: tuple[PathOp, ...] = ()
+    env: tuple[tuple[str, Text], ...] = ()
+    help: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def full(self) -> str:
+        return f"{self.name}/{self.version}"
+
+    def relpath(self, fmt: str) -> str:
+        return f"{self.name}/{self.version}{EXTENSIONS[fmt]}"
+
+    def check(self) -> None:
+        if not _MODULE.fullmatch(self.full):
+            raise InputError(self.full, "a module name is name/version: letters, digits, . _ + -")
+        for name in (*[p.var for p in self.paths], *[n for n, _ in self.env]):
+            if not _VAR.fullmatch(name):
+                raise InputError(self.full, f"{name!r} is not an environment variable name")
+        for name in self.requires:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+/-]*", name):
+                raise InputError(self.full, f"{name!r} is not a module name")
+
+
+def environment(template_dirs: Sequence[str | Path] = ()) -> jinja2.Environment:
+    """The Jinja2 environment: ``template_dirs`` first, then ``modulefiles/``; strict, no autoescape."""
+    return _environment(tuple(str(d) for d in template_dirs))
+
+
+@functools.lru_cache(maxsize=16)
+def _environment(template_dirs: tuple[str, ...]) -> jinja2.Environment:
+    return templates.environment([*template_dirs, TEMPLATE_DIR],
+                                 {"lua": lua, "lua_long": lua_long, "tcl": tcl, "tcl_text": tcl_text})
+
+
+def template_name(spec: ModuleSpec, fmt: str, env: jinja2.Environment) -> str:
+    name = f"{spec.template}.{fmt}.j2"
+    try:
+        env.get_template(name)
+        return name
+    except jinja2.TemplateNotFound:
+        return f"base.{fmt}.j2"
+
+
+def render(spec: ModuleSpec, fmt: str, template_dirs: Sequence[str | Path] = ()) -> str:
+    """The module file ``spec`` in ``fmt`` (lua or tcl)."""
+    if fmt not in EXTENSIONS:
+        raise InputError("facts.modules.format", f"must be lua or tcl, not {fmt!r}")
+    spec.check()
+    env = environment(template_dirs)
+    name = template_name(spec, fmt, env)
+    view = _View(spec, name)
+    try:
+        text = env.get_template(name).render(m=view, d=spec.data)
+    except jinja2.TemplateError as exc:
+        raise SitestackError(f"module file template {name}: {exc}") from None
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
+
+
+class _View:
+    """What a template sees as ``m``: the spec, plus the template's file name."""
+
+    def __init__(self, spec: ModuleSpec, template_file: str) -> None:
+        self._spec = spec
+        self.template_file = template_file
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spec, name)
+
+
+def render_all(specs: Sequence[ModuleSpec], fmt: str, template_dirs: Sequence[str | Path] = ()) -> dict[str, str]:
+    """relative path -> text of every module file."""
+    return {spec.relpath(fmt): render(spec, fmt, template_dirs) for spec in specs}

@@ -1,0 +1,119 @@
+"""The module files of a site, as :class:`ModuleSpec` data: the stack's module and one per
+package sitestack built for the site (the network plugin's included), from the facts, the
+stack and each recipe's ``module`` settings. Rendering is :mod:`sitestack.installs.modulefile_render`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sitestack.installs.modulefile_render import ModuleSpec, PathOp
+from sitestack.installs.modulefile_text import Text, literal, text_of
+from sitestack.installs.venv_stack import Built, Stack
+from sitestack.model.context import RunContext
+from sitestack.model.recipe import expand
+from sitestack.model.site import Facts, Site
+
+
+def default_requires(facts: Facts) -> tuple[str, ...]:
+    """The site modules the stack's module needs by default: the base Python's module."""
+    if facts.python.source in ("module", "conda") and facts.python.module:
+        return (facts.python.module,)
+    return ()
+
+
+def site_env(site: Site, values: Mapping[str, str]) -> list[tuple[str, Text]]:
+    raw = site.raw_facts.get("env") or {}
+    return [(name, text_of(str(value), values)) for name, value in sorted(raw.items())]
+
+
+def is_plugin(b: Built, facts: Facts) -> bool:
+    return b.recipe == facts.network.net_plugin or b.recipe.startswith(("aws-ofi-", "rccl-net", "nccl-net"))
+
+
+def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requires: Sequence[str] | None = None,
+                 autoload: bool = True) -> ModuleSpec:
+    facts = ctx.facts
+    name, version = stack.name.rsplit("/", 1)
+    plugins = [b.module_name for b in built if is_plugin(b, facts)]
+    needs = tuple(dict.fromkeys([*(default_requires(facts) if requires is None else requires), *plugins]))
+    container = facts.container if stack.source == "container" else None
+    paths: list[PathOp] = []
+    env: list[tuple[str, Text]] = []
+    if container is not None:
+        runtime = container.runtime.upper()
+        if container.image:
+            env.append(("SIF", text_of(container.image, ctx.values)))
+        for bind in dict.fromkeys([ctx.values["prefix"].rstrip("/"), *container.bind]):
+            paths.append(PathOp("append", f"{runtime}_BINDPATH", text_of(bind, ctx.values), ","))
+        paths.append(PathOp("prepend", f"{runtime}ENV_PREPEND_PATH", literal(stack.bin)))
+        paths.append(PathOp("prepend", f"{runtime}ENV_PYTHONPATH", literal(stack.site_packages)))
+    else:
+        paths.append(PathOp("prepend", "PATH", literal(stack.bin)))
+        paths.append(PathOp("prepend", "PYTHONPATH", literal(stack.site_packages)))
+    env += site_env(ctx.site, ctx.values)
+    torch = facts.torch
+    summary = f"PyTorch {torch.version} ({torch.variant}) stack for {ctx.site.name}"
+    built_lines = [f"{b.recipe} {b.version} ({b.dest})" for b in built if not is_plugin(b, facts)]
+    built_lines += [f"{b.recipe} {b.version} (module {b.module_name})" for b in built if is_plugin(b, facts)]
+    own = [b.recipe for b in built if not is_plugin(b, facts)]
+    description = f"{summary}: {', '.join(['torch', *sorted(torch.packages)])}" + (
+        f"; built for the site: {', '.join(own)}" if own else "")
+    data = {
+        "site_description": facts.description,
+        "path": stack.path,
+        "python": stack.python_version,
+        "torch_version": torch.version,
+        "variant": torch.variant,
+        "index_url": stack.index_url,
+        "requirements": list(stack.requirements),
+        "extras": list(stack.extras),
+        "built": built_lines,
+        "manifest": stack.manifest,
+        "container": ({"runtime": container.runtime, "image": container.image} if container else None),
+    }
+    return ModuleSpec(
+        name=name, version=version, template="stack", site=ctx.site.name, summary=summary,
+        whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
+                ("Description", description), ("URL", "https://pytorch.org")),
+        requires=needs, autoload=autoload, family=stack.family, paths=tuple(paths), env=tuple(env), data=data)
+
+
+def package_module(ctx: RunContext, b: Built, *, autoload: bool = True) -> ModuleSpec:
+    """The module of a package sitestack built (from its recipe's module settings)."""
+    facts = ctx.facts
+    settings = b.settings
+    name, version = b.module_name.rsplit("/", 1)
+    summary = (getattr(settings, "whatis", None) or b.description).strip().rstrip(".")
+    values = dict(b.values)
+    paths = []
+    for var, dirs in sorted((getattr(settings, "prepend", None) or {}).items()):
+        for d in dirs:
+            paths.append(PathOp("prepend", var, text_of(expand(d, values).replace("{", "{{").replace("}", "}}"),
+                                                        ctx.values)))
+    env: dict[str, Text] = {}
+    plugin = is_plugin(b, facts)
+    if plugin:  # the site's network settings go with the plugin
+        for var, value in site_env(ctx.site, ctx.values):
+            if var.startswith(("NCCL_", "FI_")):
+                env[var] = value
+    for var, value in sorted((getattr(settings, "set", None) or {}).items()):
+        env[var] = text_of(expand(value, values).replace("{", "{{").replace("}", "}}"), ctx.values)
+    requires = tuple(facts.modules.load) if getattr(settings, "site_modules", True) else ()
+    template = "net-plugin" if plugin else b.recipe
+    launcher = {"srun": "srun -n 2", "mpirun": "mpirun -np 2"}.get(facts.mpi.launcher, "mpiexec -n 2")
+    data = {"version": b.version, "dest": b.dest, "recipe": b.recipe, "mpi": facts.mpi.flavour,
+            "launcher": launcher, "collectives": facts.collectives}
+    return ModuleSpec(
+        name=name, version=version, template=template, site=ctx.site.name, summary=summary,
+        whatis=(("Name", name), ("Version", version), ("Description", summary), ("URL", b.homepage)),
+        requires=requires, autoload=autoload, family=name, paths=tuple(paths), env=tuple(sorted(env.items())),
+        help=summary, data=data)
+
+
+def site_modules(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requires: Sequence[str] | None = None,
+                 autoload: bool = True, plugins: bool = True) -> list[ModuleSpec]:
+    """The stack's module and one per built package (``plugins=False``: not the network plugin's,
+    which the plugin's build step writes itself; the stack's module still loads it)."""
+    return [stack_module(ctx, stack, built, requires=requires, autoload=autoload),
+            *(package_module(ctx, b, autoload=autoload) for b in built if plugins or not is_plugin(b, ctx.facts))]

@@ -1,0 +1,104 @@
+"""Running things in a stack environment on the host: the index probe, pip, and the scan of what
+is installed. The two programs run on the host are real files in ``sitestack/programs/``
+(standard library only), passed to the interpreter with ``-c``, so nothing is copied first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Completed, Host
+from sitestack.installs.venv_stack import Base, Stack
+
+#: pip >= 22.3 can install into another interpreter's environment (``--python``).
+PIP_PYTHON_OPTION = (22, 3)
+
+
+def program(name: str) -> str:
+    """The text of ``sitestack/programs/<name>.py``, as ``python -c`` runs it on the host."""
+    return resources.files("sitestack.programs").joinpath(f"{name}.py").read_text(encoding="utf-8")
+
+
+#: Run by the environment's interpreter: every distribution in its own site-packages, as JSON.
+SCAN = program("venv_scan")
+#: Run by a python3 on the host: can the index be reached? (stdlib only; any Python 3)
+INDEX_PROBE = program("index_probe")
+
+
+def check_index(host: Host, url: str | None, timeout: float = 15) -> None:
+    """Raise a clear error when the wheel index cannot be reached from ``host``."""
+    if not url:
+        return
+    out = host.probe(["python3", "-c", INDEX_PROBE, url, str(timeout)], timeout=timeout + 15)
+    if out.rc == 127 and "not found" in (out.stderr + out.stdout):
+        return  # no python3 to ask with: pip will say it
+    if out.rc != 0:
+        lines = out.stderr.strip().splitlines()[-1:]
+        reason = out.stdout.strip() or (lines[0] if lines else "no answer")
+        raise SitestackError(f"wheel index {url} cannot be reached from {host.name}: {reason} "
+                             "(facts.torch.index_url; nothing was installed)")
+
+
+class EnvTools:
+    """pip and the package scan for environments of one stack on one host (commands logged to ``log``)."""
+
+    def __init__(self, host: Host, stack: Stack, base: Base, log: Path | None) -> None:
+        self.host, self.stack, self.base, self.log = host, stack, base, log
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Completed:
+        return self.host.run(argv, env=env, log=self.log)
+
+    def pip(self, root: str) -> list[str]:
+        """How to run pip for the environment at ``root``."""
+        if self.stack.source == "conda":
+            return self.base.env_python(root, ["-m", "pip"])
+        out = self.host.probe(self.base.base(["python", "-m", "pip", "--version"]))
+        match = re.search(r"pip (\d+)\.(\d+)", out.stdout) if out.ok else None
+        if match and (int(match[1]), int(match[2])) >= PIP_PYTHON_OPTION:
+            return self.base.base(["python", "-m", "pip", "--python", f"{root}/bin/python"])
+        # An old or absent pip in the base: give the environment its own (ensurepip, from the stdlib).
+        if not self.host.exists(f"{root}/bin/pip"):
+            self.run(self.base.env_python(root, ["-m", "ensurepip", "--default-pip"]))
+        return self.base.env_python(root, ["-m", "pip"])
+
+    def pip_install(self, root: str, requirements: Sequence[str], report: str, *extra: str) -> str | None:
+        """``pip install`` ``requirements`` into ``root``; the text of pip's ``--report`` (then removed)."""
+        argv = [*self.pip(root), "install", "--no-input", "--disable-pip-version-check", "--progress-bar", "off",
+                "--retries", "2", "--timeout", "60", "--report", report, *extra]
+        if not self.stack.compile:
+            argv.append("--no-compile")
+        if self.stack.index_url:
+            argv += ["--extra-index-url", self.stack.index_url]
+        self.run([*argv, *requirements])
+        text = self.host.read_text(report)
+        self.host.probe(["rm", "-f", "--", report])
+        return text
+
+    def scan(self, root: str) -> dict[str, Any]:
+        """What :data:`SCAN` says of the environment at ``root``; refuses a base Python of the wrong version."""
+        sp = f"{root}/lib/python{self.stack.python_version}/site-packages"
+        out = self.host.probe(self.base.env_python(root, ["-c", SCAN, sp]), timeout=300)
+        try:
+            data: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise SitestackError(f"cannot list the packages of {root}: {(out.stderr or out.stdout).strip()[-500:]}") from None
+        major_minor = ".".join(data["python"].split(".")[:2])
+        if major_minor != self.stack.python_version:
+            raise SitestackError(f"the base Python is {data['python']}, the site says python.version "
+                                 f"{self.stack.python_version} (facts.python)")
+        return data
+
+
+def list_dists(host: Host, stack: Stack) -> tuple[bool, set[str]]:
+    """(interpreter present, dist-info names) of the environment at the stable path."""
+    script = ('[ -x "$1/bin/python" ] || echo NOPYTHON; cd "$2" 2>/dev/null || exit 0; '
+              'for d in *.dist-info *.egg-info; do [ -e "$d" ] && echo "$d"; done; exit 0')
+    out = host.probe(["sh", "-c", script, "sh", stack.path, stack.site_packages])
+    lines = out.stdout.split()
+    return "NOPYTHON" not in lines, {n for n in lines if n != "NOPYTHON"}

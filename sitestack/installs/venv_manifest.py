@@ -1,0 +1,136 @@
+"""The stack environment's plan (everything its content depends on) and its manifest (every
+distribution in it, with where it came from): pure functions of the stack, the facts, the built
+packages and pip's reports, so a re-run compares plans without running pip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sitestack.core.host import Host
+from sitestack.installs.venv_stack import Built, Stack, normalize
+from sitestack.model.site import Facts
+
+MANIFEST_FORMAT = 1
+
+
+def plan_for(stack: Stack, facts: Facts, built: Sequence[Built]) -> dict[str, Any]:
+    """Everything the environment's content depends on (what the manifest records as its plan)."""
+    base: dict[str, Any] = {"source": stack.source, "python": stack.python_version,
+                            "executable": facts.python.executable,
+                            "system_site_packages": stack.system_site_packages}
+    if stack.source in ("module", "conda"):
+        base["module"] = facts.python.module
+        base["modules"] = list(facts.modules.load)
+    if stack.source == "container" and facts.container:
+        base["image"] = facts.container.image
+    return {
+        "base": base,
+        "compile": stack.compile,
+        "index_url": stack.index_url,
+        "requirements": list(stack.requirements),
+        "extras": list(stack.extras),
+        "built": {b.recipe: {"version": b.version, "wheel": os.path.basename(b.wheel or ""),
+                             "sha256": b.wheel_sha256, "install": b.dest}
+                  for b in built if b.wheel},
+    }
+
+
+def requirement_name(req: str) -> str:
+    return normalize(re.split(r"[\s<>=!~;\[@(]", req.strip(), maxsplit=1)[0])
+
+
+def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """What differs between two plans, in words."""
+    parts = []
+    if old.get("base") != new.get("base"):
+        parts.append("base Python changed")
+    if old.get("compile") != new.get("compile"):
+        parts.append("bytecode compilation changed")
+    if old.get("index_url") != new.get("index_url"):
+        parts.append(f"index {old.get('index_url')} -> {new.get('index_url')}")
+    for key in ("requirements", "extras"):
+        added = [r for r in new.get(key, []) if r not in old.get(key, [])]
+        gone = [r for r in old.get(key, []) if r not in new.get(key, [])]
+        if added or gone:
+            parts.append(f"{key}: " + ", ".join([f"+{r}" for r in added] + [f"-{r}" for r in gone]))
+    ob, nb = old.get("built", {}), new.get("built", {})
+    for recipe in sorted(set(ob) | set(nb)):
+        if recipe not in ob:
+            parts.append(f"+{recipe} {nb[recipe]['version']} (built)")
+        elif recipe not in nb:
+            parts.append(f"-{recipe} (no longer built)")
+        elif ob[recipe] != nb[recipe]:
+            parts.append(f"{recipe} {ob[recipe]['version']} -> {nb[recipe]['version']} (rebuilt)")
+    return "; ".join(parts) or "plan changed"
+
+
+def needs_new_generation(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return old.get("base") != new.get("base") or old.get("compile") != new.get("compile")
+
+
+def read_manifest(host: Host, stack: Stack) -> dict[str, Any] | None:
+    text = host.read_text(stack.manifest)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT else None
+
+
+def origins_from_report(text: str | None, built: Sequence[Built]) -> dict[str, dict[str, Any]]:
+    """name -> where pip took it from, from a ``pip install --report`` file."""
+    out: dict[str, dict[str, Any]] = {}
+    if not text:
+        return out
+    try:
+        report = json.loads(text)
+    except ValueError:
+        return out
+    wheels = {os.path.basename(b.wheel): b for b in built if b.wheel}
+    for item in report.get("install", []):
+        meta = item.get("metadata", {})
+        info = item.get("download_info", {})
+        url = info.get("url", "")
+        sha = (info.get("archive_info", {}).get("hashes") or {}).get("sha256") or \
+            (info.get("archive_info", {}).get("hash", "").partition("=")[2] or None)
+        origin: dict[str, Any] = {"kind": "index", "url": url, "sha256": sha, "requested": bool(item.get("requested"))}
+        b = wheels.get(os.path.basename(url.split("#", 1)[0]).replace("%2B", "+"))
+        if b is not None:
+            origin = {"kind": "built", "recipe": b.recipe, "install": b.dest, "wheel": b.wheel, "sha256": b.wheel_sha256,
+                      "requested": True}
+        out[normalize(meta.get("name", ""))] = origin
+    return out
+
+
+def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any], origins: Mapping[str, Any],
+                 previous: Mapping[str, Any] | None, generation: str) -> dict[str, Any]:
+    """The manifest: the plan, and every distribution in the environment with its origin."""
+    before = {normalize(p["name"]): p.get("source") for p in (previous or {}).get("packages", [])}
+    packages = []
+    for p in scan["packages"]:
+        key = normalize(p["name"])
+        source = origins.get(key) or before.get(key) or {"kind": "environment",
+                                                          "detail": "created with the environment"}
+        packages.append({**p, "source": source})
+    return {
+        "format": MANIFEST_FORMAT,
+        "site": stack.site,
+        "name": stack.name,
+        "path": stack.path,
+        "generation": generation,
+        "python": scan["python"],
+        "site_packages": stack.site_packages,
+        "plan": dict(plan),
+        "packages": sorted(packages, key=lambda p: normalize(p["name"])),
+    }
+
+
+def dump(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
