@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from sitestack.core.errors import MutationRefused
@@ -48,7 +48,7 @@ class FakeHost(Host):
         return path in self.files
 
     @contextlib.contextmanager
-    def lock(self, path: str, *, wait: float = 0) -> Iterator[None]:
+    def lock(self, path: str, *, wait: float = 0, report: Callable[[str], None] | None = None) -> Iterator[None]:
         self._refuse_if_read_only(f"lock {path}")
         yield
 
