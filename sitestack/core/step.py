@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core.errors import CannotProbe, SitestackError
 
@@ -141,7 +141,7 @@ def _run_one(step: Step, host: Host, *, check: bool, want_diff: bool, not_probed
              forced: str | None = None) -> Result:
     start = time.perf_counter()
 
-    def done(status: Status, message: str, **extra) -> Result:
+    def done(status: Status, message: str, **extra: Any) -> Result:
         return Result(step.name, status, message, elapsed=time.perf_counter() - start, **extra)
 
     if not_probed:
@@ -161,7 +161,7 @@ def _run_one(step: Step, host: Host, *, check: bool, want_diff: bool, not_probed
                     detail=traceback.format_exc())
     if reason is None and forced is None:
         return done("ok", "")
-    reason = reason or forced
+    reason = reason or forced or ""
     if step.asserts:  # an assertion that returned a reason instead of raising
         return done("failed", reason)
     diff = None

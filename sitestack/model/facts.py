@@ -262,7 +262,7 @@ def facts_fields(cls: type = Facts, prefix: str = "") -> list[tuple[str, str, st
             continue
         key = f"{prefix}{schema.yaml_key(f)}"
         tp = hints[f.name]
-        nested = [a for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
+        nested = [a for a in (tp, *typing.get_args(tp)) if isinstance(a, type) and dataclasses.is_dataclass(a)]
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         doc = f.metadata.get("doc") or (nested[0].__doc__ if nested else "") or ""
         rows.append((key, type_name(tp) + ("" if required else ", optional"), doc))

@@ -270,7 +270,7 @@ class Recipe:
         return sorted(self.versions, key=versions.sort_key)
 
     def builder_options(self) -> Autotools | CMake | Pip:
-        opts = getattr(self, self.build)
+        opts: Autotools | CMake | Pip | None = getattr(self, self.build)
         return opts if opts is not None else {"autotools": Autotools, "cmake": CMake, "pip": Pip}[self.build]()
 
     def patches_for(self, version: str) -> list[Patch]:

@@ -108,7 +108,7 @@ class Site:
 
     def resolved_facts(self, values: Mapping[str, str]) -> dict[str, Any]:
         """The facts as plain data with every placeholder filled from ``values``."""
-        data = expand_all(plain_data(self.raw_facts), values)
+        data: dict[str, Any] = expand_all(plain_data(self.raw_facts), values)
         data["prefix"] = values["prefix"]
         return data
 
@@ -177,7 +177,7 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
     return Site(name=path.stem, path=shown, hosts=hosts, facts=facts, steps=steps, handlers=handlers, raw_facts=data["facts"])
 
 
-def _build_list(cls: type, data: MarkedDict, key: str, shown: str, *, unique: str) -> tuple:
+def _build_list(cls: type[Any], data: MarkedDict, key: str, shown: str, *, unique: str) -> tuple[Any, ...]:
     items = data[key]
     if not isinstance(items, list):
         raise InputError(f"{shown}:{data.lines[key]}", "expected a list", key=key)
@@ -185,7 +185,7 @@ def _build_list(cls: type, data: MarkedDict, key: str, shown: str, *, unique: st
     seen: dict[str, int] = {}
     for i, item in enumerate(items):
         line = schema.line_of(items, i)
-        obj = schema.build(cls, item, shown, line=line, key=f"{key}[{i}]")
+        obj: Any = schema.build(cls, item, shown, line=line, key=f"{key}[{i}]")
         if hasattr(obj, "line"):
             object.__setattr__(obj, "line", line)
         ident = getattr(obj, unique)
