@@ -112,6 +112,24 @@ class Site:
         data["prefix"] = values["prefix"]
         return data
 
+    def resolve(self, *, home: str, user: str, account: str | None, prefix: str | None) -> Resolved:
+        """The facts on a host with this ``home`` and ``user``: placeholder values, plain data, typed.
+
+        The one place the three are derived from the playbook's raw facts, so they always agree.
+        """
+        values = self.placeholder_values(home=home, user=user, account=account, prefix=prefix)
+        data = self.resolved_facts(values)
+        return Resolved(values=values, data=data, facts=schema.build(Facts, data, self.path, line=0, key="facts"))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A site's facts resolved for one host (what :meth:`Site.resolve` returns)."""
+
+    values: Mapping[str, str]  # every placeholder's value on the host
+    data: Mapping[str, Any]  # the facts as plain data (JSON-able), placeholders filled
+    facts: Facts  # the same, typed
+
 
 _PLAYBOOK_KEYS = {"site", "description", "hosts", "facts", "steps", "handlers"}
 
@@ -235,6 +253,6 @@ def host_env_defaults() -> tuple[str, str]:
 
 
 __all__ = ["PLACEHOLDERS", "BusBandwidth", "Container", "CpuBind", "Facts", "Gpu", "HostSpec", "Modules", "Mpi",
-           "Network", "Node", "Python", "Scheduler", "Site", "StepSpec", "Toolkit", "Torch", "Validation", "expand",
+           "Network", "Node", "Python", "Resolved", "Scheduler", "Site", "StepSpec", "Toolkit", "Torch", "Validation", "expand",
            "expand_all", "facts_fields", "host_env_defaults", "list_sites", "load_site", "plain_data", "site_path",
            "type_name"]
