@@ -4,7 +4,7 @@ Connection (SSH; a Connection is a Context).
 
 - ``probe(argv)`` always runs, is quiet and never raises: it returns a :class:`Completed`.
 - ``run(argv)`` mutates: refused on a read-only host (check mode), raises
-  :class:`~sitestack.errors.CommandFailed` on a non-zero exit, and streams its output to a
+  :class:`~sitestack.core.errors.CommandFailed` on a non-zero exit, and streams its output to a
   log file when given one.
 - ``read_text`` / ``write_text`` / ``put_file``: ``write_text`` is atomic (a temporary file
   beside the target, then a rename), locally and remotely.

@@ -4,7 +4,7 @@ A Step is a named, idempotent unit of change. ``pending(host)`` is read-only and
 the reason a change is needed, or ``None`` when the host already matches (when unsure it
 returns a reason: a false "changed" beats a false "ok"). ``apply(host)`` makes the change.
 An assertion step (``asserts = True``) only checks: its ``pending`` raises
-:class:`~sitestack.errors.SitestackError` when the host is unfit, and it never changes
+:class:`~sitestack.core.errors.SitestackError` when the host is unfit, and it never changes
 anything.
 
 ``converge`` runs each step: pending -> (check mode: "would ...") -> apply -> pending again

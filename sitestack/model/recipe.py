@@ -4,7 +4,7 @@ A recipe is data: what the package is, every known version with its URL and sha2
 build system and its arguments, the environment, the patches (from ``patches/<name>/``,
 restricted to versions), the version rules checked against the site's facts before anything
 runs, the sanity paths and post-install checks, and module-file settings. ``load_recipe``
-parses it with :func:`sitestack.schema.build` into the frozen dataclasses below: unknown keys,
+parses it with :func:`sitestack.core.schema.build` into the frozen dataclasses below: unknown keys,
 wrong types, missing keys, unknown ``{placeholders}``, bad version ranges, missing patch files
 and patch files without their header are errors naming ``file:line`` and the key.
 
@@ -57,7 +57,7 @@ def _doc(text: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Requires:
-    """Site facts a version needs. Ranges use the syntax of :mod:`sitestack.versions`."""
+    """Site facts a version needs. Ranges use the syntax of :mod:`sitestack.core.versions` (PEP 440)."""
 
     python: str | None = field(default=None, metadata=_doc("range of facts.python.version, e.g. '>=3.8'"))
     torch: str | None = field(default=None, metadata=_doc("range of facts.torch.version"))
