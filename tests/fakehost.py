@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sitestack.core.errors import MutationRefused
 from sitestack.core.host import Completed, Host
@@ -28,7 +29,7 @@ class FakeHost(Host):
             return Completed(0 if argv[2] in self.files else 1, "", "")
         return Completed(0, "", "")
 
-    def run(self, argv: Sequence[str], **kwargs) -> Completed:
+    def run(self, argv: Sequence[str], **kwargs: Any) -> Completed:
         self._refuse_if_read_only(f"run {' '.join(argv)}")
         self.mutations.append("run " + " ".join(argv))
         return Completed(0, "", "")
@@ -48,7 +49,7 @@ class FakeHost(Host):
         return path in self.files
 
     @contextlib.contextmanager
-    def lock(self, path: str, *, wait: float = 0) -> Iterator[None]:
+    def lock(self, path: str, *, wait: float = 0, report: Callable[[str], None] | None = None) -> Iterator[None]:
         self._refuse_if_read_only(f"lock {path}")
         yield
 

@@ -112,9 +112,9 @@ def test_ssh_host_probes_runs_and_writes_atomically(server, tmp_path: Path):
     assert os.listdir(tmp_path / "remote") == ["file.txt"]
     with pytest.raises(CommandFailed):
         host.run(["false"])
-    with host.lock(str(tmp_path / "remote" / "lock")), pytest.raises(LockHeld, match="remove .*lock.d"):
-        with ssh_host("testhost").lock(str(tmp_path / "remote" / "lock"), wait=0):
-            pass
+    with host.lock(str(tmp_path / "remote" / "lock")), pytest.raises(LockHeld, match="remove .*lock.d"), \
+            ssh_host("testhost").lock(str(tmp_path / "remote" / "lock"), wait=0):
+        pass
     assert not (tmp_path / "remote" / "lock.d").exists()
     view = host.read_only_view()
     with pytest.raises(MutationRefused):

@@ -80,3 +80,16 @@ def test_show_site_resolves_placeholders(name, cli):
     for placeholder in PLACEHOLDERS:
         assert "{" + placeholder + "}" not in text, placeholder
     assert data["facts"]["prefix"] == data["facts"]["prefix"].strip() and "{" not in data["facts"]["prefix"]
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_resolve_derives_values_plain_data_and_typed_facts_together(name):
+    from sitestack.model.context import RunContext
+
+    site = pb.load(name)
+    resolved = site.resolve(home="/home/alice", user="alice", account="proj1", prefix=None)
+    assert resolved.data == site.resolved_facts(resolved.values)
+    assert resolved.facts.prefix == resolved.data["prefix"] == resolved.values["prefix"]
+    assert "{home}" not in resolved.facts.prefix and "{account}" not in resolved.facts.prefix
+    ctx = RunContext.resolve(site, home="/home/alice", user="alice", account="proj1", prefix=None)
+    assert ctx.facts == resolved.facts and ctx.resolved == resolved.data and ctx.values == resolved.values

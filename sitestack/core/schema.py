@@ -25,9 +25,9 @@ from sitestack.core.yamlfile import MarkedDict, MarkedList
 T = TypeVar("T")
 
 
-def yaml_key(field: dataclasses.Field) -> str:
+def yaml_key(field: dataclasses.Field[Any]) -> str:
     """The YAML key of a dataclass field."""
-    return field.metadata.get("yaml", field.name)
+    return str(field.metadata.get("yaml", field.name))
 
 
 class _Where:
@@ -47,7 +47,8 @@ class _Where:
 def build(cls: type[T], node: Any, file: str, *, line: int | None = None, key: str = "") -> T:
     """Build dataclass ``cls`` from ``node`` (a :class:`MarkedDict`), validating as it goes."""
     where = _Where(file, line if line is not None else getattr(node, "line", 1), key)
-    return _convert(cls, node, where)
+    built: T = _convert(cls, node, where)
+    return built
 
 
 def _describe(value: Any) -> str:
@@ -105,7 +106,7 @@ def _convert(tp: Any, value: Any, where: _Where) -> Any:
                 raise child.error(f"keys must be strings, got {_describe(k)}")
             out[k] = _convert(value_type, v, child)
         return types.MappingProxyType(out)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build_dataclass(tp, value, where)
     if tp is bool:
         if not isinstance(value, bool):

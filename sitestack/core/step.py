@@ -4,7 +4,7 @@ A Step is a named, idempotent unit of change. ``pending(host)`` is read-only and
 the reason a change is needed, or ``None`` when the host already matches (when unsure it
 returns a reason: a false "changed" beats a false "ok"). ``apply(host)`` makes the change.
 An assertion step (``asserts = True``) only checks: its ``pending`` raises
-:class:`~sitestack.errors.SitestackError` when the host is unfit, and it never changes
+:class:`~sitestack.core.errors.SitestackError` when the host is unfit, and it never changes
 anything.
 
 ``converge`` runs each step: pending -> (check mode: "would ...") -> apply -> pending again
@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core.errors import CannotProbe, SitestackError
 
@@ -141,7 +141,7 @@ def _run_one(step: Step, host: Host, *, check: bool, want_diff: bool, not_probed
              forced: str | None = None) -> Result:
     start = time.perf_counter()
 
-    def done(status: Status, message: str, **extra) -> Result:
+    def done(status: Status, message: str, **extra: Any) -> Result:
         return Result(step.name, status, message, elapsed=time.perf_counter() - start, **extra)
 
     if not_probed:
@@ -161,7 +161,7 @@ def _run_one(step: Step, host: Host, *, check: bool, want_diff: bool, not_probed
                     detail=traceback.format_exc())
     if reason is None and forced is None:
         return done("ok", "")
-    reason = reason or forced
+    reason = reason or forced or ""
     if step.asserts:  # an assertion that returned a reason instead of raising
         return done("failed", reason)
     diff = None

@@ -1,76 +1,95 @@
-"""Version numbers and version ranges, as recipes write them.
+"""Version numbers and version ranges, as recipes write them: PEP 440, through ``packaging``.
 
-A version is dotted integers (``4.1.2``, ``5.7.1``); a local part after ``+`` is ignored
-(``2.2.2+rocm5.7`` is ``2.2.2``). A range (specifier) is ``*`` (any) or comma-separated
-clauses that must all hold: ``>=4.0``, ``<5``, ``==4.1.*``, ``!=4.1.0``, ``~=4.1`` (``>=4.1,
-==4.*``). Comparisons pad with zeros: ``5.7 == 5.7.0``.
+A version is anything PEP 440 accepts, which covers every version torch has shipped: ``4.1.2``,
+``2.8.0rc1`` (pre-release), ``2.6.0.dev20241112`` (dev release), ``2.1.0+cu121`` and
+``2.3.0a0+6ddf5cf85e.nv24.04`` (local labels). :func:`parse` drops the local label: it names a
+build of a release (``+cu121``, ``+rocm6.2``), not another release, and site facts write the
+release alone (``torch: {version: 2.1.0, variant: cu121}``).
+
+A range (specifier) is ``*`` or empty (any version) or a PEP 440 specifier set: comma-separated
+clauses that must all hold: ``>=4.0``, ``<5``, ``==4.1.*``, ``!=4.1.0``, ``~=4.1``. Comparisons
+pad with zeros (``5.7 == 5.7.0``). Pre-releases and dev releases are in a range whenever PEP 440
+orders them inside it (``2.8.0rc1`` is in ``>=2.7`` but not in ``>=2.8``: it comes before 2.8.0;
+write ``>=2.8.0rc1`` or ``>=2.8.0.dev0`` to take them in).
+
+Every malformed version or range raises :class:`VersionError`, a :class:`SitestackError` (the CLI
+shows its message) that is also a ValueError, so ``except ValueError`` around a parse still works.
 """
 
 from __future__ import annotations
 
-import re
+from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
+from packaging.version import InvalidVersion
+from packaging.version import Version as _PackagingVersion
 
-_CLAUSE = re.compile(r"^(==|!=|>=|<=|~=|>|<)\s*([0-9][0-9A-Za-z.+*]*)$")
-
-
-def parse(version: str) -> tuple[int, ...]:
-    """``"4.1.2"`` -> ``(4, 1, 2)``; ValueError for anything but dotted integers."""
-    text = str(version).split("+", 1)[0].strip()
-    if not re.fullmatch(r"\d+(\.\d+)*", text):
-        raise ValueError(f"{version!r} is not a version (dotted integers, e.g. 4.1.2)")
-    return tuple(int(p) for p in text.split("."))
+from sitestack.core.errors import SitestackError
 
 
-def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = max(len(a), len(b))
-    a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
-    return (a > b) - (a < b)
+class VersionError(SitestackError, ValueError):
+    """A version or version range that PEP 440 does not accept."""
+
+
+class Version(_PackagingVersion):
+    """A PEP 440 version; indexing gives the parts of its release (``parse("12.1")[0] == 12``)."""
+
+    def __getitem__(self, index: int) -> int:
+        return self.release[index]
+
+
+def parse(version: str) -> Version:
+    """``"2.1.0+cu121"`` -> ``Version("2.1.0")``: the release, pre/post/dev parts kept, local label dropped.
+
+    Raises :class:`VersionError` for text PEP 440 does not accept.
+    """
+    return Version(_full(version).public)
+
+
+def _full(version: str) -> _PackagingVersion:
+    """``version`` with its local label; :class:`VersionError` for text PEP 440 does not accept."""
+    try:
+        return _PackagingVersion(str(version).strip())
+    except InvalidVersion:
+        raise VersionError(f"{version!r} is not a version (PEP 440, e.g. 4.1.2, 2.8.0rc1, 2.1.0+cu121)") from None
+
+
+def specifier(spec: str) -> SpecifierSet:
+    """Range ``spec`` as a SpecifierSet (``*`` and empty: any version).
+
+    Raises :class:`VersionError` naming the first malformed clause.
+    """
+    text = (spec or "").strip()
+    if text == "*":
+        return SpecifierSet()
+    clauses = [c.strip() for c in text.split(",") if c.strip()]
+    for clause in clauses:
+        try:
+            Specifier(clause)
+        except InvalidSpecifier:
+            raise VersionError(f"bad version range clause {clause!r} (PEP 440: use e.g. >=4.0, <5, ==4.1.*, "
+                               "~=4.1; a wildcard only goes with == or !=, ~= needs two parts)") from None
+    return SpecifierSet(",".join(clauses))
 
 
 def check_spec(spec: str) -> str | None:
     """A problem with range ``spec``, or None when it parses."""
     try:
-        matches(spec, "0")
-    except ValueError as exc:
+        specifier(spec)
+    except VersionError as exc:
         return str(exc)
     return None
 
 
 def matches(spec: str, version: str) -> bool:
-    """Whether ``version`` is in range ``spec``. ValueError for a malformed range or version."""
-    spec = (spec or "").strip()
-    if spec in ("", "*"):
-        return True
-    have = parse(version)
-    for clause in spec.split(","):
-        clause = clause.strip()
-        m = _CLAUSE.match(clause)
-        if not m:
-            raise ValueError(f"bad version range clause {clause!r} (use e.g. >=4.0, <5, ==4.1.*)")
-        op, value = m.groups()
-        if value.endswith(".*"):
-            if op not in ("==", "!="):
-                raise ValueError(f"{clause!r}: a wildcard only goes with == or !=")
-            want = parse(value[:-2])
-            inside = have[:len(want)] + (0,) * max(0, len(want) - len(have)) == want
-            if inside != (op == "=="):
-                return False
-            continue
-        want = parse(value)
-        c = _cmp(have, want)
-        ok = {"==": c == 0, "!=": c != 0, ">=": c >= 0, "<=": c <= 0, ">": c > 0, "<": c < 0}.get(op)
-        if op == "~=":
-            if len(want) < 2:
-                raise ValueError(f"{clause!r}: ~= needs at least two parts (e.g. ~=4.1)")
-            ok = c >= 0 and have[:len(want) - 1] == want[:-1]
-        if not ok:
-            return False
-    return True
+    """Whether ``version`` is in range ``spec`` (PEP 440, pre-releases included where ordered inside).
+
+    Raises :class:`VersionError` for a malformed range or version.
+    """
+    return specifier(spec).contains(_full(version), prereleases=True)
 
 
-def sort_key(version: str) -> tuple:
-    """Sort versions numerically; anything that is not dotted integers sorts first, by text."""
+def sort_key(version: str) -> tuple[bool, _PackagingVersion, str]:
+    """Sort versions in PEP 440 order; anything that is not a version (a git ref) sorts first, by text."""
     try:
-        return (1, parse(version), version)
-    except ValueError:
-        return (0, (), version)
+        return (True, _PackagingVersion(str(version).strip()), version)
+    except InvalidVersion:
+        return (False, _PackagingVersion("0"), version)

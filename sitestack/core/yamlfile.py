@@ -16,14 +16,14 @@ import yaml
 from sitestack.core.errors import InputError
 
 
-class MarkedDict(dict):
+class MarkedDict(dict[Any, Any]):
     """A mapping from a YAML file; ``line`` is the mapping's line, ``lines[key]`` each key's."""
 
     line: int = 0
     lines: dict[Any, int]
 
 
-class MarkedList(list):
+class MarkedList(list[Any]):
     """A sequence from a YAML file; ``line`` is its line, ``lines[i]`` each item's."""
 
     line: int = 0

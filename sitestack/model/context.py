@@ -83,6 +83,14 @@ class RunContext:
     options: RunOptions = field(default_factory=RunOptions)
     actions: Mapping[str, Any] = field(default_factory=dict)  # the action table (sitestack.actions.ACTIONS)
 
+    @classmethod
+    def resolve(cls, site: Site, *, home: str, user: str, account: str | None, prefix: str | None,
+                **fields: Any) -> RunContext:
+        """The context of ``site`` on a host with this ``home`` and ``user`` (facts resolved by
+        :meth:`Site.resolve`); ``fields`` are the other fields (check, log_dir, options, actions)."""
+        resolved = site.resolve(home=home, user=user, account=account, prefix=prefix)
+        return cls(site=site, facts=resolved.facts, resolved=resolved.data, values=resolved.values, **fields)
+
     def note(self, text: str) -> None:
         """A progress line: to the run's reporter (and its log), else stdout."""
         if self.options.progress is not None:

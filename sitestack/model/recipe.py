@@ -4,7 +4,7 @@ A recipe is data: what the package is, every known version with its URL and sha2
 build system and its arguments, the environment, the patches (from ``patches/<name>/``,
 restricted to versions), the version rules checked against the site's facts before anything
 runs, the sanity paths and post-install checks, and module-file settings. ``load_recipe``
-parses it with :func:`sitestack.schema.build` into the frozen dataclasses below: unknown keys,
+parses it with :func:`sitestack.core.schema.build` into the frozen dataclasses below: unknown keys,
 wrong types, missing keys, unknown ``{placeholders}``, bad version ranges, missing patch files
 and patch files without their header are errors naming ``file:line`` and the key.
 
@@ -13,18 +13,17 @@ and patch files without their header are errors naming ``file:line`` and the key
 
 from __future__ import annotations
 
-import hashlib
 import re
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sitestack.core import schema, versions
+from sitestack.core import placeholders, schema, versions
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.paths import REPO as ROOT
 from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
+from sitestack.model.patches import PATCH_HEADER_KEYS, load_patches, parse_patch_header
 from sitestack.model.site import Facts
 
 SOURCES_DIR = ROOT / "sources"
@@ -52,16 +51,13 @@ PLACEHOLDERS: Mapping[str, str] = {
 #: Keys whose text is prose, not checked for placeholders.
 _PROSE = {"description", "homepage", "license", "why", "whatis", "notes"}
 
-PATCH_HEADER_KEYS = ("Upstream", "Applies-to", "Why")
-
-
 def _doc(text: str) -> dict[str, str]:
     return {"doc": text}
 
 
 @dataclass(frozen=True)
 class Requires:
-    """Site facts a version needs. Ranges use the syntax of :mod:`sitestack.versions`."""
+    """Site facts a version needs. Ranges use the syntax of :mod:`sitestack.core.versions` (PEP 440)."""
 
     python: str | None = field(default=None, metadata=_doc("range of facts.python.version, e.g. '>=3.8'"))
     torch: str | None = field(default=None, metadata=_doc("range of facts.torch.version"))
@@ -274,7 +270,7 @@ class Recipe:
         return sorted(self.versions, key=versions.sort_key)
 
     def builder_options(self) -> Autotools | CMake | Pip:
-        opts = getattr(self, self.build)
+        opts: Autotools | CMake | Pip | None = getattr(self, self.build)
         return opts if opts is not None else {"autotools": Autotools, "cmake": CMake, "pip": Pip}[self.build]()
 
     def patches_for(self, version: str) -> list[Patch]:
@@ -344,99 +340,25 @@ def load_recipe(name: str, sources_dir: Path | None = None, *, path: Path | None
     object.__setattr__(recipe, "path", shown)
     pdir = patch_dir_for(path.parent, recipe.name)
     object.__setattr__(recipe, "patch_dir", str(pdir))
-    for i, patch in enumerate(recipe.patches):
-        line = schema.line_of(data["patches"], i)
-        where = f"{shown}:{line}"
-        key = f"patches[{i}]"
-        if "/" in patch.file or patch.file.startswith("."):
-            raise InputError(where, f"a file name in {display_path(pdir)}, not a path: {patch.file!r}", key=f"{key}.file")
-        file = pdir / patch.file
-        try:
-            raw = file.read_bytes()
-        except OSError:
-            raise InputError(where, f"patch file {display_path(file)} not found", key=f"{key}.file") from None
-        try:
-            header = parse_patch_header(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InputError(where, f"{display_path(file)}: {exc}", key=f"{key}.file") from None
-        object.__setattr__(patch, "sha256", hashlib.sha256(raw).hexdigest())
-        object.__setattr__(patch, "header", header)
-        object.__setattr__(patch, "path", str(file))
-        if patch.versions is not None and patch.versions != header["Applies-to"]:
-            raise InputError(where, f"versions {patch.versions!r} disagrees with Applies-to {header['Applies-to']!r} "
-                                    f"in {display_path(file)}", key=f"{key}.versions")
-        if problem := versions.check_spec(patch.applies_to):
-            raise InputError(where, f"Applies-to of {display_path(file)}: {problem}", key=f"{key}.versions")
-    names = [p.file for p in recipe.patches]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InputError(f"{shown}:{data.lines['patches']}", f"patch listed twice: {', '.join(dupes)}", key="patches")
-    for version in recipe.versions:
-        try:
-            versions.parse(version)
-        except ValueError:
-            pass  # versions that are not dotted integers (git refs) work, but ranges never match them
+    load_patches(recipe.patches, data, shown, pdir)
     return recipe
 
 
-def parse_patch_header(text: str) -> dict[str, str]:
-    """The ``Key: value`` lines before the diff of a patch; Upstream, Applies-to and Why are required.
-
-    A value continues on following lines indented by whitespace. The header ends at the first
-    ``diff``, ``---``, ``Index:`` or ``From `` line.
-    """
-    header: dict[str, str] = {}
-    last = None
-    for line in text.splitlines():
-        if line.startswith(("diff ", "--- ", "Index: ", "From ")) or line == "---":
-            break
-        if last and line[:1] in (" ", "\t") and line.strip():
-            header[last] += " " + line.strip()
-            continue
-        m = re.match(r"^([A-Za-z][A-Za-z-]*):\s*(.*)$", line)
-        if m:
-            last = m.group(1)
-            header[last] = m.group(2).strip()
-        elif line.strip():
-            last = None
-    missing = [k for k in PATCH_HEADER_KEYS if not header.get(k)]
-    if missing:
-        raise ValueError(f"patch header lacks {', '.join(missing)} (every patch starts with "
-                         "Upstream:, Applies-to: and Why: lines)")
-    if "---" not in text and "diff " not in text:
-        raise ValueError("no unified diff after the header")
-    return header
-
-
-def _check_placeholders(node: Any, shown: str, line: int = 1, key: str = "") -> None:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if str(k) in _PROSE:
-                continue
-            _check_placeholders(v, shown, schema.line_of(node, k), f"{key}.{k}" if key else str(k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _check_placeholders(v, shown, schema.line_of(node, i), f"{key}[{i}]")
-    elif isinstance(node, str):
-        try:
-            names = [f for _, f, _, _ in string.Formatter().parse(node) if f is not None]
-        except ValueError as exc:
-            raise InputError(f"{shown}:{line}", f"bad placeholder syntax in {node!r}: {exc} (write {{{{ and }}}} for braces)",
-                             key=key) from None
-        for name in names:
-            if name not in PLACEHOLDERS:
-                raise InputError(f"{shown}:{line}", f"unknown placeholder {{{name}}} (known: "
-                                 f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write {{{{ and }}}} for braces)", key=key)
+def _check_placeholders(node: Any, shown: str) -> None:
+    """Every ``{name}`` in a recipe's strings (prose keys aside) must be a known placeholder."""
+    placeholders.check(node, PLACEHOLDERS, shown, skip=_PROSE)
 
 
 def expand(text: str, values: Mapping[str, str]) -> str:
-    """Fill a recipe string's placeholders (checked at load time)."""
-    return text.format_map(_Strict(values))
+    """Fill a recipe string's placeholders (checked at load time); one without a value on this
+    site is a SitestackError: a build argument must be complete."""
+    return placeholders.expand(text, values, missing="raise")
 
 
-class _Strict(dict):
-    def __missing__(self, key: str) -> str:
-        raise SitestackError(f"placeholder {{{key}}} has no value on this site")
+def expand_all(node: Any, values: Mapping[str, str]) -> Any:
+    """Fill placeholders in every string of a plain data tree; as :func:`expand` for missing values."""
+    return placeholders.expand_all(node, values, missing="raise")
 
 
-__all__ = ["Recipe", "load_recipe", "list_recipes", "expand", "PLACEHOLDERS", "MarkedDict"]
+__all__ = ["PATCH_HEADER_KEYS", "PLACEHOLDERS", "MarkedDict", "Recipe", "expand", "expand_all", "list_recipes",
+           "load_recipe", "parse_patch_header"]

@@ -1,0 +1,218 @@
+"""The one execution seam (the base class; :mod:`sitestack.core.host` has the local host,
+:mod:`sitestack.core.ssh` the SSH one): :class:`Host`, over an Invoke Context (local) or a Fabric
+Connection (SSH; a Connection is a Context).
+
+- ``probe(argv)`` always runs, is quiet and never raises: it returns a :class:`Completed`.
+- ``run(argv)`` mutates: refused on a read-only host (check mode), raises
+  :class:`~sitestack.core.errors.CommandFailed` on a non-zero exit, and streams its output to a
+  log file when given one.
+- ``read_text`` / ``write_text`` / ``put_file``: ``write_text`` is atomic (a temporary file
+  beside the target, then a rename), locally and remotely.
+
+Commands are argv lists; they are quoted into a shell line in exactly one place,
+:func:`shell_line`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shlex
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import invoke
+from invoke.context import Context
+
+from sitestack.core.errors import CommandFailed, MutationRefused, SitestackError
+from sitestack.core.lock import hold
+from sitestack.core.redact import redact
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The outcome of a command: exit code and captured output."""
+
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def shell_line(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
+    """The single place where an argv list becomes a shell command line."""
+    if not argv:
+        raise ValueError("empty argv")
+    line = shlex.join(list(argv))
+    if env:
+        line = shlex.join(["env", *(f"{k}={v}" for k, v in env.items())]) + " " + line
+    if cwd:
+        line = f"cd {shlex.quote(cwd)} && {line}"
+    return line
+
+
+class Host:
+    """A machine steps run on. Use :func:`local_host` or :func:`ssh_host` to make one."""
+
+    def __init__(self, name: str, context: Context, *, read_only: bool = False) -> None:
+        self.name = name
+        self.context = context
+        self.read_only = read_only
+        self._identity: tuple[str, str] | None = None
+
+    # -- commands ------------------------------------------------------------------------
+    def probe(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+              cwd: str | None = None, timeout: float | None = 60) -> Completed:
+        """Run a read-only command and return its outcome, whatever its exit code.
+
+        A command that cannot start has rc 127. Raises only :class:`ConnectionLost` when the
+        host cannot be reached at all (no answer is better than a wrong one).
+        """
+        try:
+            result = self._exec(shell_line(argv, env, cwd), hide=True, warn=True, in_stream=False, timeout=timeout)
+        except invoke.exceptions.CommandTimedOut as exc:
+            return Completed(124, exc.result.stdout, exc.result.stderr + f"\ntimed out after {timeout}s")
+        except (invoke.exceptions.UnexpectedExit, OSError) as exc:  # pragma: no cover - warn=True
+            return Completed(127, "", str(exc))
+        return Completed(result.return_code, result.stdout, result.stderr)
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
+            log: Path | None = None, sudo: bool = False, timeout: float | None = None) -> Completed:
+        """Run a mutating command; raise CommandFailed on a non-zero exit.
+
+        With ``log``, output is appended to that controller-side file as it arrives and the
+        error shows its last lines. ``sudo`` prefixes ``sudo -n`` unless already root.
+        """
+        self._refuse_if_read_only(f"run {shlex.join(list(argv))}")
+        if sudo and self.user() != "root":
+            # sudo drops the caller's environment: pass it through env(1) behind sudo.
+            argv = ["sudo", "-n", "--", "env", *(f"{k}={v}" for k, v in (env or {}).items()), *argv]
+            env = None
+        line = shell_line(argv, env, cwd)
+        with contextlib.ExitStack() as stack:
+            buffer = io.StringIO()
+            handle = None
+            if log is not None:
+                log.parent.mkdir(parents=True, exist_ok=True)
+                handle = stack.enter_context(open(log, "a", encoding="utf-8"))
+                handle.write(f"$ {redact(line)}\n")
+                handle.flush()
+            tee = _Tee(buffer, handle)
+            stack.callback(tee.close)
+            try:
+                result = self._exec(line, hide=True, warn=True, in_stream=False, out_stream=tee,
+                                    err_stream=tee, timeout=timeout)
+                rc = result.return_code
+            except invoke.exceptions.CommandTimedOut:
+                rc = 124
+        if rc != 0:
+            raise CommandFailed(list(argv), rc, buffer.getvalue(), str(log) if log else None)
+        return Completed(rc, buffer.getvalue(), "")
+
+    def _exec(self, line: str, **kwargs: Any) -> Any:
+        """Run one shell line through the Context (the only place commands leave the Host)."""
+        return self.context.run(line, **kwargs)
+
+    # -- identity ------------------------------------------------------------------------
+    def user(self) -> str:
+        return self._ids()[1]
+
+    def home(self) -> str:
+        return self._ids()[0]
+
+    def _ids(self) -> tuple[str, str]:
+        if self._identity is None:
+            out = self.probe(["sh", "-c", 'printf "%s\\n%s\\n" "$HOME" "$(id -un)"'])
+            if not out.ok:
+                raise SitestackError(f"[{self.name}] cannot read $HOME and user: {out.stderr.strip()}")
+            home, user = out.stdout.splitlines()[:2]
+            self._identity = (home, user)
+        return self._identity
+
+    # -- files -----------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.probe(["test", "-e", path]).ok
+
+    def read_text(self, path: str) -> str | None:
+        """The text of ``path``, or None when it does not exist."""
+        out = self.probe(["cat", "--", path])
+        return out.stdout if out.ok else None
+
+    def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
+        """Write ``text`` to ``path`` atomically (temp file beside it, then rename)."""
+        raise NotImplementedError
+
+    def put_file(self, local: Path, remote: str, mode: int = 0o644) -> None:
+        """Copy a controller file to the host, atomically."""
+        raise NotImplementedError
+
+    # -- locking ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, path: str, *, wait: float = 0, report: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Hold the exclusive lock named ``path`` on the host while the block runs.
+
+        One mechanism for every host (:mod:`sitestack.core.lock`: a directory made with mkdir and an
+        owner file), so runs on this machine and runs over SSH exclude each other. Waits up to
+        ``wait`` seconds, telling ``report`` once who holds it; then raises :class:`LockHeld`.
+        """
+        self._refuse_if_read_only(f"lock {path}")
+        with hold(self, path, wait=wait, report=report):
+            yield
+
+    # The lock's file operations (sitestack.core.lock.LockDirs), as shell commands: what works
+    # over any Context; LocalHost does them through the OS.
+    def lock_mkdir(self, path: str) -> bool:
+        return self.probe(["mkdir", "--", path]).ok
+
+    def lock_parent(self, path: str) -> None:
+        self.run(["mkdir", "-p", "--", os.path.dirname(path)])
+
+    def lock_write(self, path: str, text: str) -> None:
+        self.run(["sh", "-c", 'printf "%s" "$1" > "$2"', "sh", text, path])
+
+    def lock_remove(self, path: str) -> None:
+        self.probe(["rm", "-rf", "--", path])
+
+    def close(self) -> None:
+        """Release the connection (nothing to do locally)."""
+
+    def _refuse_if_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise MutationRefused(f"[{self.name}] check mode: refusing to {what}")
+
+    def read_only_view(self) -> Host:
+        """A view of this host that probes but refuses every mutation (for check mode)."""
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view.read_only = True
+        return view
+
+
+class _Tee(io.TextIOBase):
+    """Copies command output to a buffer (for errors) and to a log file, line by line,
+    redacting secrets on the way to the log."""
+
+    def __init__(self, buffer: io.StringIO, log: IO[str] | None) -> None:
+        self.buffer, self.log, self.pending = buffer, log, ""
+
+    def write(self, text: str) -> int:
+        self.buffer.write(text)
+        if self.log is not None:
+            self.pending += text
+            *lines, self.pending = self.pending.split("\n")
+            if lines:
+                self.log.write("".join(redact(line) + "\n" for line in lines))
+                self.log.flush()
+        return len(text)
+
+    def close(self) -> None:
+        if self.log is not None and self.pending:
+            self.log.write(redact(self.pending) + "\n")
+            self.log.flush()
+            self.pending = ""

@@ -1,0 +1,131 @@
+"""The one lock of sitestack: a directory made with mkdir, with an owner file inside.
+
+mkdir is atomic on every POSIX file system (NFS and Lustre included, where flock may fail with
+ENOSYS), and it works the same through the OS and through a shell over SSH: a run on this
+machine and a run over SSH against the same path exclude each other. The lock named ``path``
+is the directory ``path + ".d"``; its ``owner`` file says who holds it::
+
+    pid 4242 on login1 (process start 889911, locked at 2026-11-22T20:05:00Z)
+
+A lock whose owner is a process of *this* machine that is gone (killed, or its connection
+dropped before it could clean up) is stale and taken over; the process start time tells a
+reused pid apart. A lock held from another machine is never taken over: the message names
+its holder and the directory to remove if that run is gone.
+
+Taking over goes through a second directory (``.d.break``) so that two waiters that both saw
+the same stale owner cannot remove each other's fresh lock: under it, the owner is read
+again and the lock removed only if it is still the stale one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from sitestack.core.errors import LockHeld, SitestackError
+
+_OWNER = re.compile(r"^pid (\d+) on (\S+) \(process start ([^,]*), locked at [^)]*\)$")
+POLL_S = 0.2
+
+
+class LockDirs(Protocol):
+    """The file operations the lock needs, as a host provides them (OS calls or shell commands)."""
+
+    name: str
+
+    def lock_mkdir(self, path: str) -> bool:
+        """Make directory ``path`` (its parent exists); False when it already exists."""
+
+    def lock_parent(self, path: str) -> None:
+        """Make the directories above ``path``."""
+
+    def read_text(self, path: str) -> str | None:
+        """The text of ``path``, or None when it does not exist."""
+
+    def lock_write(self, path: str, text: str) -> None:
+        """Write ``text`` to file ``path``."""
+
+    def lock_remove(self, path: str) -> None:
+        """Remove directory ``path`` and what is in it; nothing when it is gone."""
+
+
+def process_start(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot, from /proc); "" where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            # The command name (field 2) may hold spaces and parentheses: count from the last ")".
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def owner_line() -> str:
+    """The owner line of a lock taken by this process."""
+    locked_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return f"pid {os.getpid()} on {socket.gethostname()} (process start {process_start(os.getpid())}, locked at {locked_at})"
+
+
+def is_stale(owner: str) -> bool:
+    """Whether ``owner`` names a process of this machine that is gone (its pid dead or reused)."""
+    match = _OWNER.match(owner.strip())
+    if not match or match.group(2) != socket.gethostname():
+        return False
+    pid, started = int(match.group(1)), match.group(3)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's: the start time still tells a reused pid apart
+    now = process_start(pid)
+    return bool(started and now and now != started)
+
+
+@contextlib.contextmanager
+def hold(dirs: LockDirs, path: str, *, wait: float = 0,
+         report: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the lock named ``path`` while the block runs, waiting up to ``wait`` seconds for it.
+
+    When another run holds it, ``report`` (if given) is told once who holds it and that this run
+    waits; after ``wait`` seconds :class:`LockHeld` names the holder. The lock is released when
+    the block ends, however it ends.
+    """
+    lock_dir = path + ".d"
+    deadline = time.monotonic() + wait
+    told = False
+    dirs.lock_parent(lock_dir)
+    while not dirs.lock_mkdir(lock_dir):
+        held = (dirs.read_text(f"{lock_dir}/owner") or "").strip()
+        if held and is_stale(held) and _take_over(dirs, lock_dir, held):
+            continue
+        holder = held or "a run that has not written its owner file yet"
+        if time.monotonic() >= deadline:
+            raise LockHeld(f"[{dirs.name}] {path} is locked by {holder} (remove {lock_dir} if that run is gone)")
+        if report is not None and not told:
+            report(f"[{dirs.name}] {path} is locked by {holder}: waiting up to {wait:.0f}s for it")
+            told = True
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+    try:
+        dirs.lock_write(f"{lock_dir}/owner", owner_line() + "\n")
+        yield
+    finally:
+        with contextlib.suppress(SitestackError):  # a dropped connection leaves a lock later runs take over
+            dirs.lock_remove(lock_dir)
+
+
+def _take_over(dirs: LockDirs, lock_dir: str, stale: str) -> bool:
+    """Remove ``lock_dir`` if its owner is still ``stale``; False when another waiter is doing so."""
+    breaker = lock_dir + ".break"
+    if not dirs.lock_mkdir(breaker):
+        return False
+    try:
+        if (dirs.read_text(f"{lock_dir}/owner") or "").strip() == stale:
+            dirs.lock_remove(lock_dir)
+    finally:
+        dirs.lock_remove(breaker)
+    return True

@@ -1,0 +1,83 @@
+"""``{placeholder}`` strings in data files: checked at load time, filled at run time.
+
+One implementation for playbooks and recipes. A string's placeholders are Python format
+fields (``{{`` and ``}}`` write literal braces). :func:`check` refuses, at load time, any
+placeholder outside the file kind's fixed set, naming file, line and key. :func:`expand`
+fills them; what a known placeholder without a value becomes is the caller's explicit choice:
+
+- ``missing="keep"``: it stays as ``{name}`` (a playbook's ``{account}`` before --account is
+  given, ``{rocm_version}`` on a CUDA site: filled later, or reported where used);
+- ``missing="raise"``: a :class:`SitestackError` (a recipe string must be complete to build).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Collection, Mapping
+from typing import Any, Literal
+
+from sitestack.core import schema
+from sitestack.core.errors import InputError, SitestackError
+
+Missing = Literal["keep", "raise"]
+
+_BRACES = "write {{ and }} for braces"
+
+
+def names(text: str) -> list[str]:
+    """The placeholder names in ``text``, in order; ValueError for bad brace syntax."""
+    return [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+
+
+def check(node: Any, known: Mapping[str, str], shown: str, line: int = 1, key: str = "", *,
+          skip: Collection[str] = ()) -> None:
+    """Every ``{name}`` in every string of data tree ``node`` must be in ``known``.
+
+    Keys in ``skip`` hold prose and are not checked. Raises :class:`InputError` at the string's
+    ``shown:line`` and key.
+    """
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if str(k) not in skip:
+                check(v, known, shown, schema.line_of(node, k), f"{key}.{k}" if key else str(k), skip=skip)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            check(v, known, shown, schema.line_of(node, i), f"{key}[{i}]", skip=skip)
+    elif isinstance(node, str):
+        try:
+            found = names(node)
+        except ValueError as exc:
+            raise InputError(f"{shown}:{line}", f"bad placeholder syntax in {node!r}: {exc} ({_BRACES})",
+                             key=key) from None
+        for name in found:
+            if name not in known:
+                raise InputError(f"{shown}:{line}", f"unknown placeholder {{{name}}} (known: "
+                                 f"{', '.join('{' + p + '}' for p in known)}; {_BRACES})", key=key)
+
+
+class _Keep(dict[str, str]):
+    def __missing__(self, key: str) -> str:  # only reached for known placeholders without a value
+        return "{" + key + "}"
+
+
+class _Raise(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        raise SitestackError(f"placeholder {{{key}}} has no value on this site")
+
+
+def expand(text: str, values: Mapping[str, str], *, missing: Missing) -> str:
+    """Fill the placeholders of one string (checked at load time); ``missing`` says what a
+    placeholder without a value becomes: kept as ``{name}``, or a :class:`SitestackError`."""
+    table = _Keep(values) if missing == "keep" else _Raise(values)
+    return text.format_map(table)
+
+
+def expand_all(node: Any, values: Mapping[str, str], *, missing: Missing) -> Any:
+    """Fill placeholders in every string of a plain data tree (dicts, lists, scalars)."""
+    if isinstance(node, dict):
+        return {k: expand_all(v, values, missing=missing) for k, v in node.items()}
+    if isinstance(node, list):
+        return [expand_all(v, values, missing=missing) for v in node]
+    if isinstance(node, str):
+        return expand(node, values, missing=missing)
+    return node

@@ -1,0 +1,103 @@
+"""The SSH host: :class:`SshHost` over a Fabric Connection (a Connection is an Invoke Context),
+and :func:`ssh_host`, which connects with the user's SSH config and checks host keys."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from sitestack.core.errors import ConnectionLost, SitestackError
+from sitestack.core.hostbase import Host
+from sitestack.core.redact import redact
+
+
+class SshHost(Host):
+    """A remote machine over SSH (Fabric). The remote shell is non-login."""
+
+    def __init__(self, name: str, connection: Any, *, read_only: bool = False) -> None:
+        super().__init__(name, connection, read_only=read_only)
+
+    def close(self) -> None:
+        self.context.close()
+
+    def _exec(self, line: str, **kwargs: Any) -> Any:
+        import paramiko
+
+        try:
+            result = self.context.run(line, **kwargs)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectionLost(f"[{self.name}] connection lost: {exc or type(exc).__name__}") from None
+        if result is None or result.return_code == -1:  # paramiko: the channel closed without an exit status
+            raise ConnectionLost(f"[{self.name}] connection lost while running: {redact(line)[:200]}")
+        return result
+
+    def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
+        self._refuse_if_read_only(f"write {path}")
+        self._put_bytes(text.encode("utf-8"), path, mode)
+
+    def put_file(self, local: Path, remote: str, mode: int = 0o644) -> None:
+        self._refuse_if_read_only(f"copy {local} to {remote}")
+        self._put_bytes(Path(local).read_bytes(), remote, mode)
+
+    def _put_bytes(self, data: bytes, path: str, mode: int) -> None:
+        sftp = self.context.sftp()
+        parent = os.path.dirname(path)
+        self.run(["mkdir", "-p", parent])
+        tmp = f"{parent}/.{os.path.basename(path)}.{os.getpid()}.tmp"
+        try:
+            with sftp.open(tmp, "wb") as handle:
+                handle.write(data)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                sftp.remove(tmp)
+            raise SitestackError(f"[{self.name}] cannot write {path}: {exc}") from None
+
+
+def _verify_host_keys(connection: Any, accept_unknown_hosts: bool) -> None:
+    import paramiko
+
+    client = connection.client
+    client.load_system_host_keys()
+    for known in str(connection.ssh_config.get("userknownhostsfile", "")).split():
+        known = os.path.expanduser(known)
+        if os.path.exists(known):
+            client.load_host_keys(known)
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_unknown_hosts else paramiko.RejectPolicy())
+
+
+def ssh_host(name: str, address: str | None = None, *, user: str | None = None, port: int | None = None,
+             read_only: bool = False, accept_unknown_hosts: bool = False, connect_timeout: float = 15) -> SshHost:
+    """Connect to ``address`` (an ssh-config alias or host name) with the user's SSH config.
+
+    The SSH config is ``~/.ssh/config``, or the file named by ``$SITESTACK_SSH_CONFIG``.
+    Host keys are checked against ``~/.ssh/known_hosts`` and the config's
+    ``UserKnownHostsFile``; an unknown host key is refused unless ``accept_unknown_hosts``
+    (Fabric alone would accept any key: it sets paramiko's AutoAddPolicy).
+    """
+    import fabric
+    import paramiko
+
+    config_path = os.environ.get("SITESTACK_SSH_CONFIG")
+    config = fabric.Config(runtime_ssh_path=config_path) if config_path else None
+    target = address or name
+    connection = fabric.Connection(target, user=user, port=port, connect_timeout=int(connect_timeout), config=config)
+    # The target and every ProxyJump gateway Fabric made from the config check host keys alike.
+    hop = connection
+    while isinstance(hop, fabric.Connection):
+        _verify_host_keys(hop, accept_unknown_hosts)
+        hop = hop.gateway
+    try:
+        connection.open()
+    except paramiko.SSHException as exc:
+        if "not found in known_hosts" in str(exc):
+            raise SitestackError(
+                f"[{name}] host key of {target} is not in known_hosts: refusing to connect "
+                "(check the key and add it to known_hosts, or pass --accept-new-host-keys)") from None
+        raise SitestackError(f"[{name}] SSH to {target} failed: {exc}") from None
+    except OSError as exc:
+        raise SitestackError(f"[{name}] cannot connect to {target}: {exc}") from None
+    return SshHost(name, connection, read_only=read_only)

@@ -1,0 +1,290 @@
+"""A site's facts: the typed dataclasses ``facts:`` of a playbook is validated into.
+
+Everything sitestack knows about a site (nodes, GPUs, modules, MPI, network, scheduler, Python,
+torch, toolkits, validation job) as frozen dataclasses; each field's ``doc`` metadata is what
+``docs/playbooks.md`` shows (:func:`facts_fields`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sitestack.core import schema
+
+
+def _doc(text: str, **extra: Any) -> dict[str, Any]:
+    return {"doc": text, **extra}
+
+
+@dataclass(frozen=True)
+class CpuBind:
+    """How ranks are pinned to cores: one rank per GPU unit, cores near its GPU."""
+
+    gpu_to_numa: tuple[int, ...] = field(metadata=_doc(
+        "for GPU unit i (in the order the runtime numbers them), the NUMA domain / CCD closest to it"))
+    cores_per_numa: int = field(metadata=_doc("cores in each NUMA domain / CCD"))
+    reserved_cores: tuple[int, ...] = field(default=(), metadata=_doc(
+        "cores the site reserves for the OS and cannot be used by jobs (LUMI: the first core of each CCD)"))
+    threads_per_core: int = field(default=1, metadata=_doc("hardware threads per core used by jobs"))
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPUs of a compute node."""
+
+    vendor: Literal["nvidia", "amd", "intel", "none"] = field(metadata=_doc("GPU vendor, or none for CPU-only"))
+    model: str | None = field(default=None, metadata=_doc("marketing name, e.g. MI250X, V100-SXM2-16GB"))
+    arch: str | None = field(default=None, metadata=_doc("compiler target: gfx90a, sm_70, pvc"))
+    unit: Literal["gpu", "gcd", "stack"] = field(default="gpu", metadata=_doc(
+        "what one rank drives: a whole GPU, an MI250X GCD, or a PVC stack"))
+    per_node: int = field(default=0, metadata=_doc("GPU units per node as the runtime sees them"))
+    cores_per_gpu: int = field(default=0, metadata=_doc("CPU cores available per GPU unit"))
+    cpu_bind: CpuBind | None = field(default=None, metadata=_doc("CPU binding per GPU unit"))
+
+    def check(self) -> str | None:
+        if self.vendor != "none" and self.per_node < 1:
+            return "a GPU site needs per_node >= 1"
+        if self.cpu_bind and len(self.cpu_bind.gpu_to_numa) != self.per_node:
+            return f"cpu_bind.gpu_to_numa has {len(self.cpu_bind.gpu_to_numa)} entries, per_node is {self.per_node}"
+        return None
+
+
+@dataclass(frozen=True)
+class Node:
+    """A compute node."""
+
+    cores: int = field(metadata=_doc("physical CPU cores per node"))
+    memory_gb: int | None = field(default=None, metadata=_doc("memory per node in GB"))
+    local_scratch: str | None = field(default=None, metadata=_doc("node-local scratch directory, e.g. /tmp or /mnt/bb/$USER"))
+
+
+@dataclass(frozen=True)
+class Modules:
+    """The site's module system and the modules the stack builds and runs with."""
+
+    system: Literal["lmod", "environment-modules", "none"] = field(metadata=_doc("module system on the host"))
+    format: Literal["lua", "tcl"] = field(default="lua", metadata=_doc("format of the module files we install"))
+    init: str | None = field(default=None, metadata=_doc(
+        "script that defines `module` in a non-login bash (remote shells are non-login)"))
+    use: tuple[str, ...] = field(default=(), metadata=_doc("directories added with `module use` first"))
+    load: tuple[str, ...] = field(default=(), metadata=_doc("site modules loaded, in order, to build and run the stack"))
+    install_root: str = field(default="{prefix}/modules", metadata=_doc("where sitestack installs its module files"))
+
+    def check(self) -> str | None:
+        if self.system == "none" and self.load:
+            return "modules to load need a module system (system: none)"
+        return None
+
+
+@dataclass(frozen=True)
+class Mpi:
+    """The site MPI that mpi4py, Horovod and the MPI probe are built against."""
+
+    flavour: Literal["cray-mpich", "mpich", "openmpi", "intel-mpi"] = field(metadata=_doc("MPI implementation"))
+    cc: str = field(default="mpicc", metadata=_doc('C compiler wrapper, as a command line (Cray: "cc -shared")'))
+    cxx: str = field(default="mpicxx", metadata=_doc("C++ compiler wrapper"))
+    launcher: Literal["srun", "mpiexec", "mpirun"] = field(default="mpiexec", metadata=_doc("how MPI jobs start"))
+    library_match: str = field(default="MPICH", metadata=_doc(
+        "text that MPI_Get_library_version() must contain for the right MPI"))
+
+
+@dataclass(frozen=True)
+class Network:
+    """The interconnect."""
+
+    fabric: str = field(metadata=_doc("e.g. slingshot-11, infiniband-edr, ethernet, loopback"))
+    interfaces: tuple[str, ...] = field(default=(), metadata=_doc("interfaces collectives use, e.g. hsn0..hsn3"))
+    libfabric_provider: str | None = field(default=None, metadata=_doc("libfabric provider, e.g. cxi"))
+    net_plugin: str | None = field(default=None, metadata=_doc(
+        "NCCL/RCCL network plugin the stack needs on multi-node runs (aws-ofi-rccl, aws-ofi-nccl) or none"))
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """The batch system the validation job runs under."""
+
+    kind: Literal["slurm", "none"] = field(metadata=_doc("batch system"))
+    partition: str | None = field(default=None, metadata=_doc("partition / queue for GPU jobs"))
+    account: str | None = field(default=None, metadata=_doc("account to charge; use {account}"))
+    gres: str | None = field(default=None, metadata=_doc("--gres value, e.g. gpu:8"))
+    time: str = field(default="00:30:00", metadata=_doc("wall time of the validation job"))
+    options: tuple[str, ...] = field(default=(), metadata=_doc("further sbatch options, one per item, e.g. --exclusive"))
+
+
+@dataclass(frozen=True)
+class Python:
+    """The base Python the stack venv is made from."""
+
+    source: Literal["module", "conda", "system", "container"] = field(metadata=_doc(
+        "where the base Python comes from"))
+    version: str = field(metadata=_doc("major.minor, e.g. 3.11"))
+    module: str | None = field(default=None, metadata=_doc("module providing it (source: module or conda)"))
+    executable: str = field(default="python3", metadata=_doc("interpreter name or path once loaded"))
+
+    def check(self) -> str | None:
+        if not re.fullmatch(r"3\.\d+", self.version):
+            return f"version must look like 3.11, not {self.version!r}"
+        if self.source in ("module", "conda") and not self.module:
+            return f"source {self.source} needs the module that provides Python"
+        return None
+
+
+@dataclass(frozen=True)
+class Torch:
+    """The PyTorch build the stack installs."""
+
+    version: str = field(metadata=_doc("torch version, e.g. 2.2.2"))
+    variant: str = field(metadata=_doc("wheel variant: cu121, rocm5.7, xpu, cpu"))
+    index_url: str | None = field(default=None, metadata=_doc("pip index for the wheels; none for PyPI"))
+    packages: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
+        "companion packages pinned with torch, e.g. torchvision: 0.17.2"))
+    extras: tuple[str, ...] = field(default=(), metadata=_doc("further pip requirements (tensorboard, ...)"))
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """A GPU toolkit (ROCm or CUDA)."""
+
+    version: str = field(metadata=_doc("toolkit version, e.g. 5.7.1 or 12.1"))
+    home: str = field(metadata=_doc("install directory, e.g. /opt/rocm-5.7.1"))
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container runtime the stack is run through."""
+
+    runtime: Literal["singularity", "apptainer"] = field(metadata=_doc("container runtime"))
+    image: str | None = field(default=None, metadata=_doc("image (SIF) the stack runs in"))
+    bind: tuple[str, ...] = field(default=(), metadata=_doc("host paths bound into the container"))
+
+
+@dataclass(frozen=True)
+class BusBandwidth:
+    """A reference allreduce bus bandwidth (busbw as nccl-tests defines it) the validation job must reach."""
+
+    busbw_gbs: float = field(metadata=_doc("reference busbw in GB/s (1e9 bytes/s) at message_bytes"))
+    lower: float = field(default=-0.05, metadata=_doc(
+        "lowest accepted value as a fraction of the reference, ReFrame style: -0.05 accepts 95% and up"))
+    message_bytes: int = field(default=134217728, metadata=_doc(
+        "message size the reference is for; the job compares its sweep's row of that size (or its largest)"))
+    source: str = field(default="", metadata=_doc("where the number comes from"))
+
+    def check(self) -> str | None:
+        if self.busbw_gbs <= 0:
+            return "busbw_gbs must be positive"
+        if not -1.0 < self.lower <= 0.0:
+            return f"lower must be in (-1, 0], not {self.lower}"
+        if self.message_bytes < 4:
+            return "message_bytes must be at least 4"
+        return None
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The validation DDP job: which launchers get a batch script, its geometry, the bandwidth to reach."""
+
+    launchers: tuple[str, ...] = field(default=(), metadata=_doc(
+        "launchers to install a batch script for (srun, mpiexec, torchrun, horovodrun); the first is "
+        "the one `invoke validate` submits (default: mpi.launcher)"))
+    ranks_per_node: int | None = field(default=None, metadata=_doc(
+        "ranks per node of the job (default: gpu.per_node, or 2 on a CPU-only site)"))
+    sbatch_tasks: bool = field(default=True, metadata=_doc(
+        "whether the batch script asks for tasks in #SBATCH lines (legacy Cirrus rejects them: false)"))
+    bind: Literal["mask", "gpu-closest", "launcher"] | None = field(default=None, metadata=_doc(
+        "how ranks are bound to cores: mask (srun --cpu-bind=mask_cpu, masks derived from gpu.cpu_bind), "
+        "gpu-closest (srun -c<cores_per_gpu> --gpus-per-task=1 --gpu-bind=closest), launcher (left to the "
+        "launcher); default: mask where gpu.cpu_bind is set, else launcher"))
+    single_node: BusBandwidth | None = field(default=None, metadata=_doc(
+        "allreduce busbw reference for a one-node run; null: measured and reported, not judged"))
+    multi_node: BusBandwidth | None = field(default=None, metadata=_doc(
+        "allreduce busbw reference for a run on two or more nodes; null: measured and reported, not judged"))
+
+    def check(self) -> str | None:
+        for launcher in self.launchers:
+            if launcher not in ("srun", "mpiexec", "torchrun", "horovodrun"):
+                return f"launchers: {launcher!r} is not one of srun, mpiexec, torchrun, horovodrun"
+        if len(set(self.launchers)) != len(self.launchers):
+            return "launchers: each launcher once"
+        if self.ranks_per_node is not None and self.ranks_per_node < 1:
+            return "ranks_per_node must be >= 1"
+        return None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything sitestack knows about a site."""
+
+    description: str = field(metadata=_doc("one line: system, GPUs, interconnect"))
+    marker: str | None = field(metadata=_doc(
+        "a path that exists on every host of the site (e.g. /opt/cray/pe); on a host without it "
+        "check mode plans without probing and apply mode refuses; null where any host will do"))
+    prefix: str = field(metadata=_doc("install prefix for the stack; may use {home}, {user}, {account}, {site}"))
+    node: Node
+    gpu: Gpu
+    modules: Modules
+    mpi: Mpi
+    network: Network
+    scheduler: Scheduler
+    python: Python
+    torch: Torch
+    collectives: Literal["nccl", "rccl", "oneccl", "gloo"] = field(default="nccl", metadata=_doc(
+        "collective library torch.distributed uses on the GPUs"))
+    rocm: Toolkit | None = None
+    cuda: Toolkit | None = None
+    container: Container | None = None
+    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
+        "runtime settings set by the stack's module and the validation job (NCCL_*, FI_*, MIOPEN_*)"))
+    validation: Validation | None = field(default=None, metadata=_doc(
+        "the validation DDP job (launchers, ranks per node, bandwidth references)"))
+    build_jobs: int | None = field(default=None, metadata=_doc("parallel build jobs; default: the host's cores"))
+    references: tuple[str, ...] = field(default=(), metadata=_doc("where these facts come from"))
+
+    def check(self) -> str | None:
+        if self.gpu.vendor == "amd" and self.rocm is None:
+            return "an AMD GPU site needs rocm: {version, home}"
+        if self.gpu.vendor == "nvidia" and self.cuda is None:
+            return "an NVIDIA GPU site needs cuda: {version, home}"
+        return None
+
+
+def facts_fields(cls: type = Facts, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, type, doc) for every fact, for the reference in ``docs/playbooks.md``."""
+    import typing
+
+    rows = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        key = f"{prefix}{schema.yaml_key(f)}"
+        tp = hints[f.name]
+        nested = [a for a in (tp, *typing.get_args(tp)) if isinstance(a, type) and dataclasses.is_dataclass(a)]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        doc = f.metadata.get("doc") or (nested[0].__doc__ if nested else "") or ""
+        rows.append((key, type_name(tp) + ("" if required else ", optional"), doc))
+        if nested:
+            rows.extend(facts_fields(nested[0], key + "."))
+    return rows
+
+
+def type_name(tp: Any) -> str:
+    """A reader's name for a schema type: 'string', 'list of strings', 'one of: a, b', ..."""
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return "one of: " + ", ".join(str(a) for a in args)
+    if origin in (typing.Union, __import__("types").UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return " or ".join(type_name(a) for a in inner) + (" or null" if len(inner) < len(args) else "")
+    if origin is tuple:
+        return f"list of {type_name(args[0])}s"
+    if origin in (Mapping, dict) or tp is Mapping:
+        return f"mapping of {type_name(args[1])}s"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return {str: "string", int: "integer", bool: "boolean", float: "number"}.get(tp, str(tp))

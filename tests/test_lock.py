@@ -1,0 +1,115 @@
+"""The one lock (sitestack.core.lock): mkdir and an owner file, the same for local and SSH hosts."""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import socket
+import time
+from pathlib import Path
+
+import invoke
+import pytest
+
+from sitestack.core import lock
+from sitestack.core.errors import LockHeld
+from sitestack.core.host import Host, LocalHost
+
+
+def shell_host() -> Host:
+    """A host whose lock goes through shell commands (mkdir, printf, rm), as it does over SSH."""
+    return Host("sshlike", invoke.Context())
+
+
+def _hold(path: str, ready, release) -> None:
+    with LocalHost().lock(path):
+        ready.set()
+        release.wait(10)
+
+
+@pytest.mark.parametrize("first,second", [(LocalHost, shell_host), (shell_host, LocalHost)])
+def test_local_and_ssh_style_holders_exclude_each_other(tmp_path: Path, first, second):
+    path = str(tmp_path / "prefix" / "lock")
+    with first().lock(path):
+        owner = (tmp_path / "prefix" / "lock.d" / "owner").read_text()
+        assert owner.startswith(f"pid {os.getpid()} on {socket.gethostname()} (process start ")
+        held = pytest.raises(LockHeld, match=rf"is locked by pid {os.getpid()} on .*remove .*lock\.d")
+        with held, second().lock(path, wait=0.3):
+            pass
+    assert not (tmp_path / "prefix" / "lock.d").exists()
+    with second().lock(path, wait=0):
+        pass
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path):
+    path = str(tmp_path / "lock")
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold, args=(path, ready, release))
+    holder.start()
+    assert ready.wait(10)
+    holder.kill()          # SIGKILL: no clean-up, the lock directory stays
+    holder.join()
+    assert (tmp_path / "lock.d").is_dir()
+    for host in (shell_host(), LocalHost()):
+        start = time.monotonic()
+        with host.lock(path, wait=0):
+            assert (tmp_path / "lock.d" / "owner").read_text().startswith(f"pid {os.getpid()} ")
+        assert time.monotonic() - start < 2
+
+
+def test_reused_pid_is_stale_and_other_machines_never_are():
+    me, host = os.getpid(), socket.gethostname()
+    started = lock.process_start(me)
+    assert not lock.is_stale(f"pid {me} on {host} (process start {started}, locked at x)")
+    assert lock.is_stale(f"pid {me} on {host} (process start 1{started}, locked at x)")   # same pid, other process
+    assert not lock.is_stale(f"pid 999999 on not-{host} (process start 1, locked at x)")  # can't tell: keep it
+    assert not lock.is_stale("something else")
+
+
+def test_lock_of_another_machine_is_not_taken_over(tmp_path: Path):
+    (tmp_path / "lock.d").mkdir()
+    (tmp_path / "lock.d" / "owner").write_text("pid 1 on elsewhere (process start 5, locked at t)\n")
+    held = pytest.raises(LockHeld, match=r"locked by pid 1 on elsewhere .*remove .*lock\.d if that run is gone")
+    with held, LocalHost().lock(str(tmp_path / "lock"), wait=0):
+        pass
+
+
+def test_waiting_is_reported_once_with_the_holder(tmp_path: Path):
+    path = str(tmp_path / "lock")
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold, args=(path, ready, release))
+    holder.start()
+    assert ready.wait(10)
+    notes: list[str] = []
+    try:
+        with pytest.raises(LockHeld), LocalHost().lock(path, wait=0.5, report=notes.append):
+            pass
+        assert len(notes) == 1
+        assert f"is locked by pid {holder.pid} on {socket.gethostname()}" in notes[0]
+        assert "waiting up to" in notes[0]
+        release.set()
+        holder.join(10)
+        with LocalHost().lock(path, wait=5, report=notes.append):
+            pass
+    finally:
+        holder.kill()
+        holder.join()
+
+
+def test_works_where_flock_is_absent(tmp_path: Path, monkeypatch):
+    def no_flock(*args, **kwargs):
+        raise OSError(38, "Function not implemented")  # ENOSYS: Lustre mounted without -o flock
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    monkeypatch.setattr(fcntl, "lockf", no_flock)
+    path = str(tmp_path / "lustre" / "prefix.lock")
+    with LocalHost().lock(path):
+        assert (tmp_path / "lustre" / "prefix.lock.d" / "owner").exists()
+    assert not (tmp_path / "lustre" / "prefix.lock.d").exists()
+
+
+def test_read_only_host_takes_no_lock(tmp_path: Path):
+    from sitestack.core.errors import MutationRefused
+    with pytest.raises(MutationRefused), LocalHost().read_only_view().lock(str(tmp_path / "lock")):
+        pass
+    assert list(tmp_path.iterdir()) == []
