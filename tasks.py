@@ -238,16 +238,19 @@ def install_validation_job(c, site=None, check=False, diff=False, host=None, pre
     "collect": "read the verdict of this earlier Slurm job id instead of submitting",
     "results": "directory for the job's log and results (default: ~/sitestack-validation/<site>)",
     "prefix": PREFIX_HELP, "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP,
-    "timeout": "seconds to wait for the job (default: 3600)", "playbook": PLAYBOOK_HELP, "debug": DEBUG_HELP})
+    "timeout": "seconds to wait for the job (default: 3600)", "playbook": PLAYBOOK_HELP, "debug": DEBUG_HELP,
+    "host": "run on this host over SSH (a playbook host, an ssh-config alias or a host name); default: here",
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
 def validate(c, site=None, nodes=0, ranks_per_node=0, launcher=None, scheduler="auto", wait=True, collect=None,
-             results=None, prefix=None, account=None, python=None, timeout=3600, playbook=None, debug=False):
-    """Run the site's validation job (sbatch, or torchrun/mpiexec here), print the verdict and where the report is."""
+             results=None, prefix=None, account=None, python=None, timeout=3600, playbook=None, debug=False,
+             host=None, accept_new_host_keys=False):
+    """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = validation_mod.ValidateOptions(
             nodes=int(nodes), ranks_per_node=int(ranks_per_node), launcher=launcher, scheduler=scheduler, wait=wait,
             collect=collect, results=results, prefix=prefix, account=account_option(account), python=python,
-            timeout=float(timeout))
+            timeout=float(timeout), host=host, accept_new_host_keys=accept_new_host_keys)
         outcome = validation_mod.validate(loaded, options, Reporter(debug=debug))
     if outcome.code:
         raise Exit(code=outcome.code)

@@ -386,3 +386,68 @@ def test_report_cli_renders_a_result_again(tmp_path, monkeypatch, capsys):
 def test_the_check_program_imports_nothing_from_sitestack():
     source = (Path(dc.__file__)).read_text() + Path(ddp_report.__file__).read_text()
     assert not re.search(r"^\s*(import|from)\s+sitestack", source, re.M)
+
+
+# -- invoke validate through a Host: a stand-in job script, here and over SSH -----------------------
+
+FAKE_JOB = """#!/bin/bash
+echo "fake job ran with ranks=${SITESTACK_RANKS_PER_NODE:-unset}"
+mkdir -p "$SITESTACK_VALIDATION_OUT"
+printf '{"site": "local", "verdict": "%s", "checks": [{"name": "ddp", "status": "%s", "summary": "ok"}],
+ "artefacts": {"json": "result.json"}}' "${FAKE_VERDICT:-passed}" "${FAKE_VERDICT:-passed}" \\
+  > "$SITESTACK_VALIDATION_OUT/result.json"
+exit "${FAKE_RC:-0}"
+"""
+
+
+def fake_installed_job(prefix: Path) -> Path:
+    jobs = prefix / "validation" / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "validate-torchrun.sbatch").write_text(FAKE_JOB)
+    return jobs
+
+
+def test_validate_without_a_scheduler_runs_the_script_through_the_host(tmp_path, monkeypatch):
+    from sitestack.core.errors import SitestackError
+    from sitestack.core.report import Reporter
+    from sitestack.engine import validate as v
+
+    fake_installed_job(tmp_path / "prefix")
+    site = pb.load("local")
+    options = v.ValidateOptions(scheduler="none", launcher="torchrun", prefix=str(tmp_path / "prefix"),
+                                results=str(tmp_path / "results"), ranks_per_node=3, timeout=60)
+    outcome = v.validate(site, options, Reporter())
+    assert outcome.code == 0 and outcome.result is not None and outcome.result["verdict"] == "passed"
+    assert outcome.log is not None and "fake job ran with ranks=3" in outcome.log.read_text()
+    monkeypatch.setenv("FAKE_RC", "3")
+    assert v.validate(site, options, Reporter()).code == 1  # passed checks, but the script failed
+    monkeypatch.setenv("FAKE_VERDICT", "failed")
+    monkeypatch.setenv("FAKE_RC", "0")
+    assert v.validate(site, options, Reporter()).code == 1
+    monkeypatch.setenv("SITESTACK_VALIDATION_OUT", "ignored")
+    (tmp_path / "prefix" / "validation" / "jobs" / "validate-torchrun.sbatch").write_text("echo broken; exit 2\n")
+    with pytest.raises(SitestackError, match=r"left no result .*exit code 2.*\n.*broken"):
+        v.validate(site, options, Reporter())
+
+
+def test_validate_on_a_host_over_ssh(tmp_path):
+    from tests import sshd
+    from tests.conftest import run_invoke
+
+    if not sshd.available():
+        pytest.skip("needs root and openssh-server")
+    server = sshd.start_sshd(tmp_path / "srv", "login1")
+    try:
+        fake_installed_job(tmp_path / "prefix")
+        env = {"SITESTACK_SSH_CONFIG": str(tmp_path / "ssh_config")}
+        result = run_invoke("validate", "--site", "local", "--host", "login1", "--scheduler", "none", "--launcher",
+                            "torchrun", "--prefix", str(tmp_path / "prefix"), "--results", str(tmp_path / "results"),
+                            env=env, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "on login1 without a scheduler" in result.stdout and "sitestack validation of local: PASSED" in result.stdout
+        assert [p.name.endswith(".log") for p in (tmp_path / "results").iterdir()].count(True) == 1
+        missing = run_invoke("validate", "--site", "local", "--host", "login1", "--scheduler", "none", "--launcher",
+                             "torchrun", "--prefix", str(tmp_path / "elsewhere"), env=env, timeout=120)
+        assert missing.returncode == 1 and "missing on login1" in missing.stderr
+    finally:
+        server.stop()
