@@ -16,7 +16,6 @@ from sitestack.engine import playbook as pb
 from sitestack.validation import ddp_check as dc
 from sitestack.validation import ddp_report, masks
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port
-from sitestack.validation.nodelist import NodelistError, expand_nodelist, first_host
 
 LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
               "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
@@ -35,15 +34,14 @@ LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x000000
     ("pvc-s-[20,22-23]", ["pvc-s-20", "pvc-s-22", "pvc-s-23"]),
 ])
 def test_nodelists_expand_like_scontrol(text, hosts):
-    assert expand_nodelist(text) == hosts
-    assert first_host(text) == hosts[0]
-    assert dc._first_host(text) == hosts[0]  # the check program's own copy agrees
+    assert dc.expand_nodelist(text) == hosts
+    assert dc.first_host(text) == hosts[0]
 
 
 @pytest.mark.parametrize("text", ["", "nid[001-004", "nid001]", "nid[a-b]", "nid[5-3]", "nid[[1]]", "a,,b"])
 def test_bad_nodelists_are_refused(text):
-    with pytest.raises(NodelistError):
-        expand_nodelist(text)
+    with pytest.raises(dc.NodelistError):
+        dc.expand_nodelist(text)
 
 
 # -- CPU masks -------------------------------------------------------------------------------------
@@ -51,7 +49,6 @@ def test_bad_nodelists_are_refused(text):
 def test_lumi_masks_derived_from_the_facts_match_the_documented_ones():
     binding = masks.Binding.from_facts(pb.load("lumi").facts)
     assert ",".join(masks.rank_masks(binding)) == LUMI_MASKS
-    assert masks.mask_cpu_option(binding) == "--cpu-bind=mask_cpu:" + LUMI_MASKS
     assert masks.cores_for_gpu(binding, 0) == list(range(49, 56))  # GCD 0 -> CCD 6, core 48 reserved
 
 
@@ -71,9 +68,9 @@ def test_masks_refuse_inconsistent_facts():
         masks.cores_for_gpu(masks.Binding((9,), 8, 64), 0)
     with pytest.raises(ValueError, match="reserved"):
         masks.cores_for_gpu(masks.Binding((0,), 1, 2, (0,)), 0)
-    assert masks.parse_masks("0x3,0xc") == [{0, 1}, {2, 3}]
-    assert masks.parse_mask("00ff,fe000000") == set(range(25, 40))
-    assert masks.describe_cpus({1, 2, 3, 5}) == "1-3,5"
+    assert dc.parse_masks("0x3,0xc") == [{0, 1}, {2, 3}]
+    assert dc.parse_mask("00ff,fe000000") == set(range(25, 40))
+    assert dc.cpu_list({1, 2, 3, 5}) == "1-3,5"
 
 
 def test_sites_without_cpu_bind_have_no_masks():
@@ -298,7 +295,7 @@ def test_reference_comparison_is_reframe_style():
 def test_sweep_sizes_and_size_parsing():
     assert dc.sweep_sizes(4096, 4 << 20, 4) == [4096, 16384, 65536, 262144, 1 << 20, 4 << 20]
     assert dc.parse_size("64M") == 64 << 20 and dc.parse_size("4KiB") == 4096
-    assert dc.human_bytes(134217728) == "128 MiB" and dc.human_bytes(1000) == "1000 B"
+    assert ddp_report.human_bytes(134217728) == "128 MiB" and ddp_report.human_bytes(1000) == "1000 B"
 
 
 # -- process group failures, ports ---------------------------------------------------------------------

@@ -43,6 +43,7 @@ import contextlib
 import errno
 import glob
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -51,6 +52,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -252,7 +254,13 @@ def parse_mask(text: str) -> set[int]:
     return {bit for bit in range(value.bit_length()) if value >> bit & 1}
 
 
-def cpu_list(cpus) -> str:
+def parse_masks(text: str) -> list[set[int]]:
+    """The CPU sets of a ``mask_cpu`` list, one per local rank (``0xfe,0xfe00``)."""
+    return [parse_mask(part) for part in text.split(",") if part.strip()]
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """``{1, 2, 3, 5}`` -> ``1-3,5`` (the format of taskset -c); ``(none)`` for no CPUs."""
     return ddp_report.cpu_list(cpus, empty="(none)")
 
 
@@ -420,30 +428,23 @@ def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | No
     peak = max(rows, key=lambda r: r["busbw_gbs"])
     kind = "multi-node" if nodes > 1 else "single-node"
     if not reference:
-        return PASSED, (f"peak busbw {peak['busbw_gbs']:.3g} GB/s at {human_bytes(peak['bytes'])}; "
+        return PASSED, (f"peak busbw {peak['busbw_gbs']:.3g} GB/s at {ddp_report.human_bytes(peak['bytes'])}; "
                         f"not judged: the site has no {kind} reference"), None
     target = reference["message_bytes"]
     row = next((r for r in rows if r["bytes"] == target), None)
     note = ""
     if row is None:
         row = max(rows, key=lambda r: r["bytes"])
-        note = f" (the sweep's largest size; the reference is for {human_bytes(target)})"
+        note = f" (the sweep's largest size; the reference is for {ddp_report.human_bytes(target)})"
     minimum = reference["busbw_gbs"] * (1 + reference.get("lower", -0.05))
     compared = {**reference, "minimum_gbs": minimum, "measured_gbs": row["busbw_gbs"], "at_bytes": row["bytes"], "kind": kind}
-    where = f"at {human_bytes(row['bytes'])}{note}"
+    where = f"at {ddp_report.human_bytes(row['bytes'])}{note}"
     if row["busbw_gbs"] < minimum:
         return FAILED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} is below {minimum:.3g} GB/s "
                         f"({kind} reference {reference['busbw_gbs']:.3g} GB/s {reference.get('lower', -0.05):+.0%}"
                         f"{'; ' + reference['source'] if reference.get('source') else ''})"), compared
     return PASSED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} >= {minimum:.3g} GB/s "
                     f"({kind} reference {reference['busbw_gbs']:.3g} GB/s)"), compared
-
-
-def human_bytes(n: int | float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{int(n // scale)} {unit}"
-    return f"{int(n)} B"
 
 
 def parse_size(text: str) -> int:
@@ -649,7 +650,7 @@ class Run:
         nodelist = self.env.get("SLURM_JOB_NODELIST")
         if master and nodelist and self.info.launcher != "torchrun":
             with contextlib.suppress(ValueError):
-                first = _first_host(nodelist)
+                first = first_host(nodelist)
                 if first != master and first.split(".")[0] != master.split(".")[0]:
                     problems.append(f"MASTER_ADDR is {master}, but the first host of {nodelist} is {first}")
         first = ranks[0]
@@ -1059,7 +1060,7 @@ class Run:
         with self.timed("environment"):
             self.environment_after()
         with self.timed("affinity"):
-            masks = [parse_mask(m) for m in self.args.cpu_masks.split(",")] if self.args.cpu_masks else None
+            masks = parse_masks(self.args.cpu_masks) if self.args.cpu_masks else None
             status, summary, lines = judge_affinity(self.ranks, self.config, masks)
             self.set("affinity", status, summary, ranks=lines)
         with self.timed("collectives"):
@@ -1165,21 +1166,95 @@ class Run:
         return result
 
 
-def _first_host(nodelist: str) -> str:
-    depth, cut = 0, len(nodelist)
-    for i, char in enumerate(nodelist):
-        depth += char == "["
-        depth -= char == "]"
+# -- Slurm host lists ---------------------------------------------------------------------------------
+# ``nid[001-004,007],nid010`` -> ``nid001 nid002 nid003 nid004 nid007 nid010``. The batch script asks
+# ``scontrol show hostnames`` where it can; this parser reads a node list without Slurm (inside a
+# container, in tests). Slurm's hostlist syntax: comma-separated entries, each a name with zero or more
+# bracketed range lists (``rack[1-2]-node[01-02]`` is the product of both); ranges keep their zero
+# padding; commas inside brackets do not split entries (the bug of LUMI's ``get-master``, which splits
+# on every comma first).
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+class NodelistError(ValueError):
+    """A host list that is not valid Slurm syntax."""
+
+
+def split_entries(nodelist: str) -> list[str]:
+    """Split a host list on the commas that are outside brackets."""
+    entries: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in nodelist.strip():
+        if char == "[":
+            depth += 1
+            if depth > 1:
+                raise NodelistError(f"nested brackets in {nodelist!r}")
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise NodelistError(f"unbalanced ']' in {nodelist!r}")
         if char == "," and depth == 0:
-            cut = i
-            break
-    entry = nodelist[:cut]
-    match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", entry)
-    if not match:
-        return entry
-    prefix, body, rest = match.groups()
-    first = body.split(",")[0].split("-")[0]
-    return _first_host(prefix + first + rest) if "[" in rest else prefix + first + rest
+            entries.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if depth:
+        raise NodelistError(f"unbalanced '[' in {nodelist!r}")
+    entries.append("".join(current))
+    if any(not e.strip() for e in entries):
+        raise NodelistError(f"empty host name in {nodelist!r}")
+    return [e.strip() for e in entries]
+
+
+def _expand_ranges(body: str, whole: str) -> list[str]:
+    out: list[str] = []
+    for part in body.split(","):
+        match = _RANGE.match(part.strip())
+        if not match:
+            raise NodelistError(f"bad range {part!r} in {whole!r}")
+        lo_text, hi_text = match.group(1), match.group(2)
+        if hi_text is None:
+            out.append(lo_text)
+            continue
+        lo, hi = int(lo_text), int(hi_text)
+        if hi < lo:
+            raise NodelistError(f"range {part!r} runs backwards in {whole!r}")
+        if hi - lo > 100_000:
+            raise NodelistError(f"range {part!r} is implausibly large in {whole!r}")
+        width = len(lo_text) if lo_text.startswith("0") or len(lo_text) == len(hi_text) else 0
+        out.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+    return out
+
+
+def expand_entry(entry: str, whole: str | None = None) -> list[str]:
+    """All host names of one entry: ``a[1-2]b[3,5]`` -> ``a1b3 a1b5 a2b3 a2b5``."""
+    whole = whole or entry
+    choices: list[list[str]] = []
+    for piece in re.split(r"(\[[^\]]*\])", entry):
+        if piece.startswith("["):
+            choices.append(_expand_ranges(piece[1:-1], whole))
+        elif piece:
+            if "]" in piece or "[" in piece:
+                raise NodelistError(f"stray bracket in {whole!r}")
+            choices.append([piece])
+    return ["".join(parts) for parts in itertools.product(*choices)]
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Every host of a Slurm host list, in order, duplicates kept (as scontrol does)."""
+    if not nodelist or not nodelist.strip():
+        raise NodelistError("empty node list")
+    hosts: list[str] = []
+    for entry in split_entries(nodelist):
+        hosts.extend(expand_entry(entry, nodelist))
+    return hosts
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a host list: where rank 0 runs, hence MASTER_ADDR."""
+    return expand_entry(split_entries(nodelist)[0], nodelist)[0]
 
 
 def free_port() -> int:
