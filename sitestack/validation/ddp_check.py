@@ -611,7 +611,7 @@ class Run:
         if self.device.problem:
             problems.append(self.device.problem)
         want_torch = self.config.get("torch_version")
-        if want_torch and not torch.__version__.split("+")[0] == want_torch:
+        if want_torch and torch.__version__.split("+")[0] != want_torch:
             problems.append(f"torch {torch.__version__} here, the site facts say {want_torch}")
         if self.config.get("gpu_vendor") not in (None, "none") and self.device.kind == "cpu" and self.args.device != "cpu":
             problems.append(f"the site has {self.config['gpu_vendor']} GPUs but torch sees none on {self.host}")
