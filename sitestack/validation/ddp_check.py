@@ -52,14 +52,14 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 try:  # imported as part of sitestack (tests, the controller)
     from . import ddp_report
 except ImportError:  # run as a script on the site, beside ddp_report.py
-    import ddp_report  # type: ignore[no-redef]
+    import ddp_report  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 SCHEMA = 1
 CHECKS = ("environment", "process-group", "affinity", "collectives", "ddp", "checkpoint", "bandwidth",
@@ -233,7 +233,7 @@ def select_device(torch: Any, local_rank: int, local_world_size: int | None,
         if not has_xccl:
             backend = "ccl"
             try:
-                import oneccl_bindings_for_pytorch  # noqa: F401  (registers the "ccl" backend)
+                import oneccl_bindings_for_pytorch  # type: ignore[import-not-found, unused-ignore]  # noqa: F401  (registers "ccl")
             except ImportError:
                 problem = problem or "XPU without xccl in torch and without oneccl_bindings_for_pytorch: no backend"
         return Device("xpu", index, backend, "oneCCL", count,
@@ -509,7 +509,7 @@ class Run:
         self.host = socket.gethostname().split(".")[0]
         self.torch: Any = None
         self.dist: Any = None
-        self.device: Device | None = None
+        self.device: Device | None = None  # chosen by the environment check, which runs first
         self.ranks: list[dict[str, Any]] = []
         self.bandwidth: dict[str, Any] = {}
         self.mpi_data: dict[str, Any] = {}
@@ -526,7 +526,7 @@ class Run:
         check.details.update(details)
 
     @contextlib.contextmanager
-    def timed(self, name: str):
+    def timed(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield
@@ -557,8 +557,8 @@ class Run:
 
     # -- 1. environment ----------------------------------------------------------------------
     def environment(self) -> None:
-        import torch
-        import torch.distributed as dist
+        import torch  # type: ignore[import-not-found, unused-ignore]
+        import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
 
         self.torch, self.dist = torch, dist
         self.device = select_device(torch, self.info.local_rank, self.info.local_world_size, self.env,
@@ -650,9 +650,9 @@ class Run:
         nodelist = self.env.get("SLURM_JOB_NODELIST")
         if master and nodelist and self.info.launcher != "torchrun":
             with contextlib.suppress(ValueError):
-                first = first_host(nodelist)
-                if first != master and first.split(".")[0] != master.split(".")[0]:
-                    problems.append(f"MASTER_ADDR is {master}, but the first host of {nodelist} is {first}")
+                first_node = first_host(nodelist)
+                if first_node != master and first_node.split(".")[0] != master.split(".")[0]:
+                    problems.append(f"MASTER_ADDR is {master}, but the first host of {nodelist} is {first_node}")
         first = ranks[0]
         versions = [f"torch {first['torch']}"]
         if first.get("nccl"):
@@ -694,10 +694,10 @@ class Run:
                          "means a stray process or a fixed port elsewhere")
                 return False
         timeout = timedelta(seconds=self.args.init_timeout)
-        kwargs: dict[str, Any] = {"backend": self.device.backend, "init_method": "env://", "rank": self.info.rank,
+        kwargs: dict[str, Any] = {"backend": self.dev.backend, "init_method": "env://", "rank": self.info.rank,
                                   "world_size": self.info.world_size, "timeout": timeout}
-        if self.device.kind == "cuda" and self.device.index is not None:
-            kwargs["device_id"] = self.torch.device("cuda", self.device.index)
+        if self.dev.kind == "cuda" and self.dev.index is not None:
+            kwargs["device_id"] = self.torch.device("cuda", self.dev.index)
         start = time.perf_counter()
         # the store's own timeout does not cover a port held by a process that accepts and never answers
         stuck = threading.Timer(self.args.init_timeout + 15, self.on_stuck_init, args=(addr, port))
@@ -716,7 +716,7 @@ class Run:
         finally:
             stuck.cancel()
         self.pg_ok = True
-        self.set("process-group", PASSED, f"{self.device.backend} process group of {self.info.world_size} ranks via "
+        self.set("process-group", PASSED, f"{self.dev.backend} process group of {self.info.world_size} ranks via "
                  f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s")
         return True
 
@@ -753,23 +753,31 @@ class Run:
         else:
             self.set("collectives", PASSED, f"allreduce, allgather and broadcast exact on all {n} ranks")
 
-    def torch_device(self):
-        return self.torch.device(self.device.kind, self.device.index) if self.device.index is not None else self.torch.device("cpu")
+    @property
+    def dev(self) -> Device:
+        """The device the environment check chose (every later check runs after it)."""
+        if self.device is None:
+            raise RuntimeError("no device: the environment check has not run")
+        return self.device
+
+    def torch_device(self) -> Any:
+        """This rank's ``torch.device``."""
+        return self.torch.device(self.dev.kind, self.dev.index) if self.dev.index is not None else self.torch.device("cpu")
 
     # -- 5. DDP and 6. checkpoint ----------------------------------------------------------------
-    def _model(self, seed: int):
+    def _model(self, seed: int) -> Any:
         torch = self.torch
         torch.manual_seed(seed)
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
         return model.to(self.torch_device())
 
-    def _fingerprint(self, module) -> str:
+    def _fingerprint(self, module: Any) -> str:
         digest = hashlib.sha256()
         for tensor in module.state_dict().values():
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
         return digest.hexdigest()[:16]
 
-    def _batches(self, steps: int):
+    def _batches(self, steps: int) -> list[tuple[Any, Any]]:
         torch = self.torch
         gen = torch.Generator().manual_seed(7)
         w_true = torch.randn(32, 1, generator=gen)
@@ -782,9 +790,9 @@ class Run:
             out.append((x.to(dev), y.to(dev)))
         return out
 
-    def ddp(self) -> tuple[Any, Any, list]:
+    def ddp(self) -> tuple[Any, Any, list[tuple[Any, Any]]]:
         torch, dist = self.torch, self.dist
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
         seed = 1234 + (1 if rank_fault(self.env, "seed", self.info.rank) else 0)
         model = self._model(seed)
@@ -795,7 +803,7 @@ class Run:
             problems.append(f"rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} built different initial "
                             f"parameters than rank 0 (fingerprint {prints[differ[0]]} vs {prints[0]}); DDP would silently "
                             "overwrite them: check that every node runs the same torch and code")
-        ids = [self.device.index] if self.device.kind != "cpu" and self.device.index is not None else None
+        ids = [self.dev.index] if self.dev.kind != "cpu" and self.dev.index is not None else None
         ddp_model = DDP(model, device_ids=ids) if self.info.world_size > 1 else model
         optim = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
         batches = self._batches(self.args.steps + 2)
@@ -826,9 +834,9 @@ class Run:
                      f"identical on all {self.info.world_size} ranks ({after[0]})", **details)
         return ddp_model, optim, batches[self.args.steps:]
 
-    def checkpoint(self, ddp_model, optim, more: list) -> None:
+    def checkpoint(self, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]) -> None:
         torch = self.torch
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
         model = ddp_model.module if hasattr(ddp_model, "module") else ddp_model
         directory = os.path.join(self.args.out, "checkpoint")
@@ -841,7 +849,7 @@ class Run:
         state = torch.load(path, map_location=self.torch_device(), weights_only=True)
         fresh = self._model(99)
         fresh.load_state_dict(state["model"])
-        fresh_ddp = DDP(fresh, device_ids=[self.device.index] if self.device.kind != "cpu" and self.device.index is not None else None) \
+        fresh_ddp = DDP(fresh, device_ids=[self.dev.index] if self.dev.kind != "cpu" and self.dev.index is not None else None) \
             if self.info.world_size > 1 else fresh
         fresh_optim = torch.optim.SGD(fresh_ddp.parameters(), lr=0.1, momentum=0.9)
         fresh_optim.load_state_dict(state["optim"])
@@ -888,7 +896,7 @@ class Run:
         if n < 2:
             self.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
             return
-        gpu = self.device.kind != "cpu"
+        gpu = self.dev.kind != "cpu"
         lo, hi = self.args.min_bytes, self.args.max_bytes
         refs = self.config.get("bandwidth") or {}
         if hi is None:
@@ -932,8 +940,8 @@ class Run:
                 text += handle.read()
         hosts = len({r["host"] for r in self.ranks}) if self.ranks else 1
         net = self.config.get("network") or {}
-        if self.device.backend != "nccl" and not self.args.nccl_log:
-            self.set("net-plugin", SKIPPED, f"backend {self.device.backend} does not use NCCL/RCCL network plugins")
+        if self.dev.backend != "nccl" and not self.args.nccl_log:
+            self.set("net-plugin", SKIPPED, f"backend {self.dev.backend} does not use NCCL/RCCL network plugins")
             return
         status, summary, evidence = judge_net_plugin(text, hosts=hosts, plugin=net.get("net_plugin"),
                                                      provider=net.get("libfabric_provider"))
@@ -1010,7 +1018,7 @@ class Run:
     # -- 11. Horovod ---------------------------------------------------------------------------------
     def horovod(self) -> None:
         try:
-            import horovod.torch as hvd
+            import horovod.torch as hvd  # type: ignore[import-not-found, unused-ignore]
         except ImportError:
             self.set("horovod", SKIPPED, "skipped: Horovod not in this stack")
             return
@@ -1021,7 +1029,7 @@ class Run:
         if size != self.info.world_size:
             problems.append(f"Horovod sees {size} ranks, the launcher started {self.info.world_size}")
         t = torch.tensor([float(rank + 1)])
-        if self.device.kind == "cuda":
+        if self.dev.kind == "cuda":
             t = t.cuda()
         total = hvd.allreduce(t, op=hvd.Sum, name="sitestack.check")
         if float(total.cpu()[0]) != size * (size + 1) / 2:
@@ -1261,7 +1269,8 @@ def free_port() -> int:
     """A TCP port nobody listens on now, on this host."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def port_in_use(port: int) -> str | None:
@@ -1322,7 +1331,8 @@ def mpi_pingpong(MPI: Any, comm: Any, rank: int, size: int) -> tuple[float | Non
             results[0] = half * 1e6
         else:
             results[1] = nbytes / half / 1e6
-    return comm.bcast((results[0], results[1]), root=0)
+    latency_bandwidth: tuple[float | None, float | None] = comm.bcast((results[0], results[1]), root=0)
+    return latency_bandwidth
 
 
 # --------------------------------------------------------------------------------------------
@@ -1363,7 +1373,8 @@ def load_config(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        config: dict[str, Any] = json.load(handle)
+    return config
 
 
 def import_mpi(info: RankInfo, args: argparse.Namespace) -> tuple[Any, str | None]:
@@ -1373,7 +1384,7 @@ def import_mpi(info: RankInfo, args: argparse.Namespace) -> tuple[Any, str | Non
     if info.launcher in ("torchrun", "none", "env"):
         return None, f"the launcher ({info.launcher}) starts no MPI ranks: run the srun or mpiexec job for the MPI checks"
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return None, "mpi4py is not installed in this stack"
     except Exception as exc:  # noqa: BLE001  (a broken mpi4py is a finding, not a crash)

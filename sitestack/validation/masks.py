@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sitestack.model.site import Facts
+
 
 @dataclass(frozen=True)
 class Binding:
@@ -27,8 +29,8 @@ class Binding:
     threads_per_core: int = 1
 
     @classmethod
-    def from_facts(cls, facts) -> Binding | None:
-        """The binding of a site (a :class:`~sitestack.site.Facts`), or None without cpu_bind."""
+    def from_facts(cls, facts: Facts) -> Binding | None:
+        """The binding of a site, or None without ``gpu.cpu_bind``."""
         bind = facts.gpu.cpu_bind
         if bind is None:
             return None
