@@ -162,6 +162,7 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
         if options.ranks_per_node and validation_of(facts).sbatch_tasks:
             argv.append(f"--ntasks-per-node={options.ranks_per_node}")
         argv.append(script)
+        # probe, not run: run merges stderr into stdout, and sbatch's warnings must not reach the job id.
         out = host.probe(argv, env=env, timeout=120)
         if not out.ok:
             raise SitestackError(f"sbatch refused the job: {(out.stderr or out.stdout).strip()}")
