@@ -6,16 +6,22 @@ exits with the library's code. The work is in ``sitestack/``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import yaml
-from invoke import task
+from invoke.context import Context
 from invoke.exceptions import Exit
+from invoke.tasks import task
 
 from sitestack.actions import ACTIONS
 from sitestack.core.errors import InputError as _InputError
 from sitestack.core.host import local_host
-from sitestack.core.report import Reporter
+from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import buildtask
 from sitestack.engine import playbook as pb
 from sitestack.engine import validate as validation_mod
@@ -36,7 +42,7 @@ DEBUG_HELP = "show tracebacks of errors"
 
 
 @task(auto_shortflags=False)
-def sites(c):
+def sites(c: Context) -> None:
     """List the sites that have a playbook."""
     with errors_to_exit():
         for name in list_sites():
@@ -46,7 +52,8 @@ def sites(c):
 
 @task(auto_shortflags=False, help={"site": SITE_HELP, "playbook": PLAYBOOK_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_HELP,
             "format": "yaml (default) or json", "debug": DEBUG_HELP})
-def show_site(c, site=None, playbook=None, prefix=None, account=None, format="yaml", debug=False):
+def show_site(c: Context, site: str | None = None, playbook: str | None = None, prefix: str | None = None,
+              account: str | None = None, format: str = 'yaml', debug: bool = False) -> None:
     """Print a site's facts with placeholders resolved for this machine's user."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
@@ -80,8 +87,10 @@ def show_site(c, site=None, playbook=None, prefix=None, account=None, format="ya
         "debug": DEBUG_HELP,
     },
 )
-def provision(c, site=None, check=False, diff=False, tags="", skip_tags="", fail_on_change=False, host=None,
-              prefix=None, account=None, accept_new_host_keys=False, playbook=None, debug=False):
+def provision(c: Context, site: str | None = None, check: bool = False, diff: bool = False, tags: str = '',
+              skip_tags: str = '', fail_on_change: bool = False, host: list[str] | None = None,
+              prefix: str | None = None, account: str | None = None, accept_new_host_keys: bool = False,
+              playbook: str | None = None, debug: bool = False) -> None:
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
@@ -95,9 +104,8 @@ def provision(c, site=None, check=False, diff=False, tags="", skip_tags="", fail
 
 
 @task(auto_shortflags=False)
-def actions(c):
+def actions(c: Context) -> None:
     """List the actions a playbook step can name, with their arguments."""
-    import dataclasses
     for name, cls in sorted(ACTIONS.items()):
         print(f"{name}: {(cls.__doc__ or '').strip().splitlines()[0]}")
         for f in dataclasses.fields(cls.Args):
@@ -106,12 +114,8 @@ def actions(c):
 
 
 @task(auto_shortflags=False, help={"name": "run only benchmarks/NAME.py (default: all)"})
-def benchmark(c, name=None):
+def benchmark(c: Context, name: str | None = None) -> None:
     """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     here = Path(__file__).resolve().parent / "benchmarks"
     scripts = sorted(p for p in here.glob("*.py") if not p.name.startswith("_"))
     if name:
@@ -149,8 +153,9 @@ BUILD_HELP = {
 }
 
 
-def _build(recipe, site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
-           jobs, playbook, accept_new_host_keys, debug):
+def _build(recipe: str, site: str | None, version: str | None, source: str | None, prefix: str | None, check: bool,
+           diff: bool, fail_on_change: bool, host: list[str] | None, account: str | None, sources_dir: str | None,
+           mirror: str | None, jobs: str | None, playbook: str | None, accept_new_host_keys: bool, debug: bool) -> None:
     with errors_to_exit(debug):
         options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
                              accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
@@ -163,25 +168,29 @@ def _build(recipe, site, version, source, prefix, check, diff, fail_on_change, h
 
 
 @task(auto_shortflags=False, iterable=["host"], help=BUILD_HELP)
-def build_recipe(c, recipe, site=None, version=None, source=None, prefix=None, check=False, diff=False,
-                 fail_on_change=False, host=None, account=None, sources_dir=None, mirror=None, jobs=None,
-                 playbook=None, accept_new_host_keys=False, debug=False):
+def build_recipe(c: Context, recipe: str, site: str | None = None, version: str | None = None,
+                 source: str | None = None, prefix: str | None = None, check: bool = False, diff: bool = False,
+                 fail_on_change: bool = False, host: list[str] | None = None, account: str | None = None,
+                 sources_dir: str | None = None, mirror: str | None = None, jobs: str | None = None,
+                 playbook: str | None = None, accept_new_host_keys: bool = False, debug: bool = False) -> None:
     """Build a recipe from its source against a site's toolchain; install it atomically (stamped, cached)."""
     _build(recipe, site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
            jobs, playbook, accept_new_host_keys, debug)
 
 
 @task(auto_shortflags=False, iterable=["host"], help={k: v for k, v in BUILD_HELP.items() if k != "recipe"})
-def build_mpi4py(c, site=None, version=None, source=None, prefix=None, check=False, diff=False, fail_on_change=False,
-                 host=None, account=None, sources_dir=None, mirror=None, jobs=None, playbook=None,
-                 accept_new_host_keys=False, debug=False):
+def build_mpi4py(c: Context, site: str | None = None, version: str | None = None, source: str | None = None,
+                 prefix: str | None = None, check: bool = False, diff: bool = False, fail_on_change: bool = False,
+                 host: list[str] | None = None, account: str | None = None, sources_dir: str | None = None,
+                 mirror: str | None = None, jobs: str | None = None, playbook: str | None = None,
+                 accept_new_host_keys: bool = False, debug: bool = False) -> None:
     """Build mpi4py from its sdist against the site's MPI (a cached wheel); install it into <prefix>/mpi4py/<version>."""
     _build("mpi4py", site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
            jobs, playbook, accept_new_host_keys, debug)
 
 
 @task(auto_shortflags=False, help={"target": "a URL (https, http, file) or a local file", "debug": DEBUG_HELP})
-def checksum(c, target, debug=False):
+def checksum(c: Context, target: str, debug: bool = False) -> None:
     """Print the sha256 of a source tarball (URL or file), as a recipe's versions entry wants it."""
     with errors_to_exit(debug):
         sha, name, size = sources_mod.checksum(target)
@@ -191,9 +200,8 @@ def checksum(c, target, debug=False):
 
 
 @task(auto_shortflags=False, help={"sources-dir": "read recipes from this directory instead of sources/", "debug": DEBUG_HELP})
-def recipes(c, sources_dir=None, debug=False):
+def recipes(c: Context, sources_dir: str | None = None, debug: bool = False) -> None:
     """List the recipes in sources/ with their build system and known versions."""
-    from pathlib import Path
     with errors_to_exit(debug):
         directory = Path(sources_dir) if sources_dir else None
         for name in recipe_mod.list_recipes(directory):
@@ -212,8 +220,10 @@ VALIDATION_PYTHON_HELP = "the Python that runs the checks (default: facts.python
     "host": "install on this host (repeatable); default: the playbook's hosts", "prefix": PREFIX_HELP,
     "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP, "playbook": PLAYBOOK_HELP,
     "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)", "debug": DEBUG_HELP})
-def install_validation_job(c, site=None, check=False, diff=False, host=None, prefix=None, account=None, python=None,
-                           playbook=None, accept_new_host_keys=False, debug=False):
+def install_validation_job(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
+                           host: list[str] | None = None, prefix: str | None = None, account: str | None = None,
+                           python: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
+                           debug: bool = False) -> None:
     """Install the validation DDP job (check program, batch scripts, README, MPI probe) into the site prefix."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
@@ -233,21 +243,26 @@ def install_validation_job(c, site=None, check=False, diff=False, host=None, pre
     "site": SITE_HELP, "nodes": "nodes to run on (default: 1)",
     "ranks-per-node": "ranks per node (default: the site's validation.ranks_per_node)",
     "launcher": "which installed batch script: srun, mpiexec, torchrun or horovodrun (default: the site's first)",
-    "scheduler": "auto (Slurm when it answers here), slurm, or none (torchrun/mpiexec on this node)",
+    "scheduler": "auto (Slurm when it answers on the host), slurm, or none (torchrun/mpiexec on the host, one node)",
     "wait": "wait for the job and print its verdict (--no-wait: submit and return)",
     "collect": "read the verdict of this earlier Slurm job id instead of submitting",
     "results": "directory for the job's log and results (default: ~/sitestack-validation/<site>)",
     "prefix": PREFIX_HELP, "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP,
-    "timeout": "seconds to wait for the job (default: 3600)", "playbook": PLAYBOOK_HELP, "debug": DEBUG_HELP})
-def validate(c, site=None, nodes=0, ranks_per_node=0, launcher=None, scheduler="auto", wait=True, collect=None,
-             results=None, prefix=None, account=None, python=None, timeout=3600, playbook=None, debug=False):
-    """Run the site's validation job (sbatch, or torchrun/mpiexec here), print the verdict and where the report is."""
+    "timeout": "seconds to wait for the job (default: 3600)", "playbook": PLAYBOOK_HELP, "debug": DEBUG_HELP,
+    "host": "run on this host over SSH (a playbook host, an ssh-config alias or a host name); default: here",
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
+def validate(c: Context, site: str | None = None, nodes: int = 0, ranks_per_node: int = 0, launcher: str | None = None,
+             scheduler: str = 'auto', wait: bool = True, collect: str | None = None, results: str | None = None,
+             prefix: str | None = None, account: str | None = None, python: str | None = None, timeout: int = 3600,
+             playbook: str | None = None, debug: bool = False, host: str | None = None,
+             accept_new_host_keys: bool = False) -> None:
+    """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = validation_mod.ValidateOptions(
             nodes=int(nodes), ranks_per_node=int(ranks_per_node), launcher=launcher, scheduler=scheduler, wait=wait,
             collect=collect, results=results, prefix=prefix, account=account_option(account), python=python,
-            timeout=float(timeout))
+            timeout=float(timeout), host=host, accept_new_host_keys=accept_new_host_keys)
         outcome = validation_mod.validate(loaded, options, Reporter(debug=debug))
     if outcome.code:
         raise Exit(code=outcome.code)
@@ -263,9 +278,12 @@ _COMMON_BUILD_HELP = {k: v for k, v in BUILD_HELP.items() if k not in ("recipe",
     "prefix": PREFIX_HELP + "; Horovod goes to <prefix>/horovod/<version>",
     "python": "interpreter with the stack's torch that builds and runs Horovod (default: the site's facts.python.executable)",
     "gpu-operations": "HOROVOD_GPU_OPERATIONS: NCCL, MPI or none (default: NCCL where the site has NCCL/RCCL, else none)"})
-def build_horovod(c, site=None, version=None, python=None, gpu_operations=None, source=None, prefix=None, check=False,
-                  diff=False, fail_on_change=False, host=None, account=None, sources_dir=None, mirror=None, jobs=None,
-                  playbook=None, accept_new_host_keys=False, debug=False):
+def build_horovod(c: Context, site: str | None = None, version: str | None = None, python: str | None = None,
+                  gpu_operations: str | None = None, source: str | None = None, prefix: str | None = None,
+                  check: bool = False, diff: bool = False, fail_on_change: bool = False, host: list[str] | None = None,
+                  account: str | None = None, sources_dir: str | None = None, mirror: str | None = None,
+                  jobs: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
+                  debug: bool = False) -> None:
     """Build Horovod from its sdist for a site (NCCL/RCCL/CPU from the facts); check --check-build and a 2-rank allreduce."""
     with errors_to_exit(debug):
         options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
@@ -291,10 +309,13 @@ def build_horovod(c, site=None, version=None, python=None, gpu_operations=None, 
     "libfabric": "libfabric prefix (default: pkg-config's; a system prefix is never passed)",
     "mpi-home": "MPI prefix for --with-mpi (default: $MPICH_DIR on Cray)",
     "tests": "build the plugin's MPI test programs too"})
-def build_rccl_plugin(c, rocm=None, site=None, version=None, source=None, prefix=None, rocm_home=None, rccl_home=None,
-                      libfabric=None, mpi_home=None, tests=False, check=False, diff=False, fail_on_change=False,
-                      host=None, account=None, sources_dir=None, mirror=None, jobs=None, playbook=None,
-                      accept_new_host_keys=False, debug=False):
+def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = None, version: str | None = None,
+                      source: str | None = None, prefix: str | None = None, rocm_home: str | None = None,
+                      rccl_home: str | None = None, libfabric: str | None = None, mpi_home: str | None = None,
+                      tests: bool = False, check: bool = False, diff: bool = False, fail_on_change: bool = False,
+                      host: list[str] | None = None, account: str | None = None, sources_dir: str | None = None,
+                      mirror: str | None = None, jobs: str | None = None, playbook: str | None = None,
+                      accept_new_host_keys: bool = False, debug: bool = False) -> None:
     """Build the RCCL libfabric plugin for a ROCm release (aws-ofi-rccl / aws-ofi-nccl) and its module file."""
     with errors_to_exit(debug):
         options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
@@ -310,6 +331,9 @@ def build_rccl_plugin(c, rocm=None, site=None, version=None, source=None, prefix
 
 
 # -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
+
+#: A stack entry point of :mod:`sitestack.engine.buildtask` (``install_venv``, ``install_modulefiles``).
+StackRun = Callable[..., list[HostRun]]
 STACK_HELP = {
     "site": SITE_HELP,
     "check": "change nothing; report what would change and why",
@@ -324,8 +348,9 @@ STACK_HELP = {
 }
 
 
-def _stack_steps(run, site, check, diff, fail_on_change, host, prefix, account, playbook, accept_new_host_keys,
-                 debug):
+def _stack_steps(run: StackRun, site: str | None, check: bool, diff: bool, fail_on_change: bool, host: list[str] | None,
+                 prefix: str | None, account: str | None, playbook: str | None, accept_new_host_keys: bool,
+                 debug: bool) -> None:
     with errors_to_exit(debug):
         options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
                              accept_new_host_keys=accept_new_host_keys)
@@ -336,16 +361,20 @@ def _stack_steps(run, site, check, diff, fail_on_change, host, prefix, account, 
 
 
 @task(auto_shortflags=False, iterable=["host"], help=STACK_HELP)
-def install_venv(c, site=None, check=False, diff=False, fail_on_change=False, host=None, prefix=None, account=None,
-                 playbook=None, accept_new_host_keys=False, debug=False):
+def install_venv(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
+                 fail_on_change: bool = False, host: list[str] | None = None, prefix: str | None = None,
+                 account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
+                 debug: bool = False) -> None:
     """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
     _stack_steps(buildtask.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
                  accept_new_host_keys, debug)
 
 
 @task(auto_shortflags=False, iterable=["host"], help=STACK_HELP)
-def install_modulefiles(c, site=None, check=False, diff=False, fail_on_change=False, host=None, prefix=None,
-                        account=None, playbook=None, accept_new_host_keys=False, debug=False):
+def install_modulefiles(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
+                        fail_on_change: bool = False, host: list[str] | None = None, prefix: str | None = None,
+                        account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
+                        debug: bool = False) -> None:
     """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
     _stack_steps(buildtask.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
                  playbook, accept_new_host_keys, debug)

@@ -16,7 +16,6 @@ from sitestack.engine import playbook as pb
 from sitestack.validation import ddp_check as dc
 from sitestack.validation import ddp_report, masks
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port
-from sitestack.validation.nodelist import NodelistError, expand_nodelist, first_host
 
 LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
               "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
@@ -35,15 +34,14 @@ LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x000000
     ("pvc-s-[20,22-23]", ["pvc-s-20", "pvc-s-22", "pvc-s-23"]),
 ])
 def test_nodelists_expand_like_scontrol(text, hosts):
-    assert expand_nodelist(text) == hosts
-    assert first_host(text) == hosts[0]
-    assert dc._first_host(text) == hosts[0]  # the check program's own copy agrees
+    assert dc.expand_nodelist(text) == hosts
+    assert dc.first_host(text) == hosts[0]
 
 
 @pytest.mark.parametrize("text", ["", "nid[001-004", "nid001]", "nid[a-b]", "nid[5-3]", "nid[[1]]", "a,,b"])
 def test_bad_nodelists_are_refused(text):
-    with pytest.raises(NodelistError):
-        expand_nodelist(text)
+    with pytest.raises(dc.NodelistError):
+        dc.expand_nodelist(text)
 
 
 # -- CPU masks -------------------------------------------------------------------------------------
@@ -51,7 +49,6 @@ def test_bad_nodelists_are_refused(text):
 def test_lumi_masks_derived_from_the_facts_match_the_documented_ones():
     binding = masks.Binding.from_facts(pb.load("lumi").facts)
     assert ",".join(masks.rank_masks(binding)) == LUMI_MASKS
-    assert masks.mask_cpu_option(binding) == "--cpu-bind=mask_cpu:" + LUMI_MASKS
     assert masks.cores_for_gpu(binding, 0) == list(range(49, 56))  # GCD 0 -> CCD 6, core 48 reserved
 
 
@@ -71,9 +68,9 @@ def test_masks_refuse_inconsistent_facts():
         masks.cores_for_gpu(masks.Binding((9,), 8, 64), 0)
     with pytest.raises(ValueError, match="reserved"):
         masks.cores_for_gpu(masks.Binding((0,), 1, 2, (0,)), 0)
-    assert masks.parse_masks("0x3,0xc") == [{0, 1}, {2, 3}]
-    assert masks.parse_mask("00ff,fe000000") == set(range(25, 40))
-    assert masks.describe_cpus({1, 2, 3, 5}) == "1-3,5"
+    assert dc.parse_masks("0x3,0xc") == [{0, 1}, {2, 3}]
+    assert dc.parse_mask("00ff,fe000000") == set(range(25, 40))
+    assert dc.cpu_list({1, 2, 3, 5}) == "1-3,5"
 
 
 def test_sites_without_cpu_bind_have_no_masks():
@@ -298,7 +295,7 @@ def test_reference_comparison_is_reframe_style():
 def test_sweep_sizes_and_size_parsing():
     assert dc.sweep_sizes(4096, 4 << 20, 4) == [4096, 16384, 65536, 262144, 1 << 20, 4 << 20]
     assert dc.parse_size("64M") == 64 << 20 and dc.parse_size("4KiB") == 4096
-    assert dc.human_bytes(134217728) == "128 MiB" and dc.human_bytes(1000) == "1000 B"
+    assert ddp_report.human_bytes(134217728) == "128 MiB" and ddp_report.human_bytes(1000) == "1000 B"
 
 
 # -- process group failures, ports ---------------------------------------------------------------------
@@ -386,3 +383,68 @@ def test_report_cli_renders_a_result_again(tmp_path, monkeypatch, capsys):
 def test_the_check_program_imports_nothing_from_sitestack():
     source = (Path(dc.__file__)).read_text() + Path(ddp_report.__file__).read_text()
     assert not re.search(r"^\s*(import|from)\s+sitestack", source, re.M)
+
+
+# -- invoke validate through a Host: a stand-in job script, here and over SSH -----------------------
+
+FAKE_JOB = """#!/bin/bash
+echo "fake job ran with ranks=${SITESTACK_RANKS_PER_NODE:-unset}"
+mkdir -p "$SITESTACK_VALIDATION_OUT"
+printf '{"site": "local", "verdict": "%s", "checks": [{"name": "ddp", "status": "%s", "summary": "ok"}],
+ "artefacts": {"json": "result.json"}}' "${FAKE_VERDICT:-passed}" "${FAKE_VERDICT:-passed}" \\
+  > "$SITESTACK_VALIDATION_OUT/result.json"
+exit "${FAKE_RC:-0}"
+"""
+
+
+def fake_installed_job(prefix: Path) -> Path:
+    jobs = prefix / "validation" / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "validate-torchrun.sbatch").write_text(FAKE_JOB)
+    return jobs
+
+
+def test_validate_without_a_scheduler_runs_the_script_through_the_host(tmp_path, monkeypatch):
+    from sitestack.core.errors import SitestackError
+    from sitestack.core.report import Reporter
+    from sitestack.engine import validate as v
+
+    fake_installed_job(tmp_path / "prefix")
+    site = pb.load("local")
+    options = v.ValidateOptions(scheduler="none", launcher="torchrun", prefix=str(tmp_path / "prefix"),
+                                results=str(tmp_path / "results"), ranks_per_node=3, timeout=60)
+    outcome = v.validate(site, options, Reporter())
+    assert outcome.code == 0 and outcome.result is not None and outcome.result["verdict"] == "passed"
+    assert outcome.log is not None and "fake job ran with ranks=3" in outcome.log.read_text()
+    monkeypatch.setenv("FAKE_RC", "3")
+    assert v.validate(site, options, Reporter()).code == 1  # passed checks, but the script failed
+    monkeypatch.setenv("FAKE_VERDICT", "failed")
+    monkeypatch.setenv("FAKE_RC", "0")
+    assert v.validate(site, options, Reporter()).code == 1
+    monkeypatch.setenv("SITESTACK_VALIDATION_OUT", "ignored")
+    (tmp_path / "prefix" / "validation" / "jobs" / "validate-torchrun.sbatch").write_text("echo broken; exit 2\n")
+    with pytest.raises(SitestackError, match=r"left no result .*exit code 2.*\n.*broken"):
+        v.validate(site, options, Reporter())
+
+
+def test_validate_on_a_host_over_ssh(tmp_path):
+    from tests import sshd
+    from tests.conftest import run_invoke
+
+    if not sshd.available():
+        pytest.skip("needs root and openssh-server")
+    server = sshd.start_sshd(tmp_path / "srv", "login1")
+    try:
+        fake_installed_job(tmp_path / "prefix")
+        env = {"SITESTACK_SSH_CONFIG": str(tmp_path / "ssh_config")}
+        result = run_invoke("validate", "--site", "local", "--host", "login1", "--scheduler", "none", "--launcher",
+                            "torchrun", "--prefix", str(tmp_path / "prefix"), "--results", str(tmp_path / "results"),
+                            env=env, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "on login1 without a scheduler" in result.stdout and "sitestack validation of local: PASSED" in result.stdout
+        assert [p.name.endswith(".log") for p in (tmp_path / "results").iterdir()].count(True) == 1
+        missing = run_invoke("validate", "--site", "local", "--host", "login1", "--scheduler", "none", "--launcher",
+                             "torchrun", "--prefix", str(tmp_path / "elsewhere"), env=env, timeout=120)
+        assert missing.returncode == 1 and "missing on login1" in missing.stderr
+    finally:
+        server.stop()

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.actions.horovod_install import plan_for as horovod_plan
-from sitestack.actions.modulefiles import require_module_system
 from sitestack.actions.rccl_net_plugin import choose_version, known_rocm, plugin_data
+from sitestack.actions.stack_venv import require_module_system
 from sitestack.core.errors import SitestackError
 from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import playbook as pb

@@ -12,6 +12,7 @@ import dataclasses
 import re
 import sys
 import typing
+from collections.abc import Callable
 
 from sitestack.actions import ACTIONS
 from sitestack.core.paths import DOCS_DIR
@@ -59,12 +60,18 @@ def placeholders_section() -> str:
 SECTIONS = {"actions": actions_section, "facts": facts_section, "placeholders": placeholders_section}
 
 
+def _between_markers(body: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement that keeps a section's markers and puts ``body`` between them."""
+    return lambda m: m.group(1) + body + m.group(2)
+
+
 def render(text: str) -> str:
+    """``text`` (docs/playbooks.md) with every generated section between its markers made anew."""
     for name, make in SECTIONS.items():
         pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
         if not pattern.search(text):
             raise SystemExit(f"{DOC}: no <!-- BEGIN {name} --> ... <!-- END {name} --> markers")
-        text = pattern.sub(lambda m: m.group(1) + make() + m.group(2), text)
+        text = pattern.sub(_between_markers(make()), text)
     return text
 
 

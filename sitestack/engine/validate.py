@@ -1,27 +1,31 @@
-"""``invoke validate``: run the installed validation job and read its verdict.
+"""``invoke validate``: run the installed validation job on a host and read its verdict.
 
-With Slurm (the site's scheduler, when ``sbatch`` is here and the controller answers) the job is
+Every command and file goes through a :class:`~sitestack.core.host.Host`: this machine by
+default, or ``--host NAME`` over SSH (connected as ``invoke provision`` connects). With Slurm
+(the site's scheduler, when ``sbatch`` is on the host and the controller answers) the job is
 submitted with ``sbatch --parsable``, waited for with ``squeue``, and its ``result.json`` read
-from the results directory. Without a scheduler (``--scheduler none``, or ``auto`` where none
-answers) the torchrun or mpiexec batch script runs here directly with ``bash``: the scripts
-work outside Slurm (one node, the job id is the shell's pid).
+from the results directory on the host. Without a scheduler (``--scheduler none``, or ``auto``
+where none answers) the torchrun or mpiexec batch script runs on the host directly with
+``bash``: the scripts work outside Slurm (one node, the job id is the shell's pid).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sitestack.core import schema
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.core.host import local_host
+from sitestack.core.host import Host, LocalHost, local_host
 from sitestack.core.report import Reporter
+from sitestack.engine.playbook import connect, select_hosts
+from sitestack.model.context import RunOptions
 from sitestack.model.site import Facts, Site, expand
 from sitestack.validation.ddp_report import verdict_table
 from sitestack.validation.jobs import script_name, validation_of
@@ -29,11 +33,14 @@ from sitestack.validation.jobs import script_name, validation_of
 LOCAL_LAUNCHERS = ("torchrun", "mpiexec")
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
             "DEADLINE"}
+#: Runs the batch script with its output in a log file on the host (script and log are $0 and $1:
+#: no path is ever pasted into the shell text).
+RUN_TO_LOG = 'exec bash "$0" >"$1" 2>&1'
 
 
 @dataclass(frozen=True)
 class ValidateOptions:
-    """The options of ``invoke validate``."""
+    """The options of ``invoke validate``. ``host``: run on this host over SSH (None: here)."""
 
     nodes: int = 0
     ranks_per_node: int = 0
@@ -47,11 +54,13 @@ class ValidateOptions:
     python: str | None = None
     timeout: float = 3600.0
     poll: float = 2.0
+    host: str | None = None
+    accept_new_host_keys: bool = False
 
 
 @dataclass
 class Outcome:
-    """What a validation run gave: the exit code and where its files are."""
+    """What a validation run gave: the exit code and where its files are (paths on the host)."""
 
     code: int
     job_id: str | None = None
@@ -68,26 +77,22 @@ def install_dir(site: Site, values: dict[str, str]) -> str:
     return f"{values['prefix']}/validation"
 
 
-def slurm_answers(env: dict[str, str] | None = None) -> bool:
-    """Whether sbatch is here and a Slurm controller answers."""
-    if not shutil.which("sbatch") or not shutil.which("squeue"):
+def slurm_answers(host: Host | None = None) -> bool:
+    """Whether sbatch is on ``host`` (default: here) and a Slurm controller answers it."""
+    host = host or local_host()
+    if not host.probe(["sbatch", "--version"], timeout=15).ok:
         return False
-    try:
-        out = subprocess.run(["squeue", "-h", "-o", "%i", "-u", os.environ.get("USER", "root")], capture_output=True,
-                             text=True, timeout=15, env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0
+    return host.probe(["squeue", "-h", "-o", "%i", "-u", host.user()], timeout=15).ok
 
 
-def choose(facts: Facts, options: ValidateOptions) -> tuple[str, str]:
-    """(scheduler, launcher) for this run."""
+def choose(facts: Facts, options: ValidateOptions, host: Host | None = None) -> tuple[str, str]:
+    """(scheduler, launcher) for this run on ``host`` (default: here)."""
     v = validation_of(facts)
     scheduler = options.scheduler
     if scheduler not in ("auto", "slurm", "none"):
         raise InputError("--scheduler", f"must be auto, slurm or none, not {scheduler!r}")
     if scheduler == "auto":
-        scheduler = "slurm" if facts.scheduler.kind == "slurm" and slurm_answers() else "none"
+        scheduler = "slurm" if facts.scheduler.kind == "slurm" and slurm_answers(host) else "none"
     if options.launcher:
         if options.launcher not in v.launchers:
             raise InputError("--launcher", f"the site installs jobs for {', '.join(v.launchers)}, not {options.launcher!r}")
@@ -104,70 +109,94 @@ def choose(facts: Facts, options: ValidateOptions) -> tuple[str, str]:
     return scheduler, launcher
 
 
-def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcome:
-    """Run (or collect) the site's validation job; report the verdict; return the outcome."""
-    host = local_host()
-    values = site.placeholder_values(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
-    from sitestack.core import schema
+def open_host(site: Site, options: ValidateOptions) -> Host:
+    """This machine, or ``options.host`` connected as ``invoke provision`` would (playbook host or SSH alias)."""
+    if not options.host:
+        return local_host()
+    spec = select_hosts(site, [options.host])[0]
+    return connect(spec, RunOptions(accept_new_host_keys=options.accept_new_host_keys))
 
+
+def results_root(site: Site, options: ValidateOptions, host: Host) -> str:
+    """The absolute results directory on ``host`` (``~`` is the host's home)."""
+    root = options.results or f"~/sitestack-validation/{site.name}"
+    if root == "~" or root.startswith("~/"):
+        root = host.home() + root[1:]
+    if isinstance(host, LocalHost):
+        return str(Path(root).resolve())  # relative to where invoke runs
+    return posixpath.normpath(root if root.startswith("/") else posixpath.join(host.home(), root))
+
+
+def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcome:
+    """Run (or collect) the site's validation job on its host; report the verdict; return the outcome."""
+    host = open_host(site, options)
+    try:
+        return _validate(site, options, reporter, host)
+    finally:
+        host.close()
+
+
+def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Host) -> Outcome:
+    values = site.placeholder_values(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
     facts = schema.build(Facts, site.resolved_facts(values), site.path, line=0, key="facts")
     directory = install_dir(site, values)
-    root = Path(options.results or Path.home() / "sitestack-validation" / site.name).expanduser().resolve()
+    root = results_root(site, options, host)
     if options.collect:
-        return collect(site, options.collect, root, options, reporter)
-    scheduler, launcher = choose(facts, options)
-    script = Path(directory) / "jobs" / script_name(launcher)
-    if not script.is_file():
-        raise SitestackError(f"the validation job is not installed ({script} missing): run "
+        return collect(site, options.collect, root, options, reporter, host)
+    scheduler, launcher = choose(facts, options, host)
+    script = f"{directory}/jobs/{script_name(launcher)}"
+    if not host.probe(["test", "-f", script]).ok:
+        raise SitestackError(f"the validation job is not installed ({script} missing on {host.name}): run "
                              f"`invoke install-validation-job --site {site.name}` first")
-    root.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
+    host.run(["mkdir", "-p", root])
+    env: dict[str, str] = {}
     if options.ranks_per_node:
         env["SITESTACK_RANKS_PER_NODE"] = str(options.ranks_per_node)
     if options.python:
         env["SITESTACK_PYTHON"] = options.python
+    name = posixpath.basename(script)
     if scheduler == "slurm":
         argv = ["sbatch", "--parsable", f"--chdir={root}"]
         if options.nodes:
             argv.append(f"--nodes={options.nodes}")
         if options.ranks_per_node and validation_of(facts).sbatch_tasks:
             argv.append(f"--ntasks-per-node={options.ranks_per_node}")
-        argv.append(str(script))
-        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
-        if out.returncode != 0:
+        argv.append(script)
+        # probe, not run: run merges stderr into stdout, and sbatch's warnings must not reach the job id.
+        out = host.probe(argv, env=env, timeout=120)
+        if not out.ok:
             raise SitestackError(f"sbatch refused the job: {(out.stderr or out.stdout).strip()}")
         job_id = out.stdout.strip().split(";")[0]
-        reporter.note(f"submitted {script.name} to Slurm as job {job_id}; results in {root}/sitestack-validation-{job_id}/")
+        reporter.note(f"submitted {name} to Slurm as job {job_id}; results in {root}/sitestack-validation-{job_id}/")
         if not options.wait:
             reporter.note(f"not waiting: `invoke validate --site {site.name} --collect {job_id}"
-                          f"{' --results ' + str(root) if options.results else ''}` reads the verdict later")
-            return Outcome(0, job_id, root / f"sitestack-validation-{job_id}", root / f"sitestack-validation-{job_id}.log")
-        return collect(site, job_id, root, options, reporter)
-    run_id = f"local-{os.getpid()}-{int(time.time())}"
-    out_dir = root / f"sitestack-validation-{run_id}"
-    log = root / f"sitestack-validation-{run_id}.log"
-    env["SITESTACK_VALIDATION_OUT"] = str(out_dir)
-    reporter.note(f"running {script.name} here without a scheduler ({launcher}); log {log}")
-    with open(log, "w", encoding="utf-8") as handle:
-        try:
-            proc = subprocess.run(["bash", str(script)], cwd=root, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                  timeout=options.timeout)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
-    return finish(site, run_id, out_dir, log, rc, reporter)
+                          f"{' --results ' + root if options.results else ''}"
+                          f"{' --host ' + options.host if options.host else ''}` reads the verdict later")
+            return Outcome(0, job_id, Path(root, f"sitestack-validation-{job_id}"),
+                           Path(root, f"sitestack-validation-{job_id}.log"))
+        return collect(site, job_id, root, options, reporter, host)
+    run_id = f"local-{os.getpid()}-{time.time_ns() // 1_000_000}"  # ms: two runs of one process differ
+    out_dir = f"{root}/sitestack-validation-{run_id}"
+    log = f"{root}/sitestack-validation-{run_id}.log"
+    env["SITESTACK_VALIDATION_OUT"] = out_dir
+    reporter.note(f"running {name} on {host.name} without a scheduler ({launcher}); log {log}")
+    # probe, not run: a failing job is an outcome to report (its result.json says why), not an error.
+    rc = host.probe(["sh", "-c", RUN_TO_LOG, script, log], env=env, cwd=root, timeout=options.timeout).rc
+    return finish(site, run_id, out_dir, log, rc, reporter, host)
 
 
-def collect(site: Site, job_id: str, root: Path, options: ValidateOptions, reporter: Reporter) -> Outcome:
-    """Wait for Slurm job ``job_id`` to end, then read its result."""
+def collect(site: Site, job_id: str, root: str, options: ValidateOptions, reporter: Reporter,
+            host: Host | None = None) -> Outcome:
+    """Wait for Slurm job ``job_id`` on ``host`` (default: here) to end, then read its result."""
+    host = host or local_host()
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         raise InputError("--collect", f"{job_id!r} is not a Slurm job id")
     deadline = time.monotonic() + options.timeout
     state = None
     while True:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=60)
+        out = host.probe(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=60)
         current = out.stdout.strip()
-        if out.returncode != 0 or not current or current in FINISHED:
+        if not out.ok or not current or current in FINISHED:
             break
         if current != state:
             reporter.note(f"job {job_id}: {current}")
@@ -176,29 +205,32 @@ def collect(site: Site, job_id: str, root: Path, options: ValidateOptions, repor
             raise SitestackError(f"job {job_id} still {current} after {options.timeout:.0f}s (it keeps running; "
                                  f"`invoke validate --site {site.name} --collect {job_id}` reads it later)")
         time.sleep(options.poll)
-    rc = slurm_exit_code(job_id)
-    return finish(site, job_id, root / f"sitestack-validation-{job_id}", root / f"sitestack-validation-{job_id}.log", rc,
-                  reporter)
+    rc = slurm_exit_code(job_id, host)
+    return finish(site, job_id, f"{root}/sitestack-validation-{job_id}", f"{root}/sitestack-validation-{job_id}.log",
+                  rc, reporter, host)
 
 
-def slurm_exit_code(job_id: str) -> int | None:
+def slurm_exit_code(job_id: str, host: Host | None = None) -> int | None:
     """The batch script's exit code from ``scontrol show job`` (None once Slurm forgot the job)."""
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=60)
+    out = (host or local_host()).probe(["scontrol", "show", "job", "-o", job_id], timeout=60)
     match = re.search(r"\bExitCode=(\d+):(\d+)", out.stdout)
     return int(match.group(1)) if match else None
 
 
-def finish(site: Site, job_id: str, out_dir: Path, log: Path, rc: int | None, reporter: Reporter) -> Outcome:
-    path = out_dir / "result.json"
-    if not path.is_file():
-        tail = ""
-        if log.is_file():
-            tail = "\n".join(log.read_text(errors="replace").rstrip().splitlines()[-15:])
+def finish(site: Site, job_id: str, out_dir: str, log: str, rc: int | None, reporter: Reporter,
+           host: Host | None = None) -> Outcome:
+    """Read ``out_dir/result.json`` on ``host``, report its verdict; 0 only when it passed and the job exited 0."""
+    host = host or local_host()
+    path = f"{out_dir}/result.json"
+    text = host.read_text(path)
+    if text is None:
+        tail = "\n".join((host.read_text(log) or "").rstrip().splitlines()[-15:])
         raise SitestackError(f"job {job_id} left no result ({path} missing; exit code {rc}); log {log}:\n{tail}".rstrip())
-    result = json.loads(path.read_text())
+    result: dict[str, Any] = json.loads(text)
     reporter.note(verdict_table(result))
     artefacts = result.get("artefacts") or {}
-    files = [str(out_dir / artefacts[k]) for k in ("markdown", "json", "plot") if artefacts.get(k)]
-    reporter.note("report: " + ", ".join(files) + (f" (plot skipped: {artefacts['plot_note']})" if artefacts.get("plot_note") else ""))
+    files = [f"{out_dir}/{artefacts[k]}" for k in ("markdown", "json", "plot") if artefacts.get(k)]
+    skipped = f" (plot skipped: {artefacts['plot_note']})" if artefacts.get("plot_note") else ""
+    reporter.note("report: " + ", ".join(files) + skipped)
     code = 0 if result.get("verdict") == "passed" and (rc in (0, None)) else 1
-    return Outcome(code, job_id, out_dir, log, result)
+    return Outcome(code, job_id, Path(out_dir), Path(log), result)

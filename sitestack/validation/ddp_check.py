@@ -43,6 +43,7 @@ import contextlib
 import errno
 import glob
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -51,13 +52,14 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 try:  # imported as part of sitestack (tests, the controller)
     from . import ddp_report
 except ImportError:  # run as a script on the site, beside ddp_report.py
-    import ddp_report  # type: ignore[no-redef]
+    import ddp_report  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 SCHEMA = 1
 CHECKS = ("environment", "process-group", "affinity", "collectives", "ddp", "checkpoint", "bandwidth",
@@ -231,7 +233,7 @@ def select_device(torch: Any, local_rank: int, local_world_size: int | None,
         if not has_xccl:
             backend = "ccl"
             try:
-                import oneccl_bindings_for_pytorch  # noqa: F401  (registers the "ccl" backend)
+                import oneccl_bindings_for_pytorch  # type: ignore[import-not-found, unused-ignore]  # noqa: F401  (registers "ccl")
             except ImportError:
                 problem = problem or "XPU without xccl in torch and without oneccl_bindings_for_pytorch: no backend"
         return Device("xpu", index, backend, "oneCCL", count,
@@ -252,7 +254,13 @@ def parse_mask(text: str) -> set[int]:
     return {bit for bit in range(value.bit_length()) if value >> bit & 1}
 
 
-def cpu_list(cpus) -> str:
+def parse_masks(text: str) -> list[set[int]]:
+    """The CPU sets of a ``mask_cpu`` list, one per local rank (``0xfe,0xfe00``)."""
+    return [parse_mask(part) for part in text.split(",") if part.strip()]
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """``{1, 2, 3, 5}`` -> ``1-3,5`` (the format of taskset -c); ``(none)`` for no CPUs."""
     return ddp_report.cpu_list(cpus, empty="(none)")
 
 
@@ -420,30 +428,23 @@ def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | No
     peak = max(rows, key=lambda r: r["busbw_gbs"])
     kind = "multi-node" if nodes > 1 else "single-node"
     if not reference:
-        return PASSED, (f"peak busbw {peak['busbw_gbs']:.3g} GB/s at {human_bytes(peak['bytes'])}; "
+        return PASSED, (f"peak busbw {peak['busbw_gbs']:.3g} GB/s at {ddp_report.human_bytes(peak['bytes'])}; "
                         f"not judged: the site has no {kind} reference"), None
     target = reference["message_bytes"]
     row = next((r for r in rows if r["bytes"] == target), None)
     note = ""
     if row is None:
         row = max(rows, key=lambda r: r["bytes"])
-        note = f" (the sweep's largest size; the reference is for {human_bytes(target)})"
+        note = f" (the sweep's largest size; the reference is for {ddp_report.human_bytes(target)})"
     minimum = reference["busbw_gbs"] * (1 + reference.get("lower", -0.05))
     compared = {**reference, "minimum_gbs": minimum, "measured_gbs": row["busbw_gbs"], "at_bytes": row["bytes"], "kind": kind}
-    where = f"at {human_bytes(row['bytes'])}{note}"
+    where = f"at {ddp_report.human_bytes(row['bytes'])}{note}"
     if row["busbw_gbs"] < minimum:
         return FAILED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} is below {minimum:.3g} GB/s "
                         f"({kind} reference {reference['busbw_gbs']:.3g} GB/s {reference.get('lower', -0.05):+.0%}"
                         f"{'; ' + reference['source'] if reference.get('source') else ''})"), compared
     return PASSED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} >= {minimum:.3g} GB/s "
                     f"({kind} reference {reference['busbw_gbs']:.3g} GB/s)"), compared
-
-
-def human_bytes(n: int | float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{int(n // scale)} {unit}"
-    return f"{int(n)} B"
 
 
 def parse_size(text: str) -> int:
@@ -508,7 +509,7 @@ class Run:
         self.host = socket.gethostname().split(".")[0]
         self.torch: Any = None
         self.dist: Any = None
-        self.device: Device | None = None
+        self.device: Device | None = None  # chosen by the environment check, which runs first
         self.ranks: list[dict[str, Any]] = []
         self.bandwidth: dict[str, Any] = {}
         self.mpi_data: dict[str, Any] = {}
@@ -525,7 +526,7 @@ class Run:
         check.details.update(details)
 
     @contextlib.contextmanager
-    def timed(self, name: str):
+    def timed(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield
@@ -556,8 +557,8 @@ class Run:
 
     # -- 1. environment ----------------------------------------------------------------------
     def environment(self) -> None:
-        import torch
-        import torch.distributed as dist
+        import torch  # type: ignore[import-not-found, unused-ignore]
+        import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
 
         self.torch, self.dist = torch, dist
         self.device = select_device(torch, self.info.local_rank, self.info.local_world_size, self.env,
@@ -610,7 +611,7 @@ class Run:
         if self.device.problem:
             problems.append(self.device.problem)
         want_torch = self.config.get("torch_version")
-        if want_torch and not torch.__version__.split("+")[0] == want_torch:
+        if want_torch and torch.__version__.split("+")[0] != want_torch:
             problems.append(f"torch {torch.__version__} here, the site facts say {want_torch}")
         if self.config.get("gpu_vendor") not in (None, "none") and self.device.kind == "cpu" and self.args.device != "cpu":
             problems.append(f"the site has {self.config['gpu_vendor']} GPUs but torch sees none on {self.host}")
@@ -649,9 +650,9 @@ class Run:
         nodelist = self.env.get("SLURM_JOB_NODELIST")
         if master and nodelist and self.info.launcher != "torchrun":
             with contextlib.suppress(ValueError):
-                first = _first_host(nodelist)
-                if first != master and first.split(".")[0] != master.split(".")[0]:
-                    problems.append(f"MASTER_ADDR is {master}, but the first host of {nodelist} is {first}")
+                first_node = first_host(nodelist)
+                if first_node != master and first_node.split(".")[0] != master.split(".")[0]:
+                    problems.append(f"MASTER_ADDR is {master}, but the first host of {nodelist} is {first_node}")
         first = ranks[0]
         versions = [f"torch {first['torch']}"]
         if first.get("nccl"):
@@ -693,10 +694,10 @@ class Run:
                          "means a stray process or a fixed port elsewhere")
                 return False
         timeout = timedelta(seconds=self.args.init_timeout)
-        kwargs: dict[str, Any] = {"backend": self.device.backend, "init_method": "env://", "rank": self.info.rank,
+        kwargs: dict[str, Any] = {"backend": self.dev.backend, "init_method": "env://", "rank": self.info.rank,
                                   "world_size": self.info.world_size, "timeout": timeout}
-        if self.device.kind == "cuda" and self.device.index is not None:
-            kwargs["device_id"] = self.torch.device("cuda", self.device.index)
+        if self.dev.kind == "cuda" and self.dev.index is not None:
+            kwargs["device_id"] = self.torch.device("cuda", self.dev.index)
         start = time.perf_counter()
         # the store's own timeout does not cover a port held by a process that accepts and never answers
         stuck = threading.Timer(self.args.init_timeout + 15, self.on_stuck_init, args=(addr, port))
@@ -715,7 +716,7 @@ class Run:
         finally:
             stuck.cancel()
         self.pg_ok = True
-        self.set("process-group", PASSED, f"{self.device.backend} process group of {self.info.world_size} ranks via "
+        self.set("process-group", PASSED, f"{self.dev.backend} process group of {self.info.world_size} ranks via "
                  f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s")
         return True
 
@@ -752,23 +753,31 @@ class Run:
         else:
             self.set("collectives", PASSED, f"allreduce, allgather and broadcast exact on all {n} ranks")
 
-    def torch_device(self):
-        return self.torch.device(self.device.kind, self.device.index) if self.device.index is not None else self.torch.device("cpu")
+    @property
+    def dev(self) -> Device:
+        """The device the environment check chose (every later check runs after it)."""
+        if self.device is None:
+            raise RuntimeError("no device: the environment check has not run")
+        return self.device
+
+    def torch_device(self) -> Any:
+        """This rank's ``torch.device``."""
+        return self.torch.device(self.dev.kind, self.dev.index) if self.dev.index is not None else self.torch.device("cpu")
 
     # -- 5. DDP and 6. checkpoint ----------------------------------------------------------------
-    def _model(self, seed: int):
+    def _model(self, seed: int) -> Any:
         torch = self.torch
         torch.manual_seed(seed)
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
         return model.to(self.torch_device())
 
-    def _fingerprint(self, module) -> str:
+    def _fingerprint(self, module: Any) -> str:
         digest = hashlib.sha256()
         for tensor in module.state_dict().values():
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
         return digest.hexdigest()[:16]
 
-    def _batches(self, steps: int):
+    def _batches(self, steps: int) -> list[tuple[Any, Any]]:
         torch = self.torch
         gen = torch.Generator().manual_seed(7)
         w_true = torch.randn(32, 1, generator=gen)
@@ -781,9 +790,9 @@ class Run:
             out.append((x.to(dev), y.to(dev)))
         return out
 
-    def ddp(self) -> tuple[Any, Any, list]:
+    def ddp(self) -> tuple[Any, Any, list[tuple[Any, Any]]]:
         torch, dist = self.torch, self.dist
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
         seed = 1234 + (1 if rank_fault(self.env, "seed", self.info.rank) else 0)
         model = self._model(seed)
@@ -794,7 +803,7 @@ class Run:
             problems.append(f"rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} built different initial "
                             f"parameters than rank 0 (fingerprint {prints[differ[0]]} vs {prints[0]}); DDP would silently "
                             "overwrite them: check that every node runs the same torch and code")
-        ids = [self.device.index] if self.device.kind != "cpu" and self.device.index is not None else None
+        ids = [self.dev.index] if self.dev.kind != "cpu" and self.dev.index is not None else None
         ddp_model = DDP(model, device_ids=ids) if self.info.world_size > 1 else model
         optim = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
         batches = self._batches(self.args.steps + 2)
@@ -825,9 +834,9 @@ class Run:
                      f"identical on all {self.info.world_size} ranks ({after[0]})", **details)
         return ddp_model, optim, batches[self.args.steps:]
 
-    def checkpoint(self, ddp_model, optim, more: list) -> None:
+    def checkpoint(self, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]) -> None:
         torch = self.torch
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
         model = ddp_model.module if hasattr(ddp_model, "module") else ddp_model
         directory = os.path.join(self.args.out, "checkpoint")
@@ -840,7 +849,7 @@ class Run:
         state = torch.load(path, map_location=self.torch_device(), weights_only=True)
         fresh = self._model(99)
         fresh.load_state_dict(state["model"])
-        fresh_ddp = DDP(fresh, device_ids=[self.device.index] if self.device.kind != "cpu" and self.device.index is not None else None) \
+        fresh_ddp = DDP(fresh, device_ids=[self.dev.index] if self.dev.kind != "cpu" and self.dev.index is not None else None) \
             if self.info.world_size > 1 else fresh
         fresh_optim = torch.optim.SGD(fresh_ddp.parameters(), lr=0.1, momentum=0.9)
         fresh_optim.load_state_dict(state["optim"])
@@ -887,7 +896,7 @@ class Run:
         if n < 2:
             self.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
             return
-        gpu = self.device.kind != "cpu"
+        gpu = self.dev.kind != "cpu"
         lo, hi = self.args.min_bytes, self.args.max_bytes
         refs = self.config.get("bandwidth") or {}
         if hi is None:
@@ -931,8 +940,8 @@ class Run:
                 text += handle.read()
         hosts = len({r["host"] for r in self.ranks}) if self.ranks else 1
         net = self.config.get("network") or {}
-        if self.device.backend != "nccl" and not self.args.nccl_log:
-            self.set("net-plugin", SKIPPED, f"backend {self.device.backend} does not use NCCL/RCCL network plugins")
+        if self.dev.backend != "nccl" and not self.args.nccl_log:
+            self.set("net-plugin", SKIPPED, f"backend {self.dev.backend} does not use NCCL/RCCL network plugins")
             return
         status, summary, evidence = judge_net_plugin(text, hosts=hosts, plugin=net.get("net_plugin"),
                                                      provider=net.get("libfabric_provider"))
@@ -1009,7 +1018,7 @@ class Run:
     # -- 11. Horovod ---------------------------------------------------------------------------------
     def horovod(self) -> None:
         try:
-            import horovod.torch as hvd
+            import horovod.torch as hvd  # type: ignore[import-not-found, unused-ignore]
         except ImportError:
             self.set("horovod", SKIPPED, "skipped: Horovod not in this stack")
             return
@@ -1020,7 +1029,7 @@ class Run:
         if size != self.info.world_size:
             problems.append(f"Horovod sees {size} ranks, the launcher started {self.info.world_size}")
         t = torch.tensor([float(rank + 1)])
-        if self.device.kind == "cuda":
+        if self.dev.kind == "cuda":
             t = t.cuda()
         total = hvd.allreduce(t, op=hvd.Sum, name="sitestack.check")
         if float(total.cpu()[0]) != size * (size + 1) / 2:
@@ -1059,7 +1068,7 @@ class Run:
         with self.timed("environment"):
             self.environment_after()
         with self.timed("affinity"):
-            masks = [parse_mask(m) for m in self.args.cpu_masks.split(",")] if self.args.cpu_masks else None
+            masks = parse_masks(self.args.cpu_masks) if self.args.cpu_masks else None
             status, summary, lines = judge_affinity(self.ranks, self.config, masks)
             self.set("affinity", status, summary, ranks=lines)
         with self.timed("collectives"):
@@ -1165,28 +1174,103 @@ class Run:
         return result
 
 
-def _first_host(nodelist: str) -> str:
-    depth, cut = 0, len(nodelist)
-    for i, char in enumerate(nodelist):
-        depth += char == "["
-        depth -= char == "]"
+# -- Slurm host lists ---------------------------------------------------------------------------------
+# ``nid[001-004,007],nid010`` -> ``nid001 nid002 nid003 nid004 nid007 nid010``. The batch script asks
+# ``scontrol show hostnames`` where it can; this parser reads a node list without Slurm (inside a
+# container, in tests). Slurm's hostlist syntax: comma-separated entries, each a name with zero or more
+# bracketed range lists (``rack[1-2]-node[01-02]`` is the product of both); ranges keep their zero
+# padding; commas inside brackets do not split entries (the bug of LUMI's ``get-master``, which splits
+# on every comma first).
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+class NodelistError(ValueError):
+    """A host list that is not valid Slurm syntax."""
+
+
+def split_entries(nodelist: str) -> list[str]:
+    """Split a host list on the commas that are outside brackets."""
+    entries: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in nodelist.strip():
+        if char == "[":
+            depth += 1
+            if depth > 1:
+                raise NodelistError(f"nested brackets in {nodelist!r}")
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise NodelistError(f"unbalanced ']' in {nodelist!r}")
         if char == "," and depth == 0:
-            cut = i
-            break
-    entry = nodelist[:cut]
-    match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", entry)
-    if not match:
-        return entry
-    prefix, body, rest = match.groups()
-    first = body.split(",")[0].split("-")[0]
-    return _first_host(prefix + first + rest) if "[" in rest else prefix + first + rest
+            entries.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if depth:
+        raise NodelistError(f"unbalanced '[' in {nodelist!r}")
+    entries.append("".join(current))
+    if any(not e.strip() for e in entries):
+        raise NodelistError(f"empty host name in {nodelist!r}")
+    return [e.strip() for e in entries]
+
+
+def _expand_ranges(body: str, whole: str) -> list[str]:
+    out: list[str] = []
+    for part in body.split(","):
+        match = _RANGE.match(part.strip())
+        if not match:
+            raise NodelistError(f"bad range {part!r} in {whole!r}")
+        lo_text, hi_text = match.group(1), match.group(2)
+        if hi_text is None:
+            out.append(lo_text)
+            continue
+        lo, hi = int(lo_text), int(hi_text)
+        if hi < lo:
+            raise NodelistError(f"range {part!r} runs backwards in {whole!r}")
+        if hi - lo > 100_000:
+            raise NodelistError(f"range {part!r} is implausibly large in {whole!r}")
+        width = len(lo_text) if lo_text.startswith("0") or len(lo_text) == len(hi_text) else 0
+        out.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+    return out
+
+
+def expand_entry(entry: str, whole: str | None = None) -> list[str]:
+    """All host names of one entry: ``a[1-2]b[3,5]`` -> ``a1b3 a1b5 a2b3 a2b5``."""
+    whole = whole or entry
+    choices: list[list[str]] = []
+    for piece in re.split(r"(\[[^\]]*\])", entry):
+        if piece.startswith("["):
+            choices.append(_expand_ranges(piece[1:-1], whole))
+        elif piece:
+            if "]" in piece or "[" in piece:
+                raise NodelistError(f"stray bracket in {whole!r}")
+            choices.append([piece])
+    return ["".join(parts) for parts in itertools.product(*choices)]
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Every host of a Slurm host list, in order, duplicates kept (as scontrol does)."""
+    if not nodelist or not nodelist.strip():
+        raise NodelistError("empty node list")
+    hosts: list[str] = []
+    for entry in split_entries(nodelist):
+        hosts.extend(expand_entry(entry, nodelist))
+    return hosts
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a host list: where rank 0 runs, hence MASTER_ADDR."""
+    return expand_entry(split_entries(nodelist)[0], nodelist)[0]
 
 
 def free_port() -> int:
     """A TCP port nobody listens on now, on this host."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def port_in_use(port: int) -> str | None:
@@ -1247,7 +1331,8 @@ def mpi_pingpong(MPI: Any, comm: Any, rank: int, size: int) -> tuple[float | Non
             results[0] = half * 1e6
         else:
             results[1] = nbytes / half / 1e6
-    return comm.bcast((results[0], results[1]), root=0)
+    latency_bandwidth: tuple[float | None, float | None] = comm.bcast((results[0], results[1]), root=0)
+    return latency_bandwidth
 
 
 # --------------------------------------------------------------------------------------------
@@ -1288,7 +1373,8 @@ def load_config(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        config: dict[str, Any] = json.load(handle)
+    return config
 
 
 def import_mpi(info: RankInfo, args: argparse.Namespace) -> tuple[Any, str | None]:
@@ -1298,7 +1384,7 @@ def import_mpi(info: RankInfo, args: argparse.Namespace) -> tuple[Any, str | Non
     if info.launcher in ("torchrun", "none", "env"):
         return None, f"the launcher ({info.launcher}) starts no MPI ranks: run the srun or mpiexec job for the MPI checks"
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return None, "mpi4py is not installed in this stack"
     except Exception as exc:  # noqa: BLE001  (a broken mpi4py is a finding, not a crash)

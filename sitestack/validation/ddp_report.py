@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
@@ -122,7 +123,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def cpu_list(cpus, empty: str = "—") -> str:
+def cpu_list(cpus: Iterable[int], empty: str = "—") -> str:
     """``{0, 1, 2, 5}`` -> ``"0-2,5"`` (``empty`` for no CPUs)."""
     values = sorted(cpus)
     if not values:
@@ -151,11 +152,11 @@ def write_plot(result: dict[str, Any], path: str) -> str | None:
     if not rows:
         return "no bandwidth was measured"
     try:
-        import matplotlib
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FixedLocator, NullLocator
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+        from matplotlib.ticker import FixedLocator, NullLocator  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return "matplotlib is not installed in this Python"
     bw = result["bandwidth"]

@@ -6,16 +6,16 @@ site's reserved cores, plus their SMT siblings (``core + node_cores * t``) when
 ``threads_per_core`` > 1. On LUMI-G (GCD->CCD ``[6,7,2,3,0,1,4,5]``, 8 cores per CCD, core 0 of
 each CCD reserved) this gives ``0xfe << 8*CCD(g)``, the masks of LUMI's own job scripts and
 ReFrame checks. Masks are printed zero-padded to the width of the node's CPU set, in local
-rank order, for ``srun --cpu-bind=mask_cpu:``.
+rank order, for ``srun --cpu-bind=mask_cpu:``. The check program (:mod:`sitestack.validation.ddp_check`)
+parses them back on the site (``parse_masks``) and prints CPU sets (``cpu_list``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-# The check program parses the masks it is given on the site; one parser serves both sides.
-from sitestack.validation.ddp_check import parse_mask
+from sitestack.model.site import Facts
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,8 @@ class Binding:
     threads_per_core: int = 1
 
     @classmethod
-    def from_facts(cls, facts) -> Binding | None:
-        """The binding of a site (a :class:`~sitestack.site.Facts`), or None without cpu_bind."""
+    def from_facts(cls, facts: Facts) -> Binding | None:
+        """The binding of a site, or None without ``gpu.cpu_bind``."""
         bind = facts.gpu.cpu_bind
         if bind is None:
             return None
@@ -82,29 +82,3 @@ def rank_masks(binding: Binding) -> list[str]:
     """One mask per local rank (= GPU unit), zero-padded to the node's logical CPU count."""
     width = max(1, -(-binding.node_cores * binding.threads_per_core // 4))
     return [format_mask(mask(cpus_for_gpu(binding, g)), width) for g in range(len(binding.gpu_to_numa))]
-
-
-def mask_cpu_option(binding: Binding) -> str:
-    """The srun option: ``--cpu-bind=mask_cpu:0x...,0x...``."""
-    return "--cpu-bind=mask_cpu:" + ",".join(rank_masks(binding))
-
-
-def parse_masks(text: str) -> list[set[int]]:
-    """The CPU sets of a ``mask_cpu`` list, one per local rank (``0xfe,0xfe00``)."""
-    return [parse_mask(part) for part in text.split(",") if part.strip()]
-
-
-def describe_cpus(cpus: Sequence[int] | set[int]) -> str:
-    """``{1,2,3,5}`` -> ``1-3,5`` (the format of taskset -c and /proc/self/status)."""
-    values = sorted(cpus)
-    if not values:
-        return "(none)"
-    runs, start, prev = [], values[0], values[0]
-    for cpu in values[1:]:
-        if cpu == prev + 1:
-            prev = cpu
-            continue
-        runs.append(f"{start}-{prev}" if prev > start else str(start))
-        start = prev = cpu
-    runs.append(f"{start}-{prev}" if prev > start else str(start))
-    return ",".join(runs)
