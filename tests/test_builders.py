@@ -8,18 +8,10 @@ import json
 
 import pytest
 
-from sitestack.actions.recipe_install import (
-    Target,
-    Toolchain,
-    build_inputs,
-    build_plan,
-    check_commands,
-    digest,
-    explain_change,
-    host_argv,
-    install_inputs,
-)
 from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
+from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
+from sitestack.installs.target import Target, build_plan, check_commands, host_argv
+from sitestack.installs.toolchain import Toolchain
 from sitestack.model.recipe import load_recipe
 from tests.recipe_facts import FRONTIER, LUMI, facts
 
@@ -216,5 +208,5 @@ def test_symbolic_layout():
 @pytest.mark.parametrize("launcher,expected", [("srun", ["srun", "-n", "4"]), ("mpiexec", ["mpiexec", "-n", "4"]),
                                                ("mpirun", ["mpirun", "-np", "4"])])
 def test_launchers(launcher, expected):
-    from sitestack.actions.recipe_install import launcher_argv
+    from sitestack.installs.target import launcher_argv
     assert launcher_argv(facts(mpi__launcher=launcher), 4) == expected
