@@ -22,6 +22,10 @@ killed run (hidden trees, build dirs) are removed by the next install under the 
 
 Build logs are files (one per install, controller side); phases are written there as
 ``==> sitestack: ... phase NAME (+ELAPSED)`` lines and reported while the build runs.
+
+This module is the action only; the machinery is :mod:`sitestack.installs` (target, inputs,
+toolchain, stamp and lock, installer) and the build systems are :data:`sitestack.builders.BUILDERS`.
+The names other modules used to import from here are re-exported (``__all__``).
 """
 
 from __future__ import annotations
