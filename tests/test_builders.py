@@ -8,18 +8,10 @@ import json
 
 import pytest
 
-from sitestack.actions.recipe_install import (
-    Target,
-    Toolchain,
-    build_inputs,
-    build_plan,
-    check_commands,
-    digest,
-    explain_change,
-    host_argv,
-    install_inputs,
-)
 from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
+from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
+from sitestack.installs.target import Target, build_plan, check_commands, host_argv
+from sitestack.installs.toolchain import Toolchain
 from sitestack.model.recipe import load_recipe
 from tests.recipe_facts import FRONTIER, LUMI, facts
 
@@ -216,5 +208,51 @@ def test_symbolic_layout():
 @pytest.mark.parametrize("launcher,expected", [("srun", ["srun", "-n", "4"]), ("mpiexec", ["mpiexec", "-n", "4"]),
                                                ("mpirun", ["mpirun", "-np", "4"])])
 def test_launchers(launcher, expected):
-    from sitestack.actions.recipe_install import launcher_argv
+    from sitestack.installs.target import launcher_argv
     assert launcher_argv(facts(mpi__launcher=launcher), 4) == expected
+
+
+# -- the registry --------------------------------------------------------------------------------
+def test_every_build_system_a_recipe_may_name_has_a_builder():
+    import typing
+
+    from sitestack.builders import BUILDERS
+    from sitestack.model.recipe import Recipe
+
+    allowed = set(typing.get_args(typing.get_type_hints(Recipe)["build"]))
+    assert set(BUILDERS) == allowed
+    assert {name: b.name for name, b in BUILDERS.items()} == {name: name for name in allowed}
+    assert {name: b.artefact for name, b in BUILDERS.items()} == {"autotools": "tree", "cmake": "tree", "pip": "wheel"}
+
+
+@pytest.mark.parametrize("found,program,venv,make", [
+    ({"cmake": "/usr/bin/cmake | cmake version 3.27.1", "ninja": "/usr/bin/ninja | 1.11"}, "/usr/bin/cmake", (), None),
+    ({"cmake": "/usr/bin/cmake | cmake version 3.10.2", "ninja": "/usr/bin/ninja | 1.11"}, None,
+     ("cmake>=3.18", "ninja"), None),
+    ({"cmake": "/usr/bin/cmake | cmake version 3.27.1"}, "/usr/bin/cmake", ("cmake>=3.18", "ninja"), "ninja"),
+    ({}, None, ("cmake>=3.18", "ninja"), "ninja"),
+])
+def test_cmake_host_tools(found, program, venv, make):
+    from sitestack.builders import BUILDERS
+    from sitestack.model.recipe import CMake
+
+    tools = BUILDERS["cmake"].host_tools(CMake(), found)
+    assert (tools.program, tools.venv_packages, tools.venv_make_program) == (program, venv, make)
+    assert tools.venv_name == ("cmake-3.18" if venv else "")
+
+
+def test_swap_points_the_link_at_the_new_tree_and_removes_the_old(tmp_path):
+    import subprocess
+
+    from sitestack.core.swap import swap_argv
+
+    (tmp_path / ".v.tree-a").mkdir()
+    (tmp_path / ".v.tree-b").mkdir()
+    (tmp_path / "v").mkdir()  # a foreign directory: moved aside, then removed
+    subprocess.run(swap_argv(str(tmp_path), "v", ".v.tree-a", "t1"), check=True)
+    assert (tmp_path / "v").is_symlink() and (tmp_path / "v").readlink().name == ".v.tree-a"
+    subprocess.run(swap_argv(str(tmp_path), "v", ".v.tree-b", "t2"), check=True)
+    assert (tmp_path / "v").readlink().name == ".v.tree-b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".v.tree-b", "v"]
+    with pytest.raises(ValueError):
+        swap_argv(str(tmp_path), "v", "/abs/tree", "t3")

@@ -250,17 +250,11 @@ class Builder(EnvTools):
         self.host.write_text(self.stack.manifest, dump(manifest), 0o644)
 
     def _switch(self, gen: str) -> None:
-        script = r"""
-set -e
-parent=$1 leaf=$2 gen=$3 token=$4
-cd "$parent"
-old=""
-if [ -L "$leaf" ]; then old=$(readlink "$leaf"); elif [ -e "$leaf" ]; then mv -T -- "$leaf" ".$leaf.old-$token"; old=".$leaf.old-$token"; fi
-ln -s -- "$gen" ".$leaf.link-$token"
-mv -T -- ".$leaf.link-$token" "$leaf"
-case "$old" in ""|*/*) ;; *) rm -rf -- "$old" ;; esac
-"""
-        self.run(["bash", "-c", script, "sitestack", self.parent, self.leaf, os.path.basename(gen), self.token])
+        """Point the stack's path at ``gen`` with one rename (:mod:`sitestack.core.swap`)."""
+        # imported here: this step is the only user, and the module's import block is not ours to reorder
+        from sitestack.core.swap import swap_argv
+
+        self.run(swap_argv(self.parent, self.leaf, os.path.basename(gen), self.token))
 
     def _clean_stale(self) -> None:
         """Remove generations a killed run left (not the current one)."""

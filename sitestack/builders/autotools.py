@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
-from sitestack.builders import Command, Layout
+from sitestack.builders.base import BuildRequest, Command, HostTools, Layout, Options, staged_prefix, tree_install
+from sitestack.model.recipe import Autotools
 
 
 def needs_bootstrap(mode: str, has_configure: bool) -> bool:
@@ -33,4 +35,34 @@ def plan(*, layout: Layout, args: Sequence[str] = (), env: Mapping[str, str] | N
 
 def staged_tree(layout: Layout) -> str:
     """Where the installed files are after the plan ran."""
-    return layout.stage.rstrip("/") + "/" + layout.prefix.lstrip("/")
+    return staged_prefix(layout)
+
+
+class AutotoolsBuilder:
+    """:class:`~sitestack.builders.base.Builder` for ``build: autotools``."""
+
+    name = "autotools"
+    artefact: Literal["tree", "wheel"] = "tree"
+    optional_tools: tuple[str, ...] = ()
+
+    def tools(self, python: str) -> list[str]:
+        return ["make"]
+
+    def plan(self, request: BuildRequest) -> list[Command]:
+        opts = request.options
+        assert isinstance(opts, Autotools)
+        return plan(layout=request.layout, args=request.args, env=request.env, bootstrap=opts.bootstrap,
+                    bootstrap_command=opts.bootstrap_command, has_configure=request.has_configure,
+                    out_of_tree=opts.out_of_tree, make_args=opts.make_args)
+
+    def staged_tree(self, layout: Layout) -> str:
+        return staged_tree(layout)
+
+    def install(self, python: str, artefact: str, tree: str) -> list[Command]:
+        return tree_install(artefact, tree)
+
+    def host_tools(self, options: Options, found: Mapping[str, str]) -> HostTools:
+        return HostTools()
+
+
+BUILDER = AutotoolsBuilder()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import tempfile
 import urllib.parse
 import urllib.request
@@ -21,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sitestack.core.errors import SitestackError
+from sitestack.core.host import atomic_write
 from sitestack.model.recipe import Recipe, expand
 
 
@@ -97,16 +97,8 @@ def fetch(recipe: Recipe, version: str, *, source: Path | None = None, mirrors: 
 
 
 def _store(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """Copy a verified tarball into the cache atomically (a reader never sees part of it)."""
+    atomic_write(dest, src.read_bytes())
 
 
 def _download(url: str, dest: Path, want: str | None, label: str, timeout: float) -> str:

@@ -1,0 +1,38 @@
+"""The generation swap: point a path at a new sibling tree with one rename.
+
+``<parent>/<leaf>`` is a symlink to a hidden sibling (``.<leaf>.tree-TOKEN``,
+``.<leaf>.gen-TOKEN``, ...). Switching it to a new sibling makes a new link
+``.<leaf>.link-TOKEN`` and renames it over ``<leaf>`` (``mv -T``: rename(2), atomic), so a
+reader sees the old tree or the new one, never neither. A real directory at ``<leaf>`` (a
+foreign install) is first moved aside to ``.<leaf>.old-TOKEN``. The tree the link pointed at
+is removed after the switch when it is a sibling (a relative name); an absolute target is
+somebody else's and is left alone. A killed swap leaves only hidden ``.<leaf>.*`` siblings,
+which the caller's next run removes.
+"""
+
+from __future__ import annotations
+
+SWAP_SCRIPT = r"""
+set -e
+parent=$1 leaf=$2 new=$3 token=$4
+cd "$parent"
+old=""
+if [ -L "$leaf" ]; then old=$(readlink "$leaf");
+elif [ -e "$leaf" ]; then mv -T -- "$leaf" ".$leaf.old-$token"; old=".$leaf.old-$token"; fi
+ln -s -- "$new" ".$leaf.link-$token"
+mv -T -- ".$leaf.link-$token" "$leaf"
+case "$old" in
+  ""|*/*) ;;
+  *) rm -rf -- "$old" ;;
+esac
+"""
+
+
+def swap_argv(parent: str, leaf: str, new: str, token: str) -> list[str]:
+    """The argv that points ``parent/leaf`` at the sibling ``new`` (a name in ``parent``) atomically.
+
+    ``token`` names the temporary link (and the moved-aside directory): unique per run.
+    """
+    if "/" in new or "/" in leaf:
+        raise ValueError(f"swap: {leaf!r} and {new!r} must be names inside {parent!r}, not paths")
+    return ["bash", "-c", SWAP_SCRIPT, "sitestack", parent, leaf, new, token]

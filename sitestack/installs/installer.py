@@ -1,0 +1,322 @@
+"""One install of a recipe target, under its lock: the artefact from the build cache or built, installed
+into a hidden tree beside ``dest``, checked, switched into place with one rename, stamped last.
+
+A kill at any moment leaves ``dest`` as it was (the old install, or nothing) or the new complete
+tree without its stamp, which the next run finishes from the cache. Leftovers of a killed run
+(hidden trees, build dirs) are removed by the next install under the lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sitestack.builders import Command, Layout
+from sitestack.builders.base import venv_commands
+from sitestack.core.errors import CommandFailed, SitestackError
+from sitestack.core.host import Completed, Host, LocalHost
+from sitestack.core.swap import swap_argv
+from sitestack.installs import sources as sources_mod
+from sitestack.installs.inputs import digest
+from sitestack.installs.progress import Progress
+from sitestack.installs.stamp import STAMP, STAMP_FORMAT, sanity_missing
+from sitestack.installs.target import Target, build_plan, check_commands, env_argv, host_argv, install_commands
+from sitestack.installs.toolchain import Toolchain
+from sitestack.model.context import RunOptions
+
+#: Removes what killed runs left: hidden siblings of dest (not the current tree), their build dirs,
+#: cache entries half-stored more than an hour ago.
+CLEAN_SCRIPT = r"""
+parent=$1 base=$2 build_root=$3 work_glob=$4 cache_root=$5
+current=""
+if [ -L "$parent/$base" ]; then current=$(readlink "$parent/$base"); fi
+for d in "$parent"/."$base".tree-* "$parent"/."$base".link-* "$parent"/."$base".old-*; do
+  [ -e "$d" ] || [ -L "$d" ] || continue
+  [ "$(basename "$d")" = "$current" ] && continue
+  rm -rf -- "$d" 2>/dev/null || true
+done
+for d in "$build_root"/$work_glob; do [ -e "$d" ] && rm -rf -- "$d" 2>/dev/null; done
+find "$cache_root" -mindepth 2 -maxdepth 2 -name '.*.tmp-*' -mmin +60 -exec rm -rf -- {} + 2>/dev/null
+exit 0
+"""
+
+#: Moves the single top directory of an unpacked tarball (or the whole unpack dir) to the source dir.
+UNPACK_SCRIPT = ('w=$1 dst=$2; set -- "$w"/unpack/*; if [ $# -eq 1 ] && [ -d "$1" ]; then mv -T "$1" "$dst"; '
+                 'else mv -T "$w/unpack" "$dst"; fi')
+
+
+class Installer:
+    """One apply of a recipe install on ``host``, under its lock (the caller holds it).
+
+    ``inputs`` are the install's inputs (:mod:`sitestack.installs.inputs`) as the caller computed
+    them with ``toolchain``; ``mirror`` is the step's mirror directory, ``report`` where progress
+    lines go, ``log_dir`` where the build log is written.
+    """
+
+    def __init__(self, host: Host, target: Target, *, inputs: Mapping[str, Any], toolchain: Toolchain,
+                 options: RunOptions, log_dir: Path | None, report: Callable[[str], None] | None,
+                 mirror: str | None = None) -> None:
+        self.host = host
+        self.target = t = target
+        self.options = options
+        self.toolchain = toolchain
+        self.mirror = mirror
+        self.token = secrets.token_hex(4)
+        self.inputs = inputs
+        self.digest = digest(inputs)
+        self.build_digest = digest(inputs["build"])
+        self.parent, self.base = os.path.split(t.dest)
+        self.tree = f"{self.parent}/.{self.base}.tree-{self.token}"
+        self.dest_key = hashlib.sha256(t.dest.encode()).hexdigest()[:8]
+        self.build_root = f"{t.site_prefix}/.sitestack/build"
+        self.work = f"{self.build_root}/{t.recipe.name}-{t.version}-{self.dest_key}-{self.token}"
+        self.cache_root = options.build_cache or f"{host.home()}/.cache/sitestack/builds"
+        self.cache_entry = f"{self.cache_root}/{t.recipe.name}/{self.build_digest}"
+        logs = log_dir or Path.home() / ".cache" / "sitestack" / "logs" / "recipe"
+        self.log = Path(logs) / f"{t.recipe.name}-{t.version}.log"
+        self.progress = Progress(self.log, t.label, report, options.progress_interval,
+                                 shown=f"[{host.name}] {t.label}")
+        self.from_cache = False
+        self.checks: list[dict[str, Any]] = []
+
+    # -- running commands --------------------------------------------------------------------
+    def sh(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+           site: bool = False, timeout: float | None = None, shown: Sequence[str] | None = None) -> Completed:
+        """Run one command on the host, output to the build log; a failure names the phase and log."""
+        full = host_argv(self.target.facts, argv, env) if site else env_argv(argv, env)
+        try:
+            return self.host.run(full, cwd=cwd, log=self.log, timeout=timeout)
+        except CommandFailed as exc:
+            tail = "\n".join(exc.output.rstrip().splitlines()[-25:])
+            raise SitestackError(
+                f"{self.target.label}: phase {self.progress.current} failed (exit {exc.rc}): "
+                f"{shlex.join(list(shown or argv))}\n"
+                f"log: {self.log}\nbuild dir: {self.work}\n{tail}".rstrip()) from None
+
+    def run_command(self, command: Command) -> None:
+        self.sh(command.argv, cwd=command.cwd, env=command.env, site=True)
+
+    # -- the whole install -----------------------------------------------------------------------
+    def run(self) -> None:
+        t = self.target
+        with self.progress:
+            self.progress.phase("start", f"digest {self.digest[:12]}, build digest {self.build_digest[:12]}, "
+                                         f"log {self.log}")
+            self.clean_stale()
+            try:
+                artefact = self.cached_artefact()
+                if artefact is None:
+                    artefact = self.build()
+                else:
+                    self.from_cache = True
+                    self.progress.phase("cache", f"using {artefact} (no build needed)")
+                self.install(artefact)
+            except BaseException:
+                self.host.probe(["rm", "-rf", "--", self.tree])
+                raise
+            self.commit()
+            self.progress.phase("stamp")
+            self.write_stamp(artefact)
+            self.progress.phase("done", f"{t.dest} ({'from the build cache' if self.from_cache else 'built'})")
+            self.host.probe(["rm", "-rf", "--", self.work])
+
+    def clean_stale(self) -> None:
+        """Remove what killed runs left: hidden trees/links beside dest, their build dirs."""
+        self.progress.phase("clean")
+        t = self.target
+        glob = f"{t.recipe.name}-{t.version}-{self.dest_key}-*"
+        self.host.run(["bash", "-c", CLEAN_SCRIPT, "sitestack", self.parent, self.base, self.build_root, glob,
+                       self.cache_root])
+
+    def cached_artefact(self) -> str | None:
+        """The cache entry's artefact when its sha256 is the manifest's; a damaged entry is removed."""
+        text = self.host.read_text(f"{self.cache_entry}/artefact.json")
+        if text is None:
+            return None
+        try:
+            manifest = json.loads(text)
+            path = f"{self.cache_entry}/{manifest['file']}"
+        except (ValueError, KeyError, TypeError):
+            manifest, path = {}, ""
+        out = self.host.probe(["sha256sum", "--", path]) if path else None
+        if out is not None and out.ok and out.stdout.split()[0] == manifest.get("sha256"):
+            return path
+        self.progress.note(f"cache entry {self.cache_entry} is damaged; rebuilding")
+        self.host.run(["rm", "-rf", "--", self.cache_entry])
+        return None
+
+    def build(self) -> str:
+        t = self.target
+        layout = Layout(src=f"{self.work}/src", build=f"{self.work}/build", stage=f"{self.work}/stage", prefix=t.dest,
+                        jobs=str(self.options.jobs or t.facts.build_jobs or self.toolchain.nproc))
+        self.progress.phase("fetch")
+        tarball = self.fetch()
+        self.progress.phase("extract", os.path.basename(tarball))
+        self.sh(["mkdir", "-p", f"{self.work}/unpack", layout.build, layout.stage])
+        self.sh(["tar", "-xf", tarball, "-C", f"{self.work}/unpack"])
+        self.sh(["bash", "-c", UNPACK_SCRIPT, "sitestack", self.work, layout.src],
+                shown=["move the unpacked tree to", layout.src])
+        self.apply_patches(layout.src)
+        program, make_program = self.build_tools()
+        has_configure = self.host.exists(f"{layout.src}/configure")
+        for command in build_plan(t, layout, has_configure=has_configure, program=program, make_program=make_program):
+            if command.phase != self.progress.current:
+                self.progress.phase(command.phase, shlex.join(command.argv)[:200])
+            self.run_command(command)
+        return self.store(layout)
+
+    def fetch(self) -> str:
+        """The verified tarball on the host."""
+        t = self.target
+        mirrors = [Path(m) for m in (self.options.mirror, self.mirror) if m] + sources_mod.env_mirrors()
+        source = self.options.source
+        local = sources_mod.fetch(t.recipe, t.version, source=Path(source) if source else None, mirrors=mirrors)
+        if isinstance(self.host, LocalHost):
+            return str(local)
+        sha = t.recipe.versions[t.version].sha256
+        remote = f"{self.cache_root}/sources/{sha}/{local.name}"
+        out = self.host.probe(["sha256sum", "--", remote])
+        if not (out.ok and out.stdout.split()[0] == sha):
+            self.host.put_file(local, remote)
+        return remote
+
+    def apply_patches(self, src: str) -> None:
+        t = self.target
+        patches = t.recipe.patches_for(t.version)
+        if not patches:
+            return
+        self.progress.phase("patch", ", ".join(p.file for p in patches))
+        for i, patch in enumerate(patches):
+            remote = f"{self.work}/patches/{i:02d}-{patch.file}"
+            self.host.put_file(Path(patch.path), remote)
+            # --force: never guess that a patch is reversed (--batch would, and "succeed")
+            reverse = self.host.probe(["patch", "-p1", "-R", "--dry-run", "--force", "-s", "-i", remote], cwd=src)
+            if reverse.ok:
+                self.progress.note(f"patch {patch.file}: already applied, skipped")
+                continue
+            forward = self.host.probe(["patch", "-p1", "--dry-run", "--batch", "--forward", "-i", remote], cwd=src)
+            if not forward.ok:
+                with open(self.log, "a", encoding="utf-8") as handle:
+                    handle.write(forward.stdout + forward.stderr)
+                detail = "\n".join((forward.stdout + forward.stderr).strip().splitlines()[-10:])
+                raise SitestackError(f"{t.label}: patch {patch.file} does not apply to {t.recipe.name} {t.version} "
+                                     f"({patch.path}; Applies-to: {patch.applies_to}); nothing was installed\n{detail}")
+            self.sh(["patch", "-p1", "--batch", "--forward", "-i", remote], cwd=src)
+
+    def build_tools(self) -> tuple[str | None, str | None]:
+        """The build tool to run and the one it drives, where a tool venv (from PyPI) provides them.
+
+        (None, None): the builder's defaults from the site environment. The venv is shared by every
+        install on this host, made once under its own lock, and marked complete last.
+        """
+        tools = self.toolchain.host_tools
+        if not tools.venv_packages:
+            return tools.program, None
+        venv = f"{self.cache_root}/tools/{tools.venv_name}"
+        done = f"{venv}/.complete"  # written last: a venv without it is a killed run's, made again
+        if not self.host.exists(done):
+            with self.host.lock(f"{venv}.lock", wait=1800):
+                if not self.host.exists(done):
+                    self.progress.phase("tools", f"{' '.join(tools.venv_packages)} from PyPI into {venv}")
+                    self.sh(["rm", "-rf", "--", venv])
+                    for command in venv_commands(self.target.python, venv, tools.venv_packages):
+                        self.run_command(command)
+                    self.host.write_text(done, "ok\n")
+        program = tools.program or (f"{venv}/bin/{tools.venv_program}" if tools.venv_program else None)
+        make_program = f"{venv}/bin/{tools.venv_make_program}" if tools.venv_make_program else None
+        return program, make_program
+
+    def store(self, layout: Layout) -> str:
+        """Put the build's artefact into the cache (atomically); return its path there."""
+        t = self.target
+        kind = t.builder.artefact
+        self.progress.phase("cache", self.cache_entry)
+        tmp = f"{self.cache_root}/{t.recipe.name}/.{self.build_digest}.tmp-{self.token}"
+        self.sh(["mkdir", "-p", tmp])
+        if kind == "wheel":
+            out = self.host.probe(["bash", "-c", 'ls -1 "$1"/*.whl', "sitestack", layout.stage])
+            wheels = out.stdout.split() if out.ok else []
+            if len(wheels) != 1:
+                raise SitestackError(f"{t.label}: the build made {len(wheels)} wheels in {layout.stage}, expected one "
+                                     f"(log: {self.log})")
+            name = os.path.basename(wheels[0])
+            self.sh(["cp", wheels[0], f"{tmp}/{name}"])
+        else:
+            tree = t.builder.staged_tree(layout)
+            if not self.host.exists(tree):
+                raise SitestackError(f"{t.label}: nothing was installed under {tree} (log: {self.log})")
+            name = "tree.tar"
+            self.sh(["tar", "-cf", f"{tmp}/{name}", "-C", tree, "."])
+        sha = self.host.probe(["sha256sum", "--", f"{tmp}/{name}"]).stdout.split()[0]
+        manifest = {"recipe": t.recipe.name, "version": t.version, "build_digest": self.build_digest,
+                    "kind": kind, "file": name, "sha256": sha, "inputs": self.inputs["build"]}
+        self.host.write_text(f"{tmp}/artefact.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        # mv -T fails when another run stored the same digest first: then keep theirs.
+        self.host.probe(["mv", "-T", "--", tmp, self.cache_entry])
+        self.host.probe(["rm", "-rf", "--", tmp])
+        cached = self.cached_artefact()
+        if cached is None:
+            raise SitestackError(f"{t.label}: cannot store the artefact in {self.cache_entry}")
+        return cached
+
+    def install(self, artefact: str) -> None:
+        t = self.target
+        self.progress.phase("install", f"{os.path.basename(artefact)} -> {self.tree}")
+        for command in install_commands(t, artefact, self.tree):
+            self.sh(command.argv, env=command.env, site=command.argv[0] == t.python)
+        self.progress.phase("sanity")
+        missing = sanity_missing(self.host, self.tree, t.recipe.sanity)
+        if missing:
+            raise SitestackError(f"{t.label}: sanity paths missing after install: {', '.join(missing)} "
+                                 f"(staged in {self.tree}; {t.dest} left as it was; log: {self.log})")
+        self.checks = self.run_checks()
+
+    def run_checks(self) -> list[dict[str, Any]]:
+        t = self.target
+        results: list[dict[str, Any]] = []
+        for name, argv, env, expect, ranks in check_commands(t, self.tree):
+            self.progress.phase("check", name)
+            if ranks > 1 and t.facts.mpi.launcher == "srun" and not self.toolchain.slurm_job:
+                results.append({"name": name, "ok": None, "skipped": "srun needs a Slurm allocation; run this "
+                                "install inside one, or rely on the validation job"})
+                self.progress.note(f"check {name}: skipped (srun outside an allocation)")
+                continue
+            out = self.sh(argv, env=env, site=True, timeout=600)
+            if expect is not None and expect not in out.stdout:
+                raise SitestackError(f"{t.label}: check {name!r} failed: the output does not contain {expect!r} "
+                                     f"(nothing was changed at {t.dest}; log: {self.log})\n"
+                                     + "\n".join(out.stdout.strip().splitlines()[-10:]))
+            results.append({"name": name, "ok": True, "output": out.stdout.strip()[:2000]})
+        return results
+
+    def commit(self) -> None:
+        """Point ``dest`` at the new tree with one rename (:mod:`sitestack.core.swap`)."""
+        self.progress.phase("commit", f"{self.target.dest} -> {os.path.basename(self.tree)}")
+        self.sh(swap_argv(self.parent, self.base, os.path.basename(self.tree), self.token),
+                shown=["switch", self.target.dest, "to", self.tree])
+
+    def write_stamp(self, artefact: str) -> None:
+        t = self.target
+        manifest = json.loads(self.host.read_text(f"{os.path.dirname(artefact)}/artefact.json") or "{}")
+        stamp = {
+            "format": STAMP_FORMAT,
+            "recipe": t.recipe.name,
+            "version": t.version,
+            "digest": self.digest,
+            "build_digest": self.build_digest,
+            "artefact": {"kind": manifest.get("kind"), "file": manifest.get("file"), "sha256": manifest.get("sha256"),
+                         "cache": os.path.dirname(artefact), "from_cache": self.from_cache},
+            "checks": self.checks,
+            "installed": {"host": self.host.name, "tree": os.path.basename(self.tree),
+                          "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                          "seconds": round(time.monotonic() - self.progress.start, 1), "log": str(self.log)},
+            "inputs": self.inputs,
+        }
+        self.host.write_text(f"{t.dest}/{STAMP}", json.dumps(stamp, indent=2, sort_keys=True) + "\n")

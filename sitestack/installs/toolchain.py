@@ -1,0 +1,74 @@
+"""The site toolchain on a host: the target's tools found with the site's modules loaded, their
+``--version`` lines (which go into the install's digest), the CPU count and Slurm allocation, and
+which of the builder's optional tools (cmake, ninja) the host serves or PyPI must.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sitestack.builders import HostTools
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.installs.target import Target
+from sitestack.model.siteenv import probe_in_site_env
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What the site environment on the host provides."""
+
+    tools: Mapping[str, str]          # command -> "path | first line of --version"
+    missing: tuple[str, ...]
+    nproc: int = 1
+    slurm_job: str = ""
+    host_tools: HostTools = field(default_factory=HostTools)  # the builder's optional tools: host or PyPI
+
+
+PROBE_SCRIPT = r"""
+for t in "$@"; do
+  p=$(command -v -- "$t" 2>/dev/null) || { printf 'MISSING\t%s\n' "$t"; continue; }
+  v=$("$p" --version </dev/null 2>&1 | head -n 1)
+  printf 'TOOL\t%s\t%s\t%s\n' "$t" "$p" "$v"
+done
+printf 'NPROC\t%s\n' "$(nproc 2>/dev/null || echo 1)"
+printf 'SLURM\t%s\n' "${SLURM_JOB_ID:-}"
+"""
+
+
+def probe_toolchain(host: Host, target: Target, extra: Sequence[str] = ()) -> Toolchain:
+    """Find the target's tools (and ``extra`` ones) with the site's modules loaded."""
+    builder = target.builder
+    tools = [*target.tools(), *extra, *builder.optional_tools]
+    out = probe_in_site_env(host, target.facts, ["bash", "-c", PROBE_SCRIPT, "sitestack", *dict.fromkeys(tools)])
+    if out.rc != 0:
+        raise SitestackError(f"cannot probe the toolchain on {host.name}: {(out.stderr or out.stdout).strip()}")
+    found: dict[str, str] = {}
+    missing: list[str] = []
+    nproc, slurm = 1, ""
+    for line in out.stdout.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "TOOL" and len(parts) == 4:
+            found[parts[1]] = f"{parts[2]} | {parts[3].strip()}"
+        elif parts[0] == "MISSING":
+            missing.append(parts[1])
+        elif parts[0] == "NPROC":
+            nproc = int(parts[1]) if parts[1].strip().isdigit() else 1
+        elif parts[0] == "SLURM" and len(parts) > 1:
+            slurm = parts[1].strip()
+    # Optional tools are never "missing": the builder says whether the host's serve or PyPI's are used.
+    optional = {name: found.pop(name) for name in builder.optional_tools if name in found}
+    missing = [m for m in missing if m not in builder.optional_tools]
+    host_tools = builder.host_tools(target.recipe.builder_options(), optional)
+    found.update(host_tools.shown)
+    return Toolchain(found, tuple(missing), nproc, slurm, host_tools)
+
+
+def require_tools(toolchain: Toolchain, target: Target, host: Host) -> None:
+    """Refuse the install when a required tool is missing, naming it, the modules loaded and the recipe."""
+    if toolchain.missing:
+        loaded = ", ".join(target.facts.modules.load) or "no site modules"
+        raise SitestackError(f"{target.label}: missing on {host.name} (with {loaded} loaded): "
+                             f"{', '.join(toolchain.missing)} (needed by {target.recipe.path}; the MPI wrapper is "
+                             f"facts.mpi.cc = {target.facts.mpi.cc!r})")
