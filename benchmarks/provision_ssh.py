@@ -48,8 +48,8 @@ def main() -> int:
         results = {}
         for label, fresh in (("real", True), ("noop", False)):
             run(names, fresh=True)  # warm up: connections, page cache, and a provisioned state for noop
-            one = summary(timed(lambda: run(names[:1], fresh), REPEAT))
-            four = summary(timed(lambda: run(names, fresh), REPEAT))
+            one = summary(timed(lambda fresh=fresh: run(names[:1], fresh), REPEAT))
+            four = summary(timed(lambda fresh=fresh: run(names, fresh), REPEAT))
             results[label] = {"one_host": one, "four_hosts": four, "ratio": four["median_s"] / one["median_s"]}
     finally:
         for server in servers:

@@ -115,8 +115,9 @@ Host {alias}
 
 
 def _launch(directory: Path, port: int) -> subprocess.Popen:
-    process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(directory / "sshd_config")], stdout=subprocess.DEVNULL,
-                               stderr=open(directory / "sshd.log", "a"))
+    with open(directory / "sshd.log", "a") as log:  # sshd keeps its own copy of the descriptor
+        process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(directory / "sshd_config")],
+                                   stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -124,5 +125,5 @@ def _launch(directory: Path, port: int) -> subprocess.Popen:
             return process
         except OSError:
             if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError(f"sshd did not start: {(directory / 'sshd.log').read_text()}")
+                raise RuntimeError(f"sshd did not start: {(directory / 'sshd.log').read_text()}") from None
             time.sleep(0.05)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -143,6 +144,17 @@ class Host:
         """The text of ``path``, or None when it does not exist."""
         out = self.probe(["cat", "--", path])
         return out.stdout if out.ok else None
+
+    def read_json(self, path: str) -> dict[str, Any] | None:
+        """The JSON object in ``path``; None when the file is missing, unreadable or not an object."""
+        text = self.read_text(path)
+        if text is None:
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
 
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         """Write ``text`` to ``path`` atomically (temp file beside it, then rename)."""

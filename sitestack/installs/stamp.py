@@ -23,14 +23,7 @@ STAMP_FORMAT = 1
 
 def read_stamp(host: Host, dest: str) -> dict[str, Any] | None:
     """The stamp of the install at ``dest``, or None."""
-    text = host.read_text(f"{dest}/{STAMP}")
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+    return host.read_json(f"{dest}/{STAMP}")
 
 
 def installed_wheel(host: Host, dest: str) -> str | None:

@@ -74,14 +74,8 @@ def needs_new_generation(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool
 
 
 def read_manifest(host: Host, stack: Stack) -> dict[str, Any] | None:
-    text = host.read_text(stack.manifest)
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT else None
+    data = host.read_json(stack.manifest)
+    return data if data is not None and data.get("format") == MANIFEST_FORMAT else None
 
 
 def origins_from_report(text: str | None, built: Sequence[Built]) -> dict[str, dict[str, Any]]:
