@@ -25,7 +25,7 @@ from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import buildtask
 from sitestack.engine import playbook as pb
 from sitestack.engine import validate as validation_mod
-from sitestack.engine.cli import account_option, errors_to_exit, playbook_path, split_list
+from sitestack.engine.cli import account_option, errors_to_exit, int_option, playbook_path, split_list
 from sitestack.installs import sources as sources_mod
 from sitestack.model import recipe as recipe_mod
 from sitestack.model.context import RunOptions
@@ -94,7 +94,7 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
-        options = pb.Options(check=check, diff=diff, tags=split_list(tags), skip_tags=split_list(skip_tags),
+        options = pb.Options(check=check, diff=diff, tags=split_list(tags, "--tags"), skip_tags=split_list(skip_tags, "--skip-tags"),
                              hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
                              accept_new_host_keys=accept_new_host_keys)
         runs = pb.provision(loaded, options, Reporter(show_diff=diff, debug=debug))
@@ -159,7 +159,7 @@ def _build(recipe: str, site: str | None, version: str | None, source: str | Non
     with errors_to_exit(debug):
         options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
                              accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
-                             sources_dir=sources_dir, mirror=mirror, jobs=int(jobs) if jobs else None)
+                             sources_dir=sources_dir, mirror=mirror, jobs=int_option("--jobs", jobs, low=1, high=4096) if jobs is not None else None)
         runs = buildtask.build_recipe(recipe, site=site, playbook=playbook_path(playbook), version=version,
                                       options=options, reporter=Reporter(show_diff=diff, debug=debug))
         code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
@@ -251,18 +251,20 @@ def install_validation_job(c: Context, site: str | None = None, check: bool = Fa
     "timeout": "seconds to wait for the job (default: 3600)", "playbook": PLAYBOOK_HELP, "debug": DEBUG_HELP,
     "host": "run on this host over SSH (a playbook host, an ssh-config alias or a host name); default: here",
     "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
-def validate(c: Context, site: str | None = None, nodes: int = 0, ranks_per_node: int = 0, launcher: str | None = None,
+def validate(c: Context, site: str | None = None, nodes: str | None = None, ranks_per_node: str | None = None,
+             launcher: str | None = None,
              scheduler: str = 'auto', wait: bool = True, collect: str | None = None, results: str | None = None,
-             prefix: str | None = None, account: str | None = None, python: str | None = None, timeout: int = 3600,
+             prefix: str | None = None, account: str | None = None, python: str | None = None, timeout: str | None = None,
              playbook: str | None = None, debug: bool = False, host: str | None = None,
              accept_new_host_keys: bool = False) -> None:
     """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = validation_mod.ValidateOptions(
-            nodes=int(nodes), ranks_per_node=int(ranks_per_node), launcher=launcher, scheduler=scheduler, wait=wait,
+            nodes=int_option("--nodes", nodes or 0, low=0, high=100000),
+            ranks_per_node=int_option("--ranks-per-node", ranks_per_node or 0, low=0, high=1024), launcher=launcher, scheduler=scheduler, wait=wait,
             collect=collect, results=results, prefix=prefix, account=account_option(account), python=python,
-            timeout=float(timeout), host=host, accept_new_host_keys=accept_new_host_keys)
+            timeout=float(int_option("--timeout", timeout or 3600, low=1, high=7 * 24 * 3600)), host=host, accept_new_host_keys=accept_new_host_keys)
         outcome = validation_mod.validate(loaded, options, Reporter(debug=debug))
     if outcome.code:
         raise Exit(code=outcome.code)
@@ -288,7 +290,7 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
     with errors_to_exit(debug):
         options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
                              accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
-                             sources_dir=sources_dir, mirror=mirror, jobs=int(jobs) if jobs else None, python=python,
+                             sources_dir=sources_dir, mirror=mirror, jobs=int_option("--jobs", jobs, low=1, high=4096) if jobs is not None else None, python=python,
                              gpu_operations=gpu_operations)
         runs = buildtask.build_horovod(site=site, playbook=playbook_path(playbook), version=version, options=options,
                                        reporter=Reporter(show_diff=diff, debug=debug))
@@ -320,7 +322,7 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
     with errors_to_exit(debug):
         options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
                              accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
-                             sources_dir=sources_dir, mirror=mirror, jobs=int(jobs) if jobs else None, rocm=rocm,
+                             sources_dir=sources_dir, mirror=mirror, jobs=int_option("--jobs", jobs, low=1, high=4096) if jobs is not None else None, rocm=rocm,
                              rocm_home=rocm_home, rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home,
                              plugin_version=version, tests=tests)
         runs = buildtask.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options,

@@ -32,12 +32,12 @@ def _hold(path: str, ready, release) -> None:
 def test_local_and_ssh_style_holders_exclude_each_other(tmp_path: Path, first, second):
     path = str(tmp_path / "prefix" / "lock")
     with first().lock(path):
-        owner = (tmp_path / "prefix" / "lock.d" / "owner").read_text()
+        owner = (tmp_path / "prefix" / "lock" / "lock.d" / "owner").read_text()
         assert owner.startswith(f"pid {os.getpid()} on {socket.gethostname()} (process start ")
         held = pytest.raises(LockHeld, match=rf"is locked by pid {os.getpid()} on .*remove .*lock\.d")
         with held, second().lock(path, wait=0.3):
             pass
-    assert not (tmp_path / "prefix" / "lock.d").exists()
+    assert not (tmp_path / "prefix" / "lock" / "lock.d").exists()
     with second().lock(path, wait=0):
         pass
 
@@ -50,11 +50,11 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path):
     assert ready.wait(10)
     holder.kill()          # SIGKILL: no clean-up, the lock directory stays
     holder.join()
-    assert (tmp_path / "lock.d").is_dir()
+    assert (tmp_path / "lock" / "lock.d").is_dir()
     for host in (shell_host(), LocalHost()):
         start = time.monotonic()
         with host.lock(path, wait=0):
-            assert (tmp_path / "lock.d" / "owner").read_text().startswith(f"pid {os.getpid()} ")
+            assert (tmp_path / "lock" / "lock.d" / "owner").read_text().startswith(f"pid {os.getpid()} ")
         assert time.monotonic() - start < 2
 
 
@@ -68,8 +68,8 @@ def test_reused_pid_is_stale_and_other_machines_never_are():
 
 
 def test_lock_of_another_machine_is_not_taken_over(tmp_path: Path):
-    (tmp_path / "lock.d").mkdir()
-    (tmp_path / "lock.d" / "owner").write_text("pid 1 on elsewhere (process start 5, locked at t)\n")
+    (tmp_path / "lock" / "lock.d").mkdir(parents=True)
+    (tmp_path / "lock" / "lock.d" / "owner").write_text("pid 1 on elsewhere (process start 5, locked at t)\n")
     held = pytest.raises(LockHeld, match=r"locked by pid 1 on elsewhere .*remove .*lock\.d if that run is gone")
     with held, LocalHost().lock(str(tmp_path / "lock"), wait=0):
         pass
@@ -104,8 +104,8 @@ def test_works_where_flock_is_absent(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(fcntl, "lockf", no_flock)
     path = str(tmp_path / "lustre" / "prefix.lock")
     with LocalHost().lock(path):
-        assert (tmp_path / "lustre" / "prefix.lock.d" / "owner").exists()
-    assert not (tmp_path / "lustre" / "prefix.lock.d").exists()
+        assert (tmp_path / "lustre" / "prefix.lock" / "lock.d" / "owner").exists()
+    assert not (tmp_path / "lustre" / "prefix.lock" / "lock.d").exists()
 
 
 def test_read_only_host_takes_no_lock(tmp_path: Path):

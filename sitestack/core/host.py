@@ -62,8 +62,11 @@ class LocalHost(Host):
         return True
 
     def lock_parent(self, path: str) -> None:
+        parent = os.path.dirname(path)
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if os.path.isfile(parent):  # a lock file of an older sitestack (flock): now a directory
+                os.remove(parent)
+            os.makedirs(parent, exist_ok=True)
         except OSError as exc:
             raise SitestackError(f"[{self.name}] cannot create lock {path}: {exc.strerror}") from None
 

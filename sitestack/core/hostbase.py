@@ -183,7 +183,8 @@ class Host:
         return self.probe(["mkdir", "--", path]).ok
 
     def lock_parent(self, path: str) -> None:
-        self.run(["mkdir", "-p", "--", os.path.dirname(path)])
+        # A lock file of an older sitestack (flock) where the lock directory goes is replaced.
+        self.run(["sh", "-c", 'if [ -f "$1" ]; then rm -f -- "$1"; fi; mkdir -p -- "$1"', "sh", os.path.dirname(path)])
 
     def lock_write(self, path: str, text: str) -> None:
         self.run(["sh", "-c", 'printf "%s" "$1" > "$2"', "sh", text, path])

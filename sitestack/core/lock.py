@@ -3,7 +3,9 @@
 mkdir is atomic on every POSIX file system (NFS and Lustre included, where flock may fail with
 ENOSYS), and it works the same through the OS and through a shell over SSH: a run on this
 machine and a run over SSH against the same path exclude each other. The lock named ``path``
-is the directory ``path + ".d"``; its ``owner`` file says who holds it::
+is a directory that stays in place (as a lock file would: taking and releasing the lock
+changes nothing beside it); it is held while ``path/lock.d`` exists, whose ``owner`` file says
+who holds it::
 
     pid 4242 on login1 (process start 889911, locked at 2026-11-22T20:05:00Z)
 
@@ -12,7 +14,7 @@ dropped before it could clean up) is stale and taken over; the process start tim
 reused pid apart. A lock held from another machine is never taken over: the message names
 its holder and the directory to remove if that run is gone.
 
-Taking over goes through a second directory (``.d.break``) so that two waiters that both saw
+Taking over goes through a second directory (``lock.d.break``) so that two waiters that both saw
 the same stale owner cannot remove each other's fresh lock: under it, the owner is read
 again and the lock removed only if it is still the stale one.
 """
@@ -95,7 +97,7 @@ def hold(dirs: LockDirs, path: str, *, wait: float = 0,
     waits; after ``wait`` seconds :class:`LockHeld` names the holder. The lock is released when
     the block ends, however it ends.
     """
-    lock_dir = path + ".d"
+    lock_dir = f"{path}/lock.d"
     deadline = time.monotonic() + wait
     told = False
     dirs.lock_parent(lock_dir)

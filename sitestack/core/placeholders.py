@@ -25,8 +25,17 @@ _BRACES = "write {{ and }} for braces"
 
 
 def names(text: str) -> list[str]:
-    """The placeholder names in ``text``, in order; ValueError for bad brace syntax."""
-    return [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+    """The placeholder names in ``text``, in order; ValueError for bad brace syntax, and for a
+    format spec or conversion (``{home:>60}``, ``{home!r}``): placeholders are plain names."""
+    found = []
+    for _, field, spec, conversion in string.Formatter().parse(text):
+        if field is None:
+            continue
+        if spec or conversion:
+            raise ValueError(f"{{{field}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}} "
+                             "has a conversion or format spec; placeholders are plain {name}")
+        found.append(field)
+    return found
 
 
 def check(node: Any, known: Mapping[str, str], shown: str, line: int = 1, key: str = "", *,
@@ -55,21 +64,25 @@ def check(node: Any, known: Mapping[str, str], shown: str, line: int = 1, key: s
                                  f"{', '.join('{' + p + '}' for p in known)}; {_BRACES})", key=key)
 
 
-class _Keep(dict[str, str]):
-    def __missing__(self, key: str) -> str:  # only reached for known placeholders without a value
-        return "{" + key + "}"
-
-
-class _Raise(dict[str, str]):
-    def __missing__(self, key: str) -> str:
-        raise SitestackError(f"placeholder {{{key}}} has no value on this site")
-
-
 def expand(text: str, values: Mapping[str, str], *, missing: Missing) -> str:
     """Fill the placeholders of one string (checked at load time); ``missing`` says what a
     placeholder without a value becomes: kept as ``{name}``, or a :class:`SitestackError`."""
-    table = _Keep(values) if missing == "keep" else _Raise(values)
-    return text.format_map(table)
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise SitestackError(f"bad placeholder syntax in {text!r}: {exc} ({_BRACES})") from None
+    out = []
+    for literal, field, _spec, _conversion in parts:
+        out.append(literal)
+        if field is None:
+            continue
+        if field in values:
+            out.append(values[field])
+        elif missing == "keep":
+            out.append("{" + field + "}")
+        else:
+            raise SitestackError(f"placeholder {{{field}}} has no value on this site")
+    return "".join(out)
 
 
 def expand_all(node: Any, values: Mapping[str, str], *, missing: Missing) -> Any:

@@ -9,17 +9,25 @@ required keys, wrong types and values outside a ``Literal`` are :class:`InputErr
 A field's ``metadata["doc"]`` is its one-line documentation (``docs/`` is generated from it
 where useful); ``metadata["yaml"]`` names the YAML key when it differs from the field
 name (YAML keys use dashes or reserved words Python cannot).
+
+Strings are one line: a control character (newline, carriage return, NUL, ...) is an error
+naming file, line and key (:func:`sitestack.core.quoting.control_problem`), because values end
+up in generated shell, Lua and Tcl text. A field whose ``metadata["multiline"]`` is true (prose,
+and argv items that never meet a shell) may hold several lines. Numbers must be finite.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from sitestack.core.errors import InputError
+from sitestack.core.quoting import control_problem
 from sitestack.core.yamlfile import MarkedDict, MarkedList
 
 T = TypeVar("T")
@@ -64,18 +72,32 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def _convert(tp: Any, value: Any, where: _Where) -> Any:
+_NO_META: Mapping[str, Any] = types.MappingProxyType({})
+
+
+def _bounds(value: float, meta: Mapping[str, Any], where: _Where) -> None:
+    low, high = meta.get("min"), meta.get("max")
+    if low is not None and value < low:
+        raise where.error(f"must be at least {low}, not {value}")
+    if high is not None and value > high:
+        raise where.error(f"must be at most {high}, not {value}")
+
+
+def _convert(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any] = _NO_META) -> Any:
+    """``value`` as ``tp``, checked against the field's metadata ``meta``: strings must be one line
+    unless ``multiline``; ``min``/``max`` bound numbers; ``key_pattern`` (a regex) and ``key_doc``
+    constrain the keys of a mapping."""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         options = [a for a in get_args(tp) if a is not type(None)]
         if value is None and len(options) < len(get_args(tp)):
             return None
         if len(options) == 1:
-            return _convert(options[0], value, where)
+            return _convert(options[0], value, where, meta)
         errors = []
         for option in options:
             try:
-                return _convert(option, value, where)
+                return _convert(option, value, where, meta)
             except InputError as exc:
                 errors.append(exc.detail)
         raise where.error(" or ".join(errors))
@@ -91,7 +113,7 @@ def _convert(tp: Any, value: Any, where: _Where) -> Any:
             raise where.error(f"expected a list, got {_describe(value)}")
         lines = getattr(value, "lines", [])
         return tuple(
-            _convert(item_type, item, where.child(i, lines[i] if i < len(lines) else None))
+            _convert(item_type, item, where.child(i, lines[i] if i < len(lines) else None), meta)
             for i, item in enumerate(value)
         )
     if origin in (Mapping, typing.Mapping, dict) or tp is Mapping:
@@ -104,7 +126,13 @@ def _convert(tp: Any, value: Any, where: _Where) -> Any:
             child = where.child(str(k), lines.get(k))
             if not isinstance(k, str):
                 raise child.error(f"keys must be strings, got {_describe(k)}")
-            out[k] = _convert(value_type, v, child)
+            problem = control_problem(k)
+            if problem:
+                raise child.error(f"key {problem}")
+            pattern = meta.get("key_pattern")
+            if pattern is not None and not re.fullmatch(pattern, k):
+                raise child.error(f"{k!r} is not {meta.get('key_doc', 'a valid key')}")
+            out[k] = _convert(value_type, v, child, meta)
         return types.MappingProxyType(out)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build_dataclass(tp, value, where)
@@ -115,14 +143,22 @@ def _convert(tp: Any, value: Any, where: _Where) -> Any:
     if tp is int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise where.error(f"expected an integer, got {_describe(value)}")
+        _bounds(value, meta, where)
         return value
     if tp is float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise where.error(f"expected a number, got {_describe(value)}")
+        if not math.isfinite(value):
+            raise where.error(f"expected a finite number, got {value!r}")
+        _bounds(value, meta, where)
         return float(value)
     if tp is str:
         if not isinstance(value, str):
             raise where.error(f"expected a string, got {_describe(value)}")
+        if not meta.get("multiline"):
+            problem = control_problem(value)
+            if problem:
+                raise where.error(problem)
         return value
     if tp is Any:
         return value
@@ -145,7 +181,8 @@ def _build_dataclass(cls: type, value: Any, where: _Where) -> Any:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise where.error(f"missing required key '{name}'")
             continue
-        kwargs[field.name] = _convert(hints[field.name], value[name], where.child(name, lines.get(name)))
+        kwargs[field.name] = _convert(hints[field.name], value[name], where.child(name, lines.get(name)),
+                                      field.metadata)
     obj = cls(**kwargs)
     check = getattr(obj, "check", None)
     if check is not None:

@@ -70,6 +70,15 @@ def specifier(spec: str) -> SpecifierSet:
     return SpecifierSet(",".join(clauses))
 
 
+def check_version(version: str) -> str | None:
+    """A problem with ``version`` (not PEP 440), or None when it parses."""
+    try:
+        _full(version)
+    except VersionError as exc:
+        return str(exc)
+    return None
+
+
 def check_spec(spec: str) -> str | None:
     """A problem with range ``spec``, or None when it parses."""
     try:

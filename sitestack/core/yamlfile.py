@@ -8,6 +8,7 @@ of each key or item, so schema errors can name ``file:line``. Duplicate keys are
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,35 @@ class MarkedList(list[Any]):
     lines: list[int]
 
 
+#: Data files are small: a playbook or recipe over this size is refused before it is parsed.
+MAX_BYTES = 1 << 20
+#: YAML aliases (``*name``) a file may use: an alias bomb (aliases of aliases) would expand to
+#: billions of nodes while placeholders are checked; no data file of ours needs many.
+MAX_ALIASES = 64
+#: Nesting deeper than this is refused (Python's recursion would fail on it).
+MAX_DEPTH = 100
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader whose mappings and sequences record line numbers."""
+    """SafeLoader whose mappings and sequences record line numbers, with limits on aliases and depth."""
+
+    aliases = 0
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise InputError(f"{self.name}:{mark.line + 1}", f"more than {MAX_ALIASES} YAML aliases")
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise InputError(f"{self.name}:{mark.line + 1}", f"nested more than {MAX_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> MarkedDict:
@@ -81,12 +109,28 @@ def load_yaml(path: Path) -> MarkedDict:
     """
     shown = display_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(shown, "not a regular file")
+        with open(path, "rb") as handle:   # read at most the cap: /dev/zero-like files never end
+            raw = handle.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise InputError(shown, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(shown, f"cannot read: {exc}") from None
-    loader = _Loader(text)
+    except OSError as exc:
+        raise InputError(shown, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_BYTES:
+        raise InputError(shown, f"larger than {MAX_BYTES // 1024} KiB: not a data file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(shown, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise InputError(f"{shown}:{line}", "contains a NUL byte")
+    try:
+        loader = _Loader(text)
+    except yaml.YAMLError as exc:
+        raise InputError(shown, f"YAML error: {exc}") from None
     loader.name = shown
     try:
         data = loader.get_single_data()
@@ -96,6 +140,8 @@ def load_yaml(path: Path) -> MarkedDict:
         raise InputError(f"{shown}:{line}", f"YAML syntax error: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise InputError(shown, f"YAML error: {exc}") from None
+    except RecursionError:
+        raise InputError(shown, "nested too deeply") from None
     finally:
         loader.dispose()
     if data is None:

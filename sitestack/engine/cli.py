@@ -15,12 +15,29 @@ from pathlib import Path
 
 from invoke.exceptions import Exit
 
-from sitestack.core.errors import SitestackError
+from sitestack.core.errors import InputError, SitestackError
 
 
-def split_list(value: str | None) -> tuple[str, ...]:
-    """``"a,b, c"`` -> ``("a", "b", "c")``."""
-    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+def split_list(value: str | None, option: str = "") -> tuple[str, ...]:
+    """``"a,b, c"`` -> ``("a", "b", "c")``; an empty item (``",,,"``, ``"a,,b"``) is an error naming
+    ``option``: it would otherwise select nothing, or everything."""
+    if not value:
+        return ()
+    items = tuple(v.strip() for v in value.split(","))
+    if not all(items):
+        raise InputError(option or "option", f"{value!r} has an empty item (a comma-separated list of names)")
+    return items
+
+
+def int_option(option: str, value: object, *, low: int, high: int) -> int:
+    """An integer option within [low, high]; ``--jobs abc`` is an error naming the option."""
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise InputError(option, f"{value!r} is not a whole number") from None
+    if not low <= number <= high:
+        raise InputError(option, f"must be between {low} and {high}, not {number}")
+    return number
 
 
 def account_option(value: str | None) -> str | None:

@@ -22,10 +22,11 @@ from typing import Any
 
 from sitestack.core import schema
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.core.host import Host, LocalHost, local_host
+from sitestack.core.host import Host, local_host
+from sitestack.core.quoting import control_problem
 from sitestack.core.report import Reporter
 from sitestack.engine.playbook import connect, select_hosts
-from sitestack.model.context import RunOptions
+from sitestack.model.context import RunOptions, check_host_option
 from sitestack.model.site import Facts, Site, expand
 from sitestack.validation.ddp_report import verdict_table
 from sitestack.validation.jobs import script_name, validation_of
@@ -56,6 +57,25 @@ class ValidateOptions:
     poll: float = 2.0
     host: str | None = None
     accept_new_host_keys: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse bad options before anything connects or runs, naming the option."""
+        if self.results is not None:
+            problem = control_problem(self.results)
+            if problem:
+                raise InputError("--results", problem)
+            if not (self.results.startswith("/") or self.results == "~" or self.results.startswith("~/")):
+                raise InputError("--results", f"{self.results!r} must be an absolute path (or start with ~/)")
+        if self.scheduler not in ("auto", "slurm", "none"):
+            raise InputError("--scheduler", f"must be auto, slurm or none, not {self.scheduler!r}")
+        if self.host is not None:
+            check_host_option(self.host)
+        for option, value in (("--launcher", self.launcher), ("--collect", self.collect), ("--python", self.python)):
+            if value is not None and control_problem(value):
+                raise InputError(option, control_problem(value) or "")
+        if self.collect is not None and not self.collect.isdigit():
+            raise InputError("--collect", f"{self.collect!r} is not a Slurm job id")
+        RunOptions(prefix=self.prefix, account=self.account)  # the same checks as provision's
 
 
 @dataclass
@@ -122,8 +142,6 @@ def results_root(site: Site, options: ValidateOptions, host: Host) -> str:
     root = options.results or f"~/sitestack-validation/{site.name}"
     if root == "~" or root.startswith("~/"):
         root = host.home() + root[1:]
-    if isinstance(host, LocalHost):
-        return str(Path(root).resolve())  # relative to where invoke runs
     return posixpath.normpath(root if root.startswith("/") else posixpath.join(host.home(), root))
 
 

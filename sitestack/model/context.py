@@ -10,11 +10,14 @@ they are honoured under every task.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sitestack.core.errors import InputError
+from sitestack.core.quoting import control_problem
 from sitestack.model.site import Facts, Site
 
 
@@ -28,6 +31,45 @@ def _env_float(name: str, default: float) -> float:
         return float(value) if value else default
     except ValueError:
         return default
+
+
+#: --host: [user@]host[:port], the forms ssh and Fabric accept.
+HOST_OPTION = re.compile(r"(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*)"
+                         r"(?::(?P<port>[0-9]+))?")
+#: --account: a project or account name (letters, digits, . _ -), never a path.
+ACCOUNT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_path_option(option: str, value: str | None) -> None:
+    """An absolute, one-line path, or None; an :class:`InputError` naming ``option`` otherwise."""
+    if value is None:
+        return
+    problem = control_problem(value)
+    if problem:
+        raise InputError(option, problem)
+    if not value.startswith("/"):
+        raise InputError(option, f"{value!r} must be an absolute path")
+
+
+def check_count(option: str, value: float | None, low: float, high: float) -> None:
+    """A number within [low, high], or None."""
+    if value is not None and not (low <= value <= high):
+        raise InputError(option, f"must be between {low:g} and {high:g}, not {value:g}")
+
+
+def check_host_option(value: str) -> None:
+    """``[user@]host[:port]`` with a port in 1..65535."""
+    match = HOST_OPTION.fullmatch(value or "")
+    if match is None:
+        raise InputError("--host", f"{value!r} is not a host ([user@]host[:port]: letters, digits, '.', '_' and '-')")
+    if match["port"] is not None and not 1 <= int(match["port"]) <= 65535:
+        raise InputError("--host", f"{value!r}: port {match['port']} is not in 1..65535")
+
+
+def check_tags(option: str, tags: tuple[str, ...]) -> None:
+    for tag in tags:
+        if not tag or "," in tag or control_problem(tag):
+            raise InputError(option, f"{tag!r} is not a tag")
 
 
 @dataclass(frozen=True)
@@ -68,6 +110,28 @@ class RunOptions:
     libfabric: str | None = None
     hwloc: str | None = None
     mpi_home: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse bad options before anything runs, naming the option (one message, exit 1)."""
+        if self.prefix is not None:
+            check_path_option("--prefix", self.prefix)
+        if self.account is not None and (not ACCOUNT.fullmatch(self.account) or ".." in self.account):
+            raise InputError("--account", f"{self.account!r} is not an account name (letters, digits, "
+                             "'.', '_' and '-')")
+        for host in self.hosts:
+            check_host_option(host)
+        check_tags("--tags", self.tags)
+        check_tags("--skip-tags", self.skip_tags)
+        check_count("--jobs", self.jobs, 1, 4096)
+        check_count("lock wait", self.lock_wait, 0, 7 * 24 * 3600)
+        for option, value in (("--python", self.python), ("--source", self.source), ("--mirror", self.mirror),
+                              ("--sources-dir", self.sources_dir), ("--rocm", self.rocm),
+                              ("--rocm-home", self.rocm_home), ("--rccl-home", self.rccl_home),
+                              ("--libfabric", self.libfabric), ("--mpi-home", self.mpi_home),
+                              ("--version", self.plugin_version), ("--gpu-operations", self.gpu_operations)):
+            problem = control_problem(value) if value is not None else None
+            if problem:
+                raise InputError(option, problem)
 
 
 @dataclass(frozen=True)

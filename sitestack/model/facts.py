@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sitestack.core import schema
+from sitestack.core import schema, versions
+from sitestack.core.quoting import SHELL_NAME
 
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
@@ -41,8 +43,8 @@ class Gpu:
     arch: str | None = field(default=None, metadata=_doc("compiler target: gfx90a, sm_70, pvc"))
     unit: Literal["gpu", "gcd", "stack"] = field(default="gpu", metadata=_doc(
         "what one rank drives: a whole GPU, an MI250X GCD, or a PVC stack"))
-    per_node: int = field(default=0, metadata=_doc("GPU units per node as the runtime sees them"))
-    cores_per_gpu: int = field(default=0, metadata=_doc("CPU cores available per GPU unit"))
+    per_node: int = field(default=0, metadata=_doc("GPU units per node as the runtime sees them", min=0, max=1024))
+    cores_per_gpu: int = field(default=0, metadata=_doc("CPU cores available per GPU unit", min=0, max=65536))
     cpu_bind: CpuBind | None = field(default=None, metadata=_doc("CPU binding per GPU unit"))
 
     def check(self) -> str | None:
@@ -57,7 +59,7 @@ class Gpu:
 class Node:
     """A compute node."""
 
-    cores: int = field(metadata=_doc("physical CPU cores per node"))
+    cores: int = field(metadata=_doc("physical CPU cores per node", min=1, max=65536))
     memory_gb: int | None = field(default=None, metadata=_doc("memory per node in GB"))
     local_scratch: str | None = field(default=None, metadata=_doc("node-local scratch directory, e.g. /tmp or /mnt/bb/$USER"))
 
@@ -86,10 +88,20 @@ class Mpi:
 
     flavour: Literal["cray-mpich", "mpich", "openmpi", "intel-mpi"] = field(metadata=_doc("MPI implementation"))
     cc: str = field(default="mpicc", metadata=_doc('C compiler wrapper, as a command line (Cray: "cc -shared")'))
-    cxx: str = field(default="mpicxx", metadata=_doc("C++ compiler wrapper"))
+    cxx: str = field(default="mpicxx", metadata=_doc("C++ compiler wrapper, as a command line"))
     launcher: Literal["srun", "mpiexec", "mpirun"] = field(default="mpiexec", metadata=_doc("how MPI jobs start"))
     library_match: str = field(default="MPICH", metadata=_doc(
         "text that MPI_Get_library_version() must contain for the right MPI"))
+
+    def check(self) -> str | None:
+        for key, value in (("cc", self.cc), ("cxx", self.cxx)):
+            try:
+                words = shlex.split(value)
+            except ValueError as exc:
+                return f"{key}: {value!r} is not a command line ({exc})"
+            if not words:
+                return f"{key}: the compiler command is empty"
+        return None
 
 
 @dataclass(frozen=True)
@@ -137,12 +149,20 @@ class Python:
 class Torch:
     """The PyTorch build the stack installs."""
 
-    version: str = field(metadata=_doc("torch version, e.g. 2.2.2"))
+    version: str = field(metadata=_doc("torch version, e.g. 2.2.2 (PEP 440)"))
     variant: str = field(metadata=_doc("wheel variant: cu121, rocm5.7, xpu, cpu"))
     index_url: str | None = field(default=None, metadata=_doc("pip index for the wheels; none for PyPI"))
     packages: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
         "companion packages pinned with torch, e.g. torchvision: 0.17.2"))
     extras: tuple[str, ...] = field(default=(), metadata=_doc("further pip requirements (tensorboard, ...)"))
+
+    def check(self) -> str | None:
+        problem = versions.check_version(self.version)
+        if problem:
+            return f"version: {problem}"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._]*", self.variant):
+            return f"variant: {self.variant!r} is not a wheel variant (letters, digits, . and _)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -191,7 +211,7 @@ class Validation:
         "launchers to install a batch script for (srun, mpiexec, torchrun, horovodrun); the first is "
         "the one `invoke validate` submits (default: mpi.launcher)"))
     ranks_per_node: int | None = field(default=None, metadata=_doc(
-        "ranks per node of the job (default: gpu.per_node, or 2 on a CPU-only site)"))
+        "ranks per node of the job (default: gpu.per_node, or 2 on a CPU-only site)", min=1, max=1024))
     sbatch_tasks: bool = field(default=True, metadata=_doc(
         "whether the batch script asks for tasks in #SBATCH lines (legacy Cirrus rejects them: false)"))
     bind: Literal["mask", "gpu-closest", "launcher"] | None = field(default=None, metadata=_doc(
@@ -237,13 +257,18 @@ class Facts:
     cuda: Toolkit | None = None
     container: Container | None = None
     env: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
-        "runtime settings set by the stack's module and the validation job (NCCL_*, FI_*, MIOPEN_*)"))
+        "runtime settings set by the stack's module and the validation job (NCCL_*, FI_*, MIOPEN_*); "
+        "values may refer to $VARIABLES of the job's environment",
+        key_pattern=SHELL_NAME.pattern, key_doc="an environment variable name (letters, digits, _)"))
     validation: Validation | None = field(default=None, metadata=_doc(
         "the validation DDP job (launchers, ranks per node, bandwidth references)"))
-    build_jobs: int | None = field(default=None, metadata=_doc("parallel build jobs; default: the host's cores"))
+    build_jobs: int | None = field(default=None, metadata=_doc("parallel build jobs; default: the host's cores",
+                                                               min=1, max=4096))
     references: tuple[str, ...] = field(default=(), metadata=_doc("where these facts come from"))
 
     def check(self) -> str | None:
+        if not self.prefix.startswith(("/", "{")):
+            return f"prefix: {self.prefix!r} must be an absolute path (or start with a placeholder such as {{home}})"
         if self.gpu.vendor == "amd" and self.rocm is None:
             return "an AMD GPU site needs rocm: {version, home}"
         if self.gpu.vendor == "nvidia" and self.cuda is None:

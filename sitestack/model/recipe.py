@@ -51,8 +51,8 @@ PLACEHOLDERS: Mapping[str, str] = {
 #: Keys whose text is prose, not checked for placeholders.
 _PROSE = {"description", "homepage", "license", "why", "whatis", "notes"}
 
-def _doc(text: str) -> dict[str, str]:
-    return {"doc": text}
+def _doc(text: str, **extra: Any) -> dict[str, Any]:
+    return {"doc": text, **extra}
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class Check:
     """A command run against the staged install before it is put in place; its result goes in the stamp."""
 
     name: str = field(metadata=_doc("what it checks, shown in messages and the stamp"))
-    run: tuple[str, ...] = field(metadata=_doc("argv, run with the site's modules loaded"))
+    run: tuple[str, ...] = field(metadata=_doc("argv, run with the site's modules loaded", multiline=True))
     expect: str | None = field(default=None, metadata=_doc("text the output must contain"))
     ranks: int = field(default=1, metadata=_doc("MPI ranks: more than 1 starts it with the site's launcher"))
     env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("environment for the command"))

@@ -54,6 +54,18 @@ PLACEHOLDERS: Mapping[str, str] = {
 }
 
 
+#: Host names and ssh-config aliases: letters, digits and . _ -, an optional user@ and :port are
+#: separate fields. Anything else would reach ssh command lines and file names.
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def host_name_problem(name: str, what: str = "name") -> str | None:
+    """Why ``name`` is not a host name (None: it is one)."""
+    if not HOST_NAME.fullmatch(name or ""):
+        return f"{what}: {name!r} is not a host name (letters, digits, '.', '_' and '-')"
+    return None
+
+
 @dataclass(frozen=True)
 class HostSpec:
     """A host the playbook runs on."""
@@ -63,7 +75,11 @@ class HostSpec:
         "local: run here; ssh: over SSH with the user's ~/.ssh/config"))
     address: str | None = field(default=None, metadata=_doc("host name or ssh-config alias (default: name)"))
     user: str | None = field(default=None, metadata=_doc("remote user"))
-    port: int | None = field(default=None, metadata=_doc("SSH port"))
+    port: int | None = field(default=None, metadata=_doc("SSH port", min=1, max=65535))
+
+    def check(self) -> str | None:
+        return host_name_problem(self.name) or (self.address is not None and host_name_problem(self.address, "address"))\
+            or None
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,14 @@ class StepSpec:
     notify: tuple[str, ...] = field(default=(), metadata=_doc("handlers to run once at the end if this step changed"))
     become: bool = field(default=False, metadata=_doc("run mutations with sudo when not root"))
     line: int = field(default=0, init=False, compare=False, metadata=_doc("line in the playbook (set by the loader)"))
+
+    def check(self) -> str | None:
+        if not self.name.strip():
+            return "name: a step needs a name"
+        for tag in self.tags:
+            if not tag.strip() or "," in tag:
+                return f"tags: {tag!r} is not a tag (no empty tags, no commas)"
+        return None
 
 
 @dataclass(frozen=True)

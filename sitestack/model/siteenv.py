@@ -12,11 +12,11 @@ set up, :data:`LOAD_FAILED` when a site module does not load.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 
 from sitestack.core.errors import CannotProbe, SitestackError
 from sitestack.core.host import Completed, Host
+from sitestack.core.quoting import sh
 from sitestack.model.site import Facts
 
 NO_MODULE_SYSTEM = 97
@@ -40,18 +40,19 @@ def prelude(facts: Facts, *, load: bool = True) -> str:
     candidates = [mods.init] if mods.init else list(INIT_CANDIDATES)
     lines = [
         "if ! type module >/dev/null 2>&1; then",
-        f"  for f in {' '.join(shlex.quote(c) for c in candidates)}; do",
+        f"  for f in {' '.join(sh(c) for c in candidates)}; do",
         '    if [ -r "$f" ]; then . "$f"; break; fi',
         "  done",
         "fi",
-        f"type module >/dev/null 2>&1 || {{ echo 'no module command (looked for {' '.join(candidates)})' >&2; exit {NO_MODULE_SYSTEM}; }}",
+        f"type module >/dev/null 2>&1 || {{ echo {sh('no module command (looked for ' + ' '.join(candidates) + ')')} >&2; "
+        f"exit {NO_MODULE_SYSTEM}; }}",
     ]
     if load:
         for path in mods.use:
-            lines.append(f"module use {shlex.quote(path)} || exit {LOAD_FAILED}")
+            lines.append(f"module use {sh(path)} || exit {LOAD_FAILED}")
         for name in mods.load:
             # Lmod and Environment Modules >= 4 both return non-zero when a load fails.
-            lines.append(f"module load {shlex.quote(name)} || {{ echo 'cannot load module {name}' >&2; exit {LOAD_FAILED}; }}")
+            lines.append(f"module load {sh(name)} || {{ echo {sh('cannot load module ' + name)} >&2; exit {LOAD_FAILED}; }}")
     return "\n".join(lines) + "\n"
 
 

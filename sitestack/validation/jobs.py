@@ -10,7 +10,6 @@ timestamps): ``job.sbatch.j2`` is the base, one child template per launcher fill
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Literal
 import jinja2
 
 from sitestack.core import templates
+from sitestack.core.quoting import sh, sh_expanding
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import prelude
 from sitestack.validation import masks as masks_mod
@@ -61,14 +61,9 @@ def default_bind(facts: Facts) -> Literal["mask", "launcher"]:
     return "mask" if facts.gpu.cpu_bind is not None else "launcher"
 
 
-def _shell_double(value: str) -> str:
-    """``value`` in double quotes: ``$VARS`` expand when the job runs, nothing else does."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
-
-
 def environment() -> jinja2.Environment:
     """The job's templates (``validation/templates/``), strict; ``|q`` quotes a value for the shell."""
-    return templates.environment([TEMPLATES], {"q": lambda v: shlex.quote(str(v))})
+    return templates.environment([TEMPLATES], {"q": lambda v: sh(str(v))})
 
 
 @dataclass(frozen=True)
@@ -105,7 +100,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
     env_items = []
     miopen = []
     for key, value in inputs.env.items():
-        env_items.append((key, _shell_double(value)))
+        env_items.append((key, sh_expanding(value)))
         if key.startswith("MIOPEN_") and (key.endswith("_PATH") or key.endswith("_DIR")):
             miopen.append(key)
     binding = masks_mod.Binding.from_facts(facts)
@@ -117,7 +112,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
     if facts.container:
         runtime = facts.container.runtime
         container = {"runtime": runtime, "image": facts.container.image or "", "bind_var": BIND_VARS[runtime],
-                     "binds": _shell_double(",".join((*facts.container.bind, "$VALIDATION_DIR", "$OUT")))}
+                     "binds": sh_expanding(",".join((*facts.container.bind, "$VALIDATION_DIR", "$OUT")))}
         exec_prefix = f'{runtime} exec "$SIF" '
     srun_mpi = " --mpi=pmi2" if facts.mpi.flavour in ("mpich", "intel-mpi") else ""
     mpi_launcher = facts.mpi.launcher

@@ -1,0 +1,62 @@
+"""The one seam where values become text of generated shell, Lua, Tcl and batch scripts.
+
+Every value from a playbook, a recipe or the command line that ends up in a generated file
+goes through this module: :func:`control_problem` refuses control characters when the value is
+loaded (a newline would end a ``#SBATCH`` line, a comment or a Lua string and start a command),
+:func:`sh` quotes a word for POSIX shells (``shlex.quote``), and :func:`sh_expanding` quotes a
+value whose ``$NAME`` / ``${NAME}`` references must expand when the script runs while nothing
+else does (no ``$(...)``, no backticks, no ``$((...))``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+#: C0 control characters and DEL, except TAB: newline, carriage return, NUL, escape, ...
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: An environment variable name that every shell accepts.
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: A reference the value may keep: $NAME or ${NAME}.
+_REFERENCE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+_NAMES = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL byte", "\x1b": "an escape character"}
+
+
+def control_problem(value: str) -> str | None:
+    """Why ``value`` cannot go into a generated file (a control character), or None."""
+    found = CONTROL.search(value)
+    if found is None:
+        return None
+    char = found.group()
+    return f"contains {_NAMES.get(char, f'the control character {char!r}')}: values must be one line"
+
+
+def sh(value: str) -> str:
+    """``value`` as one shell word (single quotes where needed)."""
+    return shlex.quote(value)
+
+
+def sh_join(argv: list[str] | tuple[str, ...]) -> str:
+    """An argv as one shell line."""
+    return " ".join(sh(a) for a in argv)
+
+
+def sh_expanding(value: str) -> str:
+    """``value`` in double quotes: ``$NAME`` and ``${NAME}`` expand when the script runs, nothing else.
+
+    Every other ``$`` (``$(``, ``$((``, ``$1``, ``$$``), backticks, backslashes and double quotes
+    are escaped, so the value cannot run a command.
+    """
+    out = []
+    pos = 0
+    for match in _REFERENCE.finditer(value):
+        out.append(_escape_double(value[pos:match.start()]))
+        out.append(match.group())
+        pos = match.end()
+    out.append(_escape_double(value[pos:]))
+    return '"' + "".join(out) + '"'
+
+
+def _escape_double(text: str) -> str:
+    return re.sub(r'([\\"`$])', r"\\\1", text)
