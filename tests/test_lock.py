@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import multiprocessing
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -113,3 +114,29 @@ def test_read_only_host_takes_no_lock(tmp_path: Path):
     with pytest.raises(MutationRefused), LocalHost().read_only_view().lock(str(tmp_path / "lock")):
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_provision_waiting_for_the_prefix_lock_says_who_holds_it(tmp_path: Path):
+    """Another run holds the prefix: this run says who holds it and that it waits, then goes on."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    prefix = tmp_path / "prefix"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from sitestack.core.host import LocalHost\n"
+        f"with LocalHost().lock({str(prefix / '.sitestack' / 'provision.lock')!r}):\n"
+        "    print('held', flush=True); time.sleep(3)\n")], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        run = subprocess.run([sys.executable, "-m", "invoke", "provision", "--site", "local", "--tags", "layout",
+                              "--prefix", str(prefix)], cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    finally:
+        holder.wait(timeout=30)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(rf"\[localhost\] .*provision\.lock is locked by pid {holder.pid} on .*: waiting up to \d+s",
+                     run.stdout), run.stdout
+    log = next((tmp_path / "logs").rglob("provision.log")).read_text()
+    assert "waiting up to" in log  # the note reaches the host's log too

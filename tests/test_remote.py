@@ -109,9 +109,15 @@ def test_unknown_host_key_is_refused_and_accepted_on_request(cli, tmp_path: Path
         refused = cli("provision", "--site", "local", *CORE, "--host", "stranger", "--check", env=env)
         assert refused.returncode == 1
         assert "[stranger] failed   [stranger] host key of stranger is not in known_hosts: refusing to connect" in refused.stdout
+        known = [p for p in tmp_path.rglob("known_hosts*")]
+        before = {p: p.read_bytes() for p in known}
         accepted = cli("provision", "--site", "local", *CORE, "--host", "stranger", "--check", "--accept-new-host-keys",
                        env=env)
         assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+        # accepted for this run only (docs/remote.md): no known_hosts file learnt the key
+        assert {p: p.read_bytes() for p in tmp_path.rglob("known_hosts*")} == before and known
+        again = cli("provision", "--site", "local", *CORE, "--host", "stranger", "--check", env=env)
+        assert again.returncode == 1 and "not in known_hosts" in again.stdout
         assert not (tmp_path / "home" / "sitestack").exists()  # check mode wrote nothing remotely
     finally:
         server.stop()

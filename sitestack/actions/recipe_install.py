@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.actions.base import Action
+from sitestack.core import versions
 from sitestack.core.errors import InputError
 from sitestack.core.host import Host
 from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
@@ -67,6 +68,8 @@ class RecipeInstall(Action):
                 return f"recipe: {self.recipe!r} is not a recipe name"
             if self.dest is not None and not (self.dest.startswith("/") or self.dest.startswith("{")):
                 return f"dest: {self.dest!r} must be absolute"
+            if self.version is not None and versions.check_version(self.version):
+                return f"version: {versions.check_version(self.version)}"
             return None
 
     def __init__(self, spec: Any, args: Any, ctx: RunContext) -> None:

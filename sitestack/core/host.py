@@ -16,10 +16,11 @@ from pathlib import Path
 from invoke.context import Context
 
 from sitestack.core.errors import SitestackError
-from sitestack.core.hostbase import Completed, Host, shell_line
+from sitestack.core.hostbase import UMASK, Completed, Host, shell_line
 from sitestack.core.ssh import SshHost, ssh_host
 
-__all__ = ["Completed", "Host", "LocalHost", "SshHost", "atomic_write", "local_host", "shell_line", "ssh_host"]
+__all__ = ["Completed", "Host", "LocalHost", "SshHost", "atomic_write", "local_host", "private_dir", "shell_line",
+           "ssh_host"]
 
 
 class LocalHost(Host):
@@ -95,4 +96,15 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
 
 
 def local_host(name: str = "localhost", *, read_only: bool = False) -> LocalHost:
+    """This machine. Files this process makes itself get the same modes as those commands make:
+    the process umask becomes :data:`~sitestack.core.hostbase.UMASK`."""
+    os.umask(int(UMASK, 8))
     return LocalHost(name, read_only=read_only)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` made (with its parents) and readable by this user only: caches and logs hold
+    build output, environment dumps and tarballs that are the user's, not the site's."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path

@@ -46,6 +46,17 @@ class Completed:
         return self.rc == 0
 
 
+#: Every command runs with this umask, whatever the admin's is: installed trees get directories
+#: 0755 and files 0644 (0755 executables) under umask 000 as under 077 (a shared stack its users
+#: cannot read, or anyone can write to, is broken either way). Modes set explicitly stay as set.
+UMASK = "022"
+
+
+def with_umask(line: str) -> str:
+    """``line`` run under :data:`UMASK`."""
+    return f"umask {UMASK}; {line}"
+
+
 def shell_line(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
     """The single place where an argv list becomes a shell command line."""
     if not argv:
@@ -118,7 +129,7 @@ class Host:
 
     def _exec(self, line: str, **kwargs: Any) -> Any:
         """Run one shell line through the Context (the only place commands leave the Host)."""
-        return self.context.run(line, **kwargs)
+        return self.context.run(with_umask(line), **kwargs)
 
     # -- identity ------------------------------------------------------------------------
     def user(self) -> str:

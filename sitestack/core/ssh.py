@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sitestack.core.errors import ConnectionLost, SitestackError
-from sitestack.core.hostbase import Host
+from sitestack.core.errors import ConnectionLost, InputError, SitestackError
+from sitestack.core.hostbase import Host, with_umask
 from sitestack.core.redact import redact
 
 
@@ -26,7 +26,7 @@ class SshHost(Host):
         import paramiko
 
         try:
-            result = self.context.run(line, **kwargs)
+            result = self.context.run(with_umask(line), **kwargs)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise ConnectionLost(f"[{self.name}] connection lost: {exc or type(exc).__name__}") from None
         if result is None or result.return_code == -1:  # paramiko: the channel closed without an exit status
@@ -57,6 +57,19 @@ class SshHost(Host):
             raise SitestackError(f"[{self.name}] cannot write {path}: {exc}") from None
 
 
+def _accept_policy_base() -> Any:
+    import paramiko
+    return paramiko.MissingHostKeyPolicy
+
+
+class _AcceptForThisRun(_accept_policy_base()):  # type: ignore[misc]
+    """--accept-new-host-keys: an unknown key is trusted for this connection only and never written
+    to known_hosts (paramiko's AutoAddPolicy saves it into the last known_hosts file loaded)."""
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)  # in memory: nothing is saved
+
+
 def _verify_host_keys(connection: Any, accept_unknown_hosts: bool) -> None:
     import paramiko
 
@@ -66,7 +79,28 @@ def _verify_host_keys(connection: Any, accept_unknown_hosts: bool) -> None:
         known = os.path.expanduser(known)
         if os.path.exists(known):
             client.load_host_keys(known)
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_unknown_hosts else paramiko.RejectPolicy())
+    client.set_missing_host_key_policy(_AcceptForThisRun() if accept_unknown_hosts else paramiko.RejectPolicy())
+
+
+def check_ssh_config(target: str) -> None:
+    """Refuse a bad SSH setup before anything connects, with one message: a
+    ``$SITESTACK_SSH_CONFIG`` that is not a file, or a config whose ``Port`` for ``target`` is not
+    a port number (Fabric would raise a bare ValueError from deep inside)."""
+    import paramiko
+
+    config_path = os.environ.get("SITESTACK_SSH_CONFIG")
+    path = config_path or os.path.expanduser("~/.ssh/config")
+    if config_path and not os.path.isfile(config_path):
+        raise InputError("SITESTACK_SSH_CONFIG", f"{config_path}: no such file (the SSH config to use)")
+    if not os.path.isfile(path):
+        return
+    try:
+        found = paramiko.SSHConfig.from_path(path).lookup(target.rsplit("@", 1)[-1].split(":")[0])
+    except Exception as exc:  # paramiko raises assorted errors for a malformed file
+        raise InputError(path, f"cannot read the SSH config: {exc}") from None
+    port = found.get("port")
+    if port is not None and not (str(port).isdigit() and 1 <= int(port) <= 65535):
+        raise InputError(path, f"Port {port!r} for host {target} is not a port number")
 
 
 def ssh_host(name: str, address: str | None = None, *, user: str | None = None, port: int | None = None,

@@ -16,6 +16,7 @@ from pathlib import Path
 from invoke.exceptions import Exit
 
 from sitestack.core.errors import InputError, SitestackError
+from sitestack.model.context import RunOptions
 
 
 def split_list(value: str | None, option: str = "") -> tuple[str, ...]:
@@ -41,7 +42,10 @@ def int_option(option: str, value: object, *, low: int, high: int) -> int:
 
 
 def account_option(value: str | None) -> str | None:
-    return value or os.environ.get("SITESTACK_ACCOUNT") or None
+    """--account, else $SITESTACK_ACCOUNT; checked as every run option is (:class:`RunOptions`)."""
+    account = value if value is not None else (os.environ.get("SITESTACK_ACCOUNT") or None)
+    RunOptions(account=account)
+    return account
 
 
 def playbook_path(value: str | None) -> Path | None:

@@ -13,12 +13,14 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from sitestack.actions import ACTIONS
 from sitestack.core import schema
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.core.host import Host, local_host, ssh_host
+from sitestack.core.host import Host, local_host, private_dir, ssh_host
 from sitestack.core.report import HostRun, Reporter
+from sitestack.core.ssh import check_ssh_config
 from sitestack.core.step import Result, converge
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import Facts, HostSpec, Site, load_site
@@ -53,7 +55,7 @@ def check_tags(site: Site, options: Options) -> None:
 
 
 def log_root(options: Options, site: Site) -> Path:
-    root = options.log_root or Path.home() / ".cache" / "sitestack" / "logs"
+    root = options.log_root or private_dir(Path.home() / ".cache" / "sitestack") / "logs"
     return root / site.name / time.strftime("%Y%m%d-%H%M%S")
 
 
@@ -111,7 +113,8 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
         else:
             if "{account}" in prefix:
                 raise InputError("--account", f"site {site.name} installs under {prefix}: give --account (or set SITESTACK_ACCOUNT)")
-            with host.lock(f"{prefix}/.sitestack/provision.lock", wait=options.lock_wait):
+            with host.lock(f"{prefix}/.sitestack/provision.lock", wait=options.lock_wait,
+                           report=lambda text: reporter.note(text, spec.name)):
                 run.results = go()
     except SitestackError as exc:
         run.error = str(exc)
@@ -123,10 +126,36 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
     return run
 
 
+def facts_using(node: Any, placeholder: str, key: str = "") -> list[str]:
+    """The dotted keys of the raw facts whose strings use ``{placeholder}``."""
+    if isinstance(node, dict):
+        return [k for name, value in node.items() for k in facts_using(value, placeholder, f"{key}.{name}" if key else str(name))]
+    if isinstance(node, list):
+        return [k for i, value in enumerate(node) for k in facts_using(value, placeholder, f"{key}[{i}]")]
+    return [key] if isinstance(node, str) and "{" + placeholder + "}" in node else []
+
+
+def require_account(site: Site, options: Options) -> None:
+    """A site whose facts use ``{account}`` needs --account, in check mode too: a plan or a job
+    script with a literal ``{account}`` in it would be wrong."""
+    if options.account is not None:
+        return
+    jobs = any(s.action == "install-validation-job" for s in site.steps)  # the scheduler facts go into its job scripts
+    keys = [k for k in facts_using(site.raw_facts or {}, "account")
+            if not (k == "prefix" and options.prefix) and (jobs or not k.startswith("scheduler."))]
+    if keys:
+        raise InputError("--account", f"site {site.name} needs an account: facts {', '.join(keys)} use {{account}} "
+                         "(give --account, or set SITESTACK_ACCOUNT)")
+
+
 def provision(site: Site, options: Options, reporter: Reporter) -> list[HostRun]:
     """Run ``site``'s playbook on the selected hosts in parallel; return each host's outcome."""
     check_tags(site, options)
+    require_account(site, options)
     specs = select_hosts(site, options.hosts)
+    for spec in specs:
+        if spec.connection == "ssh":
+            check_ssh_config(spec.address or spec.name)
     logs = None if options.check else log_root(options, site)
     reporter.start(site.name, [s.name for s in specs], options.check)
     if len(specs) == 1:

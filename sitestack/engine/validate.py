@@ -25,6 +25,7 @@ from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
 from sitestack.core.quoting import control_problem
 from sitestack.core.report import Reporter
+from sitestack.core.ssh import check_ssh_config
 from sitestack.engine.playbook import connect, select_hosts
 from sitestack.model.context import RunOptions, check_host_option
 from sitestack.model.site import Facts, Site, expand
@@ -134,6 +135,8 @@ def open_host(site: Site, options: ValidateOptions) -> Host:
     if not options.host:
         return local_host()
     spec = select_hosts(site, [options.host])[0]
+    if spec.connection == "ssh":
+        check_ssh_config(spec.address or spec.name)
     return connect(spec, RunOptions(accept_new_host_keys=options.accept_new_host_keys))
 
 

@@ -130,6 +130,9 @@ class Installer:
     def clean_stale(self) -> None:
         """Remove what killed runs left: hidden trees/links beside dest, their build dirs."""
         self.progress.phase("clean")
+        # The user's caches on the host are theirs alone (build logs, tarballs, wheels).
+        home_cache = f"{self.host.home()}/.cache/sitestack"
+        self.host.run(["sh", "-c", 'mkdir -p -- "$1" && chmod 700 -- "$1"', "sh", home_cache])
         t = self.target
         glob = f"{t.recipe.name}-{t.version}-{self.dest_key}-*"
         self.host.run(["bash", "-c", CLEAN_SCRIPT, "sitestack", self.parent, self.base, self.build_root, glob,

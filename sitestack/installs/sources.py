@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sitestack.core.errors import SitestackError
-from sitestack.core.host import atomic_write
+from sitestack.core.host import atomic_write, private_dir
 from sitestack.model.recipe import Recipe, expand
 
 
@@ -29,7 +29,11 @@ class ChecksumMismatch(SitestackError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SITESTACK_SOURCE_CACHE") or Path.home() / ".cache" / "sitestack" / "sources")
+    """The controller's source cache ($SITESTACK_SOURCE_CACHE, else ~/.cache/sitestack/sources, private)."""
+    given = os.environ.get("SITESTACK_SOURCE_CACHE")
+    if given:
+        return Path(given)
+    return private_dir(Path.home() / ".cache" / "sitestack") / "sources"
 
 
 def env_mirrors() -> list[Path]:

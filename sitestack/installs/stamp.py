@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sitestack.builders.pip import WHEEL_DIR
-from sitestack.core.errors import LockHeld, SitestackError
+from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.inputs import digest, explain_change
 
@@ -72,16 +72,7 @@ def lock_path(dest: str) -> str:
 @contextlib.contextmanager
 def install_lock(host: Host, path: str, wait: float, report: Callable[[str], None] | None,
                  label: str) -> Iterator[None]:
-    """Hold the install's lock; say so when another run holds it, and wait up to ``wait`` seconds."""
-    try:
-        lock = host.lock(path, wait=0)
-        lock.__enter__()
-    except LockHeld as exc:
-        if report:
-            report(f"    {label}: waiting for the install lock ({exc})")
-        lock = host.lock(path, wait=wait)
-        lock.__enter__()
-    try:
+    """Hold the install's lock; say who holds it when another run does, and wait up to ``wait`` seconds."""
+    with host.lock(path, wait=wait, report=(lambda text: report(f"    {label}: waiting for the install lock ({text})"))
+                   if report else None):
         yield
-    finally:
-        lock.__exit__(None, None, None)
