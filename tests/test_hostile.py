@@ -188,6 +188,86 @@ CLI_CASES = [
 ]
 
 
+# 4. paths in recipes and source tarballs: build-recipe with a recipe of our own (--sources-dir)
+def evil_tarball(root: Path, kind: str) -> Path:
+    """A source tarball that tries to escape: a top-level symlink, a ../ member, an absolute member."""
+    import io
+    import tarfile
+
+    out = root / f"evil-{kind}.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        def add(name: str, data: bytes = b"x", link: str | None = None) -> None:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        if kind == "symlink-top":
+            add("evil-1.0", link="/tmp")
+        elif kind == "dotdot":
+            add("evil-1.0/configure")
+            add("evil-1.0/../../../escaped")
+        elif kind == "absolute":
+            add("/tmp/evil-absolute")
+        elif kind == "link-out":
+            add("evil-1.0/configure")
+            add("evil-1.0/out", link="../../../../etc")
+    return out
+
+
+def recipe_text(version: str = "1.0", filename: str | None = None, sha: str = "0" * 64) -> str:
+    lines = ["name: evil", "description: a recipe of the hostile corpus", "homepage: https://example.invalid/evil",
+             "build: autotools", f'default_version: "{version}"', "versions:", f'  "{version}":',
+             "    url: https://example.invalid/evil-{version}.tar.gz", f"    sha256: {sha}"]
+    if filename is not None:
+        lines.append(f'    filename: "{filename}"')
+    lines.append("sanity: [bin/evil]")
+    return "\n".join(lines) + "\n"
+
+
+RECIPE_CASES = [
+    ("recipe-filename-dotdot", r"evil\.yml:\d+: versions\.1\.0", {"filename": "../../x.tar.gz"}, None),
+    ("recipe-filename-slash", r"evil\.yml:\d+: versions\.1\.0", {"filename": "a/b.tar.gz"}, None),
+    ("recipe-version-key-dotdot", r"evil\.yml:\d+: versions\.", {"version": "../../x"}, None),
+    ("recipe-version-key-slash", r"evil\.yml:\d+: versions\.", {"version": "1.0/x"}, None),
+    ("tarball-top-symlink", r"--source", {}, "symlink-top"),
+    ("tarball-dotdot-member", r"--source", {}, "dotdot"),
+    ("tarball-absolute-member", r"--source", {}, "absolute"),
+    ("tarball-link-outside", r"--source", {}, "link-out"),
+]
+
+
+@pytest.mark.parametrize("case", RECIPE_CASES, ids=lambda c: c[0])
+def test_hostile_recipes_and_tarballs_are_refused(case: tuple[str, str, dict[str, str], str | None], tmp_path: Path,
+                                                  repo_before: str):
+    from tests.recipe_projects import sha256
+
+    name, where, recipe_args, tar_kind = case
+    home, cwd, prefix, sources = (tmp_path / n for n in ("home", "cwd", "prefix", "sources"))
+    for d in (home, cwd, sources):
+        d.mkdir()
+    args = ["build-recipe", "evil", "--site", "local", "--sources-dir", str(sources), "--prefix", str(prefix)]
+    if tar_kind:
+        tarball = evil_tarball(tmp_path, tar_kind)
+        (sources / "evil.yml").write_text(recipe_text(sha=sha256(tarball)))
+        args += ["--source", str(tarball)]
+    else:
+        (sources / "evil.yml").write_text(recipe_text(**recipe_args))
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("SITESTACK_LOG_DIR", None)
+    result = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=cwd, env=env,
+                            text=True, capture_output=True, timeout=120)
+    message = result.stderr.strip()
+    assert result.returncode == 1 and "Traceback" not in result.stdout + message, result.stdout + message
+    assert len(message.splitlines()) == 1 and re.search(where, message), message
+    assert result.stdout == ""
+    assert tree(home) == [] and tree(cwd) == [] and not prefix.exists()
+    assert not Path("/tmp/evil-absolute").exists() and not (tmp_path.parent / "escaped").exists()
+    assert git_status() == repo_before
+
+
 def run_case(case: Case, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Path]]:
     home, cwd, prefix, book_dir = (tmp_path / n for n in ("home", "cwd", "prefix", "book"))
     for d in (home, cwd, book_dir):
@@ -228,7 +308,7 @@ def repo_before() -> str:
 
 
 def test_the_corpus_covers_every_class():
-    assert len(PLAYBOOK_CASES) + len(CLI_CASES) >= 60
+    assert len(PLAYBOOK_CASES) + len(CLI_CASES) + len(RECIPE_CASES) >= 60
     assert len({c.id for c in PLAYBOOK_CASES + CLI_CASES}) == len(PLAYBOOK_CASES) + len(CLI_CASES)
 
 

@@ -17,9 +17,10 @@ from typing import Any
 from sitestack.actions.horovod_install import plan_for as horovod_plan
 from sitestack.actions.rccl_net_plugin import choose_version, known_rocm, plugin_data
 from sitestack.actions.stack_venv import require_module_system
-from sitestack.core.errors import SitestackError
+from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import playbook as pb
+from sitestack.installs import sources as sources_mod
 from sitestack.model.context import RunOptions
 from sitestack.model.recipe import load_recipe
 from sitestack.model.site import Site, StepSpec, Toolkit
@@ -34,6 +35,11 @@ def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Report
     single = dataclasses.replace(loaded, steps=(spec,), handlers=())
     options = dataclasses.replace(options, source=_resolved(options.source), sources_dir=_resolved(options.sources_dir),
                                   mirror=_resolved(options.mirror))
+    if options.source and Path(options.source).is_file():   # refused before anything connects or is written
+        try:
+            sources_mod.check_tarball(Path(options.source), spec.name)
+        except SitestackError as exc:
+            raise InputError("--source", str(exc)) from None
     return pb.provision(single, options, reporter)
 
 

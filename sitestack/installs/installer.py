@@ -48,7 +48,7 @@ exit 0
 """
 
 #: Moves the single top directory of an unpacked tarball (or the whole unpack dir) to the source dir.
-UNPACK_SCRIPT = ('w=$1 dst=$2; set -- "$w"/unpack/*; if [ $# -eq 1 ] && [ -d "$1" ]; then mv -T "$1" "$dst"; '
+UNPACK_SCRIPT = ('w=$1 dst=$2; set -- "$w"/unpack/*; if [ $# -eq 1 ] && [ -d "$1" ] && [ ! -L "$1" ]; then mv -T "$1" "$dst"; '
                  'else mv -T "$w/unpack" "$dst"; fi')
 
 
@@ -163,7 +163,7 @@ class Installer:
         tarball = self.fetch()
         self.progress.phase("extract", os.path.basename(tarball))
         self.sh(["mkdir", "-p", f"{self.work}/unpack", layout.build, layout.stage])
-        self.sh(["tar", "-xf", tarball, "-C", f"{self.work}/unpack"])
+        self.sh(["tar", "--no-same-owner", "-xf", tarball, "-C", f"{self.work}/unpack"])
         self.sh(["bash", "-c", UNPACK_SCRIPT, "sitestack", self.work, layout.src],
                 shown=["move the unpacked tree to", layout.src])
         self.apply_patches(layout.src)
@@ -181,6 +181,7 @@ class Installer:
         mirrors = [Path(m) for m in (self.options.mirror, self.mirror) if m] + sources_mod.env_mirrors()
         source = self.options.source
         local = sources_mod.fetch(t.recipe, t.version, source=Path(source) if source else None, mirrors=mirrors)
+        sources_mod.check_tarball(local, t.label)
         if isinstance(self.host, LocalHost):
             return str(local)
         sha = t.recipe.versions[t.version].sha256

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import tarfile
 import tempfile
 import urllib.parse
 import urllib.request
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import atomic_write, private_dir
-from sitestack.model.recipe import Recipe, expand
+from sitestack.model.recipe import FILE_NAME, Recipe, expand
 
 
 class ChecksumMismatch(SitestackError):
@@ -57,7 +58,33 @@ def filename_of(recipe: Recipe, version: str) -> str:
     if source.filename:
         return source.filename
     name = Path(urllib.parse.urlparse(url_of(recipe, version)).path).name
-    return name or f"{recipe.name}-{version}.tar.gz"
+    if not FILE_NAME.fullmatch(name) or ".." in name:   # a URL ending in /.. must not name a directory
+        return f"{recipe.name}-{version}.tar.gz"
+    return name
+
+
+def check_tarball(path: Path, label: str) -> None:
+    """Refuse a tarball whose members would land outside the directory it is unpacked in.
+
+    Every member goes through tarfile's ``data`` filter (PEP 706: no absolute names, no ``..``,
+    no links pointing outside, no device files), checked here on the controller before anything
+    reaches a host; a top-level member that is a symlink is refused as well (the build would run
+    in the directory it points to).
+    """
+    try:
+        with tarfile.open(path) as archive:
+            for member in archive:
+                if member.name.startswith("/"):   # tar would strip the slash; a source tarball has no such names
+                    raise SitestackError(f"{label}: {path.name} is unsafe to unpack: absolute member name {member.name!r}")
+                try:
+                    tarfile.data_filter(member, "/unpack")
+                except tarfile.FilterError as exc:
+                    raise SitestackError(f"{label}: {path.name} is unsafe to unpack: {exc}") from None
+                if (member.issym() or member.islnk()) and "/" not in member.name.strip("/").removeprefix("./"):
+                    raise SitestackError(f"{label}: {path.name} is unsafe to unpack: its top-level member "
+                                         f"{member.name!r} is a link")
+    except (tarfile.TarError, OSError) as exc:
+        raise SitestackError(f"{label}: {path.name} is not a readable tarball: {exc}") from None
 
 
 def _verify(path: Path, want: str, what: str) -> None:

@@ -112,6 +112,12 @@ class Rule:
         return versions.check_spec(self.versions) and f"versions: {versions.check_spec(self.versions)}"
 
 
+#: A file name in caches, mirrors and patches/<recipe>/: never a path.
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+#: A version key of a recipe: it becomes a directory name (<prefix>/<recipe>/<version>).
+VERSION_KEY = r"[A-Za-z0-9][A-Za-z0-9._+-]*"
+
+
 @dataclass(frozen=True)
 class Source:
     """One known version: where its source tarball is and its sha256."""
@@ -126,6 +132,8 @@ class Source:
     env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("build environment added for this version only"))
 
     def check(self) -> str | None:
+        if self.filename is not None and not (FILE_NAME.fullmatch(self.filename) and ".." not in self.filename):
+            return f"filename: {self.filename!r} must be a plain file name (letters, digits, . _ + -; no /, no ..)"
         if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
             return f"sha256: must be 64 lower-case hex digits, not {self.sha256!r}"
         if not re.match(r"^(https?|file)://", self.url):
@@ -228,7 +236,9 @@ class Recipe:
     homepage: str = field(metadata=_doc("project home page"))
     build: Literal["autotools", "cmake", "pip"] = field(metadata=_doc("build system"))
     default_version: str = field(metadata=_doc("version built when none is asked for"))
-    versions: Mapping[str, Source] = field(metadata=_doc("every known version: url, sha256, and what it needs"))
+    versions: Mapping[str, Source] = field(metadata=_doc(
+        "every known version: url, sha256, and what it needs", key_pattern=VERSION_KEY,
+        key_doc="a version (letters, digits, . _ + -: it names the install directory)"))
     license: str | None = field(default=None, metadata=_doc("SPDX licence"))
     tools: tuple[str, ...] = field(default=(), metadata=_doc(
         "commands that must exist with the site's modules loaded; their --version goes into the digest"))
