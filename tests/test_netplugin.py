@@ -188,6 +188,11 @@ def test_a_bad_package_argument_is_refused_when_the_playbook_is_loaded(tmp_path:
     with pytest.raises(SitestackError, match=rf"fr\.yml:{line}: .*args\.package\.libfabrik: unknown key "
                                              r"\(known keys: hwloc, libfabric, mpi_home"):
         pb.load(None, tmp_path / "fr.yml")
+    # a recipe without hooks takes no package arguments
+    text = (PLAYBOOK_DIR / "local.yml").read_text().replace("site: local", "site: lo")
+    (tmp_path / "lo.yml").write_text(text.replace('      version: "4.1.2"\n', '      version: "4.1.2"\n      package: {x: 1}\n'))
+    with pytest.raises(SitestackError, match=r"lo\.yml:\d+: .*args\.package: recipe mpi4py takes no package arguments"):
+        pb.load(None, tmp_path / "lo.yml")
 
 
 def test_a_source_directory_is_packed_reproducibly(tmp_path: Path):

@@ -102,8 +102,12 @@ class RecipeInstall(Action):
         """The install's arguments, and ``package:`` against the recipe's hooks' ``Args``."""
         args = super().check_args(raw, file, line, key)
         package = (raw or {}).get("package") or {}
-        lines = getattr(raw, "lines", {})
-        schema.build(hooks_for(args.recipe).Args, package, file, line=lines.get("package", line), key=f"{key}.package")
+        where = getattr(raw, "lines", {}).get("package", line)
+        own = hooks_for(args.recipe).Args
+        if package and not dataclasses.fields(own):
+            raise InputError(f"{file}:{where}", f"recipe {args.recipe} takes no package arguments (it has no hooks "
+                             "with arguments in sitestack/packages)", key=f"{key}.package")
+        schema.build(own, package, file, line=where, key=f"{key}.package")
         return args
 
     def __init__(self, spec: Any, args: Any, ctx: RunContext) -> None:
