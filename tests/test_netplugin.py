@@ -9,27 +9,31 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from sitestack.actions.rccl_net_plugin import configure_line
+from sitestack.builders import symbolic
 from sitestack.core.errors import SitestackError
 from sitestack.core.paths import PLAYBOOK_DIR
 from sitestack.engine import playbook as pb
-from sitestack.model.recipe import load_recipe
-from sitestack.model.site import Toolkit, expand
+from sitestack.installs.given_source import pack_dir
+from sitestack.installs.target import Target, build_plan
+from sitestack.model.recipe import Recipe, load_recipe
+from sitestack.model.site import Facts, Toolkit, expand
 from sitestack.packages.aws_ofi_rccl import (
     Homes,
     choose_version,
     configure_args,
     known_rocm,
-    pack_dir,
+    module_settings,
     plugin_data,
     plugin_row,
     rccl_prefix,
     resolve_homes,
+    site_recipe,
 )
 from tests.netplugin_projects import make_plugin_tarball, make_plugin_tree, make_rccl_stub
 
@@ -52,6 +56,17 @@ def data(recipe):
     return plugin_data(recipe)
 
 
+def configure_line(recipe: Recipe, facts: Facts, version: str, homes: Homes, dest: str, *,
+                   tests: bool = False) -> str:
+    """The exact configure command for ``version`` (build dirs as $SRC etc.): what the golden files pin."""
+    data = plugin_data(recipe)
+    full = site_recipe(recipe, version, configure_args(data, version, homes, tests=tests), tests=tests,
+                       sha256="0" * 64)
+    target = Target(full, version, facts, dest, os.path.dirname(dest), facts.python.executable)
+    (command,) = [c for c in build_plan(target, symbolic(dest), has_configure=False) if c.phase == "configure"]
+    return shlex.join(command.argv)
+
+
 def site_facts(site: str, rocm: str):
     loaded = pb.load(site)
     values = loaded.placeholder_values(home="/home/user", user="user", account="project_465000123", prefix=None)
@@ -64,12 +79,13 @@ def configure_for(site: str, rocm: str) -> str:
     data = plugin_data(recipe)
     rocm = known_rocm(data, rocm)
     loaded, values, facts = site_facts(site, rocm)
-    step = next(s for s in loaded.steps if s.action == "rccl-net-plugin")
+    step = next(s for s in loaded.steps if s.action == "recipe-install" and s.args["recipe"] == "aws-ofi-rccl")
+    package = step.args["package"]
     version = choose_version(recipe, data, facts, None, site)
     row = plugin_row(data, version)
     homes = resolve_homes(data, row, rocm, facts.rocm.home, SITE_ENV[site], mpi_flavour=facts.mpi.flavour,
-                          pkg_prefix={"hwloc": "/usr"}, libfabric=step.args.get("libfabric"),
-                          mpi_home=step.args.get("mpi_home"))
+                          pkg_prefix={"hwloc": "/usr"}, libfabric=package.get("libfabric"),
+                          mpi_home=package.get("mpi_home"))
     dest = f"{values['prefix']}/aws-ofi-rccl/{version}-rocm-{rocm}"
     return configure_line(recipe, facts, version, homes, dest)
 
@@ -146,13 +162,13 @@ def test_system_prefixes_are_never_passed(data):
 @pytest.mark.parametrize("site, fmt", [("frontier", "lua"), ("frontier", "tcl")])
 def test_module_files_set_the_plugin_explicitly(recipe, data, site, fmt):
     from sitestack.actions.modulefiles import render
-    from sitestack.actions.rccl_net_plugin import module_spec
+    from sitestack.actions.recipe_install import module_spec
     from sitestack.engine.playbook import offline_context
 
     ctx = offline_context(pb.load(site), account="project_465000123")
     dest = "/p/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"
     row = plugin_row(data, "1.4.0+17d41cb")
-    spec = module_spec(ctx, recipe, row, "1.4.0+17d41cb", dest, {"install": dest, "version": "1.4.0+17d41cb"})
+    spec = module_spec(ctx, recipe, module_settings(recipe, row), "1.4.0+17d41cb", dest, {"install": dest, "version": "1.4.0+17d41cb"})
     assert spec.full == "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"
     text = render(spec, fmt)
     if fmt == "lua":
@@ -162,6 +178,21 @@ def test_module_files_set_the_plugin_explicitly(recipe, data, site, fmt):
         assert 'pushenv("FI_CXI_ATS", "0")' in text and 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in text
     else:
         assert text.startswith("#%Module") and "NCCL_NET_PLUGIN" in text and "AWS Libfabric" in text
+
+
+def test_a_bad_package_argument_is_refused_when_the_playbook_is_loaded(tmp_path: Path):
+    text = (PLAYBOOK_DIR / "frontier.yml").read_text()
+    bad = text.replace("site: frontier", "site: fr").replace("        libfabric: /opt/cray", "        libfabrik: /opt/cray")
+    (tmp_path / "fr.yml").write_text(bad)
+    line = bad[:bad.index("libfabrik:")].count("\n") + 1
+    with pytest.raises(SitestackError, match=rf"fr\.yml:{line}: .*args\.package\.libfabrik: unknown key "
+                                             r"\(known keys: hwloc, libfabric, mpi_home"):
+        pb.load(None, tmp_path / "fr.yml")
+    # a recipe without hooks takes no package arguments
+    text = (PLAYBOOK_DIR / "local.yml").read_text().replace("site: local", "site: lo")
+    (tmp_path / "lo.yml").write_text(text.replace('      version: "4.1.2"\n', '      version: "4.1.2"\n      package: {x: 1}\n'))
+    with pytest.raises(SitestackError, match=r"lo\.yml:\d+: .*args\.package: recipe mpi4py takes no package arguments"):
+        pb.load(None, tmp_path / "lo.yml")
 
 
 def test_a_source_directory_is_packed_reproducibly(tmp_path: Path):

@@ -51,15 +51,20 @@ def test_cirrus_uses_the_gpu_python_module():
 @pytest.mark.parametrize("name", REMOTE_SITES)
 def test_check_mode_plans_a_site_that_is_not_here(name, cli, tmp_path: Path):
     site = pb.load(name)
-    result = cli("provision", "--site", name, "--check", env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    result = cli("provision", "--site", name, "--check", "--account", "proj123",
+                 env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
     assert result.returncode == 0, result.stdout + result.stderr
     for step in site.steps:
         assert f"] changed  {step.name}: would " in result.stdout, step.name
     assert result.stdout.count(f"(not probed: login is not a {name} host ({site.facts.marker} missing))") == len(site.steps)
     assert not Path(site.facts.marker).exists()
     assert not (tmp_path / "logs").exists()
-    failing = cli("provision", "--site", name, "--check", "--fail-on-change")
+    failing = cli("provision", "--site", name, "--check", "--fail-on-change", "--account", "proj123")
     assert failing.returncode == 2
+    # Its facts use {account}: a plan without one would show (and its job scripts hold) a literal {account}.
+    unnamed = cli("provision", "--site", name, "--check", env={"SITESTACK_ACCOUNT": ""})
+    assert unnamed.returncode == 1 and unnamed.stdout == ""
+    assert unnamed.stderr.startswith(f"error: --account: site {name} needs an account: facts ")
 
 
 @pytest.mark.parametrize("name", REMOTE_SITES)

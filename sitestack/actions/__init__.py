@@ -10,10 +10,8 @@ from sitestack.actions.apt_packages import AptPackages
 from sitestack.actions.base import Action
 from sitestack.actions.command import Command
 from sitestack.actions.directory import Directory
-from sitestack.actions.horovod_install import HorovodInstall
 from sitestack.actions.modulefiles import ModuleFiles
 from sitestack.actions.modules_available import ModulesAvailable
-from sitestack.actions.rccl_net_plugin import RcclNetPlugin
 from sitestack.actions.recipe_install import RecipeInstall
 from sitestack.actions.require_tools import RequireTools
 from sitestack.actions.site_facts import SiteFacts
@@ -24,7 +22,7 @@ from sitestack.actions.venv_hook import VenvHook
 #: action name (as playbooks write it) -> the Action class.
 ACTIONS: dict[str, type[Action]] = {cls.action: cls for cls in (
     Directory, RequireTools, ModulesAvailable, SiteFacts, AptPackages, Command,
-    RecipeInstall, HorovodInstall, RcclNetPlugin,
+    RecipeInstall,
     StackVenv, VenvHook, ModuleFiles, InstallValidationJob,
 )}
 

@@ -23,6 +23,13 @@ killed run (hidden trees, build dirs) are removed by the next install under the 
 Build logs are files (one per install, controller side); phases are written there as
 ``==> sitestack: ... phase NAME (+ELAPSED)`` lines and reported while the build runs.
 
+A recipe with hooks (:data:`sitestack.packages.HOOKS`: Horovod, the RCCL network plugin) is
+installed the same way; its hooks choose version, dest and build interpreter, probe the host for
+the site's part of the recipe (build environment, configure options, checks), make what is missing
+first (``setup``), and may ask for a module file written beside the install and for a source given
+with ``--source`` (:mod:`sitestack.installs.given_source`). The step gives the package's own
+arguments under ``package:``, checked against the hooks' ``Args`` when the playbook is loaded.
+
 This module is the action only; the machinery is :mod:`sitestack.installs` (target, inputs,
 toolchain, stamp and lock, installer) and the build systems are :data:`sitestack.builders.BUILDERS`.
 The names other modules used to import from here are re-exported (``__all__``).
@@ -30,38 +37,58 @@ The names other modules used to import from here are re-exported (``__all__``).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
-from sitestack.actions.base import Action
-from sitestack.core import versions
+from sitestack.actions.base import Action, unified_diff
+from sitestack.core import schema, versions
 from sitestack.core.errors import InputError
 from sitestack.core.host import Host
+from sitestack.installs.given_source import keep_source, source_file, source_sha256
 from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
 from sitestack.installs.installer import Installer
+from sitestack.installs.modulefile_render import ModuleSpec, render
+from sitestack.installs.modulefile_specs import package_module
 from sitestack.installs.stamp import STAMP_FORMAT, install_lock, install_reason, installed_wheel, lock_path, read_stamp
 from sitestack.installs.target import Target, build_plan, check_commands, host_argv, launcher_argv
 from sitestack.installs.toolchain import Toolchain, probe_toolchain, require_tools
+from sitestack.installs.venv_stack import Built
 from sitestack.model.context import RunContext
-from sitestack.model.recipe import load_recipe
+from sitestack.model.recipe import ModuleSettings, Recipe, load_recipe
+from sitestack.packages import HOOKS, InstallInfo, NotReady, PackageHooks, hooks_for
 
 
 # -- the action ----------------------------------------------------------------------------------
 class RecipeInstall(Action):
-    """A package built from its recipe in sources/ and installed atomically (stamped, locked, cached)."""
+    """A package built from its recipe in sources/ and installed atomically (stamped, locked, cached).
+
+    A recipe with hooks (sitestack/packages: horovod, aws-ofi-rccl) gets its site-specific part from
+    them: version, dest and build interpreter, the build environment and checks, a module file written
+    beside the install; its own arguments are given under `package:` (listed below per recipe).
+    """
 
     action = "recipe-install"
+    #: recipe name -> its hooks (the `package:` arguments each accepts are their ``Args``).
+    hooks_table: ClassVar[Mapping[str, type[PackageHooks]]] = HOOKS
 
     @dataclass(frozen=True)
     class Args:
         recipe: str = field(metadata={"doc": "recipe name: sources/<recipe>.yml"})
-        version: str | None = field(default=None, metadata={"doc": "version to build (default: the recipe's default_version)"})
-        dest: str | None = field(default=None, metadata={"doc": "install prefix of the package (default: {prefix}/<recipe>/<version>)"})
-        python: str | None = field(default=None, metadata={"doc": "interpreter that builds Python packages (default: facts.python.executable)"})
+        version: str | None = field(default=None, metadata={"doc": "version to build (default: the recipe's default_version, or its hooks' choice)"})
+        dest: str | None = field(default=None, metadata={"doc": "install prefix of the package (default: {prefix}/<recipe>/<version>, or its hooks' choice)"})
+        python: str | None = field(default=None, metadata={"doc": (
+            "interpreter that builds Python packages (default: facts.python.executable; for Horovod, "
+            "`invoke build-horovod --python` overrides)")})
         mirror: str | None = field(default=None, metadata={"doc": "controller directory with source tarballs (air-gapped sites)"})
+        package: Mapping[str, Any] = field(default_factory=dict, metadata={"doc": (
+            "the recipe's own arguments, where its hooks have some (below); the run's options of the same name override")})
 
         def check(self) -> str | None:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.recipe):
@@ -72,38 +99,129 @@ class RecipeInstall(Action):
                 return f"version: {versions.check_version(self.version)}"
             return None
 
+    @classmethod
+    def check_args(cls, raw: Any, file: str, line: int, key: str) -> Any:
+        """The install's arguments, and ``package:`` against the recipe's hooks' ``Args``."""
+        args = super().check_args(raw, file, line, key)
+        package = (raw or {}).get("package") or {}
+        where = getattr(raw, "lines", {}).get("package", line)
+        own = hooks_for(args.recipe).Args
+        if package and not dataclasses.fields(own):
+            raise InputError(f"{file}:{where}", f"recipe {args.recipe} takes no package arguments (it has no hooks "
+                             "with arguments in sitestack/packages)", key=f"{key}.package")
+        schema.build(own, package, file, line=where, key=f"{key}.package")
+        return args
+
     def __init__(self, spec: Any, args: Any, ctx: RunContext) -> None:
-        super().__init__(spec, args, ctx)
         options = ctx.options
         sources_dir = options.sources_dir
-        self.recipe = load_recipe(args.recipe, Path(sources_dir) if sources_dir else None)
-        self.version = self.recipe.select_version(args.version, ctx.facts,
-                                                  f"site {ctx.site.name}")
+        recipe = load_recipe(args.recipe, Path(sources_dir) if sources_dir else None)
+        own = schema.build(hooks_for(recipe.name).Args, dict(args.package), ctx.site.path, key="args.package")
+        step = SimpleNamespace(**vars(own), version=args.version, dest=args.dest, python=args.python,
+                               mirror=args.mirror)
+        self.hooks = hooks_for(recipe.name)(ctx, recipe, step)
+        chosen = {"version": args.version, "dest": args.dest, "python": args.python, **self.hooks.install_args()}
+        ctx = self.hooks.ctx   # the hooks may adjust the facts (another ROCm release)
+        super().__init__(spec, args, ctx)
+        self.base_recipe = self.recipe = recipe
+        self.version = self.recipe.select_version(chosen["version"], ctx.facts, f"site {ctx.site.name}")
         site_prefix = ctx.values["prefix"]
-        dest = args.dest or f"{site_prefix}/{self.recipe.name}/{self.version}"
+        dest = chosen["dest"] or f"{site_prefix}/{self.recipe.name}/{self.version}"
         self.target = Target(self.recipe, self.version, ctx.facts, dest.rstrip("/"), site_prefix,
-                             args.python or ctx.facts.python.executable)
+                             chosen["python"] or ctx.facts.python.executable)
         self.options = options
         self.report = ctx.note
         self._toolchain: Toolchain | None = None
+        self._prepared = False
+        self._given: Path | None = None
+        settings = self.hooks.module_file()
+        self.module = None if settings is None else module_spec(ctx, self.recipe, settings, self.version, self.target.dest,
+                                                                self.target.values(install=self.target.dest))
 
     # -- Step ----------------------------------------------------------------------------------
     def describe(self) -> str:
-        return f"build and install {self.target.label} into {self.target.dest}"
+        return self.hooks.describe(self.info(None)) or f"build and install {self.target.label} into {self.target.dest}"
 
     def pending(self, host: Host) -> str | None:
+        try:
+            self.prepare(host)
+        except NotReady as exc:
+            return str(exc)
         if host.read_only:
-            return self.reason(host)
-        with self._lock(host):
-            return self.reason(host)
+            reason = self.reason(host)
+        else:
+            with self._lock(host):
+                reason = self.reason(host)
+        return reason or self.module_reason(host)
+
+    def diff(self, host: Host) -> str | None:
+        if self.module is None:
+            return None
+        return unified_diff(host.read_text(self.module_path()), self.module_text(), self.module_path())
 
     def apply(self, host: Host) -> None:
+        try:
+            self.prepare(host)
+        except NotReady:
+            self.hooks.setup(host, self.info(host))
+            self.prepare(host)
+        if self._given is not None:
+            keep_source(self.base_recipe, self.version, self._given, self.recipe.versions[self.version].sha256)
+        self.hooks.before_install(host)
         with self._lock(host):
-            if self.reason(host) is None:  # a concurrent run installed it while we waited
-                return
-            Installer(host, self.target, inputs=self.inputs(host), toolchain=self.toolchain(host),
-                      options=self.options, log_dir=self.ctx.log_dir, report=self.report,
-                      mirror=self.args.mirror).run()
+            if self.reason(host) is not None:  # else a concurrent run installed it while we waited
+                Installer(host, self.target, inputs=self.inputs(host), toolchain=self.toolchain(host),
+                          options=self.options, log_dir=self.ctx.log_dir, report=self.report,
+                          mirror=self.args.mirror).run()
+        if self.module is not None:
+            host.run(["mkdir", "-p", os.path.dirname(self.module_path())])
+            host.write_text(self.module_path(), self.module_text(), 0o644)
+
+    # -- the hooks' part -------------------------------------------------------------------------
+    def info(self, host: Host | None) -> InstallInfo:
+        """What the hooks are told about this install (``host`` None: no cache root yet)."""
+        t = self.target
+        cache = self.options.build_cache or (f"{host.home()}/.cache/sitestack/builds" if host else "")
+        return InstallInfo(label=t.label, version=self.version, dest=t.dest, python=t.python, cache_root=cache,
+                           source_sha256=(lambda: self.source_sha(host)) if host else (lambda: None))
+
+    def source_sha(self, host: Host) -> str | None:
+        """The sha256 of the source to build: the recipe's (hooks with ``given_source``: see
+        :mod:`sitestack.installs.given_source`)."""
+        if not self.hooks.given_source:
+            return self.base_recipe.versions[self.version].sha256
+        if self.options.source and self._given is None:
+            self._given = source_file(self.base_recipe, self.version, self.options.source)
+            self.options = dataclasses.replace(self.options, source=str(self._given))
+        return source_sha256(host, self.base_recipe, self.version, self.target.label, self.target.dest, self._given)
+
+    def prepare(self, host: Host) -> None:
+        """The recipe (and build interpreter) with the site's part, from the hooks; once per step."""
+        if self._prepared:
+            return
+        prepared = self.hooks.prepare(host, self.info(host))
+        self.recipe = prepared.recipe
+        self.target = dataclasses.replace(self.target, recipe=prepared.recipe,
+                                          python=prepared.python or self.target.python)
+        self._prepared = True
+
+    def module_path(self) -> str:
+        assert self.module is not None
+        root = str(self.ctx.resolved.get("modules", {}).get("install_root") or f"{self.ctx.values['prefix']}/modules")
+        return f"{root}/{self.module.relpath(self.ctx.facts.modules.format)}"
+
+    def module_text(self) -> str:
+        assert self.module is not None
+        return render(self.module, self.ctx.facts.modules.format)
+
+    def module_reason(self, host: Host) -> str | None:
+        """Why the module file the hooks ask for must be written (None: it is there as it should be)."""
+        if self.module is None:
+            return None
+        current = host.read_text(self.module_path())
+        if current is None:
+            return f"module file {self.module_path()} missing"
+        return None if current == self.module_text() else f"module file {self.module_path()} differs"
 
     # -- helpers ---------------------------------------------------------------------------------
     def lock_path(self) -> str:
@@ -130,6 +248,14 @@ class RecipeInstall(Action):
         return install_reason(host, self.target.dest, self.inputs(host), self.recipe.sanity)
 
 
+def module_spec(ctx: RunContext, recipe: Recipe, settings: ModuleSettings, version: str, dest: str,
+                values: Mapping[str, str]) -> ModuleSpec:
+    """The module file of an install whose hooks ask for one (name/version = <recipe>/<basename of dest>)."""
+    built = Built(recipe=recipe.name, version=version, dest=dest, description=recipe.description,
+                  homepage=recipe.homepage, settings=settings, values=values, installed=True)
+    return package_module(ctx, built)
+
+
 __all__ = ["InputError", "RecipeInstall", "Target", "Toolchain", "build_inputs", "build_plan", "check_commands",
            "digest", "explain_change", "host_argv", "install_inputs", "installed_wheel", "launcher_argv",
-           "read_stamp"]
+           "module_spec", "read_stamp"]

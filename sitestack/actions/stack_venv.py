@@ -75,7 +75,7 @@ def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built]
     """
     from sitestack.actions.recipe_install import RecipeInstall
 
-    # The playbook's install steps (recipe-install and the actions built on it) say where each goes.
+    # The playbook's install steps (recipe-install and any action built on it) say where each goes.
     targets: dict[str, Any] = {}
     for spec in ctx.site.steps:
         cls = ctx.actions.get(spec.action)

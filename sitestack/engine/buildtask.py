@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sitestack.actions.horovod_install import plan_for as horovod_plan
-from sitestack.actions.rccl_net_plugin import choose_version, known_rocm, plugin_data
 from sitestack.actions.stack_venv import require_module_system
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.report import HostRun, Reporter
@@ -24,6 +22,8 @@ from sitestack.installs import sources as sources_mod
 from sitestack.model.context import RunOptions
 from sitestack.model.recipe import load_recipe
 from sitestack.model.site import Site, StepSpec, Toolkit
+from sitestack.packages.aws_ofi_rccl import choose_version, known_rocm, plugin_data
+from sitestack.packages.horovod import plan_for as horovod_plan
 
 
 def _resolved(path: str | None) -> str | None:
@@ -62,19 +62,20 @@ def build_recipe(recipe: str, *, site: str | None, playbook: Path | None, versio
 
 def build_horovod(*, site: str | None, playbook: Path | None, version: str | None, options: RunOptions,
                   reporter: Reporter) -> list[HostRun]:
-    """``invoke build-horovod``: one horovod-install step."""
+    """``invoke build-horovod``: one recipe-install step of the horovod recipe (its hooks do the rest)."""
     loaded = pb.load(site, playbook)
     recipe = load_recipe("horovod", _sources_dir(options))
     chosen = recipe.select_version(version, loaded.facts, f"site {loaded.name}")
     horovod_plan(recipe, loaded.facts, options.gpu_operations, loaded.name)
-    args: dict[str, Any] = {"version": version} if version else {}
-    spec = StepSpec(name=f"horovod@{chosen}", action="horovod-install", args=args, tags=("build", "horovod"))
+    args: dict[str, Any] = {"recipe": "horovod", **({"version": version} if version else {})}
+    spec = StepSpec(name=f"horovod@{chosen}", action="recipe-install", args=args, tags=("build", "horovod"))
     return run_step(loaded, spec, options, reporter)
 
 
 def build_rccl_plugin(*, site: str | None, playbook: Path | None, options: RunOptions,
                       reporter: Reporter) -> list[HostRun]:
-    """``invoke build-rccl-plugin``: the ROCm release and plugin checked, then one rccl-net-plugin step."""
+    """``invoke build-rccl-plugin``: the ROCm release and plugin checked, then one recipe-install step of
+    the aws-ofi-rccl recipe (the ROCm release reaches its hooks as the run's ``rocm`` option)."""
     loaded = pb.load(site or "local", playbook)
     recipe = load_recipe("aws-ofi-rccl", _sources_dir(options))
     data = plugin_data(recipe)
@@ -84,7 +85,8 @@ def build_rccl_plugin(*, site: str | None, playbook: Path | None, options: RunOp
     rocm = known_rocm(data, rocm, recipe.path)
     facts = dataclasses.replace(loaded.facts, rocm=Toolkit(version=rocm, home=options.rocm_home or "/opt/rocm"))
     chosen = choose_version(recipe, data, facts, options.plugin_version, loaded.name)
-    spec = StepSpec(name=f"{data.install_name}@{chosen}-rocm-{rocm}", action="rccl-net-plugin", args={},
+    spec = StepSpec(name=f"{data.install_name}@{chosen}-rocm-{rocm}", action="recipe-install",
+                    args={"recipe": "aws-ofi-rccl"},
                     tags=("build", "netplugin"))
     return run_step(loaded, spec, dataclasses.replace(options, rocm=rocm), reporter)
 

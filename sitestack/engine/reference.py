@@ -22,26 +22,36 @@ from sitestack.model.site import PLACEHOLDERS, facts_fields, type_name
 DOC = DOCS_DIR / "playbooks.md"
 
 
+def args_table(args_class: type) -> list[str]:
+    """The markdown table of an ``Args`` dataclass (its fields' types, docs and defaults)."""
+    hints = typing.get_type_hints(args_class)
+    fields = dataclasses.fields(args_class)
+    if not fields:
+        return ["No arguments.\n"]
+    out = ["| argument | type | meaning |\n|---|---|---|"]
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            default = f" (default `{f.default}`)"
+        elif f.default_factory is not dataclasses.MISSING:
+            default = " (default: empty)"
+        else:
+            default = " (required)"
+        out.append(f"| `{f.name}` | {type_name(hints[f.name])} | {f.metadata.get('doc', '')}{default} |")
+    out.append("")
+    return out
+
+
 def actions_section() -> str:
     out = []
     for name, cls in sorted(ACTIONS.items()):
         doc = "\n".join(line.strip() for line in (cls.__doc__ or "").strip().splitlines())
         out.append(f"### `{name}`\n\n{doc}\n")
-        hints = typing.get_type_hints(cls.Args)
-        fields = dataclasses.fields(cls.Args)
-        if not fields:
-            out.append("No arguments.\n")
-            continue
-        out.append("| argument | type | meaning |\n|---|---|---|")
-        for f in fields:
-            if f.default is not dataclasses.MISSING:
-                default = f" (default `{f.default}`)"
-            elif f.default_factory is not dataclasses.MISSING:
-                default = " (default: empty)"
-            else:
-                default = " (required)"
-            out.append(f"| `{f.name}` | {type_name(hints[f.name])} | {f.metadata.get('doc', '')}{default} |")
-        out.append("")
+        out += args_table(cls.Args)
+        # An action that drives package hooks (recipe-install) lists each package's `package:` arguments.
+        for recipe, hooks in sorted(getattr(cls, "hooks_table", {}).items()):
+            summary = (hooks.__doc__ or "").strip().splitlines()[0] if hooks.__doc__ else ""
+            out.append(f"`package:` of recipe `{recipe}`: {summary}\n")
+            out += args_table(hooks.Args)
     return "\n".join(out)
 
 

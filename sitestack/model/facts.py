@@ -312,4 +312,6 @@ def type_name(tp: Any) -> str:
         return f"mapping of {type_name(args[1])}s"
     if dataclasses.is_dataclass(tp):
         return "mapping"
+    if tp is Any:
+        return "value"
     return {str: "string", int: "integer", bool: "boolean", float: "number"}.get(tp, str(tp))

@@ -20,12 +20,9 @@ the recipe lists (:func:`symbol_checks`). The module file sets ``NCCL_NET_PLUGIN
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import os
-import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from sitestack.core import schema, versions
@@ -240,31 +237,6 @@ def module_settings(recipe: Recipe, row: PluginRow) -> ModuleSettings:
                                           "NCCL_NET": row.net_name})
 
 
-# -- sources given as a directory ------------------------------------------------------------------
-def pack_dir(directory: Path, name: str, out_dir: Path) -> Path:
-    """A reproducible tar.gz of ``directory`` (sorted, no owners, mtime 0) named ``name``."""
-    directory = Path(directory).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / name
-    top = directory.name
-
-    def reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        info.mtime = 0
-        return info
-
-    with open(out, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        tar.add(directory, arcname=top, recursive=False, filter=reset)
-        for root, dirs, files in os.walk(directory):
-            dirs.sort()
-            for entry in sorted(dirs + files):
-                path = Path(root) / entry
-                tar.add(path, arcname=f"{top}/{path.relative_to(directory)}", recursive=False, filter=reset)
-    return out
-
-
 def default_rocm_home(ctx: RunContext, rocm: str) -> str:
     """facts.rocm.home with {rocm_version} set to ``rocm`` (placeholders of the site filled), else /opt/rocm-<rocm>."""
     raw = (ctx.site.raw_facts.get("rocm") or {}).get("home") if ctx.site.raw_facts else None
@@ -296,6 +268,7 @@ class PluginHooks(PackageHooks):
     """The RCCL libfabric network plugin for a ROCm release: version, dest and configure options."""
 
     Args = PluginArgs
+    given_source = True   # its forks often have no release tarball with a known sum: --source
 
     def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
         super().__init__(ctx, recipe, args)
@@ -347,6 +320,9 @@ class PluginHooks(PackageHooks):
         args = configure_args(self.data, self.version, homes, tests=tests)
         return Prepared(site_recipe(self.recipe, self.version, args, tests=tests, sha256=info.source_sha256(),
                                     checks=symbol_checks(self.row)))
+
+    def module_file(self) -> ModuleSettings:
+        return module_settings(self.recipe, self.row)
 
     def pkg_prefix(self, host: Host, package: str) -> str | None:
         """What pkg-config says the package's prefix is, with the site's modules loaded."""

@@ -13,7 +13,16 @@ name. A generic install asks the hooks, in this order:
    (build environment, configure options, checks). :class:`NotReady` means something must be made
    first; its text is the pending reason;
 5. ``setup(host, info)``: make that (only in apply), then ``prepare`` is asked again;
-6. ``before_install(host)``: host-side preparations just before building (links).
+6. ``before_install(host)``: host-side preparations just before building (links);
+7. ``module_file()``: data for a module file the install step writes beside the install (the
+   generic install renders and writes it; None: none).
+
+And two class-level rules:
+
+- ``Args`` is given in the step under ``package:`` (checked when the playbook is loaded);
+- ``given_source``: the source may be given with ``--source`` as a tarball or a checkout directory
+  (packed reproducibly); its sha256 stands where the recipe has none, the tarball is kept in the
+  source cache, and later runs take the sum recorded by the install.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from typing import Any, ClassVar
 
 from sitestack.core.host import Host
 from sitestack.model.context import RunContext
-from sitestack.model.recipe import Recipe
+from sitestack.model.recipe import ModuleSettings, Recipe
 
 
 class NotReady(Exception):
@@ -61,10 +70,13 @@ class NoArgs:
 class PackageHooks:
     """Default hooks: the recipe as it is (a recipe without hooks behaves like this)."""
 
+    #: The package's own step arguments (given under ``package:``).
     Args: ClassVar[type[Any]] = NoArgs
+    #: Whether ``--source`` may stand for a source the recipe has no sha256 for (see the module).
+    given_source: ClassVar[bool] = False
 
     def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
-        """``args``: the step's arguments (an object with the fields of ``Args``, and possibly more)."""
+        """``args``: the fields of ``Args`` and the install's own (version, dest, python, mirror)."""
         self.ctx = ctx
         self.recipe = recipe
         self.args = args
@@ -86,6 +98,10 @@ class PackageHooks:
 
     def before_install(self, host: Host) -> None:
         """Host-side preparations before the install runs (apply only, after ``prepare``)."""
+
+    def module_file(self) -> ModuleSettings | None:
+        """Settings of a module file the install step writes for the install (None: none)."""
+        return None
 
     def option(self, name: str) -> Any:
         """A step argument, overridden by the run option of the same name (the CLI's)."""
