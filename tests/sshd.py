@@ -58,7 +58,7 @@ def free_port() -> int:
 
 
 def start_sshd(directory: Path, alias: str, *, known: bool = True, home: Path | None = None,
-               extra_client_config: str = "") -> Sshd:
+               extra_client_config: str = "", sftp: bool = True) -> Sshd:
     """Start an sshd for ``alias``; with ``known`` its host key goes into the client's known_hosts.
 
     ``home`` becomes $HOME of the sessions (sshd's SetEnv), so each server is a "host" with its
@@ -86,8 +86,7 @@ PubkeyAuthentication yes
 PermitRootLogin prohibit-password
 StrictModes no
 UsePAM no
-Subsystem sftp /usr/lib/openssh/sftp-server
-""" + (f"SetEnv HOME={home}\n" if home else ""))
+""" + ("Subsystem sftp /usr/lib/openssh/sftp-server\n" if sftp else "") + (f"SetEnv HOME={home}\n" if home else ""))
     if home:
         home.mkdir(parents=True, exist_ok=True)
     process = _launch(directory, port)

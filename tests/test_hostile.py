@@ -456,3 +456,30 @@ def test_installs_have_the_same_modes_under_any_umask(tmp_path: Path):
     assert seen["000"] == seen["022"] == seen["077"], seen
     assert all(m[7:] in ("r-x", "r--") for m in seen["022"].values()), seen["022"]
 
+
+
+def test_a_group_shared_install_is_owned_by_the_group_and_group_writable(tmp_path: Path):
+    """facts.install: {group, mode: group-write}: the tree is the group's, directories setgid and
+    group-writable, under any umask; a second run changes nothing."""
+    import grp
+
+    group = grp.getgrgid(os.getgid()).gr_name
+    data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
+    data["facts"]["install"] = {"group": group, "mode": "group-write"}
+    book = tmp_path / "book" / "local.yml"
+    book.parent.mkdir()
+    book.write_text(yaml.safe_dump(data, sort_keys=False))
+    prefix = tmp_path / "prefix"
+    argv = ["bash", "-c", 'umask 077; exec "$@"', "bash", sys.executable, "-m", "invoke", "provision", "--playbook",
+            str(book), "--tags", "layout", "--prefix", str(prefix)]
+    env = {**os.environ, "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    first = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    for path in [prefix, *prefix.rglob("*")]:
+        info = path.lstat()
+        assert info.st_gid == os.getgid(), path
+        if path.is_dir() and path.name != "lock.d":
+            assert info.st_mode & 0o2070 == 0o2070, (path, oct(info.st_mode))
+    assert (prefix / "share" / "sitestack" / "site.json").stat().st_mode & 0o044 == 0o044
+    second = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert second.returncode == 0 and " changed " not in second.stdout.split("RECAP")[0], second.stdout

@@ -136,3 +136,19 @@ def test_proxyjump_gateway_from_ssh_config(cli, tmp_path: Path):
     finally:
         target.stop()
         jump.stop()
+
+
+def test_a_host_without_sftp_gets_its_files_over_the_shell(cli, tmp_path: Path):
+    """An sshd with no SFTP subsystem: files are written through the shell, atomically, with their modes."""
+    server = sshd.start_sshd(tmp_path / "srv", "nosftp", home=tmp_path / "home", sftp=False)
+    env = {"SITESTACK_SSH_CONFIG": str(tmp_path / "ssh_config"), "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    try:
+        result = cli("provision", "--site", "local", "--host", "nosftp", "--tags", "layout", env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Traceback" not in result.stdout + result.stderr
+        facts = tmp_path / "home" / "sitestack" / "local" / "share" / "sitestack" / "site.json"
+        assert '"site": "local"' in facts.read_text() and oct(facts.stat().st_mode & 0o777) == "0o644"
+        again = cli("provision", "--site", "local", "--host", "nosftp", "--tags", "layout", env=env)
+        assert again.returncode == 0 and "changed" not in again.stdout.split("RECAP")[0], again.stdout
+    finally:
+        server.stop()

@@ -44,8 +44,16 @@ class Directory(Action):
     def describe(self) -> str:
         return f"create {', '.join(self.args.paths)}"
 
-    def pending(self, host: Host) -> str | None:
+    def wanted_mode(self) -> int:
+        """The mode asked for; group-writable on a site that shares its installs with a group
+        (facts.install.mode: group-write)."""
         want = parse_mode(self.args.mode, self.name)
+        if self.ctx.facts.install.mode == "group-write" and want & 0o040:
+            want |= 0o020
+        return want
+
+    def pending(self, host: Host) -> str | None:
+        want = self.wanted_mode()
         out = host.probe(["stat", "-c", "%F|%a|%n", "--", *self.args.paths])
         found = {}
         for line in out.stdout.splitlines():
@@ -57,10 +65,11 @@ class Directory(Action):
                 problems.append(f"{path} missing")
             elif found[path][0] != "directory":
                 raise SitestackError(f"{path} exists and is a {found[path][0]}, not a directory")
-            elif found[path][1] != want:
+            elif found[path][1] & 0o777 != want & 0o777 or found[path][1] & want & 0o7000 != want & 0o7000:
+                # setgid and sticky bits the site added (facts.install.group) are kept, not fought
                 problems.append(f"{path} mode {found[path][1]:04o}, want {want:04o}")
         return "; ".join(problems) or None
 
     def apply(self, host: Host) -> None:
         host.run(["mkdir", "-p", "--", *self.args.paths], sudo=self.become)
-        host.run(["chmod", self.args.mode, "--", *self.args.paths], sudo=self.become)
+        host.run(["chmod", f"{self.wanted_mode():04o}", "--", *self.args.paths], sudo=self.become)

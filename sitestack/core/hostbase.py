@@ -52,9 +52,13 @@ class Completed:
 UMASK = "022"
 
 
-def with_umask(line: str) -> str:
-    """``line`` run under :data:`UMASK`."""
-    return f"umask {UMASK}; {line}"
+#: The umask of a group-writable install (facts.install.mode: group-write): 0775 / 0664.
+GROUP_UMASK = "002"
+
+
+def with_umask(line: str, umask: str = UMASK) -> str:
+    """``line`` run under ``umask`` (:data:`UMASK` unless the site shares its installs with a group)."""
+    return f"umask {umask}; {line}"
 
 
 def shell_line(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
@@ -76,6 +80,7 @@ class Host:
         self.name = name
         self.context = context
         self.read_only = read_only
+        self.umask = UMASK  # the engine sets GROUP_UMASK for a group-writable site
         self._identity: tuple[str, str] | None = None
 
     # -- commands ------------------------------------------------------------------------
@@ -129,7 +134,7 @@ class Host:
 
     def _exec(self, line: str, **kwargs: Any) -> Any:
         """Run one shell line through the Context (the only place commands leave the Host)."""
-        return self.context.run(with_umask(line), **kwargs)
+        return self.context.run(with_umask(line, self.umask), **kwargs)
 
     # -- identity ------------------------------------------------------------------------
     def user(self) -> str:

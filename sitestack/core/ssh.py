@@ -3,13 +3,15 @@ and :func:`ssh_host`, which connects with the user's SSH config and checks host 
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import io
 import os
 from pathlib import Path
 from typing import Any
 
 from sitestack.core.errors import ConnectionLost, InputError, SitestackError
-from sitestack.core.hostbase import Host, with_umask
+from sitestack.core.hostbase import Host, shell_line, with_umask
 from sitestack.core.redact import redact
 
 
@@ -18,6 +20,7 @@ class SshHost(Host):
 
     def __init__(self, name: str, connection: Any, *, read_only: bool = False) -> None:
         super().__init__(name, connection, read_only=read_only)
+        self._sftp_missing = False  # learnt on the first write: then files go over the shell
 
     def close(self) -> None:
         self.context.close()
@@ -26,7 +29,7 @@ class SshHost(Host):
         import paramiko
 
         try:
-            result = self.context.run(with_umask(line), **kwargs)
+            result = self.context.run(with_umask(line, self.umask), **kwargs)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise ConnectionLost(f"[{self.name}] connection lost: {exc or type(exc).__name__}") from None
         if result is None or result.return_code == -1:  # paramiko: the channel closed without an exit status
@@ -42,10 +45,20 @@ class SshHost(Host):
         self._put_bytes(Path(local).read_bytes(), remote, mode)
 
     def _put_bytes(self, data: bytes, path: str, mode: int) -> None:
-        sftp = self.context.sftp()
+        import paramiko
+
         parent = os.path.dirname(path)
         self.run(["mkdir", "-p", parent])
         tmp = f"{parent}/.{os.path.basename(path)}.{os.getpid()}.tmp"
+        if self._sftp_missing:
+            return self._put_over_shell(data, tmp, path, mode)
+        try:
+            sftp = self.context.sftp()
+        except paramiko.SSHException:
+            # An sshd without the SFTP subsystem (Subsystem sftp commented out): send the bytes
+            # through the shell instead, as Ansible does when SFTP and SCP are unavailable.
+            self._sftp_missing = True
+            return self._put_over_shell(data, tmp, path, mode)
         try:
             with sftp.open(tmp, "wb") as handle:
                 handle.write(data)
@@ -55,6 +68,17 @@ class SshHost(Host):
             with contextlib.suppress(OSError):
                 sftp.remove(tmp)
             raise SitestackError(f"[{self.name}] cannot write {path}: {exc}") from None
+        return None
+
+    def _put_over_shell(self, data: bytes, tmp: str, path: str, mode: int) -> None:
+        """Write ``data`` to ``path`` atomically with base64 on the remote shell's standard input."""
+        script = 'base64 -d > "$1" && chmod "$3" "$1" && mv -f -- "$1" "$2" || { rm -f -- "$1"; exit 1; }'
+        line = shell_line(["sh", "-c", script, "sh", tmp, path, f"{mode:o}"])
+        encoded = base64.b64encode(data).decode("ascii")
+        result = self._exec(line, hide=True, warn=True, in_stream=io.StringIO(encoded + "\n"))
+        if result.return_code != 0:
+            raise SitestackError(f"[{self.name}] cannot write {path} (over the shell, the host has no SFTP): "
+                                 f"{result.stderr.strip()[-300:]}")
 
 
 def _accept_policy_base() -> Any:

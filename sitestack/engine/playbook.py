@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any
 from sitestack.actions import ACTIONS
 from sitestack.core import schema
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.core.host import Host, local_host, private_dir, ssh_host
+from sitestack.core.host import Host, LocalHost, local_host, private_dir, ssh_host
+from sitestack.core.hostbase import GROUP_UMASK
 from sitestack.core.report import HostRun, Reporter
 from sitestack.core.ssh import check_ssh_config
 from sitestack.core.step import Result, converge
@@ -96,6 +98,10 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
     try:
         host = connect(spec, options)
         ctx = context_for(site, host, options, logs / spec.name if logs else None)
+        if ctx.facts.install.mode == "group-write":
+            host.umask = GROUP_UMASK
+            if isinstance(host, LocalHost):
+                os.umask(int(GROUP_UMASK, 8))
         prefix = ctx.values["prefix"]
         not_probed = None
         if ctx.facts.marker and not host.exists(ctx.facts.marker):
@@ -116,6 +122,8 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
             with host.lock(f"{prefix}/.sitestack/provision.lock", wait=options.lock_wait,
                            report=lambda text: reporter.note(text, spec.name)):
                 run.results = go()
+                if ctx.facts.install.group and any(r.status == "changed" for r in run.results):
+                    share_with_group(host, prefix, ctx.facts.install.group)
     except SitestackError as exc:
         run.error = str(exc)
         reporter.host_error(spec.name, run.error)
@@ -133,6 +141,12 @@ def facts_using(node: Any, placeholder: str, key: str = "") -> list[str]:
     if isinstance(node, list):
         return [k for i, value in enumerate(node) for k in facts_using(value, placeholder, f"{key}[{i}]")]
     return [key] if isinstance(node, str) and "{" + placeholder + "}" in node else []
+
+
+def share_with_group(host: Host, prefix: str, group: str) -> None:
+    """Give ``group`` what was installed under ``prefix``; directories setgid so later files keep it."""
+    host.run(["chgrp", "-R", "--no-dereference", "--", group, prefix])
+    host.run(["find", prefix, "-type", "d", "!", "-perm", "-2000", "-exec", "chmod", "g+s", "--", "{}", "+"])
 
 
 def require_account(site: Site, options: Options) -> None:

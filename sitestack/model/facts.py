@@ -235,6 +235,23 @@ class Validation:
 
 
 @dataclass(frozen=True)
+class Install:
+    """Who owns what sitestack installs, and who may write it."""
+
+    group: str | None = field(default=None, metadata=_doc(
+        "Unix group given everything installed under the prefix (directories setgid so new files keep it); "
+        "null: the installing user's"))
+    mode: Literal["read", "group-write"] = field(default="read", metadata=_doc(
+        "read: directories 0755, files 0644 (0755 executables), whatever the umask; group-write: 0775 / 0664, "
+        "so the group's admins can update the stack"))
+
+    def check(self) -> str | None:
+        if self.group is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*\$?", self.group):
+            return f"group: {self.group!r} is not a group name"
+        return None
+
+
+@dataclass(frozen=True)
 class Facts:
     """Everything sitestack knows about a site."""
 
@@ -265,6 +282,8 @@ class Facts:
     build_jobs: int | None = field(default=None, metadata=_doc("parallel build jobs; default: the host's cores",
                                                                min=1, max=4096))
     references: tuple[str, ...] = field(default=(), metadata=_doc("where these facts come from"))
+    install: Install = field(default_factory=Install, metadata=_doc(
+        "group ownership and modes of installed trees (independent of the admin's umask)"))
 
     def check(self) -> str | None:
         if not self.prefix.startswith(("/", "{")):
