@@ -207,7 +207,7 @@ class RecipeInstall(Action):
 
     def module_path(self) -> str:
         assert self.module is not None
-        root = str(self.ctx.resolved.get("modules", {}).get("install_root") or f"{self.ctx.values['prefix']}/modules")
+        root = self.ctx.facts.modules.install_root or f"{self.ctx.values['prefix']}/modules"
         return f"{root}/{self.module.relpath(self.ctx.facts.modules.format)}"
 
     def module_text(self) -> str:

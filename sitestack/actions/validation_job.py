@@ -44,9 +44,8 @@ def stack_python(ctx: RunContext) -> str | None:
 def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs:
     """The job's inputs for a run context: facts.env keeps ``{user}``/``{home}`` for the job's user;
     the checks run with ``python``, else the stack's Python, else facts.python.executable."""
-    raw_env = (ctx.site.raw_facts or {}).get("env") or {}
-    late = {**ctx.values, "user": "${USER}", "home": "${HOME}"}
-    env = {str(k): expand(str(v), late) for k, v in raw_env.items()}
+    runtime = {"user": "${USER}", "home": "${HOME}"}
+    env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
     return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx))
 
 

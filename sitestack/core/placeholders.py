@@ -85,6 +85,25 @@ def expand(text: str, values: Mapping[str, str], *, missing: Missing) -> str:
     return "".join(out)
 
 
+def bind_early(text: str, values: Mapping[str, str], late: Collection[str]) -> str:
+    """Fill every placeholder of ``text`` but those in ``late``, which stay ``{name}``: the result is
+    still a placeholder string (literal braces stay ``{{``/``}}``), for :func:`expand` later."""
+    out = []
+    for literal, field, _spec, _conversion in string.Formatter().parse(text):
+        out.append(_escape(literal))
+        if field is None:
+            continue
+        if field in late or field not in values:
+            out.append("{" + field + "}")
+        else:
+            out.append(_escape(values[field]))
+    return "".join(out)
+
+
+def _escape(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def expand_all(node: Any, values: Mapping[str, str], *, missing: Missing) -> Any:
     """Fill placeholders in every string of a plain data tree (dicts, lists, scalars)."""
     if isinstance(node, dict):

@@ -23,8 +23,7 @@ def default_requires(facts: Facts) -> tuple[str, ...]:
 
 
 def site_env(site: Site, values: Mapping[str, str]) -> list[tuple[str, Text]]:
-    raw = site.raw_facts.get("env") or {}
-    return [(name, text_of(str(value), values)) for name, value in sorted(raw.items())]
+    return [(name, text_of(value, values)) for name, value in sorted(site.late_env(values).items())]
 
 
 def is_plugin(b: Built, facts: Facts) -> bool:

@@ -136,6 +136,13 @@ class Site:
         data["prefix"] = values["prefix"]
         return data
 
+    def late_env(self, values: Mapping[str, str]) -> dict[str, str]:
+        """facts.env with every placeholder filled but ``{home}`` and ``{user}``: those are bound late,
+        by whoever uses the value (the job's ``$HOME``/``$USER``, the module's ``os.getenv``), because
+        a shared stack or job serves every user, not the one who installed it."""
+        env = (self.raw_facts or {}).get("env") or {}
+        return {str(k): placeholders.bind_early(str(v), values, ("home", "user")) for k, v in env.items()}
+
     def resolve(self, *, home: str, user: str, account: str | None, prefix: str | None) -> Resolved:
         """The facts on a host with this ``home`` and ``user``: placeholder values, plain data, typed.
 
