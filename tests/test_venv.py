@@ -72,6 +72,8 @@ def test_manifest_lists_exactly_what_is_installed(local_stack):
     assert mpi4py["source"]["kind"] == "built" and mpi4py["source"]["sha256"] == stamp["artefact"]["sha256"]
     assert mpi4py["source"]["install"] == str(local_stack.prefix / "mpi4py" / "4.1.2")
     assert manifest["plan"]["requirements"] == ["torch==2.13.0+cpu"]
+    # What the validation job imports is in the stack users get (a fresh stack once lacked numpy).
+    assert manifest["plan"]["checks"] == ["numpy"] and by_name["numpy"]["source"]["requested"]
     assert manifest["plan"]["built"]["mpi4py"]["sha256"] == stamp["artefact"]["sha256"]
     assert manifest["python"].startswith("3.11.") and manifest["name"] == "pytorch/2.13.0-cpu"
 

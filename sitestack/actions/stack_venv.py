@@ -236,7 +236,7 @@ class Builder(EnvTools):
             for argv in self.base.create(gen):
                 self.run(argv)
             report = f"{gen}/.sitestack-pip-report.json"
-            requirements = [*self.stack.requirements, *self.stack.extras, *self.wheels()]
+            requirements = [*self.stack.requirements, *self.stack.extras, *self.stack.checks, *self.wheels()]
             text = self.pip_install(gen, requirements, report) if requirements else None
             scan = self.scan(gen)
             origins = origins_from_report(text, self.built)
@@ -276,12 +276,14 @@ exit 0
         assert self.manifest is not None
         old = self.manifest.get("plan", {})
         root = self.stack.path
-        changed = [r for r in (*self.plan["requirements"], *self.plan["extras"])
-                   if r not in (*old.get("requirements", []), *old.get("extras", []))]
+        keys = ("requirements", "extras", "checks")
+        new_reqs = [r for key in keys for r in self.plan.get(key, [])]
+        old_reqs = [r for key in keys for r in old.get(key, [])]
+        changed = [r for r in new_reqs if r not in old_reqs]
         if self.plan.get("index_url") != old.get("index_url"):
-            changed = [*self.plan["requirements"], *self.plan["extras"]]
-        wanted = {requirement_name(r) for r in (*self.plan["requirements"], *self.plan["extras"])}
-        removed = sorted({requirement_name(r) for r in (*old.get("requirements", []), *old.get("extras", []))} - wanted)
+            changed = list(new_reqs)
+        wanted = {requirement_name(r) for r in new_reqs}
+        removed = sorted({requirement_name(r) for r in old_reqs} - wanted)
         old_built, new_built = old.get("built", {}), self.plan.get("built", {})
         # A newly built package comes with its dependencies; a rebuilt one keeps them.
         changed += [b.wheel for b in self.built if b.wheel and b.recipe not in old_built]

@@ -34,6 +34,7 @@ def plan_for(stack: Stack, facts: Facts, built: Sequence[Built]) -> dict[str, An
         "index_url": stack.index_url,
         "requirements": list(stack.requirements),
         "extras": list(stack.extras),
+        "checks": list(stack.checks),
         "built": {b.recipe: {"version": b.version, "wheel": os.path.basename(b.wheel or ""),
                              "sha256": b.wheel_sha256, "install": b.dest}
                   for b in built if b.wheel},
@@ -53,7 +54,7 @@ def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         parts.append("bytecode compilation changed")
     if old.get("index_url") != new.get("index_url"):
         parts.append(f"index {old.get('index_url')} -> {new.get('index_url')}")
-    for key in ("requirements", "extras"):
+    for key in ("requirements", "extras", "checks"):
         added = [r for r in new.get(key, []) if r not in old.get(key, [])]
         gone = [r for r in old.get(key, []) if r not in new.get(key, [])]
         if added or gone:

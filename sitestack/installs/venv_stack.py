@@ -41,6 +41,7 @@ class Stack:
     python_version: str             # major.minor
     requirements: tuple[str, ...]   # torch and companions, pinned
     extras: tuple[str, ...]
+    checks: tuple[str, ...]         # what the validation job imports besides torch (CHECK_NEEDS)
     index_url: str | None
     system_site_packages: bool
     compile: bool
@@ -64,6 +65,12 @@ class Stack:
 
 def default_name(facts: Facts) -> str:
     return f"pytorch/{facts.torch.version}-{facts.torch.variant}"
+
+
+#: What the validation job's checks import besides torch, so that the stack users get is the one
+#: validated: torch.distributed's all_gather_object and the checkpoint check need numpy, which the
+#: torch wheels do not require. Already there in containers and conda envs: pip then changes nothing.
+CHECK_NEEDS: tuple[str, ...] = ("numpy",)
 
 
 def torch_requirements(facts: Facts) -> tuple[str, ...]:
@@ -98,6 +105,7 @@ def stack_for(ctx: RunContext, name: str | None = None, *, system_site_packages:
         # The container provides torch and its companions (the facts record which): not reinstalled.
         requirements=() if container else torch_requirements(facts),
         extras=tuple(facts.torch.extras),
+        checks=CHECK_NEEDS,
         index_url=None if container else facts.torch.index_url,
         system_site_packages=True if container else ssp,
         compile=compile,
