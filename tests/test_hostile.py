@@ -183,6 +183,11 @@ CLI_CASES = [
     Case("site-newline", "--site", args=("provision", "--site", "local\n", "--check")),
     Case("playbook-dev-zero", "/dev/zero", args=("provision", "--playbook", "/dev/zero", "--check")),
     Case("playbook-directory", "playbooks", args=("provision", "--playbook", str(REPO / "playbooks"), "--check")),
+    Case("ssh-config-bad-port", r"bad-port\.config: .*notaport", args=("provision", "--site", "local", "--check",
+                                                                         "--host", "farhost"),
+         extra_env={"SITESTACK_SSH_CONFIG": str(REPO / "tests" / "data" / "ssh" / "bad-port.config")}),
+    Case("playbook-file-not-a-site-name", "--playbook", args=("provision", "--check", "--playbook",
+                                                              str(REPO / "tests" / "data" / "sites" / "Bad Name.yml"))),
     Case("ssh-config-missing", "SITESTACK_SSH_CONFIG", args=("provision", "--site", "local", "--check", "--host", "farhost"),
          extra_env={"SITESTACK_SSH_CONFIG": "/nonexistent/ssh_config"}),
 ]

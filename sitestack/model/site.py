@@ -54,6 +54,9 @@ PLACEHOLDERS: Mapping[str, str] = {
 }
 
 
+#: A site name: it names playbooks/<site>.yml, directories, module files and logs.
+SITE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+
 #: Host names and ssh-config aliases: letters, digits and . _ -, an optional user@ and :port are
 #: separate fields. Anything else would reach ssh command lines and file names.
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -172,7 +175,7 @@ def list_sites(directory: Path = PLAYBOOK_DIR) -> list[str]:
 
 def site_path(name: str, directory: Path = PLAYBOOK_DIR) -> Path:
     """The playbook file of site ``name``; an unknown site is an error listing the known ones."""
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name or ""):
+    if not SITE_NAME.fullmatch(name or ""):
         raise InputError("--site", f"{name!r} is not a site name (lower-case letters, digits, - and _)")
     path = directory / f"{name}.yml"
     if not path.is_file():
@@ -189,6 +192,10 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
     """
     if path is None:
         path = site_path(name or "")
+    elif not SITE_NAME.fullmatch(path.stem):
+        # The site name comes from the file name: it names directories, modules and log files.
+        raise InputError("--playbook", f"{path.name!r}: the file name is the site name, and {path.stem!r} is not "
+                         "one (lower-case letters, digits, - and _)")
     shown = display_path(path)
     data = load_yaml(path)
     top = schema._Where(shown, data.line, "")
