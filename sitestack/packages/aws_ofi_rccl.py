@@ -9,12 +9,14 @@ What differs per ROCm release is data in ``sources/aws-ofi-rccl.yml``:
   before anything is built;
 - where RCCL's headers are (``data.rccl_prefix``: the prefix must contain
   ``include/rccl/rccl.h``), which configure options each plugin has (``data.plugins``), which
-  prefixes are the system's and never passed (``data.system_prefixes``).
+  prefixes are the system's (``data.system_prefixes``): libfabric, hwloc and MPI there are left
+  out of the configure line, a ROCm or RCCL prefix there is refused (:func:`refuse_system`).
 
 Before building, the host must have HIP (``include/hip/hip_runtime.h`` and libamdhip64) and, for
-the fork, RCCL's header (:class:`PluginHooks`). After building, ``nm -D`` must show the symbols
-the recipe lists (:func:`symbol_checks`). The module file sets ``NCCL_NET_PLUGIN`` and ``NCCL_NET``
-(:func:`module_settings`).
+the fork, RCCL's header (:class:`PluginHooks`). After building, ``nm -D --defined-only`` must show
+exactly the plugin symbols the recipe lists (:func:`symbol_checks`). The module file sets
+``NCCL_NET_PLUGIN`` and ``NCCL_NET`` and records the interface versions the plugin offers
+(``SITESTACK_NCCL_NET_PLUGIN_APIS``, :func:`module_settings`).
 """
 
 from __future__ import annotations
