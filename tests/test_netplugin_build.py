@@ -4,7 +4,7 @@ The sources are git archives of ROCm/aws-ofi-rccl (branch cxi at 17d41cb, the pl
 and aws/aws-ofi-nccl v1.18.0 (ROCm >= 6) in ``shared/sources/`` beside the checkout (GitHub cannot be
 reached from CI); without them these tests fail, they are not skipped. ROCm is a twin made from
 Debian's HIP (tests/twins/rocm.py); RCCL's header is a stand-in written by the test, as Debian
-packages no RCCL. Both builds take about 10 s and 40 s on 2 cores.
+packages no RCCL. The builds take about 10 s and 20 to 40 s on 2 cores.
 
 Each test checks the configure line that ran (from the install's stamp) against
 tests/golden/netplugin/local-twin-rocm-<rocm>.txt, the exported plugin interface (``nm -D``), the
@@ -35,9 +35,13 @@ NCCL_APIS = ",".join(f"v{v}" for v in range(2, 12))
 @pytest.fixture(scope="module")
 def sources() -> Path:
     try:
-        return shared_sources(REPO)
+        found = shared_sources(REPO)
     except FileNotFoundError as exc:
         pytest.fail(str(exc))
+    missing = [name for name in (FORK, UPSTREAM) if not (found / name).is_file()]
+    if missing:
+        pytest.fail(f"{found} lacks {', '.join(missing)}: the upstream plugin sources the real builds need")
+    return found
 
 
 @pytest.fixture
