@@ -1,8 +1,6 @@
-"""The RCCL network plugin: version rules, golden configure lines, refusals, and real builds.
+"""The RCCL network plugin: version rules, golden configure lines for LUMI and Frontier, refusals.
 
-The real builds use Debian's HIP (hipcc, libamdhip64-dev), libfabric-dev and libhwloc-dev with a
-stand-in plugin project (tests/netplugin_projects.py) that has the upstream configure interface:
-GitHub, and so the real plugin sources, cannot be reached here.
+The real upstream plugins are built in tests/test_netplugin_build.py.
 """
 
 from __future__ import annotations
@@ -10,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -35,7 +33,7 @@ from sitestack.packages.aws_ofi_rccl import (
     resolve_homes,
     site_recipe,
 )
-from tests.netplugin_projects import make_plugin_tarball, make_plugin_tree, make_rccl_stub
+from tests.twins.rocm import make_rocm
 
 GOLDEN = Path(__file__).parent / "golden" / "netplugin"
 # What the cray-mpich module sets on each site (the golden lines are for these).
@@ -147,8 +145,15 @@ def test_refusals_before_building(recipe, data):
 
 def test_system_prefixes_are_never_passed(data):
     fork = plugin_row(data, "1.4.0+17d41cb")
-    homes = resolve_homes(data, fork, "5.7.1", "/usr", {}, libfabric="/usr", rccl_home="/opt/rccl")
-    assert configure_args(data, "1.4.0+17d41cb", homes) == ["--with-hip=/usr", "--with-rccl=/opt/rccl"]
+    homes = resolve_homes(data, fork, "5.7.1", "/opt/rocm-5.7.1", {}, libfabric="/usr/", rccl_home="/opt/rccl")
+    assert configure_args(data, "1.4.0+17d41cb", homes) == ["--with-hip=/opt/rocm-5.7.1", "--with-rccl=/opt/rccl"]
+    # A ROCm or RCCL prefix cannot be left out (configure would look in /opt/rocm): it is refused.
+    for home in ("/usr", "/usr/local/", "//usr"):
+        with pytest.raises(SitestackError, match=rf"ROCm home for ROCm 5.7.1 {home} is a system prefix: "
+                                                  r"--with-hip=.* breaks GCC's #include_next"):
+            resolve_homes(data, fork, "5.7.1", home, {})
+    with pytest.raises(SitestackError, match=r"the RCCL prefix /usr is a system prefix: --with-rccl=/usr"):
+        resolve_homes(data, fork, "5.7.1", "/opt/rocm-5.7.1", {}, rccl_home="/usr")
     upstream = plugin_row(data, "1.18.0")
     homes = resolve_homes(data, upstream, "6.2.4", "/opt/rocm-6.2.4", {"F": "/opt/cray/libfabric/1.22.0"},
                           libfabric="$F", pkg_prefix={"hwloc": "/usr/local"}, mpi_home="/usr")
@@ -175,9 +180,12 @@ def test_module_files_set_the_plugin_explicitly(recipe, data, site, fmt):
         assert 'prepend_path("LD_LIBRARY_PATH", "/p/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1/lib")' in text
         assert f'pushenv("NCCL_NET_PLUGIN", "{dest}/lib/librccl-net.so")' in text
         assert 'pushenv("NCCL_NET", "AWS Libfabric")' in text
+        assert 'pushenv("SITESTACK_NCCL_NET_PLUGIN_APIS", "v5")' in text
+        assert 'whatis("Description: libfabric network plugin for RCCL (Slingshot cxi); net plugin API v5")' in text
         assert 'pushenv("FI_CXI_ATS", "0")' in text and 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in text
     else:
         assert text.startswith("#%Module") and "NCCL_NET_PLUGIN" in text and "AWS Libfabric" in text
+        assert 'sitestack_setenv SITESTACK_NCCL_NET_PLUGIN_APIS "v5"' in text
 
 
 def test_a_bad_package_argument_is_refused_when_the_playbook_is_loaded(tmp_path: Path):
@@ -196,14 +204,17 @@ def test_a_bad_package_argument_is_refused_when_the_playbook_is_loaded(tmp_path:
 
 
 def test_a_source_directory_is_packed_reproducibly(tmp_path: Path):
-    tree = make_plugin_tree(tmp_path / "src", "aws-ofi-nccl", "1.18.0")
+    tree = tmp_path / "src"
+    (tree / "m4").mkdir(parents=True)
+    (tree / "configure.ac").write_text("AC_INIT([p], [1])\n")
+    (tree / "m4" / "a.m4").write_text("dnl\n")
     first = pack_dir(tree, "a.tar.gz", tmp_path / "one")
-    os.utime(tree / "plugin.c", (1, 1))
+    os.utime(tree / "configure.ac", (1, 1))
     second = pack_dir(tree, "a.tar.gz", tmp_path / "two")
     assert first.read_bytes() == second.read_bytes()
 
 
-# -- real builds -------------------------------------------------------------------------------------
+# -- refusals of the CLI, before anything is built -------------------------------------------------
 
 
 @pytest.fixture
@@ -212,86 +223,25 @@ def env(tmp_path: Path) -> dict[str, str]:
             "SITESTACK_BUILD_CACHE": str(tmp_path / "builds")}
 
 
-def lmod(root: Path, module: str, *show: str) -> str:
-    script = ". /usr/share/lmod/lmod/init/bash; module use \"$1\"; module load \"$2\" || exit 3; shift 2; " \
-             "for v in \"$@\"; do printf '%s=%s\\n' \"$v\" \"$(printenv \"$v\")\"; done"
-    out = subprocess.run(["bash", "-c", script, "lmod", str(root), module, *show], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
-@pytest.mark.integration
-def test_fork_builds_against_debian_hip_then_reruns_as_a_no_op(cli, tmp_path: Path, env):
-    tarball = make_plugin_tarball(tmp_path / "upstream", "aws-ofi-rccl", "17d41cb")
-    rccl = make_rccl_stub(tmp_path / "rccl")
-    prefix = tmp_path / "prefix"
-    args = ["build-rccl-plugin", "--rocm", "5.2.3", "--rocm-home", "/usr", "--rccl-home", str(rccl),
-            "--prefix", str(prefix)]
-
-    planned = cli(*args, "--source", str(tarball), "--check", env=env)
-    assert planned.returncode == 0, planned.stdout + planned.stderr
-    assert "would change: not installed" in planned.stdout and not prefix.exists()
-
-    built = cli(*args, "--source", str(tarball), env=env)
-    assert built.returncode == 0, built.stdout + built.stderr
-    dest = prefix / "aws-ofi-rccl" / "1.4.0+17d41cb-rocm-5.2.3"
-    assert (dest / "lib" / "librccl-net.so").exists()
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(dest / "lib" / "librccl-net.so")],
-                             capture_output=True, text=True).stdout
-    assert " ncclNetPlugin_v5\n" in symbols
-    log = next((tmp_path / "logs").rglob("aws-ofi-rccl-*.log")).read_text()
-    assert f"--disable-tests --with-hip=/usr --with-rccl={rccl}" in log
-    assert "--with-libfabric=/usr" not in log          # Debian's libfabric is a system prefix
-
-    shown = lmod(prefix / "modules", "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.2.3", "NCCL_NET_PLUGIN", "NCCL_NET",
-                 "LD_LIBRARY_PATH")
-    assert f"NCCL_NET_PLUGIN={dest}/lib/librccl-net.so\n" in shown and "NCCL_NET=AWS Libfabric\n" in shown
-    assert f"LD_LIBRARY_PATH={dest}/lib" in shown
-
-    # No --source now: the sum recorded by the install stands for the source; nothing changes.
-    again = cli(*args, "--check", "--fail-on-change", env=env)
-    assert again.returncode == 0, again.stdout + again.stderr
-    rerun = cli(*args, env=env)
-    assert rerun.returncode == 0 and "] ok       aws-ofi-rccl@1.4.0+17d41cb-rocm-5.2.3" in rerun.stdout, rerun.stdout
-
-
-@pytest.mark.integration
-def test_aws_ofi_nccl_from_a_source_directory_for_rocm_6(cli, tmp_path: Path, env):
-    tree = make_plugin_tree(tmp_path / "checkout", "aws-ofi-nccl", "1.18.0", bootstrapped=True)
-    prefix = tmp_path / "prefix"
-    site = tmp_path / "site.yml"
-    # the local site with the settings LUMI and Frontier carry (FI_*, NCCL_*) for the module
-    text = (PLAYBOOK_DIR / "local.yml").read_text()
-    site.write_text(text.replace("site: local", "site: site").replace(
-        "    GLOO_SOCKET_IFNAME: lo\n",
-        "    GLOO_SOCKET_IFNAME: lo\n    NCCL_SOCKET_IFNAME: lo\n    FI_PROVIDER: tcp\n"))
-    result = cli("build-rccl-plugin", "--playbook", str(site), "--rocm", "6.2.4", "--rocm-home", "/usr",
-                 "--source", str(tree), "--prefix", str(prefix), env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    dest = prefix / "aws-ofi-rccl" / "1.18.0-rocm-6.2.4"
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(dest / "lib" / "librccl-net-ofi.so")],
-                             capture_output=True, text=True).stdout
-    assert all(f" ncclNetPlugin_v{v}\n" in symbols for v in range(2, 12))
-    log = next((tmp_path / "logs").rglob("aws-ofi-rccl-*.log")).read_text()
-    assert "--disable-tests --with-rocm=/usr" in log and "--with-hwloc" not in log and "--with-rccl" not in log
-    module = (prefix / "modules" / "aws-ofi-rccl" / "1.18.0-rocm-6.2.4.lua").read_text()
-    assert f'pushenv("NCCL_NET_PLUGIN", "{dest}/lib/librccl-net-ofi.so")' in module
-    assert 'pushenv("NCCL_SOCKET_IFNAME", "lo")' in module and 'pushenv("FI_PROVIDER", "tcp")' in module
-    assert "GLOO_SOCKET_IFNAME" not in module
-    # The packed directory is in the source cache under its sha256: later runs find it there.
-    assert list((tmp_path / "sources").glob("*/aws-ofi-nccl-1.18.0.tar.gz"))
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("extra, message", [
     (["--rocm", "5.8"], "unknown ROCm version 5.8"),
     (["--rocm", "5.7.1", "--rocm-home", "/nonexistent"], "missing HIP for ROCm 5.7.1 in /nonexistent"),
     (["--rocm", "7.0", "--version", "1.4.0+17d41cb"], "does not fit ROCm 7.0.0"),
     (["--rocm", "5.7.1", "--version", "1.18.0"], "does not fit ROCm 5.7.1"),
-    (["--rocm", "5.2.3", "--rocm-home", "/usr"], "no RCCL header /usr/include/rccl/rccl.h for ROCm 5.2.3"),
-    (["--rocm", "6.2.4", "--rocm-home", "/usr"], "has no sha256 for aws-ofi-rccl 1.18.0"),
+    (["--rocm", "5.2.3", "--rocm-home", "/usr"], "the ROCm home for ROCm 5.2.3 /usr is a system prefix"),
+    (["--rocm", "6.2.4", "--rocm-home", "/usr"], "the ROCm home for ROCm 6.2.4 /usr is a system prefix"),
+    (["--rocm", "5.7.1", "--rocm-home", "{twin}"], "no RCCL header {twin}/include/rccl/rccl.h for ROCm 5.7.1"),
+    (["--rocm", "6.2.4", "--rocm-home", "{twin}"], "has no sha256 for aws-ofi-rccl 1.18.0"),
+    (["--rocm", "6.2.4", "--rocm-home", "{twin}", "--source", "{bad}"], "--source: aws-ofi-rccl@1.18.0-rocm-6.2.4: aws-ofi-nccl-1.18.0.tar.gz is unsafe to unpack"),
 ])
 def test_refusals(cli, tmp_path: Path, env, extra, message):
+    twin = str(make_rocm(tmp_path / "rocm"))
+    bad = tmp_path / "aws-ofi-nccl-1.18.0.tar.gz"
+    with tarfile.open(bad, "w:gz") as tar:
+        tar.add(__file__, arcname="../escape.py")
+    extra = [a.format(twin=twin, bad=bad) for a in extra]
+    message = message.format(twin=twin)
     result = cli("build-rccl-plugin", *extra, "--prefix", str(tmp_path / "prefix"), env=env)
     assert result.returncode == 1
     assert message in result.stdout + result.stderr, result.stdout + result.stderr

@@ -9,12 +9,14 @@ What differs per ROCm release is data in ``sources/aws-ofi-rccl.yml``:
   before anything is built;
 - where RCCL's headers are (``data.rccl_prefix``: the prefix must contain
   ``include/rccl/rccl.h``), which configure options each plugin has (``data.plugins``), which
-  prefixes are the system's and never passed (``data.system_prefixes``).
+  prefixes are the system's (``data.system_prefixes``): libfabric, hwloc and MPI there are left
+  out of the configure line, a ROCm or RCCL prefix there is refused (:func:`refuse_system`).
 
 Before building, the host must have HIP (``include/hip/hip_runtime.h`` and libamdhip64) and, for
-the fork, RCCL's header (:class:`PluginHooks`). After building, ``nm -D`` must show the symbols
-the recipe lists (:func:`symbol_checks`). The module file sets ``NCCL_NET_PLUGIN`` and ``NCCL_NET``
-(:func:`module_settings`).
+the fork, RCCL's header (:class:`PluginHooks`). After building, ``nm -D --defined-only`` must show
+exactly the plugin symbols the recipe lists (:func:`symbol_checks`). The module file sets
+``NCCL_NET_PLUGIN`` and ``NCCL_NET`` and records the interface versions the plugin offers
+(``SITESTACK_NCCL_NET_PLUGIN_APIS``, :func:`module_settings`).
 """
 
 from __future__ import annotations
@@ -169,7 +171,19 @@ class Homes:
 
 
 def is_system(data: PluginData, prefix: str) -> bool:
-    return os.path.normpath(prefix) in {os.path.normpath(p) for p in data.system_prefixes}
+    """Whether ``prefix`` is one of the system's (``/usr``, ``/usr/local``): never given to configure."""
+    def norm(path: str) -> str:
+        return "/" + os.path.normpath(path).lstrip("/")
+    return norm(prefix) in {norm(p) for p in data.system_prefixes}
+
+
+def refuse_system(data: PluginData, prefix: str, what: str, option: str, how: str) -> None:
+    """A prefix configure must be given (HIP, RCCL) that is a system prefix is refused: ``-I/usr/include``
+    (and aws-ofi-nccl's ``-isystem /usr/include``) breaks GCC's ``#include_next <stdlib.h>``
+    (build_facts s1.8), and leaving the option out would make configure look in /opt/rocm instead."""
+    if is_system(data, prefix):
+        raise SitestackError(f"{what} {prefix} is a system prefix: {option}={prefix} would put -I{prefix.rstrip('/')}"
+                             f"/include on the compiler line, which breaks GCC's #include_next <stdlib.h>; {how}")
 
 
 def resolve_homes(data: PluginData, row: PluginRow, rocm: str, rocm_home: str, env: Mapping[str, str], *,
@@ -179,9 +193,13 @@ def resolve_homes(data: PluginData, row: PluginRow, rocm: str, rocm_home: str, e
     """The prefixes for configure: as given ($VARIABLES from ``env``, the site environment), else
     pkg-config's (``pkg_prefix``), the recipe's RCCL location for the release and MPI per flavour."""
     pkg = pkg_prefix or {}
+    refuse_system(data, rocm_home, f"the ROCm home for ROCm {rocm}", row.hip_option,
+                  "give --rocm-home a ROCm tree whose include/ holds hip/ (like /opt/rocm-5.7.1)")
     rccl = None
     if row.rccl_option:
         rccl = resolve_refs(rccl_home or rccl_prefix(data, rocm, rocm_home), env, "the RCCL prefix")
+        refuse_system(data, rccl, "the RCCL prefix", row.rccl_option,
+                      "give --rccl-home a tree whose include/ holds only rccl/")
     fabric = resolve_refs(libfabric, env, "libfabric") if libfabric else pkg.get("libfabric")
     hw = (resolve_refs(hwloc, env, "hwloc") if hwloc else pkg.get("hwloc")) if row.hwloc_option else None
     mpi = None
@@ -223,18 +241,36 @@ def site_recipe(recipe: Recipe, version: str, args: Sequence[str], *, tests: boo
     return replace_recipe(recipe, versions={**recipe.versions, version: source}, checks=(*recipe.checks, *checks))
 
 
+#: Prints the plugin interface symbols a library exports, sorted, framed as ``exports: A B.`` so that
+#: ``expect`` matches the whole set (no braces: check arguments are expanded as placeholders).
+EXPORTS_SCRIPT = ("printf 'exports: %s.\\n' \"$(nm -D --defined-only \"$1\" "
+                  "| sed -n 's/^.* \\(ncclNetPlugin_v[0-9][0-9]*\\)$/\\1/p' | sort -V | tr '\\n' ' ' | sed 's/ $//')\"")
+
+
 def symbol_checks(row: PluginRow) -> list[Check]:
-    """``nm -D`` of the installed library must list each exported plugin symbol."""
-    return [Check(name=f"exports {sym}", run=("nm", "-D", "--defined-only", "{install}/" + row.library),
-                  expect=f" {sym}\n") for sym in row.exports]
+    """``nm -D --defined-only`` of the installed library must list exactly the plugin interface
+    versions the recipe says the version exports: a missing one, or one more than RCCL is known to
+    load, fails the install before it is put in place."""
+    exports = " ".join(sorted(row.exports, key=lambda s: api_versions([s]) or [0]))
+    return [Check(name=f"exports exactly {exports}", run=("sh", "-c", EXPORTS_SCRIPT, "sitestack", "{install}/" + row.library),
+                  expect=f"exports: {exports}.")]
+
+
+def api_list(row: PluginRow) -> str:
+    """The plugin interface versions ``row`` offers, as the module file records them (``v2,v3``)."""
+    return ",".join(f"v{v}" for v in api_versions(row.exports))
 
 
 def module_settings(recipe: Recipe, row: PluginRow) -> ModuleSettings:
     """The recipe's module settings plus the plugin's own: NCCL_NET_PLUGIN (the library's absolute
-    path) and NCCL_NET, so that RCCL fails instead of falling back to sockets when it cannot load it."""
+    path) and NCCL_NET, so that RCCL fails instead of falling back to sockets when it cannot load it;
+    SITESTACK_NCCL_NET_PLUGIN_APIS and the whatis line say which plugin interface versions it offers
+    (checked with nm after the build), so a site can tell which RCCL can load it."""
     base = recipe.module or ModuleSettings()
-    return dataclasses.replace(base, set={**base.set, "NCCL_NET_PLUGIN": "{install}/" + row.library,
-                                          "NCCL_NET": row.net_name})
+    whatis = f"{(base.whatis or recipe.description).rstrip('.')}; net plugin API {api_list(row)}"
+    return dataclasses.replace(base, whatis=whatis, set={
+        **base.set, "NCCL_NET_PLUGIN": "{install}/" + row.library, "NCCL_NET": row.net_name,
+        "SITESTACK_NCCL_NET_PLUGIN_APIS": api_list(row)})
 
 
 def default_rocm_home(ctx: RunContext, rocm: str) -> str:

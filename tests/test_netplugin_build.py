@@ -1,0 +1,171 @@
+"""`invoke build-rccl-plugin` builds the real upstream plugins, through the product, on this machine.
+
+The sources are git archives of ROCm/aws-ofi-rccl (branch cxi at 17d41cb, the plugin for ROCm < 6)
+and aws/aws-ofi-nccl v1.18.0 (ROCm >= 6) in ``shared/sources/`` beside the checkout (GitHub cannot be
+reached from CI); without them these tests fail, they are not skipped. ROCm is a twin made from
+Debian's HIP (tests/twins/rocm.py); RCCL's header is a stand-in written by the test, as Debian
+packages no RCCL. The builds take about 10 s and 20 to 40 s on 2 cores.
+
+Each test checks the configure line that ran (from the install's stamp) against
+tests/golden/netplugin/local-twin-rocm-<rocm>.txt, the exported plugin interface (``nm -D``), the
+module file, that a second run changes nothing, and (the fork) that a changed source rebuilds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sitestack.installs.sources import sha256_file
+from tests.conftest import REPO
+from tests.twins.rocm import make_rccl_header, make_rocm, shared_sources
+
+GOLDEN = Path(__file__).parent / "golden" / "netplugin"
+FORK = "aws-ofi-rccl-17d41cb.tar.gz"
+UPSTREAM = "aws-ofi-nccl-1.18.0.tar.gz"
+NCCL_APIS = ",".join(f"v{v}" for v in range(2, 12))
+
+
+@pytest.fixture(scope="module")
+def sources() -> Path:
+    try:
+        found = shared_sources(REPO)
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+    missing = [name for name in (FORK, UPSTREAM) if not (found / name).is_file()]
+    if missing:
+        pytest.fail(f"{found} lacks {', '.join(missing)}: the upstream plugin sources the real builds need")
+    return found
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"SITESTACK_LOG_DIR": str(tmp_path / "logs"), "SITESTACK_SOURCE_CACHE": str(tmp_path / "sources"),
+            "SITESTACK_BUILD_CACHE": str(tmp_path / "builds")}
+
+
+def exported(library: Path) -> list[str]:
+    """The plugin interface symbols the library defines (``nm -D --defined-only``), by version."""
+    out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
+    names = [line.split()[-1] for line in out.stdout.splitlines() if line.split()[-1].startswith("ncclNetPlugin_v")]
+    return sorted(names, key=lambda name: int(name.rsplit("_v", 1)[1]))
+
+
+def ran_configure(dest: Path, paths: dict[str, Path]) -> str:
+    """The configure command the install ran (its stamp), with the test's paths as $NAMES."""
+    stamp = json.loads((dest / ".sitestack" / "install.json").read_text())
+    (argv,) = [c["argv"] for c in stamp["inputs"]["build"]["plan"] if c["phase"] == "configure"]
+    line = shlex.join(argv)
+    for name, path in paths.items():
+        line = line.replace(str(path), f"${name}")
+    return line + "\n"
+
+
+def check_golden(rocm: str, line: str) -> None:
+    golden = GOLDEN / f"local-twin-rocm-{rocm}.txt"
+    if os.environ.get("SITESTACK_UPDATE_GOLDEN"):
+        golden.write_text(line)
+    assert line == golden.read_text(), f"configure line for ROCm {rocm} changed; review and rerun with SITESTACK_UPDATE_GOLDEN=1"
+
+
+def build_log(tmp_path: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted((tmp_path / "logs").rglob("aws-ofi-rccl-*.log")))
+
+
+def module_env(root: Path, module: str, *names: str) -> dict[str, str]:
+    """The variables as `module load` sets them (Lmod)."""
+    script = ". /usr/share/lmod/lmod/init/bash; module use \"$1\"; module load \"$2\" || exit 3; shift 2; " \
+             "for v in \"$@\"; do printf '%s=%s\\n' \"$v\" \"$(printenv \"$v\")\"; done"
+    out = subprocess.run(["bash", "-c", script, "lmod", str(root), module, *names], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return dict(line.split("=", 1) for line in out.stdout.splitlines())
+
+
+def assert_no_system_include(log: str) -> None:
+    """Nothing put the system's include or library directory on a compiler line (build_facts s1.8)."""
+    for bad in (" -I/usr/include ", " -isystem /usr/include ", " -L/usr/lib ", "--with-libfabric=/usr ",
+                "--with-hwloc=/usr "):
+        assert bad not in log.replace("\n", " \n"), bad
+
+
+@pytest.mark.integration
+def test_the_rocm_fork_for_rocm_5(cli, tmp_path: Path, env, sources: Path):
+    rocm = make_rccl_header(make_rocm(tmp_path / "rocm-5.7.1"))   # RCCL's header where ROCm 5.2+ has it
+    prefix = tmp_path / "prefix"
+    args = ["build-rccl-plugin", "--site", "local", "--rocm", "5.7.1", "--rocm-home", str(rocm), "--prefix", str(prefix)]
+    tarball = sources / FORK
+
+    planned = cli(*args, "--source", str(tarball), "--check", env=env)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "would change: not installed" in planned.stdout and not prefix.exists()
+
+    built = cli(*args, "--source", str(tarball), env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    dest = prefix / "aws-ofi-rccl" / "1.4.0+17d41cb-rocm-5.7.1"
+    assert exported(dest / "lib" / "librccl-net.so") == ["ncclNetPlugin_v5"]
+    check_golden("5.7.1", ran_configure(dest, {"PREFIX": prefix, "ROCM": rocm}))
+    stamp = json.loads((dest / ".sitestack" / "install.json").read_text())
+    assert [(c["name"], c["ok"]) for c in stamp["checks"]] == [("exports exactly ncclNetPlugin_v5", True)]
+    assert_no_system_include(build_log(tmp_path))
+
+    shown = module_env(prefix / "modules", "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1", "NCCL_NET_PLUGIN", "NCCL_NET",
+                       "SITESTACK_NCCL_NET_PLUGIN_APIS", "LD_LIBRARY_PATH")
+    assert shown["NCCL_NET_PLUGIN"] == f"{dest}/lib/librccl-net.so" and shown["NCCL_NET"] == "AWS Libfabric"
+    assert shown["SITESTACK_NCCL_NET_PLUGIN_APIS"] == "v5" and shown["LD_LIBRARY_PATH"].startswith(f"{dest}/lib")
+    assert "net plugin API v5" in (prefix / "modules" / "aws-ofi-rccl" / "1.4.0+17d41cb-rocm-5.7.1.lua").read_text()
+
+    # A second run changes nothing, with the same --source or without (the stamp's sum stands for it).
+    for extra in (["--source", str(tarball)], []):
+        again = cli(*args, *extra, "--check", "--fail-on-change", env=env)
+        assert again.returncode == 0, again.stdout + again.stderr
+    rerun = cli(*args, "--source", str(tarball), env=env)
+    assert rerun.returncode == 0 and "] ok       aws-ofi-rccl@1.4.0+17d41cb-rocm-5.7.1" in rerun.stdout, rerun.stdout
+
+    # A changed source (another sha256, here a checkout directory with one file edited) rebuilds.
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp_path / "checkout", filter="data")
+    tree = tmp_path / "checkout" / "aws-ofi-rccl-17d41cb"
+    with open(tree / "README.md", "a") as readme:
+        readme.write("\nA local change.\n")
+    before = stamp["inputs"]["build"]["source"]["sha256"]
+    assert before == sha256_file(tarball)
+    changed = cli(*args, "--source", str(tree), env=env)
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "] changed  aws-ofi-rccl@1.4.0+17d41cb-rocm-5.7.1" in changed.stdout, changed.stdout
+    assert ": build (+" in changed.stdout     # built again, not taken from the build cache
+    after = json.loads((dest / ".sitestack" / "install.json").read_text())["inputs"]["build"]["source"]["sha256"]
+    assert after != before
+    assert exported(dest / "lib" / "librccl-net.so") == ["ncclNetPlugin_v5"]
+
+
+@pytest.mark.integration
+def test_aws_ofi_nccl_for_rocm_6(cli, tmp_path: Path, env, sources: Path):
+    rocm = make_rocm(tmp_path / "rocm-6.2.4")         # no RCCL: aws-ofi-nccl has its own NCCL headers
+    prefix = tmp_path / "prefix"
+    args = ["build-rccl-plugin", "--site", "local", "--rocm", "6.2.4", "--rocm-home", str(rocm), "--prefix", str(prefix),
+            "--source", str(sources / UPSTREAM)]
+    built = cli(*args, env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    dest = prefix / "aws-ofi-rccl" / "1.18.0-rocm-6.2.4"
+    expected = [f"ncclNetPlugin_v{v}" for v in range(2, 12)]
+    for library in ("librccl-net-ofi.so", "librccl-net.so"):
+        assert exported(dest / "lib" / library) == expected, library
+    # libfabric and hwloc are Debian's (pkg-config: /usr), so neither option is given.
+    check_golden("6.2.4", ran_configure(dest, {"PREFIX": prefix, "ROCM": rocm}))
+    assert_no_system_include(build_log(tmp_path))
+
+    module = prefix / "modules" / "aws-ofi-rccl" / "1.18.0-rocm-6.2.4.lua"
+    shown = module_env(prefix / "modules", "aws-ofi-rccl/1.18.0-rocm-6.2.4", "NCCL_NET_PLUGIN",
+                       "SITESTACK_NCCL_NET_PLUGIN_APIS")
+    assert shown == {"NCCL_NET_PLUGIN": f"{dest}/lib/librccl-net-ofi.so", "SITESTACK_NCCL_NET_PLUGIN_APIS": NCCL_APIS}
+    assert f"net plugin API {NCCL_APIS}" in module.read_text()
+
+    again = cli(*args, "--check", "--fail-on-change", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "] ok       aws-ofi-rccl@1.18.0-rocm-6.2.4" in again.stdout, again.stdout
