@@ -69,7 +69,9 @@ def step_arg(action: str, name: str, value: Any) -> Callable[[dict[str, Any], st
     def edit(data: dict[str, Any], mark: str) -> None:
         for step in data["steps"]:
             if step["action"] == action:
-                step.setdefault("args", {})[name] = value.replace("{mark}", mark) if isinstance(value, str) else value
+                step.setdefault("args", {})[name] = (
+                    value.replace("{mark}", mark) if isinstance(value, str)
+                    else [v.replace("{mark}", mark) for v in value] if isinstance(value, list) else value)
     return edit
 
 
@@ -151,6 +153,28 @@ PLAYBOOK_CASES = [
     # 6. the account placeholder with no --account: refused in check mode too
     Case("account-placeholder-check", r"--account", setter("facts.scheduler.account", "{account}"),
          args=("provision", "--check"), expect="needs an account"),
+    # option injection and writes outside the prefix (a red-team review)
+    Case("apt-option-injection", BOOK + r": steps\[0\]\.args", step_arg("apt-packages", "packages",
+         ["-oDPkg::Pre-Invoke::=touch {mark}", "hello"]), expect="not a Debian package name"),
+    Case("apt-name-injection", BOOK + r": steps\[0\]\.args", step_arg("apt-packages", "packages", ["lmod; touch {mark}"])),
+    Case("extras-index-option", BOOK + r": facts\.torch", setter("facts.torch.extras", ["--index-url=http://evil.invalid/s"]),
+         expect="pip option"),
+    Case("extras-requirements-file", BOOK + r": facts\.torch", setter("facts.torch.extras", ["-r /etc/passwd"])),
+    Case("extras-shell", BOOK + r": facts\.torch", setter("facts.torch.extras", ["six; touch {mark}"])),
+    Case("packages-pin-injection", BOOK + r": facts\.torch", setter("facts.torch.packages", {"torchvision": "0.1; touch {mark}"})),
+    Case("index-url-injection", BOOK + r": facts\.torch", setter("facts.torch.index_url", "http://x/$(touch {mark})")),
+    Case("site-facts-path-outside", BOOK + r": steps\[\d+\]\.args", step_arg("site-facts", "path", "/tmp/victim/.bashrc"),
+         expect="{prefix}"),
+    Case("directory-outside", BOOK + r": steps\[\d+\]\.args", step_arg("directory", "paths", ["/tmp/outside-dir"])),
+    Case("directory-dotdot", BOOK + r": steps\[\d+\]\.args", step_arg("directory", "paths", ["{prefix}/../../x"]), expect=".."),
+    Case("directory-setuid-mode", BOOK + r": steps\[\d+\]\.args", step_arg("directory", "mode", "4777")),
+    Case("validation-dir-outside", BOOK + r": steps\[\d+\]\.args", step_arg("install-validation-job", "dir", "/tmp/val")),
+    Case("recipe-dest-root", BOOK + r": steps\[\d+\]\.args", step_arg("recipe-install", "dest", "/")),
+    Case("module-root-relative", BOOK + r": facts\.modules", setter("facts.modules.install_root", "rel/mods")),
+    Case("c1-control", BOOK + r": facts\.description", setter("facts.description", "x\x9b2J")),
+    Case("line-separator", BOOK + r": facts\.description", setter("facts.description", "x\u2028os.execute('touch {mark}')")),
+    Case("bidi-override", BOOK + r": facts\.env\.", setter("facts.env.GLOO_SOCKET_IFNAME", "lo\u202e")),
+    Case("python-version-unicode-digits", BOOK + r": facts\.python", setter("facts.python.version", "3.\u0661\u0661")),
     # 3. the site name of a --playbook file
     Case("site-name-of-file", r"--playbook|book/.*\.yml", raw=lambda t: t.replace("site: local", "site: 'Bad Name'", 1)),
 ]
@@ -188,6 +212,19 @@ CLI_CASES = [
          extra_env={"SITESTACK_SSH_CONFIG": str(REPO / "tests" / "data" / "ssh" / "bad-port.config")}),
     Case("playbook-file-not-a-site-name", "--playbook", args=("provision", "--check", "--playbook",
                                                               str(REPO / "tests" / "data" / "sites" / "Bad Name.yml"))),
+    Case("prefix-root", "--prefix", args=("provision", "--site", "local", "--tags", "layout", "--prefix", "/")),
+    Case("prefix-tmp", "--prefix", args=("provision", "--site", "local", "--tags", "layout", "--prefix", "/tmp/")),
+    Case("prefix-dotdot", "--prefix", args=("provision", "--site", "local", "--check", "--prefix", "/tmp/a/../b")),
+    Case("log-dir-relative", "SITESTACK_LOG_DIR", args=("provision", "--site", "local", "--tags", "layout"),
+         extra_env={"SITESTACK_LOG_DIR": "rel-logs"}),
+    Case("log-dir-is-a-file", "SITESTACK_LOG_DIR", args=("provision", "--site", "local", "--tags", "layout"),
+         extra_env={"SITESTACK_LOG_DIR": str(REPO / "README.md")}),
+    Case("build-cache-relative", "SITESTACK_BUILD_CACHE", args=("build-mpi4py", "--site", "local", "--check"),
+         extra_env={"SITESTACK_BUILD_CACHE": "rel-cache"}),
+    Case("jobs-padded", "--jobs", args=("build-mpi4py", "--site", "local", "--check", "--jobs", " 3 ")),
+    Case("jobs-other-digits", "--jobs", args=("build-mpi4py", "--site", "local", "--check", "--jobs", "\u0663")),
+    Case("source-missing", "--source", args=("build-mpi4py", "--site", "local", "--check", "--source", "/nonexistent.tgz")),
+    Case("mirror-missing", "--mirror", args=("build-mpi4py", "--site", "local", "--check", "--mirror", "/nonexistent")),
     Case("ssh-config-missing", "SITESTACK_SSH_CONFIG", args=("provision", "--site", "local", "--check", "--host", "farhost"),
          extra_env={"SITESTACK_SSH_CONFIG": "/nonexistent/ssh_config"}),
 ]
@@ -294,9 +331,8 @@ def run_case(case: Case, tmp_path: Path) -> tuple[subprocess.CompletedProcess[st
             args += ["--tags", "layout"]   # applying: the steps that write, if the input got through
     if "--prefix" not in case.args and case.args[0] != "validate" and case.args[0] != "show-site":
         args += ["--prefix", str(prefix)]
-    env = {**os.environ, "HOME": str(home), **case.extra_env}
-    env.pop("SITESTACK_LOG_DIR", None)
-    env.pop("SITESTACK_ACCOUNT", None)
+    env = {k: v for k, v in os.environ.items() if k not in ("SITESTACK_LOG_DIR", "SITESTACK_ACCOUNT")}
+    env.update({"HOME": str(home), **case.extra_env})
     result = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=cwd, env=env, text=True,
                             capture_output=True, timeout=120)
     return result, {"home": home, "cwd": cwd, "prefix": prefix, "mark": Path(mark)}

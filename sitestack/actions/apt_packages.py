@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from sitestack.actions.base import Action, log_name
 from sitestack.core.errors import CannotProbe
 from sitestack.core.host import Host
+
+#: A Debian package name (policy 5.6.1), with an optional :architecture.
+DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?")
 
 
 class AptPackages(Action):
@@ -18,11 +22,18 @@ class AptPackages(Action):
     class Args:
         packages: tuple[str, ...] = field(metadata={"doc": "Debian package names"})
 
+        def check(self) -> str | None:
+            for name in self.packages:
+                # Debian policy 5.6.1 (an optional :arch): a name starting with '-' would be an apt option.
+                if not DEBIAN_PACKAGE.fullmatch(name):
+                    return f"packages: {name!r} is not a Debian package name"
+            return None if self.packages else "packages: at least one package"
+
     def describe(self) -> str:
         return f"install {', '.join(self.args.packages)}"
 
     def pending(self, host: Host) -> str | None:
-        out = host.probe(["dpkg-query", "-W", "-f=${Package} ${Status}\\n", *self.args.packages])
+        out = host.probe(["dpkg-query", "-W", "-f=${Package} ${Status}\\n", "--", *self.args.packages])
         if out.rc == 127 and "not found" in out.stderr:
             raise CannotProbe("dpkg-query not found: not a Debian host")
         installed = {line.split()[0] for line in out.stdout.splitlines() if line.endswith(" installed")}
@@ -37,4 +48,4 @@ class AptPackages(Action):
         if not host.probe(["sh", "-c", "ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1"]).ok:
             host.run(["apt-get", "update"], env=env, sudo=self.become, log=log)
         names = missing.removeprefix("not installed: ").split(", ")
-        host.run(["apt-get", "install", "-y", "--no-install-recommends", *names], env=env, sudo=self.become, log=log)
+        host.run(["apt-get", "install", "-y", "--no-install-recommends", "--", *names], env=env, sudo=self.become, log=log)

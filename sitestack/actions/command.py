@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from sitestack.actions.base import Action, log_name
 from sitestack.core.host import Host
+from sitestack.core.quoting import SHELL_NAME
 from sitestack.model.siteenv import in_site_env
 
 
@@ -23,7 +24,9 @@ class Command(Action):
     class Args:
         argv: tuple[str, ...] = field(metadata={"doc": "the command and its arguments (no shell)"})
         creates: str = field(metadata={"doc": "absolute path that exists once the command has run"})
-        env: Mapping[str, str] = field(default_factory=dict, metadata={"doc": "extra environment variables"})
+        env: Mapping[str, str] = field(default_factory=dict, metadata={
+            "doc": "extra environment variables", "key_pattern": SHELL_NAME.pattern,
+            "key_doc": "an environment variable name (letters, digits, _)"})
         site_env: bool = field(default=False, metadata={"doc": "run with the site's modules loaded"})
 
         def check(self) -> str | None:

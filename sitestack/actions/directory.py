@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from sitestack.actions.base import Action
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
+from sitestack.core.quoting import in_prefix_problem
 
 
 def parse_mode(text: str, where: str) -> int:
@@ -33,12 +35,15 @@ class Directory(Action):
             if not self.paths:
                 return "paths: at least one directory"
             for path in self.paths:
-                if not path.startswith("/") and not path.startswith("{"):
-                    return f"paths: {path!r} must be absolute"
+                problem = in_prefix_problem(path, "paths")
+                if problem:
+                    return problem
             try:
                 parse_mode(self.mode, "mode")
             except SitestackError as exc:
                 return str(exc)
+            if not re.fullmatch(r"0?[0-7]{3}", self.mode):
+                return f"mode: {self.mode!r} must be permission bits like '0755' (no setuid, setgid or sticky)"
             return None
 
     def describe(self) -> str:

@@ -51,6 +51,7 @@ from sitestack.actions.base import Action, unified_diff
 from sitestack.core import schema, versions
 from sitestack.core.errors import InputError
 from sitestack.core.host import Host
+from sitestack.core.quoting import in_prefix_problem
 from sitestack.installs.given_source import keep_source, source_file, source_sha256
 from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
 from sitestack.installs.installer import Installer
@@ -93,8 +94,8 @@ class RecipeInstall(Action):
         def check(self) -> str | None:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.recipe):
                 return f"recipe: {self.recipe!r} is not a recipe name"
-            if self.dest is not None and not (self.dest.startswith("/") or self.dest.startswith("{")):
-                return f"dest: {self.dest!r} must be absolute"
+            if self.dest is not None and in_prefix_problem(self.dest, "dest"):
+                return in_prefix_problem(self.dest, "dest")
             if self.version is not None and versions.check_version(self.version):
                 return f"version: {versions.check_version(self.version)}"
             return None

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from sitestack.actions.base import Action, unified_diff
 from sitestack.core.host import Host
+from sitestack.core.quoting import in_prefix_problem
 
 
 class SiteFacts(Action):
@@ -17,6 +18,9 @@ class SiteFacts(Action):
     @dataclass(frozen=True)
     class Args:
         path: str = field(default="{prefix}/share/sitestack/site.json", metadata={"doc": "where to write them"})
+
+        def check(self) -> str | None:
+            return in_prefix_problem(self.path, "path")
 
     def describe(self) -> str:
         return f"write {self.args.path}"

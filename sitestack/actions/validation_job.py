@@ -19,6 +19,7 @@ from sitestack.actions.base import Action, log_name, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.paths import SOURCES_DIR
+from sitestack.core.quoting import in_prefix_problem
 from sitestack.installs.venv_stack import stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
@@ -73,9 +74,7 @@ class InstallValidationJob(Action):
             "the host's Python (with pip) that builds the MPI probe, once the site modules are loaded")})
 
         def check(self) -> str | None:
-            if not self.dir.startswith("/") and not self.dir.startswith("{"):
-                return f"dir: {self.dir!r} must be absolute"
-            return None
+            return in_prefix_problem(self.dir, "dir")
 
     def describe(self) -> str:
         return f"install the validation job in {self.args.dir}"

@@ -13,8 +13,10 @@ from __future__ import annotations
 import re
 import shlex
 
-#: C0 control characters and DEL, except TAB: newline, carriage return, NUL, escape, ...
-CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: C0 and C1 control characters and DEL (not TAB), the Unicode line and paragraph separators
+#: (Python's splitlines breaks there) and the bidirectional and zero-width format characters
+#: that make text display other than it reads ("trojan source").
+CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 #: An environment variable name that every shell accepts.
 SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: A reference the value may keep: $NAME or ${NAME}.
@@ -30,6 +32,18 @@ def control_problem(value: str) -> str | None:
         return None
     char = found.group()
     return f"contains {_NAMES.get(char, f'the control character {char!r}')}: values must be one line"
+
+
+def in_prefix_problem(path: str, what: str) -> str | None:
+    """Why ``path`` (a step argument) is not ``{prefix}`` or below it, or has a ``..`` part: what a
+    step writes stays in the install prefix (None: it does)."""
+    if not path.startswith(("/", "{")):
+        return f"{what}: {path!r} must be absolute"
+    if path != "{prefix}" and not path.startswith("{prefix}/"):
+        return f"{what}: {path!r} must be {{prefix}} or a path below it"
+    if ".." in path.split("/"):
+        return f"{what}: {path!r} must not have a '..' part"
+    return None
 
 
 def sh(value: str) -> str:

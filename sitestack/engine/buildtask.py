@@ -35,11 +35,16 @@ def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Report
     single = dataclasses.replace(loaded, steps=(spec,), handlers=())
     options = dataclasses.replace(options, source=_resolved(options.source), sources_dir=_resolved(options.sources_dir),
                                   mirror=_resolved(options.mirror))
-    if options.source and Path(options.source).is_file():   # refused before anything connects or is written
+    # Refused before anything connects or is written:
+    if options.source and not (Path(options.source).is_file() or Path(options.source).is_dir()):
+        raise InputError("--source", f"{options.source}: not a file or directory")
+    if options.source and Path(options.source).is_file():
         try:
             sources_mod.check_tarball(Path(options.source), spec.name)
         except SitestackError as exc:
-            raise InputError("--source", str(exc)) from None
+            raise InputError("--source", " ".join(str(exc).split())) from None
+    if options.mirror and not Path(options.mirror).is_dir():
+        raise InputError("--mirror", f"{options.mirror}: not a directory")
     return pb.provision(single, options, reporter)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Iterator
@@ -32,10 +33,10 @@ def split_list(value: str | None, option: str = "") -> tuple[str, ...]:
 
 def int_option(option: str, value: object, *, low: int, high: int) -> int:
     """An integer option within [low, high]; ``--jobs abc`` is an error naming the option."""
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise InputError(option, f"{value!r} is not a whole number") from None
+    text = str(value)
+    if not re.fullmatch(r"-?[0-9]+", text):   # int() would take ' 3 ', '1_0' and other scripts' digits
+        raise InputError(option, f"{value!r} is not a whole number")
+    number = int(text)
     if not low <= number <= high:
         raise InputError(option, f"must be between {low} and {high}, not {number}")
     return number

@@ -57,8 +57,15 @@ def check_tags(site: Site, options: Options) -> None:
 
 
 def log_root(options: Options, site: Site) -> Path:
+    """This run's log directory, made (before anything runs: an unusable one is one message)."""
     root = options.log_root or private_dir(Path.home() / ".cache" / "sitestack") / "logs"
-    return root / site.name / time.strftime("%Y%m%d-%H%M%S")
+    path = root / site.name / time.strftime("%Y%m%d-%H%M%S")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError("SITESTACK_LOG_DIR" if options.log_root else str(root),
+                         f"cannot make the log directory {path}: {exc.strerror}") from None
+    return path
 
 
 def connect(spec: HostSpec, options: Options) -> Host:

@@ -40,6 +40,12 @@ HOST_OPTION = re.compile(r"(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>
 ACCOUNT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+#: Directories no install prefix may be: the prefix's layout step would take them over (their
+#: mode is set to 0755: /tmp would lose its sticky bit).
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
+                         "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/tmp"})
+
+
 def check_path_option(option: str, value: str | None) -> None:
     """An absolute, one-line path, or None; an :class:`InputError` naming ``option`` otherwise."""
     if value is None:
@@ -49,6 +55,15 @@ def check_path_option(option: str, value: str | None) -> None:
         raise InputError(option, problem)
     if not value.startswith("/"):
         raise InputError(option, f"{value!r} must be an absolute path")
+    if ".." in value.split("/"):
+        raise InputError(option, f"{value!r} must not have a '..' part")
+
+
+def check_prefix(option: str, value: str | None) -> None:
+    """An install prefix: a path option that is not a system directory."""
+    check_path_option(option, value)
+    if value is not None and os.path.normpath(value) in SYSTEM_DIRS:
+        raise InputError(option, f"{value!r} is a system directory, not an install prefix")
 
 
 def check_count(option: str, value: float | None, low: float, high: float) -> None:
@@ -113,8 +128,9 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         """Refuse bad options before anything runs, naming the option (one message, exit 1)."""
-        if self.prefix is not None:
-            check_path_option("--prefix", self.prefix)
+        check_prefix("--prefix", self.prefix)
+        check_path_option("SITESTACK_LOG_DIR", str(self.log_root) if self.log_root else None)
+        check_path_option("SITESTACK_BUILD_CACHE", self.build_cache)
         if self.account is not None and (not ACCOUNT.fullmatch(self.account) or ".." in self.account):
             raise InputError("--account", f"{self.account!r} is not an account name (letters, digits, "
                              "'.', '_' and '-')")

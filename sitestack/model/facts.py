@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from sitestack.core import schema, versions
 from sitestack.core.quoting import SHELL_NAME
 
@@ -79,6 +81,9 @@ class Modules:
     def check(self) -> str | None:
         if self.system == "none" and self.load:
             return "modules to load need a module system (system: none)"
+        for key, path in (("install_root", self.install_root), ("init", self.init), *(("use", u) for u in self.use)):
+            if path is not None and (not path.startswith(("/", "{")) or ".." in path.split("/")):
+                return f"{key}: {path!r} must be an absolute path without '..'"
         return None
 
 
@@ -138,11 +143,27 @@ class Python:
     executable: str = field(default="python3", metadata=_doc("interpreter name or path once loaded"))
 
     def check(self) -> str | None:
-        if not re.fullmatch(r"3\.\d+", self.version):
+        if not re.fullmatch(r"3\.[0-9]+", self.version):
             return f"version must look like 3.11, not {self.version!r}"
         if self.source in ("module", "conda") and not self.module:
             return f"source {self.source} needs the module that provides Python"
         return None
+
+
+def requirement_problem(text: str) -> str | None:
+    """Why ``text`` is not one pip requirement (PEP 508, or an absolute path or URL of a wheel or
+    sdist); None when it is. Never an option: ``--index-url=...`` would change where pip looks."""
+    if text.startswith("-"):
+        return f"{text!r} is a pip option, not a requirement"
+    if text.startswith("/") or re.match(r"(https?|file)://", text):
+        if re.search(r"[\s'\"`$;]", text) or ".." in text.split("/"):
+            return f"{text!r} is not a plain path or URL"
+        return None
+    try:
+        Requirement(text)
+    except InvalidRequirement as exc:
+        return f"{text!r} is not a requirement (PEP 508): {exc}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -160,8 +181,17 @@ class Torch:
         problem = versions.check_version(self.version)
         if problem:
             return f"version: {problem}"
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._]*", self.variant):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._]*", self.variant, re.ASCII):
             return f"variant: {self.variant!r} is not a wheel variant (letters, digits, . and _)"
+        for name, version in self.packages.items():
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name, re.ASCII) or versions.check_version(version):
+                return f"packages: {name}: {version!r} must be a project name and a version"
+        for extra in self.extras:
+            problem = requirement_problem(extra)
+            if problem:
+                return f"extras: {problem}"
+        if self.index_url is not None and not re.match(r"(https?|file)://[^\s'\"`$]+$", self.index_url):
+            return f"index_url: {self.index_url!r} must be an http(s) or file URL"
         return None
 
 

@@ -32,6 +32,8 @@ def load_patches(patches: Sequence[Any], data: MarkedDict, shown: str, pdir: Pat
         if "/" in patch.file or patch.file.startswith("."):
             raise InputError(where, f"a file name in {display_path(pdir)}, not a path: {patch.file!r}", key=f"{key}.file")
         file = pdir / patch.file
+        if file.exists() and not file.is_file():   # a FIFO would block the read forever
+            raise InputError(where, f"patch file {display_path(file)} is not a regular file", key=f"{key}.file")
         try:
             raw = file.read_bytes()
         except OSError:
