@@ -10,6 +10,7 @@ all work as for ``invoke provision``. Version rules are checked before anything 
 from __future__ import annotations
 
 import dataclasses
+import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Report
     # Refused before anything connects or is written:
     if options.source and not (Path(options.source).is_file() or Path(options.source).is_dir()):
         raise InputError("--source", f"{options.source}: not a file or directory")
-    if options.source and Path(options.source).is_file():
+    # An unsafe tarball is refused here; one that is no tarball at all fails its sha256 check in the step.
+    if options.source and Path(options.source).is_file() and tarfile.is_tarfile(options.source):
         try:
             sources_mod.check_tarball(Path(options.source), spec.name)
         except SitestackError as exc:
