@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
@@ -21,14 +22,25 @@ from invoke.tasks import task
 from sitestack.actions import ACTIONS
 from sitestack.core.errors import InputError as _InputError
 from sitestack.core.host import local_host
-from sitestack.core.report import HostRun, Reporter
-from sitestack.engine import buildtask
+from sitestack.core.report import HostRun
+from sitestack.engine import buildtask, select
 from sitestack.engine import playbook as pb
+from sitestack.engine import results as results_mod
 from sitestack.engine import validate as validation_mod
-from sitestack.engine.cli import account_option, errors_to_exit, int_option, playbook_path, split_list
+from sitestack.engine.cli import (
+    SETTINGS,
+    account_option,
+    errors_to_exit,
+    finish,
+    int_option,
+    playbook_path,
+    reporter,
+    run_options,
+    setting,
+    split_list,
+)
 from sitestack.installs import sources as sources_mod
 from sitestack.model import recipe as recipe_mod
-from sitestack.model.context import RunOptions
 from sitestack.model.site import list_sites
 
 #: Builds wait this long for another run's lock on the same install (builds take long).
@@ -39,6 +51,8 @@ PLAYBOOK_HELP = "use this playbook file instead of playbooks/<site>.yml"
 PREFIX_HELP = "install prefix (overrides the site's facts.prefix)"
 ACCOUNT_HELP = "project/account for {account} in the site facts (default: $SITESTACK_ACCOUNT)"
 DEBUG_HELP = "show tracebacks of errors"
+JSON_HELP = "write the outcome as JSON to FILE ('-': to stdout, instead of the human lines); docs/cli.md"
+VERBOSE_HELP = "stream the output of build commands to the console too (it always goes to the log)"
 
 
 @task(auto_shortflags=False)
@@ -58,7 +72,9 @@ def show_site(c: Context, site: str | None = None, playbook: str | None = None, 
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         here = local_host()
-        values = loaded.placeholder_values(home=here.home(), user=here.user(), account=account_option(account), prefix=prefix)
+        values = loaded.placeholder_values(home=here.home(), user=here.user(),
+                                           account=account_option(setting(c, "account", account)),
+                                           prefix=setting(c, "prefix", prefix))
         data = {"site": loaded.name, "playbook": loaded.path,
                 "hosts": [h.name for h in loaded.hosts], "facts": loaded.resolved_facts(values)}
         if format == "json":
@@ -80,27 +96,43 @@ def show_site(c: Context, site: str | None = None, playbook: str | None = None, 
         "skip-tags": "skip steps with one of these tags (comma-separated)",
         "fail-on-change": "with --check: exit 2 when anything would change",
         "host": "run on this host (repeatable; an ssh-config alias or host name); default: the playbook's hosts",
+        "limit": "only the playbook's hosts matching these names or patterns (comma-separated, e.g. 'login*')",
+        "forks": "run at most N hosts at once (default: sitestack.forks, else 16)",
+        "start-at": "skip the steps before this one (a step name; see --list-steps)",
+        "step": "ask before each step: (N)o/(y)es/(c)ontinue (answers from the terminal, or y/n/c lines on stdin)",
+        "list-steps": "list the steps (name, action, tags, whether this run would run them) and exit",
+        "list-tags": "list the tags and the steps that carry them, and exit",
         "prefix": PREFIX_HELP,
         "account": ACCOUNT_HELP,
         "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
         "playbook": PLAYBOOK_HELP,
+        "json": JSON_HELP,
+        "verbose": VERBOSE_HELP,
         "debug": DEBUG_HELP,
     },
 )
 def provision(c: Context, site: str | None = None, check: bool = False, diff: bool = False, tags: str = '',
               skip_tags: str = '', fail_on_change: bool = False, host: list[str] | None = None,
-              prefix: str | None = None, account: str | None = None, accept_new_host_keys: bool = False,
-              playbook: str | None = None, debug: bool = False) -> None:
+              limit: str = '', forks: str | None = None, start_at: str | None = None, step: bool = False,
+              list_steps: bool = False, list_tags: bool = False, prefix: str | None = None,
+              account: str | None = None, accept_new_host_keys: bool = False, playbook: str | None = None,
+              json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
-        options = pb.Options(check=check, diff=diff, tags=split_list(tags, "--tags"), skip_tags=split_list(skip_tags, "--skip-tags"),
-                             hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
-                             accept_new_host_keys=accept_new_host_keys)
-        runs = pb.provision(loaded, options, Reporter(show_diff=diff, debug=debug))
-        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
-    if code:
-        raise Exit(code=code)
+        options = run_options(c, check=check, diff=diff, tags=split_list(tags, "--tags"),
+                              skip_tags=split_list(skip_tags, "--skip-tags"), hosts=tuple(host or ()),
+                              limit=split_list(limit, "--limit"), forks=forks, start_at=start_at,
+                              confirm_steps=step, verbose=verbose, prefix=prefix, account=account,
+                              accept_new_host_keys=accept_new_host_keys)
+        if list_steps or list_tags:
+            pb.check_tags(loaded, options)
+            select.check_start_at(loaded, options)
+            print("\n".join(select.list_steps(loaded, options) if list_steps else select.list_tags(loaded)))
+            return
+        report = reporter(diff, debug, json)
+        runs = pb.provision(loaded, options, report)
+        finish("provision", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
 @task(auto_shortflags=False)
@@ -149,22 +181,28 @@ BUILD_HELP = {
     "jobs": "parallel build jobs (default: facts.build_jobs, else the host's cores)",
     "playbook": PLAYBOOK_HELP,
     "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+    "json": JSON_HELP,
+    "verbose": VERBOSE_HELP,
     "debug": DEBUG_HELP,
 }
 
 
+def jobs_option(jobs: str | None) -> int | None:
+    return int_option("--jobs", jobs, low=1, high=4096) if jobs is not None else None
+
+
 def _build(recipe: str, site: str | None, version: str | None, source: str | None, prefix: str | None, check: bool,
            diff: bool, fail_on_change: bool, host: list[str] | None, account: str | None, sources_dir: str | None,
-           mirror: str | None, jobs: str | None, playbook: str | None, accept_new_host_keys: bool, debug: bool) -> None:
+           mirror: str | None, jobs: str | None, playbook: str | None, accept_new_host_keys: bool, debug: bool,
+           c: Context, json: str | None, verbose: bool) -> None:
     with errors_to_exit(debug):
-        options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
-                             accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
-                             sources_dir=sources_dir, mirror=mirror, jobs=int_option("--jobs", jobs, low=1, high=4096) if jobs is not None else None)
+        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+                              accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
+                              sources_dir=sources_dir, mirror=mirror, verbose=verbose, jobs=jobs_option(jobs))
+        report = reporter(diff, debug, json)
         runs = buildtask.build_recipe(recipe, site=site, playbook=playbook_path(playbook), version=version,
-                                      options=options, reporter=Reporter(show_diff=diff, debug=debug))
-        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
-    if code:
-        raise Exit(code=code)
+                                      options=options, reporter=report)
+        finish(f"build-recipe {recipe}", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
 @task(auto_shortflags=False, iterable=["host"], help=BUILD_HELP)
@@ -172,10 +210,11 @@ def build_recipe(c: Context, recipe: str, site: str | None = None, version: str 
                  source: str | None = None, prefix: str | None = None, check: bool = False, diff: bool = False,
                  fail_on_change: bool = False, host: list[str] | None = None, account: str | None = None,
                  sources_dir: str | None = None, mirror: str | None = None, jobs: str | None = None,
-                 playbook: str | None = None, accept_new_host_keys: bool = False, debug: bool = False) -> None:
+                 playbook: str | None = None, accept_new_host_keys: bool = False, json: str | None = None,
+                 verbose: bool = False, debug: bool = False) -> None:
     """Build a recipe from its source against a site's toolchain; install it atomically (stamped, cached)."""
     _build(recipe, site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
-           jobs, playbook, accept_new_host_keys, debug)
+           jobs, playbook, accept_new_host_keys, debug, c, json, verbose)
 
 
 @task(auto_shortflags=False, iterable=["host"], help={k: v for k, v in BUILD_HELP.items() if k != "recipe"})
@@ -183,10 +222,11 @@ def build_mpi4py(c: Context, site: str | None = None, version: str | None = None
                  prefix: str | None = None, check: bool = False, diff: bool = False, fail_on_change: bool = False,
                  host: list[str] | None = None, account: str | None = None, sources_dir: str | None = None,
                  mirror: str | None = None, jobs: str | None = None, playbook: str | None = None,
-                 accept_new_host_keys: bool = False, debug: bool = False) -> None:
+                 accept_new_host_keys: bool = False, json: str | None = None, verbose: bool = False,
+                 debug: bool = False) -> None:
     """Build mpi4py from its sdist against the site's MPI (a cached wheel); install it into <prefix>/mpi4py/<version>."""
     _build("mpi4py", site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
-           jobs, playbook, accept_new_host_keys, debug)
+           jobs, playbook, accept_new_host_keys, debug, c, json, verbose)
 
 
 @task(auto_shortflags=False, help={"target": "a URL (https, http, file) or a local file", "debug": DEBUG_HELP})
@@ -219,24 +259,24 @@ VALIDATION_PYTHON_HELP = "the Python that runs the checks (default: facts.python
     "site": SITE_HELP, "check": "change nothing; report what would change", "diff": "show a diff of the files that change",
     "host": "install on this host (repeatable); default: the playbook's hosts", "prefix": PREFIX_HELP,
     "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP, "playbook": PLAYBOOK_HELP,
-    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)", "debug": DEBUG_HELP})
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)", "json": JSON_HELP,
+    "verbose": VERBOSE_HELP, "debug": DEBUG_HELP})
 def install_validation_job(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
                            host: list[str] | None = None, prefix: str | None = None, account: str | None = None,
                            python: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
-                           debug: bool = False) -> None:
+                           json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the validation DDP job (check program, batch scripts, README, MPI probe) into the site prefix."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         step = next((s for s in loaded.steps if s.action == "install-validation-job"), None)
         if step is None:
             raise _InputError(loaded.path, "the playbook has no install-validation-job step")
-        options = pb.Options(check=check, diff=diff, tags=(step.name,), hosts=tuple(host or ()), prefix=prefix,
-                             account=account_option(account), accept_new_host_keys=accept_new_host_keys,
-                             python=python)
-        runs = pb.provision(loaded, options, Reporter(show_diff=diff, debug=debug))
-        code = pb.exit_code(runs, check=check, fail_on_change=False)
-    if code:
-        raise Exit(code=code)
+        options = run_options(c, check=check, diff=diff, tags=(step.name,), hosts=tuple(host or ()), prefix=prefix,
+                              account=account, accept_new_host_keys=accept_new_host_keys, python=python,
+                              verbose=verbose)
+        report = reporter(diff, debug, json)
+        runs = pb.provision(loaded, options, report)
+        finish("install-validation-job", runs, report, check=check, fail_on_change=False, json_target=json)
 
 
 @task(auto_shortflags=False, help={
@@ -250,22 +290,27 @@ def install_validation_job(c: Context, site: str | None = None, check: bool = Fa
     "prefix": PREFIX_HELP, "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP,
     "timeout": "seconds to wait for the job (default: 3600)", "playbook": PLAYBOOK_HELP, "debug": DEBUG_HELP,
     "host": "run on this host over SSH (a playbook host, an ssh-config alias or a host name); default: here",
-    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
+    "json": JSON_HELP, "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
 def validate(c: Context, site: str | None = None, nodes: str | None = None, ranks_per_node: str | None = None,
              launcher: str | None = None,
              scheduler: str = 'auto', wait: bool = True, collect: str | None = None, results: str | None = None,
              prefix: str | None = None, account: str | None = None, python: str | None = None, timeout: str | None = None,
              playbook: str | None = None, debug: bool = False, host: str | None = None,
-             accept_new_host_keys: bool = False) -> None:
+             accept_new_host_keys: bool = False, json: str | None = None) -> None:
     """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = validation_mod.ValidateOptions(
             nodes=int_option("--nodes", nodes or 0, low=0, high=100000),
             ranks_per_node=int_option("--ranks-per-node", ranks_per_node or 0, low=0, high=1024), launcher=launcher, scheduler=scheduler, wait=wait,
-            collect=collect, results=results, prefix=prefix, account=account_option(account), python=python,
+            collect=collect, results=results, prefix=setting(c, "prefix", prefix),
+            account=account_option(setting(c, "account", account)), python=python,
             timeout=float(int_option("--timeout", timeout or 3600, low=1, high=7 * 24 * 3600)), host=host, accept_new_host_keys=accept_new_host_keys)
-        outcome = validation_mod.validate(loaded, options, Reporter(debug=debug))
+        report = reporter(debug=debug, json_target=json)
+        outcome = validation_mod.validate(loaded, options, report)
+        results_mod.write(json, results_mod.validate_document(loaded.name, {
+            "job_id": outcome.job_id, "results_dir": outcome.out_dir, "log": outcome.log,
+            "verdict": (outcome.result or {}).get("verdict"), "result": outcome.result}, outcome.code))
     if outcome.code:
         raise Exit(code=outcome.code)
 
@@ -285,18 +330,17 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
                   check: bool = False, diff: bool = False, fail_on_change: bool = False, host: list[str] | None = None,
                   account: str | None = None, sources_dir: str | None = None, mirror: str | None = None,
                   jobs: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
-                  debug: bool = False) -> None:
+                  json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Build Horovod from its sdist for a site (NCCL/RCCL/CPU from the facts); check --check-build and a 2-rank allreduce."""
     with errors_to_exit(debug):
-        options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
-                             accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
-                             sources_dir=sources_dir, mirror=mirror, jobs=int_option("--jobs", jobs, low=1, high=4096) if jobs is not None else None, python=python,
-                             gpu_operations=gpu_operations)
+        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+                              accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
+                              sources_dir=sources_dir, mirror=mirror, jobs=jobs_option(jobs), python=python,
+                              gpu_operations=gpu_operations, verbose=verbose)
+        report = reporter(diff, debug, json)
         runs = buildtask.build_horovod(site=site, playbook=playbook_path(playbook), version=version, options=options,
-                                       reporter=Reporter(show_diff=diff, debug=debug))
-        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
-    if code:
-        raise Exit(code=code)
+                                       reporter=report)
+        finish("build-horovod", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
 @task(auto_shortflags=False, iterable=["host"], help={
@@ -317,19 +361,18 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
                       tests: bool = False, check: bool = False, diff: bool = False, fail_on_change: bool = False,
                       host: list[str] | None = None, account: str | None = None, sources_dir: str | None = None,
                       mirror: str | None = None, jobs: str | None = None, playbook: str | None = None,
-                      accept_new_host_keys: bool = False, debug: bool = False) -> None:
+                      accept_new_host_keys: bool = False, json: str | None = None, verbose: bool = False,
+                      debug: bool = False) -> None:
     """Build the RCCL libfabric plugin for a ROCm release (aws-ofi-rccl / aws-ofi-nccl) and its module file."""
     with errors_to_exit(debug):
-        options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
-                             accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
-                             sources_dir=sources_dir, mirror=mirror, jobs=int_option("--jobs", jobs, low=1, high=4096) if jobs is not None else None, rocm=rocm,
-                             rocm_home=rocm_home, rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home,
-                             plugin_version=version, tests=tests)
-        runs = buildtask.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options,
-                                           reporter=Reporter(show_diff=diff, debug=debug))
-        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
-    if code:
-        raise Exit(code=code)
+        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+                              accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
+                              sources_dir=sources_dir, mirror=mirror, jobs=jobs_option(jobs), rocm=rocm,
+                              rocm_home=rocm_home, rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home,
+                              plugin_version=version, tests=tests, verbose=verbose)
+        report = reporter(diff, debug, json)
+        runs = buildtask.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options, reporter=report)
+        finish("build-rccl-plugin", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
 # -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
@@ -346,37 +389,43 @@ STACK_HELP = {
     "account": ACCOUNT_HELP,
     "playbook": PLAYBOOK_HELP,
     "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+    "json": JSON_HELP,
+    "verbose": VERBOSE_HELP,
     "debug": DEBUG_HELP,
 }
 
 
 def _stack_steps(run: StackRun, site: str | None, check: bool, diff: bool, fail_on_change: bool, host: list[str] | None,
                  prefix: str | None, account: str | None, playbook: str | None, accept_new_host_keys: bool,
-                 debug: bool) -> None:
+                 debug: bool, c: Context, command: str, json: str | None, verbose: bool) -> None:
     with errors_to_exit(debug):
-        options = RunOptions(check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account_option(account),
-                             accept_new_host_keys=accept_new_host_keys)
-        runs = run(site=site, playbook=playbook_path(playbook), options=options, reporter=Reporter(show_diff=diff, debug=debug))
-        code = pb.exit_code(runs, check=check, fail_on_change=fail_on_change)
-    if code:
-        raise Exit(code=code)
+        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+                              accept_new_host_keys=accept_new_host_keys, verbose=verbose)
+        report = reporter(diff, debug, json)
+        runs = run(site=site, playbook=playbook_path(playbook), options=options, reporter=report)
+        finish(command, runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
 @task(auto_shortflags=False, iterable=["host"], help=STACK_HELP)
 def install_venv(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
                  fail_on_change: bool = False, host: list[str] | None = None, prefix: str | None = None,
                  account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
-                 debug: bool = False) -> None:
+                 json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
     _stack_steps(buildtask.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
-                 accept_new_host_keys, debug)
+                 accept_new_host_keys, debug, c, "install-venv", json, verbose)
 
 
 @task(auto_shortflags=False, iterable=["host"], help=STACK_HELP)
 def install_modulefiles(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
                         fail_on_change: bool = False, host: list[str] | None = None, prefix: str | None = None,
                         account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
-                        debug: bool = False) -> None:
+                        json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
     _stack_steps(buildtask.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
-                 playbook, accept_new_host_keys, debug)
+                 playbook, accept_new_host_keys, debug, c, "install-modulefiles", json, verbose)
+
+
+#: The root namespace: every task above, with the ``sitestack:`` settings declared so Invoke reads them
+#: from its configuration files and INVOKE_SITESTACK_* variables (docs/cli.md).
+ns = Collection.from_module(sys.modules[__name__], config={"sitestack": SETTINGS})
