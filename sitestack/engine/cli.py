@@ -16,6 +16,7 @@ from typing import Any
 
 from invoke.context import Context
 from invoke.exceptions import Exit
+from invoke.tasks import Task
 
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.report import HostRun, Reporter
@@ -30,6 +31,17 @@ SETTINGS: dict[str, Any] = {"account": None, "prefix": None, "sources_dir": None
                             "log_dir": None, "forks": None}
 #: The SITESTACK_* environment variables that come before the configuration files.
 SETTING_ENV = {"account": "SITESTACK_ACCOUNT", "log_dir": "SITESTACK_LOG_DIR"}
+
+
+class SitestackTask(Task[Any]):
+    """sitestack's tasks: long options only (``auto_shortflags=False``), except ``-v`` for
+    ``--verbose``, as ansible-playbook and spack have it."""
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
+        if name == "verbose" and "v" not in taken_names:
+            opts["names"] = [*opts["names"], "v"]
+        return opts
 
 
 def setting(c: Context, key: str, value: Any = None) -> Any:
@@ -103,6 +115,20 @@ def int_option(option: str, value: object, *, low: int, high: int) -> int:
     if not low <= number <= high:
         raise InputError(option, f"must be between {low} and {high}, not {number}")
     return number
+
+
+def size_option(option: str, value: str) -> int:
+    """``500M``, ``20G``, ``1T`` or a number of bytes (powers of 1024, as du -h counts)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
+    try:
+        size = float(number)
+    except ValueError:
+        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)") from None
+    if not 0 <= size < 1 << 60:
+        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
+    return int(size * units[unit])
 
 
 def account_option(value: str | None) -> str | None:

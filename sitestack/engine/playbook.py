@@ -168,6 +168,7 @@ def provision(site: Site, options: Options, reporter: Reporter) -> list[HostRun]
     """Run ``site``'s playbook on the selected hosts in parallel; return each host's outcome."""
     check_tags(site, options)
     select.check_start_at(site, options)
+    select.check_rebuild(site, options)
     require_account(site, options)
     specs = select.select_hosts(site, options)
     for spec in specs:

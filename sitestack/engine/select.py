@@ -46,6 +46,15 @@ def check_start_at(site: Site, options: RunOptions) -> None:
         raise InputError("--start-at", f"{site.path} has no step {options.start_at!r} (steps: {steps})")
 
 
+def check_rebuild(site: Site, options: RunOptions) -> None:
+    """``--rebuild NAME`` names a recipe some recipe-install step of the playbook installs."""
+    known = sorted({str(s.args.get("recipe")) for s in site.steps if s.action == "recipe-install"})
+    for name in options.rebuild:
+        if name not in known:
+            raise InputError("--rebuild", f"no recipe-install step of {site.path} installs {name!r} "
+                             f"(recipes: {', '.join(known) or 'none'})")
+
+
 def step_rows(site: Site, options: RunOptions) -> list[tuple[str, str, str, str]]:
     """(name, action, tags, what this run would do with it) for each step, in order."""
     before = options.start_at is not None

@@ -99,6 +99,8 @@ class RunOptions:
     sources_dir: str | None = None  # recipes from this directory instead of sources/
     mirror: str | None = None  # a controller directory of source tarballs
     jobs: int | None = None  # parallel build jobs
+    rebuild: tuple[str, ...] = ()  # recipes to build again from source though installed (--rebuild)
+    no_cache: bool = False  # build from source instead of using the build cache (--no-cache)
     #: the build cache on each host ($SITESTACK_BUILD_CACHE, else ~/.cache/sitestack/builds there)
     build_cache: str | None = field(default_factory=lambda: _env_str("SITESTACK_BUILD_CACHE"))
     #: seconds between progress lines of a long build ($SITESTACK_PROGRESS_INTERVAL, default 30)
@@ -129,6 +131,7 @@ class RunOptions:
         check_tags("--tags", self.tags)
         check_tags("--skip-tags", self.skip_tags)
         check_tags("--limit", self.limit)
+        check_tags("--rebuild", self.rebuild)
         check_count("--forks", self.forks, 1, 1024)
         if self.start_at is not None:
             check_tags("--start-at", (self.start_at,))
