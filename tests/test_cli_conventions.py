@@ -124,6 +124,12 @@ def test_json_to_a_file_and_to_stdout(tmp_path):
     assert doc["hosts"][0]["counts"]["ok"] == 2
 
 
+@pytest.mark.parametrize("task", [("validate", "--site", "local"), ("build-mpi4py", "--site", "local", "--check"),
+                                  ("install-venv", "--site", "local", "--check"), ("installed", "--site", "local")])
+def test_json_target_is_checked_before_anything_runs(tmp_path, task):
+    bad(run_invoke(*task, "--json", str(tmp_path / "missing" / "out.json")), "--json")
+
+
 # -- 3. verbosity and the log directory --------------------------------------------------------------
 
 def test_log_directory_is_printed_at_the_start_and_in_the_recap(tmp_path):
@@ -136,8 +142,11 @@ def test_verbose_streams_command_output(tmp_path):
     from sitestack.core.host import local_host
     host, seen = local_host(), []
     host.echo = seen.append
-    host.run(["sh", "-c", "echo one; echo two >&2; printf three"], log=tmp_path / "x.log")
+    host.run(["sh", "-c", "echo one; echo two; printf three"], log=tmp_path / "x.log")
     assert seen == ["one", "two", "three"] and (tmp_path / "x.log").read_text().endswith("one\ntwo\nthree\n")
+    seen.clear()
+    host.run(["sh", "-c", "echo out; echo err >&2"])  # both streams, no log file: still echoed
+    assert sorted(seen) == ["err", "out"]
 
 
 # -- 4. the sitestack: configuration -------------------------------------------------------------------
@@ -209,6 +218,18 @@ def test_installed_rebuild_no_cache_uninstall_gc(tmp_path):
 
 
 # -- 7/8. output polish, shell completion ----------------------------------------------------------------
+
+def test_an_unprobed_step_is_not_counted_as_changed():
+    import io
+
+    from sitestack.core.report import HostRun, Reporter
+    from sitestack.core.step import Result
+    run = HostRun("h", [Result("a", "changed", probed=False), Result("b", "changed"), Result("c", "ok")])
+    assert run.counts() == {"ok": 1, "changed": 1, "failed": 0, "skipped": 0, "unprobed": 1}
+    stream = io.StringIO()
+    Reporter(stream).recap([run])
+    assert stream.getvalue().splitlines()[-1].split()[:6] == ["h", "1", "1", "0", "0", "1"]
+
 
 def test_actions_help_is_whole_sentences_with_one_default():
     out = run_invoke("actions").stdout

@@ -114,9 +114,8 @@ class Reporter:
             counts = run.counts()
             rows.append((run.host, *(str(counts[k]) for k in header[1:-1]), f"{run.elapsed:.2f}s"))
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        out = ["", "RECAP"]
+        # the log directory heads the recap; the table stays last (scripts read its rows)
+        out = ["", *([f"logs: {self.log_dir}"] if self.log_dir is not None else []), "RECAP"]
         for row in [header, *rows]:
             out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
-        if self.log_dir is not None:
-            out.append(f"logs: {self.log_dir}")
         self._print("\n".join(out))
