@@ -65,9 +65,8 @@ def setting(c: Context, key: str, value: Any = None) -> Any:
 def run_options(c: Context, **fields: Any) -> RunOptions:
     """The :class:`RunOptions` of a task: ``fields`` from its options, with the configured defaults
     (account, prefix, sources_dir, mirror, log_dir, forks) where an option was not given."""
-    for key in ("prefix", "sources_dir", "mirror"):
-        if key in fields:
-            fields[key] = setting(c, key, fields[key])
+    for key in ("prefix", "sources_dir", "mirror"):  # every task: provision's recipe installs use them too
+        fields[key] = setting(c, key, fields.get(key))
     fields["account"] = account_option(setting(c, "account", fields.get("account")))
     log_dir = setting(c, "log_dir")
     if log_dir is not None:
