@@ -79,6 +79,23 @@ def test_step_reads_answers_and_never_hangs_without_them(tmp_path):
     assert "no answers on stdin" in message and not (tmp_path / "none").exists()
 
 
+def test_step_asks_on_a_terminal(tmp_path):
+    import pty
+    import sys
+    controller, terminal = pty.openpty()  # a real terminal on stdin, as a user at a shell has
+    argv = [sys.executable, "-m", "invoke", "provision", "--site", "local", "--tags", "layout", "--prefix",
+            str(tmp_path / "prefix"), "--step"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    os.close(terminal)
+    os.write(controller, b"maybe\ny\nn\n")  # a wrong answer is asked again
+    out, err = proc.communicate(timeout=120)
+    os.close(controller)
+    assert proc.returncode == 0, out + err
+    assert "--step: answer y, n or c, not 'maybe'" in err and err.count("Perform step") == 3
+    assert statuses(out)["prefix-layout"] == "changed" and statuses(out)["site-facts"] == "skipped"
+
+
 def test_limit_selects_among_the_playbooks_hosts_and_a_typo_connects_nowhere(tmp_path):
     assert statuses(provision(tmp_path, "--limit", "local*").stdout)["site-facts"] == "changed"
     message = bad(provision(tmp_path / "typo", "--limit", "locahost"), "--limit")
