@@ -21,6 +21,7 @@ from invoke.tasks import task
 
 from sitestack.actions import ACTIONS
 from sitestack.core.errors import InputError as _InputError
+from sitestack.core.errors import SitestackError
 from sitestack.core.host import local_host
 from sitestack.core.report import HostRun
 from sitestack.engine import buildtask, inventory, select
@@ -324,10 +325,12 @@ def validate(c: Context, site: str | None = None, nodes: str | None = None, rank
             account=account_option(setting(c, "account", account)), python=python,
             timeout=float(int_option("--timeout", timeout or 3600, low=1, high=7 * 24 * 3600)), host=host, accept_new_host_keys=accept_new_host_keys)
         report = reporter(debug=debug, json_target=json)
-        outcome = validation_mod.validate(loaded, options, report)
-        results_mod.write(json, results_mod.validate_document(loaded.name, {
-            "job_id": outcome.job_id, "results_dir": outcome.out_dir, "log": outcome.log,
-            "verdict": (outcome.result or {}).get("verdict"), "result": outcome.result}, outcome.code))
+        try:
+            outcome = validation_mod.validate(loaded, options, report)
+        except SitestackError as exc:  # the job's failure is an outcome too: the document says it
+            results_mod.write(json, results_mod.validate_document(loaded.name, None, str(exc)))
+            raise
+        results_mod.write(json, results_mod.validate_document(loaded.name, outcome))
     if outcome.code:
         raise Exit(code=outcome.code)
 

@@ -147,6 +147,14 @@ def test_json_target_is_checked_before_anything_runs(tmp_path, task):
     bad(run_invoke(*task, "--json", str(tmp_path / "missing" / "out.json")), "--json")
 
 
+def test_validate_json_says_why_there_is_no_verdict(tmp_path):
+    out = run_invoke("validate", "--site", "local", "--prefix", str(tmp_path / "empty"), "--scheduler", "none",
+                     "--json", str(tmp_path / "v.json"))
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert out.returncode == 1 and doc["exit_code"] == 1 and doc["schema_version"] == 1
+    assert doc["command"] == "validate" and doc["verdict"] is None and "not installed" in doc["error"]
+
+
 # -- 3. verbosity and the log directory --------------------------------------------------------------
 
 def test_log_directory_is_printed_at_the_start_and_in_the_recap(tmp_path):

@@ -18,6 +18,7 @@ from typing import Any
 from sitestack.core.errors import InputError
 from sitestack.core.quoting import control_problem
 from sitestack.core.report import HostRun
+from sitestack.engine.validate import Outcome
 
 #: The version of the document's shape (docs/cli.md).
 SCHEMA_VERSION = 1
@@ -67,9 +68,14 @@ def run_document(command: str, site: str, runs: Sequence[HostRun], *, code: int,
     }
 
 
-def validate_document(site: str, outcome: Mapping[str, Any], code: int) -> dict[str, Any]:
-    """The document of ``invoke validate``: the job, where its results are, the verdict."""
-    return {"schema_version": SCHEMA_VERSION, "command": "validate", "site": site, **outcome, "exit_code": code}
+def validate_document(site: str, outcome: Outcome | None, error: str | None = None) -> dict[str, Any]:
+    """The document of ``invoke validate``: the job, where its results are, the verdict; or the
+    error that ended it (exit code 1)."""
+    result = outcome.result if outcome is not None else None
+    return {"schema_version": SCHEMA_VERSION, "command": "validate", "site": site,
+            "job_id": outcome.job_id if outcome else None, "results_dir": outcome.out_dir if outcome else None,
+            "log": outcome.log if outcome else None, "verdict": (result or {}).get("verdict"), "result": result,
+            "error": error, "exit_code": outcome.code if outcome else 1}
 
 
 def write(target: str | None, document: Mapping[str, Any]) -> None:
