@@ -50,3 +50,11 @@ def test_every_task_has_a_description_and_documented_options():
         for option in options:
             row = next(line for line in helptext.splitlines() if line.strip().startswith(option))
             assert len(row.strip()) > len(option) + 5, f"{name} {option} has no help"
+
+
+def test_every_setting_and_the_json_schema_are_in_the_cli_page():
+    from sitestack.engine.cli import SETTINGS
+    from sitestack.engine.results import SCHEMA_VERSION
+    page = (ROOT / "docs" / "cli.md").read_text()
+    assert not [key for key in SETTINGS if f"| `{key}` |" not in page]
+    assert f'"schema_version": {SCHEMA_VERSION}' in page and "docs/cli.md" in README

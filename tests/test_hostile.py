@@ -225,6 +225,18 @@ CLI_CASES = [
     Case("jobs-other-digits", "--jobs", args=("build-mpi4py", "--site", "local", "--check", "--jobs", "\u0663")),
     Case("source-missing", "--source", args=("build-mpi4py", "--site", "local", "--check", "--source", "/nonexistent.tgz")),
     Case("mirror-missing", "--mirror", args=("build-mpi4py", "--site", "local", "--check", "--mirror", "/nonexistent")),
+    # the operator conventions (docs/cli.md)
+    Case("limit-typo", "--limit", args=("provision", "--site", "local", "--check", "--limit", "locahost"), expect="--host"),
+    Case("limit-injection", "--limit", args=("provision", "--site", "local", "--check", "--limit", "a\nb")),
+    Case("forks-abc", "--forks", args=("provision", "--site", "local", "--check", "--forks", "abc")),
+    Case("forks-zero", "--forks", args=("provision", "--site", "local", "--check", "--forks", "0")),
+    Case("start-at-unknown", "--start-at", args=("provision", "--site", "local", "--check", "--start-at", "nope")),
+    Case("rebuild-unknown", "--rebuild", args=("provision", "--site", "local", "--check", "--rebuild", "mpi4pi")),
+    Case("json-newline", "--json", args=("provision", "--site", "local", "--check", "--json", "/tmp/a\nb")),
+    Case("json-directory", "--json", args=("provision", "--site", "local", "--check", "--json", "/tmp")),
+    Case("gc-size-abc", "--max-size", args=("gc", "--max-size", "lots")),
+    Case("gc-age-negative", "--max-age", args=("gc", "--max-age", "-1")),
+    Case("uninstall-dotdot", "NAME", args=("uninstall", "../x", "--site", "local")),
     Case("ssh-config-missing", "SITESTACK_SSH_CONFIG", args=("provision", "--site", "local", "--check", "--host", "farhost"),
          extra_env={"SITESTACK_SSH_CONFIG": "/nonexistent/ssh_config"}),
 ]
@@ -329,7 +341,7 @@ def run_case(case: Case, tmp_path: Path) -> tuple[subprocess.CompletedProcess[st
         args += ["--playbook", str(book)]
         if "--check" not in args:
             args += ["--tags", "layout"]   # applying: the steps that write, if the input got through
-    if "--prefix" not in case.args and case.args[0] != "validate" and case.args[0] != "show-site":
+    if "--prefix" not in case.args and case.args[0] not in ("validate", "show-site", "gc"):
         args += ["--prefix", str(prefix)]
     env = {k: v for k, v in os.environ.items() if k not in ("SITESTACK_LOG_DIR", "SITESTACK_ACCOUNT")}
     env.update({"HOME": str(home), **case.extra_env})

@@ -133,6 +133,7 @@ class RecipeInstall(Action):
         self.options = options
         self.report = ctx.note
         self._toolchain: Toolchain | None = None
+        self._rebuilt = False  # --rebuild: done once this run
         self._prepared = False
         self._given: Path | None = None
         settings = self.hooks.module_file()
@@ -174,6 +175,7 @@ class RecipeInstall(Action):
                 Installer(host, self.target, inputs=self.inputs(host), toolchain=self.toolchain(host),
                           options=self.options, log_dir=self.ctx.log_dir, report=self.report,
                           mirror=self.args.mirror).run()
+                self._rebuilt = True
         if self.module is not None:
             host.run(["mkdir", "-p", os.path.dirname(self.module_path())])
             host.write_text(self.module_path(), self.module_text(), 0o644)
@@ -245,8 +247,12 @@ class RecipeInstall(Action):
         return {"format": STAMP_FORMAT, "build": build, "install": install_inputs(self.target)}
 
     def reason(self, host: Host) -> str | None:
-        """Why the install is needed (None: it is done). Read-only."""
-        return install_reason(host, self.target.dest, self.inputs(host), self.recipe.sanity)
+        """Why the install is needed (None: it is done). Read-only. ``--rebuild NAME`` makes a done
+        install needed once per run (EasyBuild's --rebuild): after its apply the stamp is new."""
+        reason = install_reason(host, self.target.dest, self.inputs(host), self.recipe.sanity)
+        if reason is None and self.recipe.name in self.options.rebuild and not self._rebuilt:
+            return f"--rebuild {self.recipe.name}: build again from source"
+        return reason
 
 
 def module_spec(ctx: RunContext, recipe: Recipe, settings: ModuleSettings, version: str, dest: str,

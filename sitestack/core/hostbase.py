@@ -81,6 +81,8 @@ class Host:
         self.context = context
         self.read_only = read_only
         self.umask = UMASK  # the engine sets GROUP_UMASK for a group-writable site
+        #: with ``--verbose`` the engine sets this: each line of run()'s output, redacted, as it arrives
+        self.echo: Callable[[str], None] | None = None
         self._identity: tuple[str, str] | None = None
 
     # -- commands ------------------------------------------------------------------------
@@ -120,7 +122,7 @@ class Host:
                 handle = stack.enter_context(open(log, "a", encoding="utf-8"))
                 handle.write(f"$ {redact(line)}\n")
                 handle.flush()
-            tee = _Tee(buffer, handle)
+            tee = _Tee(buffer, handle, self.echo)
             stack.callback(tee.close)
             try:
                 result = self._exec(line, hide=True, warn=True, in_stream=False, out_stream=tee,
@@ -227,21 +229,27 @@ class _Tee(io.TextIOBase):
     """Copies command output to a buffer (for errors) and to a log file, line by line,
     redacting secrets on the way to the log."""
 
-    def __init__(self, buffer: io.StringIO, log: IO[str] | None) -> None:
-        self.buffer, self.log, self.pending = buffer, log, ""
+    def __init__(self, buffer: io.StringIO, log: IO[str] | None, echo: Callable[[str], None] | None = None) -> None:
+        self.buffer, self.log, self.echo, self.pending = buffer, log, echo, ""
 
     def write(self, text: str) -> int:
         self.buffer.write(text)
-        if self.log is not None:
+        if self.log is not None or self.echo is not None:
             self.pending += text
             *lines, self.pending = self.pending.split("\n")
-            if lines:
-                self.log.write("".join(redact(line) + "\n" for line in lines))
-                self.log.flush()
+            self._lines(lines)
         return len(text)
 
-    def close(self) -> None:
-        if self.log is not None and self.pending:
-            self.log.write(redact(self.pending) + "\n")
+    def _lines(self, lines: list[str]) -> None:
+        redacted = [redact(line) for line in lines]
+        if self.log is not None and redacted:
+            self.log.write("".join(line + "\n" for line in redacted))
             self.log.flush()
+        if self.echo is not None:
+            for line in redacted:
+                self.echo(line)
+
+    def close(self) -> None:
+        if self.pending:
+            self._lines([self.pending])
             self.pending = ""

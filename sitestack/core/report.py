@@ -33,20 +33,36 @@ class HostRun:
     def changed(self) -> bool:
         return any(r.status == "changed" for r in self.results)
 
+    def counts(self) -> dict[str, int]:
+        """The recap's numbers. A step that could not be probed (its state is unknown) counts as
+        ``unprobed``, not as ``changed``: nothing is known to change."""
+        counts = {s: sum(1 for r in self.results if r.status == s and (r.probed or s != "changed"))
+                  for s in ("ok", "changed", "failed", "skipped")}
+        counts["failed"] += 1 if self.error else 0
+        counts["unprobed"] = sum(1 for r in self.results if not r.probed)
+        return counts
+
 
 class Reporter:
     """Prints step results as they happen and a recap at the end."""
 
-    def __init__(self, stream: TextIO | None = None, *, show_diff: bool = False, debug: bool = False) -> None:
+    def __init__(self, stream: TextIO | None = None, *, show_diff: bool = False, debug: bool = False,
+                 quiet: bool = False) -> None:
+        """``quiet``: nothing on the console (``--json -`` prints the document instead); the hosts'
+        logs still get every line."""
         self.stream = stream or sys.stdout
         self.show_diff = show_diff
         self.debug = debug
+        self.quiet = quiet
+        self.site: str | None = None
+        self.log_dir: Path | None = None  # this run's log directory (set by start), for the recap and --json
         self._lock = threading.Lock()
         self._logs: dict[str, Path] = {}
 
     def _print(self, text: str, host: str | None = None) -> None:
         with self._lock:
-            print(text, file=self.stream, flush=True)
+            if not self.quiet:
+                print(text, file=self.stream, flush=True)
             if host in self._logs:
                 with open(self._logs[host], "a", encoding="utf-8") as handle:
                     handle.write(redact(text) + "\n")
@@ -56,9 +72,11 @@ class Reporter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._logs[host] = path
 
-    def start(self, site: str, hosts: Sequence[str], check: bool) -> None:
+    def start(self, site: str, hosts: Sequence[str], check: bool, log_dir: Path | None = None) -> None:
         mode = "check mode: nothing will be changed" if check else "applying"
-        self._print(f"PLAY site {site} on {', '.join(hosts)} ({mode})")
+        self.site, self.log_dir = site, log_dir
+        self._print(f"PLAY site {site} on {', '.join(hosts)} ({mode})"
+                    + (f"\nlogs: {log_dir}" if log_dir is not None else ""))
 
     def result(self, host: str, result: Result) -> None:
         name = f"handler {result.step}" if result.handler else result.step
@@ -78,6 +96,13 @@ class Reporter:
     def host_error(self, host: str, message: str) -> None:
         self._print(f"[{host}] failed   {message}", host)
 
+    def output(self, host: str, line: str) -> None:
+        """One line of a command's output (``--verbose``): to the console only; the command's
+        own log file already has it."""
+        if not self.quiet:
+            with self._lock:
+                print(f"[{host}] | {line}", file=self.stream, flush=True)
+
     def note(self, text: str, host: str | None = None) -> None:
         """A progress line; with ``host``, also into that host's log (provision.log)."""
         self._print(text, host)
@@ -86,14 +111,11 @@ class Reporter:
         header = ("host", "ok", "changed", "failed", "skipped", "unprobed", "time")
         rows = []
         for run in runs:
-            counts = {s: sum(1 for r in run.results if r.status == s) for s in ("ok", "changed", "failed", "skipped")}
-            if run.error:
-                counts["failed"] += 1
-            unprobed = sum(1 for r in run.results if not r.probed)
-            rows.append((run.host, str(counts["ok"]), str(counts["changed"]), str(counts["failed"]),
-                         str(counts["skipped"]), str(unprobed), f"{run.elapsed:.2f}s"))
+            counts = run.counts()
+            rows.append((run.host, *(str(counts[k]) for k in header[1:-1]), f"{run.elapsed:.2f}s"))
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        out = ["", "RECAP"]
+        # the log directory heads the recap; the table stays last (scripts read its rows)
+        out = ["", *([f"logs: {self.log_dir}"] if self.log_dir is not None else []), "RECAP"]
         for row in [header, *rows]:
             out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
         self._print("\n".join(out))

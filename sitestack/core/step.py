@@ -87,6 +87,7 @@ def converge(
     handlers: Sequence[Step] = (),
     on_result: Callable[[Result], None] | None = None,
     not_probed: str | None = None,
+    gate: Callable[[Step], str | None] | None = None,
 ) -> list[Result]:
     """Bring ``host`` to the state ``steps`` describe; return one Result per step and handler.
 
@@ -99,6 +100,8 @@ def converge(
       check mode every step is planned unprobed; applying, every step fails with it.
     - Handlers run once each, in their declared order, after all steps, if a changed step
       notified them.
+    - ``gate``: asked before each selected step runs (``--start-at``, ``--step``); a reason it
+      returns skips the step with that message.
     """
     tags, skip_tags = tuple(tags), tuple(skip_tags)
     results: list[Result] = []
@@ -116,6 +119,10 @@ def converge(
             continue
         if stopped:
             emit(Result(step.name, "skipped", "not run: an earlier step failed"))
+            continue
+        reason = gate(step) if gate is not None else None
+        if reason is not None:
+            emit(Result(step.name, "skipped", reason))
             continue
         result = _run_one(step, host, check=check, want_diff=want_diff, not_probed=not_probed)
         emit(result)

@@ -11,13 +11,88 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+from invoke.context import Context
 from invoke.exceptions import Exit
+from invoke.tasks import Task
 
 from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.report import HostRun, Reporter
+from sitestack.engine import results
+from sitestack.engine.playbook import exit_code
 from sitestack.model.context import RunOptions
+
+#: The ``sitestack:`` section of Invoke's configuration (invoke.yaml beside tasks.py, ~/.invoke.yaml,
+#: /etc/invoke.yaml, ``-f FILE``, INVOKE_SITESTACK_* variables): defaults for options (docs/cli.md).
+#: None: not set. Invoke only reads an INVOKE_SITESTACK_X variable for a key declared here.
+SETTINGS: dict[str, Any] = {"account": None, "prefix": None, "sources_dir": None, "mirror": None,
+                            "log_dir": None, "forks": None}
+#: The SITESTACK_* environment variables that come before the configuration files.
+SETTING_ENV = {"account": "SITESTACK_ACCOUNT", "log_dir": "SITESTACK_LOG_DIR"}
+
+
+class SitestackTask(Task[Any]):
+    """sitestack's tasks: long options only (``auto_shortflags=False``), except ``-v`` for
+    ``--verbose``, as ansible-playbook and spack have it."""
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
+        if name == "verbose" and "v" not in taken_names:
+            opts["names"] = [*opts["names"], "v"]
+        return opts
+
+
+def setting(c: Context, key: str, value: Any = None) -> Any:
+    """An option's value: the command line's (``value``), else its SITESTACK_* variable, else
+    ``sitestack.<key>`` of Invoke's configuration, else None. A configured value must be a
+    one-line string or a number; anything else is an error naming the setting."""
+    if value is not None:
+        return value
+    env = SETTING_ENV.get(key)
+    if env and os.environ.get(env):
+        return os.environ[env]
+    section = c.config.get("sitestack") or {}
+    configured = section.get(key) if hasattr(section, "get") else None
+    if configured is None or configured == "":
+        return None
+    if isinstance(configured, bool) or not isinstance(configured, (str, int)):
+        raise InputError(f"sitestack.{key} (invoke configuration)", f"{configured!r} is not a string")
+    return str(configured)
+
+
+def run_options(c: Context, **fields: Any) -> RunOptions:
+    """The :class:`RunOptions` of a task: ``fields`` from its options, with the configured defaults
+    (account, prefix, sources_dir, mirror, log_dir, forks) where an option was not given."""
+    for key in ("prefix", "sources_dir", "mirror"):  # every task: provision's recipe installs use them too
+        fields[key] = setting(c, key, fields.get(key))
+    fields["account"] = account_option(setting(c, "account", fields.get("account")))
+    log_dir = setting(c, "log_dir")
+    if log_dir is not None:
+        fields.setdefault("log_root", Path(log_dir))
+    given = fields.pop("forks", None)
+    forks = setting(c, "forks", given)
+    if forks is not None:
+        fields["forks"] = int_option("--forks" if given is not None else "sitestack.forks", forks, low=1, high=1024)
+    return RunOptions(**fields)
+
+
+def reporter(diff: bool = False, debug: bool = False, json_target: str | None = None) -> Reporter:
+    """The run's reporter; ``--json -`` keeps the human lines off stdout (they still go to the logs)."""
+    results.check_target(json_target)
+    return Reporter(show_diff=diff, debug=debug, quiet=json_target == "-")
+
+
+def finish(command: str, runs: Sequence[HostRun], report: Reporter, *, check: bool, fail_on_change: bool,
+           json_target: str | None) -> None:
+    """Write the ``--json`` document and exit with the run's code (0 ok, 1 failed, 2 would change)."""
+    code = exit_code(runs, check=check, fail_on_change=fail_on_change)
+    results.write(json_target, results.run_document(command, report.site or "", runs, code=code, check=check,
+                                                    log_dir=report.log_dir))
+    if code:
+        raise Exit(code=code)
 
 
 def split_list(value: str | None, option: str = "") -> tuple[str, ...]:
@@ -40,6 +115,20 @@ def int_option(option: str, value: object, *, low: int, high: int) -> int:
     if not low <= number <= high:
         raise InputError(option, f"must be between {low} and {high}, not {number}")
     return number
+
+
+def size_option(option: str, value: str) -> int:
+    """``500M``, ``20G``, ``1T`` or a number of bytes (powers of 1024, as du -h counts)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
+    try:
+        size = float(number)
+    except ValueError:
+        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)") from None
+    if not 0 <= size < 1 << 60:
+        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
+    return int(size * units[unit])
 
 
 def account_option(value: str | None) -> str | None:

@@ -24,6 +24,7 @@ from sitestack.core.hostbase import GROUP_UMASK
 from sitestack.core.report import HostRun, Reporter
 from sitestack.core.ssh import check_ssh_config
 from sitestack.core.step import Result, converge
+from sitestack.engine import select
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import Facts, HostSpec, Site, load_site
 
@@ -41,10 +42,7 @@ def load(site_name: str | None = None, path: Path | None = None) -> Site:
 
 def select_hosts(site: Site, names: Sequence[str]) -> list[HostSpec]:
     """The playbook's hosts, or the named ones (a name not in the playbook is an SSH host)."""
-    if not names:
-        return list(site.hosts)
-    known = {h.name: h for h in site.hosts}
-    return [known.get(n) or HostSpec(name=n, connection="local" if n == "localhost" else "ssh") for n in names]
+    return select.select_hosts(site, RunOptions(hosts=tuple(names)))
 
 
 def check_tags(site: Site, options: Options) -> None:
@@ -93,7 +91,8 @@ def offline_context(site: Site, *, home: str = "/home/user", user: str = "user",
     return RunContext(site=site, facts=facts, resolved=resolved, values=values, actions=ACTIONS)
 
 
-def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, logs: Path | None) -> HostRun:
+def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, logs: Path | None,
+             confirm: select.Confirm | None = None) -> HostRun:
     """Run the playbook on one host; never raises for an expected failure."""
     run = HostRun(spec.name)
     start = time.perf_counter()
@@ -104,6 +103,8 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
         options = dataclasses.replace(options, progress=lambda text: reporter.note(text, spec.name))
     try:
         host = connect(spec, options)
+        if options.verbose:
+            host.echo = lambda line: reporter.output(spec.name, line)
         ctx = context_for(site, host, options, logs / spec.name if logs else None)
         if ctx.facts.install.mode == "group-write":
             host.umask = GROUP_UMASK
@@ -119,7 +120,8 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
         def go() -> list[Result]:
             return converge(steps, host, check=options.check, want_diff=options.diff, tags=options.tags,
                             skip_tags=options.skip_tags, handlers=handlers, not_probed=not_probed,
-                            on_result=lambda r: reporter.result(spec.name, r))
+                            on_result=lambda r: reporter.result(spec.name, r),
+                            gate=select.gate_for(site, options, spec.name, confirm))
 
         if options.check or not_probed:
             run.results = go()
@@ -172,17 +174,22 @@ def require_account(site: Site, options: Options) -> None:
 def provision(site: Site, options: Options, reporter: Reporter) -> list[HostRun]:
     """Run ``site``'s playbook on the selected hosts in parallel; return each host's outcome."""
     check_tags(site, options)
+    select.check_start_at(site, options)
+    select.check_rebuild(site, options)
     require_account(site, options)
-    specs = select_hosts(site, options.hosts)
+    specs = select.select_hosts(site, options)
     for spec in specs:
         if spec.connection == "ssh":
             check_ssh_config(spec.address or spec.name)
+    confirm = select.Confirm() if options.confirm_steps else None
     logs = None if options.check else log_root(options, site)
-    reporter.start(site.name, [s.name for s in specs], options.check)
-    if len(specs) == 1:
-        runs = [run_host(site, specs[0], options, reporter, logs)]
+    reporter.start(site.name, [s.name for s in specs], options.check, logs)
+    # --step asks one question at a time, so its hosts run one after another (ansible's linear --step)
+    forks = 1 if confirm is not None else min(options.forks, len(specs))
+    if forks <= 1:
+        runs = [run_host(site, spec, options, reporter, logs, confirm) for spec in specs]
     else:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(specs))) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=forks) as pool:
             runs = list(pool.map(lambda s: run_host(site, s, options, reporter, logs), specs))
     reporter.recap(runs)
     return runs

@@ -52,6 +52,11 @@ UNPACK_SCRIPT = ('w=$1 dst=$2; set -- "$w"/unpack/*; if [ $# -eq 1 ] && [ -d "$1
                  'else mv -T "$w/unpack" "$dst"; fi')
 
 
+def build_cache(host: Host, options: RunOptions) -> str:
+    """The build cache on ``host``: $SITESTACK_BUILD_CACHE, else ~/.cache/sitestack/builds there."""
+    return options.build_cache or f"{host.home()}/.cache/sitestack/builds"
+
+
 class Installer:
     """One apply of a recipe install on ``host``, under its lock (the caller holds it).
 
@@ -77,13 +82,16 @@ class Installer:
         self.dest_key = hashlib.sha256(t.dest.encode()).hexdigest()[:8]
         self.build_root = f"{t.site_prefix}/.sitestack/build"
         self.work = f"{self.build_root}/{t.recipe.name}-{t.version}-{self.dest_key}-{self.token}"
-        self.cache_root = options.build_cache or f"{host.home()}/.cache/sitestack/builds"
+        self.cache_root = build_cache(host, options)
         self.cache_entry = f"{self.cache_root}/{t.recipe.name}/{self.build_digest}"
         logs = log_dir or Path.home() / ".cache" / "sitestack" / "logs" / "recipe"
         self.log = Path(logs) / f"{t.recipe.name}-{t.version}.log"
         self.progress = Progress(self.log, t.label, report, options.progress_interval,
                                  shown=f"[{host.name}] {t.label}")
         self.from_cache = False
+        # --no-cache (Spack's --fresh) and --rebuild NAME build from source; the new artefact
+        # replaces the cache entry (store), so a later run reuses it.
+        self.fresh = options.no_cache or t.recipe.name in options.rebuild
         self.checks: list[dict[str, Any]] = []
 
     # -- running commands --------------------------------------------------------------------
@@ -111,7 +119,7 @@ class Installer:
                                          f"log {self.log}")
             self.clean_stale()
             try:
-                artefact = self.cached_artefact()
+                artefact = None if self.fresh else self.cached_artefact()
                 if artefact is None:
                     artefact = self.build()
                 else:
@@ -262,7 +270,10 @@ class Installer:
         manifest = {"recipe": t.recipe.name, "version": t.version, "build_digest": self.build_digest,
                     "kind": kind, "file": name, "sha256": sha, "inputs": self.inputs["build"]}
         self.host.write_text(f"{tmp}/artefact.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        # mv -T fails when another run stored the same digest first: then keep theirs.
+        # mv -T fails when another run stored the same digest first: then keep theirs. A fresh build
+        # replaces the entry (a reader that finds none meanwhile builds, it never reads half an entry).
+        if self.fresh:
+            self.host.probe(["rm", "-rf", "--", self.cache_entry])
         self.host.probe(["mv", "-T", "--", tmp, self.cache_entry])
         self.host.probe(["rm", "-rf", "--", tmp])
         cached = self.cached_artefact()

@@ -99,6 +99,12 @@ class RunOptions:
     prefix: str | None = None
     account: str | None = None
     accept_new_host_keys: bool = False
+    # -- choosing hosts and steps (like ansible-playbook --limit / --forks / --start-at-task / --step) --
+    limit: tuple[str, ...] = ()  # among the playbook's hosts: names or shell patterns (fnmatch)
+    forks: int = 16  # hosts run in parallel at most
+    start_at: str | None = None  # skip the steps before this one
+    confirm_steps: bool = False  # --step: ask before each step
+    verbose: bool = False  # stream commands' output to the console too
     #: where run logs go: <log_root>/<site>/<time>/<host>/ ($SITESTACK_LOG_DIR, else ~/.cache/sitestack/logs)
     log_root: Path | None = field(default_factory=lambda: Path(p) if (p := _env_str("SITESTACK_LOG_DIR")) else None)
     lock_wait: float = 600.0  # seconds to wait for the prefix lock of a provision run
@@ -108,6 +114,8 @@ class RunOptions:
     sources_dir: str | None = None  # recipes from this directory instead of sources/
     mirror: str | None = None  # a controller directory of source tarballs
     jobs: int | None = None  # parallel build jobs
+    rebuild: tuple[str, ...] = ()  # recipes to build again from source though installed (--rebuild)
+    no_cache: bool = False  # build from source instead of using the build cache (--no-cache)
     #: the build cache on each host ($SITESTACK_BUILD_CACHE, else ~/.cache/sitestack/builds there)
     build_cache: str | None = field(default_factory=lambda: _env_str("SITESTACK_BUILD_CACHE"))
     #: seconds between progress lines of a long build ($SITESTACK_PROGRESS_INTERVAL, default 30)
@@ -138,6 +146,11 @@ class RunOptions:
             check_host_option(host)
         check_tags("--tags", self.tags)
         check_tags("--skip-tags", self.skip_tags)
+        check_tags("--limit", self.limit)
+        check_tags("--rebuild", self.rebuild)
+        check_count("--forks", self.forks, 1, 1024)
+        if self.start_at is not None:
+            check_tags("--start-at", (self.start_at,))
         check_count("--jobs", self.jobs, 1, 4096)
         check_count("lock wait", self.lock_wait, 0, 7 * 24 * 3600)
         for option, value in (("--python", self.python), ("--source", self.source), ("--mirror", self.mirror),
