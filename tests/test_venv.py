@@ -110,6 +110,10 @@ def test_changed_pin_updates_only_what_changed(local_stack, tmp_path: Path):
     try:
         assert run.returncode == 0, run.stdout + run.stderr
         assert "changed  stack-venv: extras: +six" in run.stdout
+        # the pip install under a provision-like task reports its progress, console and provision.log alike
+        assert "[localhost] pytorch/2.13.0-cpu: pip install (+0s): six" in run.stdout, run.stdout
+        logs = sorted(Path(local_stack.env["SITESTACK_LOG_DIR"]).rglob("provision.log"), key=os.path.getmtime)
+        assert "pytorch/2.13.0-cpu: pip install" in logs[-1].read_text()
         assert os.readlink(v) == generation  # updated in place, not rebuilt
         after = (sp / "torch-2.13.0+cpu.dist-info" / "RECORD").stat()
         assert (after.st_ino, after.st_mtime_ns) == (torch_record.st_ino, torch_record.st_mtime_ns)  # torch untouched

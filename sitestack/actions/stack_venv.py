@@ -214,7 +214,8 @@ class Builder(EnvTools):
 
     def __init__(self, step: StackVenv, host: Host, plan: dict[str, Any], built: list[Built],
                  manifest: dict[str, Any] | None) -> None:
-        super().__init__(host, step.stack, step.base, step.ctx.log_dir / "stack-venv.log" if step.ctx.log_dir else None)
+        super().__init__(host, step.stack, step.base, step.ctx.log_dir / "stack-venv.log" if step.ctx.log_dir else None,
+                         report=step.ctx.note, interval=step.ctx.options.progress_interval)
         self.plan, self.built, self.manifest = plan, built, manifest
         self.parent, self.leaf = os.path.split(self.stack.path)
         self.token = secrets.token_hex(4)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
+from sitestack.installs.progress import Progress
 from sitestack.installs.venv_stack import Base, Stack
 
 #: pip >= 22.3 can install into another interpreter's environment (``--python``).
@@ -48,8 +49,12 @@ def check_index(host: Host, url: str | None, timeout: float = 15) -> None:
 class EnvTools:
     """pip and the package scan for environments of one stack on one host (commands logged to ``log``)."""
 
-    def __init__(self, host: Host, stack: Stack, base: Base, log: Path | None) -> None:
+    def __init__(self, host: Host, stack: Stack, base: Base, log: Path | None,
+                 report: Callable[[str], None] | None = None, interval: float = 30.0) -> None:
+        """``report``/``interval``: progress lines of long pip installs (the torch install is the longest
+        step of a provision), as builds give them."""
         self.host, self.stack, self.base, self.log = host, stack, base, log
+        self.report, self.interval = report, interval
 
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Completed:
         return self.host.run(argv, env=env, log=self.log)
@@ -75,7 +80,14 @@ class EnvTools:
             argv.append("--no-compile")
         if self.stack.index_url:
             argv += ["--extra-index-url", self.stack.index_url]
-        self.run([*argv, *requirements])
+        if self.log is None or self.report is None:
+            self.run([*argv, *requirements])
+        else:
+            with Progress(self.log, self.stack.name, self.report, self.interval,
+                          shown=f"[{self.host.name}] {self.stack.name}") as progress:
+                progress.phase("pip install", ", ".join(requirements)[:200])
+                self.run([*argv, *requirements])
+                progress.phase("installed")
         text = self.host.read_text(report)
         self.host.probe(["rm", "-f", "--", report])
         return text
