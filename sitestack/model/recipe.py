@@ -22,6 +22,7 @@ from typing import Any, Literal
 from sitestack.core import placeholders, schema, versions
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.paths import REPO as ROOT
+from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
 from sitestack.model.patches import PATCH_HEADER_KEYS, load_patches, parse_patch_header
 from sitestack.model.site import Facts
@@ -112,6 +113,8 @@ class Rule:
         return versions.check_spec(self.versions) and f"versions: {versions.check_spec(self.versions)}"
 
 
+#: Environment variable names, checked at the recipe's file and line (they reach shell and module lines).
+_ENV_KEYS: dict[str, str] = {"key_pattern": SHELL_NAME.pattern, "key_doc": "an environment variable name (letters, digits, _)"}
 #: A file name in caches, mirrors and patches/<recipe>/: never a path.
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 #: A version key of a recipe: it becomes a directory name (<prefix>/<recipe>/<version>).
@@ -129,7 +132,8 @@ class Source:
     filename: str | None = field(default=None, metadata=_doc("file name in caches and mirrors (default: the URL's last part)"))
     requires: Requires = field(default_factory=Requires, metadata=_doc("site facts this version needs"))
     args: tuple[str, ...] = field(default=(), metadata=_doc("build arguments added for this version only"))
-    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("build environment added for this version only"))
+    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
+        "build environment added for this version only", **_ENV_KEYS))
 
     def check(self) -> str | None:
         if self.filename is not None and not (FILE_NAME.fullmatch(self.filename) and ".." not in self.filename):
@@ -205,7 +209,7 @@ class Check:
     run: tuple[str, ...] = field(metadata=_doc("argv, run with the site's modules loaded", multiline=True))
     expect: str | None = field(default=None, metadata=_doc("text the output must contain"))
     ranks: int = field(default=1, metadata=_doc("MPI ranks: more than 1 starts it with the site's launcher"))
-    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("environment for the command"))
+    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("environment for the command", **_ENV_KEYS))
 
     def check(self) -> str | None:
         if not self.run:
@@ -222,8 +226,14 @@ class ModuleSettings:
     name: str | None = field(default=None, metadata=_doc("module name (default: the recipe name); version = the recipe version"))
     whatis: str | None = field(default=None, metadata=_doc("one-line whatis text (default: description)"))
     prepend: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata=_doc(
-        "path-like variables and the directories prepended, e.g. PYTHONPATH: ['{install}']"))
-    set: Mapping[str, str] = field(default_factory=dict, metadata=_doc("variables set"))
+        "path-like variables and the directories prepended, e.g. PYTHONPATH: ['{install}']", **_ENV_KEYS))
+    set: Mapping[str, str] = field(default_factory=dict, metadata=_doc("variables set", **_ENV_KEYS))
+
+    def check(self) -> str | None:
+        if self.name is not None and (not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)*",
+                                                       self.name) or ".." in self.name.split("/")):
+            return f"name: {self.name!r} is not a module name (like pkg or pkg/sub; no '..')"
+        return None
     site_modules: bool = field(default=True, metadata=_doc("the module loads the site modules it was built with"))
 
 
@@ -245,7 +255,7 @@ class Recipe:
     rules: tuple[Rule, ...] = field(default=(), metadata=_doc("version rules checked before anything runs"))
     args: tuple[str, ...] = field(default=(), metadata=_doc(
         "build arguments, one per item (configure options, -D cache entries, pip wheel options)"))
-    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("build environment"))
+    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("build environment", **_ENV_KEYS))
     patches: tuple[Patch, ...] = field(default=(), metadata=_doc("patches, applied in this order"))
     autotools: Autotools | None = field(default=None, metadata=_doc("autotools builder options"))
     cmake: CMake | None = field(default=None, metadata=_doc("CMake builder options"))
