@@ -536,3 +536,36 @@ def test_a_group_shared_install_is_owned_by_the_group_and_group_writable(tmp_pat
     assert (prefix / "share" / "sitestack" / "site.json").stat().st_mode & 0o044 == 0o044
     second = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert second.returncode == 0 and " changed " not in second.stdout.split("RECAP")[0], second.stdout
+
+
+def test_hostile_paths_stay_inert_in_the_activate_script(tmp_path: Path):
+    """Quotes, $(...) and backticks in the module system's paths and the prefix reach
+    extend-venv-activate's configuration; sourcing the extended activate in real bash (and
+    deactivating) runs none of them."""
+    import io
+    import venv as venv_mod
+
+    from sitestack.actions.venv_hook import hook_config
+    from sitestack.engine import playbook as pb
+    from sitestack.installs.venv_stack import stack_for
+    from sitestack.programs import activate_hook as hook
+
+    mark = tmp_path / MARK
+    evil = f"'$(touch {mark})`touch {mark}`\"; touch {mark}; \""
+    data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
+    data["facts"]["modules"]["init"] = f"/tmp/init{evil}/bash"
+    data["facts"]["modules"]["use"] = [f"/tmp/use {evil}"]
+    book = tmp_path / "book" / "local.yml"
+    book.parent.mkdir()
+    book.write_text(yaml.safe_dump(data, sort_keys=False))
+    site = pb.load(path=book)
+    ctx = pb.offline_context(site, home=str(tmp_path), user="alice", prefix=f"/tmp/prefix {evil}")
+    config = hook_config(ctx, stack_for(ctx))
+    user_venv = tmp_path / "myenv"
+    venv_mod.create(user_venv, with_pip=False)
+    hook.extend(str(user_venv), config, out=io.StringIO())
+    script = f'. {user_venv}/bin/activate; echo "active=$VIRTUAL_ENV"; deactivate; echo done'
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert "done" in run.stdout, run.stdout + run.stderr
+    assert not mark.exists(), run.stdout + run.stderr
