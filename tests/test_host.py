@@ -169,10 +169,10 @@ def test_sudo_only_for_steps_marked_become(tmp_path: Path):
 
     site = pb.load("local")
     host = RecordingHost()
-    ctx = pb.context_for(site, host, pb.Options(prefix=str(tmp_path / "p")), None)
-    plain = ACTIONS["directory"].from_spec(StepSpec(name="d", action="directory", args={"paths": ["/x"]}), ctx)
+    ctx = pb.context_for(site, host, pb.Options(prefix="/x"), None)   # steps write below the prefix only
+    plain = ACTIONS["directory"].from_spec(StepSpec(name="d", action="directory", args={"paths": ["{prefix}"]}), ctx)
     become = ACTIONS["directory"].from_spec(
-        StepSpec(name="d", action="directory", args={"paths": ["/x"]}, become=True), ctx)
+        StepSpec(name="d", action="directory", args={"paths": ["{prefix}"]}, become=True), ctx)
     plain.apply(host)
     assert host.lines == ["mkdir -p -- /x", "chmod 0755 -- /x"]
     host.lines.clear()
