@@ -18,6 +18,8 @@ shows its message) that is also a ValueError, so ``except ValueError`` around a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion
 from packaging.version import Version as _PackagingVersion
@@ -72,17 +74,17 @@ def specifier(spec: str) -> SpecifierSet:
 
 def check_version(version: str) -> str | None:
     """A problem with ``version`` (not PEP 440), or None when it parses."""
-    try:
-        _full(version)
-    except VersionError as exc:
-        return str(exc)
-    return None
+    return _problem(_full, version)
 
 
 def check_spec(spec: str) -> str | None:
     """A problem with range ``spec``, or None when it parses."""
+    return _problem(specifier, spec)
+
+
+def _problem(parse: Callable[[str], object], text: str) -> str | None:
     try:
-        specifier(spec)
+        parse(text)
     except VersionError as exc:
         return str(exc)
     return None
