@@ -51,10 +51,6 @@ def sh(value: str) -> str:
     return shlex.quote(value)
 
 
-def sh_join(argv: list[str] | tuple[str, ...]) -> str:
-    """An argv as one shell line."""
-    return " ".join(sh(a) for a in argv)
-
 
 def sh_expanding(value: str) -> str:
     """``value`` in double quotes: ``$NAME`` and ``${NAME}`` expand when the script runs, nothing else.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -154,6 +153,3 @@ def errors_to_exit(debug: bool = False) -> Iterator[None]:
     except KeyboardInterrupt:
         raise Exit("interrupted", code=130) from None
 
-
-def eprint(text: str) -> None:
-    print(text, file=sys.stderr)
