@@ -16,7 +16,7 @@ PACKAGE = ROOT / "sitestack"
 
 #: Each subpackage's layer: a module may import from its own layer and the ones below, never above.
 LAYERS = {"core": 0, "model": 1, "builders": 2, "packages": 3, "installs": 4, "validation": 4, "actions": 5,
-          "engine": 6}
+          "engine": 6, "cli": 7}
 #: Self-contained programs shipped to sites as single files: they import nothing of sitestack.
 STANDALONE = {"programs"}
 #: Modules of the validation package that run on the site on their own (no sitestack imports).

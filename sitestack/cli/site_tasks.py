@@ -1,0 +1,156 @@
+"""Tasks about sites and playbooks: sites, show-site, provision, actions, benchmark."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import yaml
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from sitestack.actions import ACTIONS
+from sitestack.cli.common import (
+    ACCOUNT_HELP,
+    DEBUG_HELP,
+    JSON_HELP,
+    NO_CACHE_HELP,
+    PLAYBOOK_HELP,
+    PREFIX_HELP,
+    SITE_HELP,
+    VERBOSE_HELP,
+)
+from sitestack.core.host import local_host
+from sitestack.core.paths import REPO
+from sitestack.engine import playbook as pb
+from sitestack.engine import select
+from sitestack.engine.cli import (
+    SitestackTask,
+    account_option,
+    errors_to_exit,
+    finish,
+    playbook_path,
+    reporter,
+    run_options,
+    setting,
+    split_list,
+)
+from sitestack.model.site import list_sites
+
+
+@task(klass=SitestackTask, auto_shortflags=False)
+def sites(c: Context) -> None:
+    """List the sites that have a playbook."""
+    with errors_to_exit():
+        for name in list_sites():
+            site = pb.load(name)
+            print(f"{name:<10} {site.facts.description}")
+
+
+@task(klass=SitestackTask, auto_shortflags=False, help={"site": SITE_HELP, "playbook": PLAYBOOK_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_HELP,
+            "format": "yaml (default) or json", "debug": DEBUG_HELP})
+def show_site(c: Context, site: str | None = None, playbook: str | None = None, prefix: str | None = None,
+              account: str | None = None, format: str = 'yaml', debug: bool = False) -> None:
+    """Print a site's facts with placeholders resolved for this machine's user."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        here = local_host()
+        values = loaded.placeholder_values(home=here.home(), user=here.user(),
+                                           account=account_option(setting(c, "account", account)),
+                                           prefix=setting(c, "prefix", prefix))
+        data = {"site": loaded.name, "playbook": loaded.path,
+                "hosts": [h.name for h in loaded.hosts], "facts": loaded.resolved_facts(values)}
+        if format == "json":
+            print(json.dumps(data, indent=2))
+        elif format == "yaml":
+            print(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), end="")
+        else:
+            raise Exit("error: --format: must be yaml or json", code=1)
+
+
+@task(
+    klass=SitestackTask,
+    auto_shortflags=False,
+    iterable=["host"],
+    help={
+        "site": SITE_HELP,
+        "check": "change nothing; report what would change",
+        "diff": "show a diff of the files that change (or would change)",
+        "tags": "run only steps with one of these tags (comma-separated; step names work too)",
+        "skip-tags": "skip steps with one of these tags (comma-separated)",
+        "fail-on-change": "with --check: exit 2 when anything would change",
+        "host": "run on this host (repeatable; an ssh-config alias or host name); default: the playbook's hosts",
+        "limit": "only the playbook's hosts matching these names or patterns (comma-separated, e.g. 'login*')",
+        "forks": "run at most N hosts at once (default: sitestack.forks, else 16)",
+        "start-at": "skip the steps before this one (a step name, as the step listing shows it)",
+        "step": "ask before each step: (N)o/(y)es/(c)ontinue (answers from the terminal, or y/n/c lines on stdin)",
+        "list-steps": "list the steps (name, action, tags, whether this run would run them) and exit",
+        "list-tags": "list the tags and the steps that carry them, and exit",
+        "rebuild": "build these recipes again from source though installed (comma-separated recipe names)",
+        "no-cache": NO_CACHE_HELP,
+        "prefix": PREFIX_HELP,
+        "account": ACCOUNT_HELP,
+        "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+        "playbook": PLAYBOOK_HELP,
+        "json": JSON_HELP,
+        "verbose": VERBOSE_HELP,
+        "debug": DEBUG_HELP,
+    },
+)
+def provision(c: Context, site: str | None = None, check: bool = False, diff: bool = False, tags: str = '',
+              skip_tags: str = '', fail_on_change: bool = False, host: list[str] | None = None,
+              limit: str = '', forks: str | None = None, start_at: str | None = None, step: bool = False,
+              list_steps: bool = False, list_tags: bool = False, rebuild: str = '', no_cache: bool = False,
+              prefix: str | None = None,
+              account: str | None = None, accept_new_host_keys: bool = False, playbook: str | None = None,
+              json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
+    """Run a site's playbook: every step, idempotently, on each host; print a recap."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        options = run_options(c, check=check, diff=diff, tags=split_list(tags, "--tags"),
+                              skip_tags=split_list(skip_tags, "--skip-tags"), hosts=tuple(host or ()),
+                              limit=split_list(limit, "--limit"), forks=forks, start_at=start_at,
+                              confirm_steps=step, verbose=verbose, rebuild=split_list(rebuild, "--rebuild"),
+                              no_cache=no_cache, prefix=prefix, account=account,
+                              accept_new_host_keys=accept_new_host_keys)
+        if list_steps or list_tags:
+            pb.check_tags(loaded, options)
+            select.check_start_at(loaded, options)
+            print("\n".join(select.list_steps(loaded, options) if list_steps else select.list_tags(loaded)))
+            return
+        report = reporter(diff, debug, json)
+        runs = pb.provision(loaded, options, report)
+        finish("provision", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
+
+
+@task(klass=SitestackTask, auto_shortflags=False)
+def actions(c: Context) -> None:
+    """List the actions a playbook step can name, with their arguments."""
+    for name, cls in sorted(ACTIONS.items()):
+        summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())  # the whole first paragraph
+        print(f"{name}: {summary}")
+        for f in dataclasses.fields(cls.Args):
+            doc = f.metadata.get("doc", "")
+            shown = f.default is not dataclasses.MISSING and f.default is not None and "(default" not in doc
+            print(f"    {f.name}: {doc}" + (f" (default {f.default!r})" if shown else ""))
+
+
+@task(klass=SitestackTask, auto_shortflags=False, help={"name": "run only benchmarks/NAME.py (default: all)"})
+def benchmark(c: Context, name: str | None = None) -> None:
+    """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/)."""
+    here = REPO / "benchmarks"
+    scripts = sorted(p for p in here.glob("*.py") if not p.name.startswith("_"))
+    if name:
+        scripts = [p for p in scripts if p.stem == name]
+        if not scripts:
+            known = ", ".join(p.stem for p in sorted(here.glob("[!_]*.py")))
+            raise Exit(f"error: --name: no benchmark {name!r} (benchmarks: {known})", code=1)
+    failed = 0
+    for script in scripts:
+        print(f"== {script.stem}")
+        failed |= subprocess.run([sys.executable, str(script)], cwd=here).returncode
+    if failed:
+        raise Exit(code=1)

@@ -1,0 +1,223 @@
+"""Tasks about the stack and what is installed: install-venv, install-modulefiles,
+install-validation-job, validate, installed, uninstall, gc."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from sitestack.cli.common import (
+    ACCOUNT_HELP,
+    DEBUG_HELP,
+    JSON_HELP,
+    PLAYBOOK_HELP,
+    PREFIX_HELP,
+    SITE_HELP,
+    VERBOSE_HELP,
+)
+from sitestack.core.errors import InputError as _InputError
+from sitestack.core.errors import SitestackError
+from sitestack.core.report import HostRun
+from sitestack.engine import buildtask, inventory
+from sitestack.engine import playbook as pb
+from sitestack.engine import results as results_mod
+from sitestack.engine import validate as validation_mod
+from sitestack.engine.cli import (
+    SitestackTask,
+    account_option,
+    errors_to_exit,
+    finish,
+    int_option,
+    playbook_path,
+    reporter,
+    run_options,
+    setting,
+    size_option,
+)
+
+# -- the validation job ----------------------------------------------------------------------------
+
+VALIDATION_PYTHON_HELP = "the Python that runs the checks (default: facts.python.executable; the job's $SITESTACK_PYTHON overrides)"
+
+
+@task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
+    "site": SITE_HELP, "check": "change nothing; report what would change", "diff": "show a diff of the files that change",
+    "host": "install on this host (repeatable); default: the playbook's hosts", "prefix": PREFIX_HELP,
+    "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP, "playbook": PLAYBOOK_HELP,
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)", "json": JSON_HELP,
+    "verbose": VERBOSE_HELP, "debug": DEBUG_HELP})
+def install_validation_job(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
+                           host: list[str] | None = None, prefix: str | None = None, account: str | None = None,
+                           python: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
+                           json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
+    """Install the validation DDP job (check program, batch scripts, README, MPI probe) into the site prefix."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        step = next((s for s in loaded.steps if s.action == "install-validation-job"), None)
+        if step is None:
+            raise _InputError(loaded.path, "the playbook has no install-validation-job step")
+        options = run_options(c, check=check, diff=diff, tags=(step.name,), hosts=tuple(host or ()), prefix=prefix,
+                              account=account, accept_new_host_keys=accept_new_host_keys, python=python,
+                              verbose=verbose)
+        report = reporter(diff, debug, json)
+        runs = pb.provision(loaded, options, report)
+        finish("install-validation-job", runs, report, check=check, fail_on_change=False, json_target=json)
+
+
+@task(klass=SitestackTask, auto_shortflags=False, help={
+    "site": SITE_HELP, "nodes": "nodes to run on (default: 1)",
+    "ranks-per-node": "ranks per node (default: the site's validation.ranks_per_node)",
+    "launcher": "which installed batch script: srun, mpiexec, torchrun or horovodrun (default: the site's first)",
+    "scheduler": "auto (Slurm when it answers on the host), slurm, or none (torchrun/mpiexec on the host, one node)",
+    "wait": "wait for the job and print its verdict (--no-wait: submit and return)",
+    "collect": "read the verdict of this earlier Slurm job id instead of submitting",
+    "results": "directory for the job's log and results (default: ~/sitestack-validation/<site>)",
+    "prefix": PREFIX_HELP, "account": ACCOUNT_HELP, "python": VALIDATION_PYTHON_HELP,
+    "timeout": "seconds to wait for the job (default: 3600)", "playbook": PLAYBOOK_HELP, "debug": DEBUG_HELP,
+    "host": "run on this host over SSH (a playbook host, an ssh-config alias or a host name); default: here",
+    "json": JSON_HELP, "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
+def validate(c: Context, site: str | None = None, nodes: str | None = None, ranks_per_node: str | None = None,
+             launcher: str | None = None,
+             scheduler: str = 'auto', wait: bool = True, collect: str | None = None, results: str | None = None,
+             prefix: str | None = None, account: str | None = None, python: str | None = None, timeout: str | None = None,
+             playbook: str | None = None, debug: bool = False, host: str | None = None,
+             accept_new_host_keys: bool = False, json: str | None = None) -> None:
+    """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        options = validation_mod.ValidateOptions(
+            nodes=int_option("--nodes", nodes or 0, low=0, high=100000),
+            ranks_per_node=int_option("--ranks-per-node", ranks_per_node or 0, low=0, high=1024), launcher=launcher, scheduler=scheduler, wait=wait,
+            collect=collect, results=results, prefix=setting(c, "prefix", prefix),
+            account=account_option(setting(c, "account", account)), python=python,
+            timeout=float(int_option("--timeout", timeout or 3600, low=1, high=7 * 24 * 3600)), host=host, accept_new_host_keys=accept_new_host_keys)
+        report = reporter(debug=debug, json_target=json)
+        try:
+            outcome = validation_mod.validate(loaded, options, report)
+        except SitestackError as exc:  # the job's failure is an outcome too: the document says it
+            results_mod.write(json, results_mod.validate_document(loaded.name, None, str(exc)))
+            raise
+        results_mod.write(json, results_mod.validate_document(loaded.name, outcome))
+    if outcome.code:
+        raise Exit(code=outcome.code)
+
+
+
+
+# -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
+
+#: A stack entry point of :mod:`sitestack.engine.buildtask` (``install_venv``, ``install_modulefiles``).
+StackRun = Callable[..., list[HostRun]]
+STACK_HELP = {
+    "site": SITE_HELP,
+    "check": "change nothing; report what would change and why",
+    "diff": "show diffs (the environment's plan, the hook, module files)",
+    "fail-on-change": "with --check: exit 2 when anything would change",
+    "host": "run on this host (repeatable); default: the playbook's hosts",
+    "prefix": PREFIX_HELP,
+    "account": ACCOUNT_HELP,
+    "playbook": PLAYBOOK_HELP,
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+    "json": JSON_HELP,
+    "verbose": VERBOSE_HELP,
+    "debug": DEBUG_HELP,
+}
+
+
+def _stack_steps(run: StackRun, site: str | None, check: bool, diff: bool, fail_on_change: bool, host: list[str] | None,
+                 prefix: str | None, account: str | None, playbook: str | None, accept_new_host_keys: bool,
+                 debug: bool, c: Context, command: str, json: str | None, verbose: bool) -> None:
+    with errors_to_exit(debug):
+        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+                              accept_new_host_keys=accept_new_host_keys, verbose=verbose)
+        report = reporter(diff, debug, json)
+        runs = run(site=site, playbook=playbook_path(playbook), options=options, reporter=report)
+        finish(command, runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
+
+
+@task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help=STACK_HELP)
+def install_venv(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
+                 fail_on_change: bool = False, host: list[str] | None = None, prefix: str | None = None,
+                 account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
+                 json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
+    """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
+    _stack_steps(buildtask.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
+                 accept_new_host_keys, debug, c, "install-venv", json, verbose)
+
+
+@task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help=STACK_HELP)
+def install_modulefiles(c: Context, site: str | None = None, check: bool = False, diff: bool = False,
+                        fail_on_change: bool = False, host: list[str] | None = None, prefix: str | None = None,
+                        account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
+                        json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
+    """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
+    _stack_steps(buildtask.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
+                 playbook, accept_new_host_keys, debug, c, "install-modulefiles", json, verbose)
+
+
+
+
+# -- what is installed (like spack find / spack uninstall / spack gc) --------------------------------
+
+INVENTORY_HELP = {"site": SITE_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_HELP, "playbook": PLAYBOOK_HELP,
+                  "host": "look on this host (a playbook host, an ssh-config alias or a host name); default: the site's first",
+                  "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+                  "debug": DEBUG_HELP}
+
+
+@task(klass=SitestackTask, auto_shortflags=False, help={**INVENTORY_HELP, "json": "print the listing as JSON to FILE ('-': stdout)"})
+def installed(c: Context, site: str | None = None, prefix: str | None = None, account: str | None = None,
+              playbook: str | None = None, host: str | None = None, accept_new_host_keys: bool = False,
+              json: str | None = None, debug: bool = False) -> None:
+    """List what is installed in a site's prefix: recipe installs (from their stamps), stack environments, module files."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        results_mod.check_target(json)
+        options = run_options(c, prefix=prefix, account=account, hosts=(host,) if host else (),
+                              accept_new_host_keys=accept_new_host_keys)
+        found = inventory.installed(loaded, options)
+        if json is None or json != "-":
+            print("\n".join(inventory.inventory_lines(found)))
+        results_mod.write(json, {"schema_version": results_mod.SCHEMA_VERSION, "command": "installed",
+                                 "site": loaded.name, **dataclasses.asdict(found)})
+
+
+@task(klass=SitestackTask, auto_shortflags=False, help={**INVENTORY_HELP, "spec": "what to remove: NAME or NAME@VERSION (see `invoke installed`)"})
+def uninstall(c: Context, spec: str, site: str | None = None, prefix: str | None = None, account: str | None = None,
+              playbook: str | None = None, host: str | None = None, accept_new_host_keys: bool = False,
+              debug: bool = False) -> None:
+    """Remove one recipe install from a site's prefix, under its lock (module files: run install-modulefiles after)."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        options = run_options(c, prefix=prefix, account=account, hosts=(host,) if host else (),
+                              accept_new_host_keys=accept_new_host_keys)
+        removed = inventory.remove(loaded, options, spec, print)
+        print(f"removed {removed}")
+
+
+@task(klass=SitestackTask, auto_shortflags=False, help={
+    "site": SITE_HELP + " (default: local; the cache is the host's, shared by every site)", "playbook": PLAYBOOK_HELP,
+    "host": "trim the cache on this host; default: the site's first", "debug": DEBUG_HELP,
+    "max-size": "keep at most this much (e.g. 500M, 20G); the oldest artefacts go first",
+    "max-age": "remove artefacts stored more than this many days ago",
+    "dry-run": "list what would be removed, remove nothing",
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
+def gc(c: Context, max_size: str | None = None, max_age: str | None = None, dry_run: bool = False,
+       site: str | None = None, playbook: str | None = None, host: str | None = None,
+       accept_new_host_keys: bool = False, debug: bool = False) -> None:
+    """Trim the build cache (built artefacts; source tarballs are kept) by age and total size."""
+    with errors_to_exit(debug):
+        if max_size is None and max_age is None:
+            raise _InputError("--max-size", "give --max-size and/or --max-age")
+        limit = size_option("--max-size", max_size) if max_size is not None else None
+        days = float(int_option("--max-age", max_age, low=0, high=100000)) if max_age is not None else None
+        loaded = pb.load(site or "local", playbook_path(playbook))
+        options = run_options(c, hosts=(host,) if host else (), accept_new_host_keys=accept_new_host_keys)
+        gone = inventory.gc(loaded, options, max_age_days=days, max_bytes=limit, dry_run=dry_run)
+        for path, size in gone:
+            print(f"{'would remove' if dry_run else 'removed'} {path} ({size} bytes)")
+        print(f"{len(gone)} artefact(s), {sum(s for _, s in gone)} bytes{' (dry run)' if dry_run else ''}")
