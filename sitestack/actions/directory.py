@@ -70,8 +70,9 @@ class Directory(Action):
                 problems.append(f"{path} missing")
             elif found[path][0] != "directory":
                 raise SitestackError(f"{path} exists and is a {found[path][0]}, not a directory")
-            elif found[path][1] & 0o777 != want & 0o777 or found[path][1] & want & 0o7000 != want & 0o7000:
-                # setgid and sticky bits the site added (facts.install.group) are kept, not fought
+            elif found[path][1] & 0o777 != want:
+                # only permission bits are compared (args.mode has no others): the setgid bit a
+                # group-shared install adds (facts.install.group) is kept, not fought
                 problems.append(f"{path} mode {found[path][1]:04o}, want {want:04o}")
         return "; ".join(problems) or None
 
