@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.actions import ACTIONS
-from sitestack.core import schema
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, LocalHost, local_host, private_dir, ssh_host
 from sitestack.core.hostbase import GROUP_UMASK
@@ -26,7 +25,7 @@ from sitestack.core.ssh import check_ssh_config
 from sitestack.core.step import Result, converge
 from sitestack.engine import select
 from sitestack.model.context import RunContext, RunOptions
-from sitestack.model.site import Facts, HostSpec, Site, load_site
+from sitestack.model.site import HostSpec, Site, load_site
 
 #: The run options (one typed object from the CLI down to every step).
 Options = RunOptions
@@ -75,20 +74,15 @@ def connect(spec: HostSpec, options: Options) -> Host:
 
 def context_for(site: Site, host: Host, options: Options, logs: Path | None) -> RunContext:
     """Resolve the site's placeholders for ``host`` and build the steps' context."""
-    values = site.placeholder_values(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
-    resolved = site.resolved_facts(values)
-    facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
-    return RunContext(site=site, facts=facts, resolved=resolved, values=values, check=options.check,
-                      log_dir=logs, options=options, actions=ACTIONS)
+    return RunContext.resolve(site, home=host.home(), user=host.user(), account=options.account,
+                              prefix=options.prefix, check=options.check, log_dir=logs, options=options,
+                              actions=ACTIONS)
 
 
 def offline_context(site: Site, *, home: str = "/home/user", user: str = "user", account: str | None = "project",
                     prefix: str | None = None) -> RunContext:
     """A run context for ``site`` without a host (golden files, documentation)."""
-    values = site.placeholder_values(home=home, user=user, account=account, prefix=prefix)
-    resolved = site.resolved_facts(values)
-    facts = schema.build(Facts, resolved, site.path, line=0, key="facts")
-    return RunContext(site=site, facts=facts, resolved=resolved, values=values, actions=ACTIONS)
+    return RunContext.resolve(site, home=home, user=user, account=account, prefix=prefix, actions=ACTIONS)
 
 
 def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, logs: Path | None,

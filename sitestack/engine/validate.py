@@ -16,11 +16,11 @@ import os
 import posixpath
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sitestack.core import schema
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
 from sitestack.core.quoting import control_problem
@@ -90,7 +90,7 @@ class Outcome:
     result: dict[str, Any] | None = None
 
 
-def install_dir(site: Site, values: dict[str, str]) -> str:
+def install_dir(site: Site, values: Mapping[str, str]) -> str:
     """Where the site's install-validation-job step puts the job."""
     for step in site.steps:
         if step.action == "install-validation-job":
@@ -158,9 +158,9 @@ def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcom
 
 
 def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Host) -> Outcome:
-    values = site.placeholder_values(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
-    facts = schema.build(Facts, site.resolved_facts(values), site.path, line=0, key="facts")
-    directory = install_dir(site, values)
+    resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
+    facts = resolved.facts
+    directory = install_dir(site, resolved.values)
     root = results_root(site, options, host)
     if options.collect:
         return collect(site, options.collect, root, options, reporter, host)
