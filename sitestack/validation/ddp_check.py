@@ -1040,6 +1040,9 @@ class Run:
             self.set("horovod", FAILED, problems[0], problems=problems)
         else:
             self.set("horovod", PASSED, f"{size}-rank allreduce exact (Horovod built with {', '.join(builds) or '?'})")
+        # stop Horovod's background thread now: the process leaves through os._exit (see exit_now)
+        with contextlib.suppress(Exception):
+            hvd.shutdown()
 
     # -- the whole run -------------------------------------------------------------------------------
     def run(self) -> int:
@@ -1407,5 +1410,26 @@ def main(argv: list[str] | None = None) -> int:
     return run.run()
 
 
+def exit_now(code: int, mpi: Any = None) -> None:
+    """End the process with `code` without running the interpreter's teardown.
+
+    The checks are over and the result is written; what is left is the teardown of torch's C++
+    state (Gloo's and c10d's worker threads, CUDA/NCCL handles). Under load that teardown can
+    destroy a still-joinable std::thread or take the GIL in a dying interpreter, which aborts the
+    process ("terminate called without an active exception", exit 6) after a run that passed, even
+    after destroy_process_group: pytorch/pytorch#190489 and the discussion in #179291. So flush
+    what the run printed, end MPI while this rank is still whole (the launcher counts a rank that
+    leaves without MPI_Finalize as failed), then leave through os._exit.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if mpi is not None:
+        with contextlib.suppress(Exception):
+            if mpi.Is_initialized() and not mpi.Is_finalized():
+                mpi.Finalize()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main(), sys.modules.get("mpi4py.MPI"))
