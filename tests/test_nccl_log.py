@@ -1,0 +1,193 @@
+"""The NCCL/RCCL log classifier (sitestack/validation/nccl_log.py).
+
+The corpus test runs over real logs users posted in public issue threads (tests/data/nccl-logs/,
+each with its source in index.yml): every host's transport, the providers, the plugin states and
+each verdict against a stated expectation must come out as recorded. The unit tests below feed one
+cause each; their lines copy the message formats of those real logs (named beside each), changed
+only where a case has no public log (said so).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sitestack.validation import nccl_log as nl
+
+DATA = Path(__file__).resolve().parent / "data" / "nccl-logs"
+INDEX = yaml.safe_load((DATA / "index.yml").read_text())
+
+
+def test_the_corpus_holds_forty_real_logs_each_with_its_source():
+    files = sorted(p.name for p in DATA.glob("*.log"))
+    assert files == sorted(e["file"] for e in INDEX), "every log has one index entry and every entry a log"
+    assert len(files) >= 40
+    assert all(e["source"].startswith("https://github.com/") for e in INDEX)
+    formats = {e["format"].split(",")[0] for e in INDEX}
+    assert {"host:pid:tid", "openmpi", "cloudwatch", "pdsh", "no-prefix"} <= formats
+    transports = {t for e in INDEX for t in e["hosts"].values()}
+    assert {"ofi", "ib", "ibext", "socket", "mixed"} <= transports
+    assert {"RCCL", "NCCL"} <= {e["library"] for e in INDEX}
+
+
+@pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])
+def test_each_real_log_is_read_right(entry):
+    lines, version = nl.parse((DATA / entry["file"]).read_text())
+    hosts = nl.classify(lines)
+    assert version == entry["version"]
+    assert {h.host: h.transport for h in hosts} == entry["hosts"]
+    assert sorted({h.provider for h in hosts if h.provider}) == entry["providers"]
+    assert sorted({h.plugin_state for h in hosts}) == entry["plugin_states"]
+    for check in entry["checks"]:
+        verdict = nl.judge(hosts, nl.Expectation(**check["expect"]), version)
+        assert (verdict.status, check["cause"] in verdict.cause) == (check["verdict"], True), (check, verdict.cause)
+
+
+# -- one cause each ---------------------------------------------------------------------------------
+
+OFI = nl.Expectation(transport="ofi", provider="cxi", plugin="aws-ofi-rccl", multi_node=True)
+
+# aws-ofi-rccl on Slingshot, in the format of aws/aws-ofi-nccl#161 (no public RCCL log with the plugin
+# loaded was found; "aws-ofi-rccl" replaces "aws-ofi-nccl").
+OFI_OK = """\
+nid005011:51404:52019 [0] NCCL INFO Bootstrap : Using hsn0:10.253.6.64<0>
+nid005011:51404:52019 [0] NCCL INFO NET/OFI Using aws-ofi-rccl 1.4.0
+nid005011:51404:52019 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)
+nid005011:51404:52019 [0] NCCL INFO Using network AWS Libfabric
+nid005012:61338:62013 [0] NCCL INFO Bootstrap : Using hsn0:10.253.6.65<0>
+nid005012:61338:62013 [0] NCCL INFO NET/OFI Using aws-ofi-rccl 1.4.0
+nid005012:61338:62013 [0] NCCL INFO NET/OFI Selected provider is cxi, fabric is cxi (found 4 nics)
+nid005012:61338:62013 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/AWS Libfabric/0/GDRDMA
+"""
+
+
+def test_the_site_plugin_with_its_provider_passes():
+    verdict = nl.read(OFI_OK, OFI)
+    assert verdict.status == nl.PASS
+    assert "2 hosts used OFI" in verdict.cause and "provider cxi" in verdict.cause and "aws-ofi-rccl 1.4.0" in verdict.cause
+    assert [h.provider for h in verdict.hosts] == ["cxi", "cxi"]  # the lowercase "Selected provider is" too
+
+
+def test_provider_tcp_on_a_cxi_site_fails():
+    verdict = nl.read(OFI_OK.replace("Provider is cxi", "Provider is tcp"), OFI)
+    assert verdict.status == nl.FAIL and "wrong provider on nid005011: tcp, the site expects cxi" in verdict.cause
+
+
+def test_plugin_not_found_names_the_line():
+    log = OFI_OK.replace("NET/OFI Using aws-ofi-rccl 1.4.0", "NET/Plugin : No plugin found (librccl-net.so), using internal implementation")
+    log = "\n".join(ln for ln in log.splitlines() if "Provider" not in ln and "provider" not in ln)
+    log = log.replace("Using network AWS Libfabric", "Using network Socket").replace("NET/AWS Libfabric/0/GDRDMA", "NET/Socket/0")
+    verdict = nl.read(log, OFI)
+    assert verdict.status == nl.FAIL
+    assert verdict.cause.startswith("plugin not found on nid005011 (\"NET/Plugin : No plugin found (librccl-net.so)")
+    assert "it used Socket" in verdict.cause
+
+
+def test_a_plugin_that_failed_to_initialise_is_quoted_not_reported_as_missing():
+    # aws/aws-ofi-nccl#715: the plugin loaded, failed, and NCCL fell back to sockets.
+    verdict = nl.read((DATA / "aws-ofi-nccl-715-init-failed-socket.log").read_text(), OFI)
+    assert verdict.status == nl.FAIL
+    assert "plugin found but failed to initialise on algo-1: \"NET/OFI aws-ofi-nccl initialization failed\"" in verdict.cause
+
+
+def test_an_ib_plugin_where_ofi_is_expected_fails_as_the_wrong_plugin():
+    verdict = nl.read((DATA / "nccl-1357-ibext-sharp.log").read_text(), OFI)
+    assert verdict.status == nl.FAIL and verdict.cause.startswith("wrong plugin on qh100-gpu19: IBext")
+
+
+def test_nccl_net_forced_to_sockets_is_named():
+    # "NCCL_NET set by environment to ..." is NCCL's ENV line format (NVIDIA/nccl#1053 shows it for
+    # NCCL_IB_DISABLE); no public log with NCCL_NET forced to Socket was found.
+    log = OFI_OK.replace("NCCL INFO Bootstrap", "NCCL INFO NCCL_NET set by environment to Socket\n"
+                         "nid005011:51404:52019 [0] NCCL INFO Bootstrap", 1)
+    log = log.replace("Using network AWS Libfabric", "Using network Socket")
+    verdict = nl.read(log, OFI)
+    assert verdict.status == nl.FAIL and "NCCL_NET forced to 'Socket' by the environment on nid005011" in verdict.cause
+
+
+def test_ib_disabled_is_the_cause_where_ib_is_expected():
+    verdict = nl.read((DATA / "horovod-3658-openmpi-ib-disabled-socket.log").read_text(),
+                      nl.Expectation(transport="ib", multi_node=True))
+    assert verdict.status == nl.FAIL and "IB disabled by NCCL_IB_DISABLE=1 on ip-172-31-0-63" in verdict.cause
+
+
+def test_the_pre_2_4_8_bootstrap_socket_line_is_not_a_fallback():
+    # NVIDIA/nccl#229: NCCL 2.4.6 prints "NET/Socket : Using" for its bootstrap, then OFI carries the data.
+    verdict = nl.read((DATA / "nccl-229-ofi-tcp-2.4.6-bootstrap-socket.log").read_text(),
+                      nl.Expectation(transport="ofi", provider="tcp", multi_node=True))
+    assert verdict.status == nl.PASS
+    assert any("bootstrap" in n for n in verdict.notes)
+    assert all(h.bootstrap_socket and h.transport == "ofi" for h in verdict.hosts)
+    # ... while a 2.4.2 log whose channels go "via NET/Socket" is a real socket transport (pytorch/pytorch#22531).
+    lines, _ = nl.parse((DATA / "pytorch-22531-socket-2.4.2.log").read_text())
+    assert [h.transport for h in nl.classify(lines)] == ["socket"]
+
+
+def test_the_verbs_provider_passes_where_it_is_expected():
+    log = OFI_OK.replace("Provider is cxi", "Provider is verbs;ofi_rxm").replace("provider is cxi", "provider is verbs;ofi_rxm")
+    verdict = nl.read(log, nl.Expectation(transport="ofi", provider="verbs", multi_node=True))
+    assert verdict.status == nl.PASS, verdict.cause
+
+
+def test_line_prefixes_are_read_and_lines_without_a_host_count_under_one():
+    stamped = "  | 2025-05-22T14:26:33.407-07:00 | ip-10-36-22-140:86:2501 [0] NCCL INFO Using network Socket"
+    ompi = "[1,23]<stdout>:ip-172-32-45-165:72593:73427 [7] create_nccl_ofi_component:459 NCCL WARN NET/OFI Couldn't open AV."
+    bare = "[0] NCCL INFO Using network AWS Libfabric"
+    lines, _ = nl.parse("\n".join((stamped, ompi, bare)))
+    assert [(ln.host, ln.level, ln.msg) for ln in lines] == [
+        ("ip-10-36-22-140", "INFO", "Using network Socket"),
+        ("ip-172-32-45-165", "WARN", "NET/OFI Couldn't open AV."),
+        (nl.NO_HOST, "INFO", "Using network AWS Libfabric")]
+
+
+def test_a_warning_from_the_network_turns_a_pass_into_a_warn():
+    log = OFI_OK + "nid005012:61338:62013 [0] create_nccl_ofi_component:459 NCCL WARN NET/OFI Couldn't open AV. RC: -22\n"
+    verdict = nl.read(log, OFI)
+    assert verdict.status == nl.WARN and "NET/OFI Couldn't open AV" in verdict.cause
+
+
+def test_strict_expectations_fail_hosts_without_evidence_and_empty_logs():
+    half = "\n".join(ln for ln in OFI_OK.splitlines() if not ln.startswith("nid005012") or "Bootstrap" in ln)
+    assert nl.read(half, OFI).status == nl.WARN
+    strict = nl.Expectation(transport="ofi", provider="cxi", multi_node=True, strict=True)
+    verdict = nl.read(half, strict)
+    assert verdict.status == nl.FAIL and "nid005012" in verdict.cause
+    assert nl.read("", strict).status == nl.FAIL
+    assert nl.read("", nl.Expectation()).status == nl.WARN
+
+
+def test_one_node_passes_unless_the_plugin_failed():
+    one = nl.Expectation(transport="ofi", multi_node=False)
+    assert nl.read((DATA / "nccl-1126-socket-lo.log").read_text(), one).status == nl.PASS
+    verdict = nl.read((DATA / "gpustack-5553-ofi-init-failed-2.28.log").read_text(), one)
+    assert verdict.status == nl.WARN and "failed to initialise" in verdict.cause
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+SCRIPT = Path(nl.__file__)
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    # The script runs on its own, as it does beside ddp_check.py on a site: no sitestack on the path.
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd="/", check=False)
+
+
+def test_the_script_prints_hosts_and_verdict_and_exits_by_it():
+    good = run(str(DATA / "nccl-1597-efa-p5en.log"), "--expect-transport", "ofi", "--expect-provider", "efa")
+    assert good.returncode == 0, good.stderr
+    assert "8h200-3" in good.stdout and "OFI (provider efa)" in good.stdout and "PASS: 2 hosts used OFI" in good.stdout
+    bad = run(str(DATA / "nccl-1597-efa-p5en.log"), "--expect-transport", "ofi", "--expect-provider", "cxi", "--json")
+    assert bad.returncode == 1
+    data = json.loads(bad.stdout)
+    assert data["status"] == "FAIL" and data["hosts"][1]["provider"] == "efa"
+
+
+def test_the_script_names_an_unreadable_file():
+    result = run("/nonexistent/nccl.log")
+    assert result.returncode == 2 and result.stderr.startswith("error: /nonexistent/nccl.log:") and "Traceback" not in result.stderr
