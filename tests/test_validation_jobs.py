@@ -121,12 +121,22 @@ def test_check_config_carries_cpu_sets_references_and_plugin():
     assert cfg["cpu_bind"]["masks"] == LUMI_MASKS.split(",")
     assert cfg["cpu_bind"]["gpu_cpus"][0] == list(range(49, 56))
     assert cfg["network"] == {"fabric": "slingshot-11", "net_plugin": "aws-ofi-rccl", "libfabric_provider": "cxi",
-                              "nccl_net": "AWS Libfabric"}
+                              "nccl_net": "AWS Libfabric",
+                              "nccl_expect": {"transport": "ofi", "provider": "cxi", "plugin": "aws-ofi-rccl"}}
     assert cfg["bandwidth"]["multi_node"]["busbw_gbs"] == 85.0 and cfg["mpi"]["library_match"] == "CRAY MPICH"
     path = GOLDEN / "lumi-check-config.json"
     if UPDATE:
         path.write_text(rendered("lumi")["check-config.json"][0])
     assert rendered("lumi")["check-config.json"][0] == path.read_text()
+
+
+def test_each_site_states_what_its_nccl_logs_must_show():
+    expect = {name: json.loads(rendered(name)["check-config.json"][0])["network"]["nccl_expect"]
+              for name in ("lumi", "frontier", "cirrus", "dawn", "local")}
+    assert expect["frontier"] == expect["lumi"]
+    assert expect["cirrus"] == {"transport": "ib", "provider": None, "plugin": None}  # NCCL's own IB, no plugin
+    assert expect["dawn"] is None and expect["local"] is None  # oneCCL and Gloo write no NCCL logs
+    assert "nccl_log.py" in rendered("local")  # shipped beside ddp_check.py, which imports it
 
 
 def test_readme_tells_users_how_to_run_it():

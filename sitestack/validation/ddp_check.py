@@ -22,8 +22,9 @@ Checks, in order:
    after further steps.
 7. ``bandwidth``: allreduce sweep; algbw = bytes / time and busbw = algbw * 2(n-1)/n, as
    nccl-tests defines them; compared with the site's reference.
-8. ``net-plugin``: with NCCL_DEBUG=INFO logs, the OFI/libfabric plugin was used between
-   nodes; a ``NET/Socket`` fallback or "no plugin found" fails.
+8. ``net-plugin``: with NCCL_DEBUG=INFO logs, every host used the network the site expects
+   between nodes (``nccl_log.py``: OFI with its provider, IB, IBext); a socket fallback, a missing
+   or failed plugin, a wrong provider or plugin fails with its cause.
 9. ``mpi-probe``: the site-built C MPI probe's latency/bandwidth and library.
 10. ``mpi4py``: mpi4py sees the same ranks, the right MPI library, a correct allreduce.
 11. ``horovod``: an allreduce through Horovod where Horovod is part of the stack.
@@ -57,9 +58,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 try:  # imported as part of sitestack (tests, the controller)
-    from . import ddp_report
-except ImportError:  # run as a script on the site, beside ddp_report.py
+    from . import ddp_report, nccl_log
+except ImportError:  # run as a script on the site (or from the repository), beside ddp_report.py and nccl_log.py
     import ddp_report  # type: ignore[no-redef, import-not-found, unused-ignore]
+    import nccl_log  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 SCHEMA = 1
 CHECKS = ("environment", "process-group", "affinity", "collectives", "ddp", "checkpoint", "bandwidth",
@@ -318,85 +320,32 @@ def judge_affinity(ranks: list[dict[str, Any]], config: dict[str, Any], masks: l
 
 
 # --------------------------------------------------------------------------------------------
-# NCCL / RCCL logs: did the network plugin load?
+# NCCL / RCCL logs: which network did each host use? (read by nccl_log.py, shipped beside this file)
 # --------------------------------------------------------------------------------------------
 
-# Log line formats (NCCL_DEBUG=INFO; RCCL prints the same "NCCL INFO" prefix):
-#   <host>:<pid>:<tid> [<dev>] NCCL INFO <message>
-# Plugin loaded:   "NET/OFI Using aws-ofi-rccl 1.4.0", "NET/OFI Selected Provider is cxi",
-#                  "Using network AWS Libfabric" (LUMI user guide and ReFrame checks, peers s5.3;
-#                  aws/aws-ofi-nccl#161, #801), "NET/OFI Initializing aws-ofi-nccl 1.14.2" (aws/aws-ofi-nccl#889).
-# Socket fallback: "NET/Plugin : No plugin found (libnccl-net.so)." then "NET/Socket : Using [0]eth0:..."
-#                  (NVIDIA/nccl#352, #226), "... using internal implementation" and "Using network Socket"
-#                  (NVIDIA/nccl#1126), "Plugin load (libnccl-net.so) returned 2 : ..." (NVIDIA/nccl-tests#188),
-#                  newer NCCL: "NET/Plugin: Could not find: libnccl-net.so".
-_LINE = re.compile(r"^\s*(?:\S+:\s+)?(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+NCCL\s+(?P<level>INFO|WARN|TRACE)\s+(?P<msg>.*)$")
-_PLUGIN_OK = re.compile(r"NET/OFI (?:Using aws-ofi|Initializing aws-ofi|Selected Provider is)|Using network (?:AWS Libfabric|OFI|Libfabric)|Loaded net plugin")
-_PROVIDER = re.compile(r"Selected Provider is (\S+)")
-_SOCKET = re.compile(r"NET/Socket : Using|Using network Socket|via NET/Socket|Using internal Network Socket")
-_NO_PLUGIN = re.compile(r"No plugin found|Could not find: lib[nr]ccl-net|Plugin load \(lib[nr]ccl-net[^)]*\) returned|Unable to load lib[nr]ccl-net|Failed to load net plugin")
-_NETWORK = re.compile(r"Using network (.+?)\s*$")
-
-
-def parse_nccl_log(text: str) -> list[dict[str, str]]:
-    """The NCCL lines of a log: host, pid, level and message each."""
-    lines = []
-    for raw in text.splitlines():
-        match = _LINE.match(raw)
-        if match:
-            lines.append({k: match.group(k) for k in ("host", "pid", "dev", "level", "msg")})
-    return lines
-
-
-def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider: str | None) -> tuple[str, str, list[str]]:
+def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider: str | None,
+                     transport: str | None = None) -> tuple[str, str, list[str]]:
     """(status, summary, evidence) from NCCL_DEBUG=INFO output of a run on ``hosts`` nodes.
 
-    Between nodes the traffic must go through the site's plugin (``plugin``, e.g. aws-ofi-rccl)
-    with the right libfabric ``provider``; a socket fallback fails whether or not a plugin is
-    expected. On one node the network is not used, so the check is skipped.
+    ``nccl_log`` names the network each host used and, against the site's expectation
+    (``transport``: ofi, ib, ibext, socket or None; default ofi where a ``plugin`` is expected),
+    the cause when it is not that one. The job writes the logs itself, so a host without
+    evidence fails. One node uses no network between nodes: skipped. A TCP socket fallback
+    fails whether or not the site names a network.
     """
-    lines = parse_nccl_log(log_text)
-    log_hosts = sorted({ln["host"] for ln in lines})
-    nodes = max(hosts, len(log_hosts))
-    evidence: list[str] = []
-
-    def first(pattern: re.Pattern[str]) -> list[dict[str, str]]:
-        return [ln for ln in lines if pattern.search(ln["msg"])]
-
-    ok, socket_lines, missing = first(_PLUGIN_OK), first(_SOCKET), first(_NO_PLUGIN)
-    networks = sorted({m.group(1) for ln in lines if (m := _NETWORK.search(ln["msg"]))})
-    providers = sorted({m.group(1) for ln in lines if (m := _PROVIDER.search(ln["msg"]))})
-    for group in (ok, missing, socket_lines):
-        for ln in group[:2]:
-            evidence.append(f"{ln['host']}:{ln['pid']} [{ln['dev']}] {ln['msg']}")
+    lines, version = nccl_log.parse(log_text)
+    reports = nccl_log.classify(lines)
+    evidence = [e for r in reports for e in r.evidence[:3]]
+    nodes = max(hosts, len([r for r in reports if r.host != nccl_log.NO_HOST]))
     if nodes < 2:
-        seen = f"; networks seen: {', '.join(networks)}" if networks else ""
+        seen = f"; the log shows {nccl_log.summary(reports)}" if reports else ""
         return SKIPPED, f"single-node run: the network plugin is only used between nodes{seen}", evidence
-    if not lines:
-        return FAILED, ("no NCCL_DEBUG=INFO output found for a multi-node run: cannot prove the network plugin "
-                        "loaded (is NCCL_DEBUG_FILE writable?)"), evidence
-    if socket_lines:
-        ln = socket_lines[0]
-        why = f" after \"{missing[0]['msg']}\"" if missing else ""
-        return FAILED, (f"NCCL/RCCL fell back to TCP sockets between nodes on {ln['host']}: \"{ln['msg']}\"{why}; "
-                        f"the network plugin{' ' + plugin if plugin else ''} did not load"), evidence
-    if plugin:
-        if missing:
-            ln = missing[0]
-            return FAILED, f"the network plugin {plugin} did not load on {ln['host']}: \"{ln['msg']}\"", evidence
-        loaded_hosts = {ln["host"] for ln in ok}
-        without = [h for h in log_hosts if h not in loaded_hosts]
-        if not ok or without:
-            where = ", ".join(without) if without else "any host"
-            return FAILED, f"no sign that the network plugin {plugin} loaded on {where} (no NET/OFI lines)", evidence
-        if provider and providers and provider not in providers:
-            return FAILED, f"the plugin chose libfabric provider {', '.join(providers)}, the site expects {provider}", evidence
-        net = f" ({', '.join(networks)})" if networks else ""
-        prov = f", provider {', '.join(providers)}" if providers else ""
-        return PASSED, f"{plugin} loaded on all {len(log_hosts)} hosts{net}{prov}", evidence
-    if networks:
-        return PASSED, f"network {', '.join(networks)} between {nodes} nodes (the site needs no plugin)", evidence
-    return PASSED, f"no socket fallback in the NCCL log of {nodes} nodes (the site needs no plugin)", evidence
+    expect = nccl_log.Expectation(transport or ("ofi" if plugin else None), provider, plugin, multi_node=True, strict=True)
+    verdict = nccl_log.judge(reports, expect, version)
+    sockets = any("socket" in r.transports for r in reports)
+    status = FAILED if verdict.status == nccl_log.FAIL or (verdict.status == nccl_log.WARN and sockets) else PASSED
+    notes = "".join(f" ({n})" for n in verdict.notes)
+    return status, ("warning: " if verdict.status == nccl_log.WARN and status == PASSED else "") + verdict.cause + notes, evidence
 
 
 # --------------------------------------------------------------------------------------------
@@ -943,8 +892,10 @@ class Run:
         if self.dev.backend != "nccl" and not self.args.nccl_log:
             self.set("net-plugin", SKIPPED, f"backend {self.dev.backend} does not use NCCL/RCCL network plugins")
             return
-        status, summary, evidence = judge_net_plugin(text, hosts=hosts, plugin=net.get("net_plugin"),
-                                                     provider=net.get("libfabric_provider"))
+        expect = net.get("nccl_expect") or {}
+        status, summary, evidence = judge_net_plugin(text, hosts=hosts, plugin=expect.get("plugin", net.get("net_plugin")),
+                                                     provider=expect.get("provider", net.get("libfabric_provider")),
+                                                     transport=expect.get("transport"))
         self.set("net-plugin", status, summary, evidence=evidence, logs=[os.path.relpath(f, self.args.out) for f in files])
 
     # -- 9. MPI probe, 10. mpi4py --------------------------------------------------------------------

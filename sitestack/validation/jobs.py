@@ -24,7 +24,7 @@ from sitestack.model.siteenv import prelude
 from sitestack.validation import masks as masks_mod
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-PROGRAM_FILES = ("ddp_check.py", "ddp_report.py")
+PROGRAM_FILES = ("ddp_check.py", "ddp_report.py", "nccl_log.py")
 LAUNCHERS = ("srun", "mpiexec", "torchrun", "horovodrun")
 
 #: MASTER_PORT = PORT_BASE + job id % PORT_SPAN: below Linux's ephemeral range (32768-60999), so
@@ -45,6 +45,28 @@ BIND_VARS = {"singularity": "SINGULARITY_BINDPATH", "apptainer": "APPTAINER_BIND
 def master_port(job_id: int) -> int:
     """The job's MASTER_PORT, as the batch script computes it."""
     return PORT_BASE + job_id % PORT_SPAN
+
+
+def nccl_expectation(facts: Facts) -> dict[str, str | None] | None:
+    """What the site's NCCL/RCCL logs must show between nodes (``nccl_log.Expectation``'s fields),
+    or None where the site's collectives are not NCCL/RCCL (oneCCL, Gloo print no NCCL logs).
+
+    The network plugin (aws-ofi-rccl, aws-ofi-nccl) means OFI with the site's libfabric provider;
+    without one, an InfiniBand fabric means NCCL's IB transport (or the IBext plugin), Slingshot
+    means OFI all the same (NCCL has no native transport for it), and any other fabric (ethernet,
+    loopback) leaves NCCL's TCP sockets as the expected transport.
+    """
+    if facts.collectives not in ("nccl", "rccl"):
+        return None
+    net = facts.network
+    if net.net_plugin:
+        return {"transport": "ofi", "provider": net.libfabric_provider, "plugin": net.net_plugin}
+    fabric = net.fabric.lower()
+    if fabric.startswith("infiniband"):
+        return {"transport": "ib", "provider": None, "plugin": None}
+    if fabric.startswith("slingshot"):
+        return {"transport": "ofi", "provider": net.libfabric_provider, "plugin": None}
+    return {"transport": "socket", "provider": None, "plugin": None}
 
 
 def validation_of(facts: Facts) -> Validation:
@@ -190,7 +212,8 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
         "mpi": {"flavour": facts.mpi.flavour, "library_match": facts.mpi.library_match},
         "network": {"fabric": facts.network.fabric, "net_plugin": facts.network.net_plugin,
                     "libfabric_provider": facts.network.libfabric_provider,
-                    "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or "")},
+                    "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or ""),
+                    "nccl_expect": nccl_expectation(facts)},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
     }
 

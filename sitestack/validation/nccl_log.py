@@ -368,7 +368,8 @@ def judge(hosts: list[HostReport], expect: Expectation, version: str | None = No
         notes.append("the NET/Socket : Using line is NCCL < 2.4.8's bootstrap, not a socket fallback")
     if not hosts:
         status = FAIL if (multi and expect.strict) else WARN
-        return Verdict(status, "no NCCL_DEBUG=INFO lines found (is NCCL_DEBUG=INFO set, NCCL_DEBUG_FILE writable?)",
+        return Verdict(status, ("no NCCL_DEBUG=INFO lines found: cannot prove which network the hosts used "
+                                     "(is NCCL_DEBUG=INFO set, NCCL_DEBUG_FILE writable?)"),
                        hosts, notes, version)
     if not multi:
         problems = [r for r in hosts if r.plugin_state == "failed" and expect.transport in ("ofi", "ibext")]
@@ -380,7 +381,9 @@ def judge(hosts: list[HostReport], expect: Expectation, version: str | None = No
     ordered = sorted(hosts, key=lambda r: r.transport == "unknown")  # a host that shows its network names the cause best
     results = [(r, *_judge_host(r, expect)) for r in ordered]
     for status in (FAIL, WARN):
-        bad = [(r, cause) for r, s, cause in results if s == status]
+        # a cause that names why (a plugin message, a variable, a wrong provider) first
+        bad = sorted(((r, cause) for r, s, cause in results if s == status),
+                     key=lambda rc: rc[1].startswith((f"{rc[0].host}:", "no line shows")))
         if bad:
             more = f" (and {len(bad) - 1} more host{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
             return Verdict(status, bad[0][1] + more, hosts, notes, version)
