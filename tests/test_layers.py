@@ -20,7 +20,7 @@ LAYERS = {"core": 0, "model": 1, "builders": 2, "packages": 3, "installs": 4, "v
 #: Self-contained programs shipped to sites as single files: they import nothing of sitestack.
 STANDALONE = {"programs"}
 #: Modules of the validation package that run on the site on their own (no sitestack imports).
-STANDALONE_MODULES = {"sitestack.validation.ddp_check", "sitestack.validation.ddp_report"}
+STANDALONE_MODULES = {"sitestack.validation.ddp_check", "sitestack.validation.ddp_report", "sitestack.validation.nccl_log"}
 
 
 def module_name(path: Path) -> str:
@@ -146,7 +146,7 @@ def test_the_action_table_is_complete_whichever_module_is_imported_first():
 
 
 #: Programs shipped to sites as one self-contained file each, named in docs/design.md: exempt from the size rule.
-SHIPPED = ("sitestack.validation.ddp_check", "sitestack.programs.activate_hook")
+SHIPPED = ("sitestack.validation.ddp_check", "sitestack.programs.activate_hook", "sitestack.validation.nccl_log")
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(all_modules()) if n not in SHIPPED])

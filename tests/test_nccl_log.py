@@ -191,3 +191,36 @@ def test_the_script_prints_hosts_and_verdict_and_exits_by_it():
 def test_the_script_names_an_unreadable_file():
     result = run("/nonexistent/nccl.log")
     assert result.returncode == 2 and result.stderr.startswith("error: /nonexistent/nccl.log:") and "Traceback" not in result.stderr
+
+
+# -- invoke nccl-log -------------------------------------------------------------------------------------
+
+def test_invoke_nccl_log_judges_against_the_sites_facts(cli, tmp_path):
+    lumi = cli("nccl-log", str(DATA / "nccl-1357-ibext-sharp.log"), "--site", "lumi")
+    assert lumi.returncode == 1, lumi.stderr
+    assert "qh100-gpu20" in lumi.stdout and "FAIL: wrong plugin on qh100-gpu19: IBext" in lumi.stdout
+    assert "OFI through aws-ofi-rccl with provider cxi" in lumi.stdout  # playbooks/lumi.yml's network facts
+    cirrus = cli("nccl-log", str(DATA / "nccl-1357-ibext-sharp.log"), "--site", "cirrus", "--json", str(tmp_path / "v.json"))
+    assert cirrus.returncode == 0 and "PASS: 2 hosts used IBext" in cirrus.stdout  # Cirrus: InfiniBand, no plugin
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert doc["command"] == "nccl-log" and doc["site"] == "cirrus" and doc["status"] == "PASS"
+    # several files, a glob and a directory read as one run; --json alone prints only the document
+    both = cli("nccl-log", f"{DATA}/nccl-1597-efa-p5en.log,{DATA}/aws-ofi-nccl-801-*.log", "--json")
+    assert both.returncode == 0 and json.loads(both.stdout)["status"] == "PASS"
+    (tmp_path / "nccl").mkdir()
+    (tmp_path / "nccl" / "a.log").write_text((DATA / "nccl-447-socket-gcp-2.7.8.log").read_text())
+    directory = cli("nccl-log", str(tmp_path / "nccl"), "--site", "frontier")
+    assert directory.returncode == 1 and "plugin not found on slurm-train-compute-0-0" in directory.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("/no/such.log",), "error: /no/such.log: no such file"),
+    (("/no/such/*.log",), "error: /no/such/*.log: no file matches this pattern"),
+    ((str(DATA / "nccl-1597-efa-p5en.log"), "--site", "nosuch"), "error: --site: unknown site 'nosuch'"),
+    ((str(DATA / "nccl-1597-efa-p5en.log"), "--site", "dawn"), "error: --site: dawn uses oneccl collectives"),
+    ((str(DATA / "nccl-1597-efa-p5en.log"), "--nodes", "many"), "error: --nodes: must be multi or single"),
+])
+def test_invoke_nccl_log_bad_input_is_one_message(cli, args, message):
+    result = cli("nccl-log", *args)
+    assert result.returncode == 1 and result.stderr.startswith(message) and "Traceback" not in result.stderr
+    assert result.stdout == ""
