@@ -110,6 +110,15 @@ def test_nccl_net_forced_to_sockets_is_named():
     assert verdict.status == nl.FAIL and "NCCL_NET forced to 'Socket' by the environment on nid005011" in verdict.cause
 
 
+def test_nccl_net_forced_to_the_expected_network_is_not_the_cause():
+    # The job forces NCCL_NET to the plugin's name on two nodes: a missing plugin is still "not found".
+    log = ("nid005011:1:1 [0] NCCL INFO NCCL_NET set by environment to AWS Libfabric\n"
+           "nid005011:1:1 [0] NCCL INFO NET/Plugin : No plugin found (librccl-net.so), using internal implementation\n"
+           "nid005012:2:2 [0] NCCL INFO NET/OFI Selected Provider is cxi\n")
+    verdict = nl.read(log, OFI)
+    assert verdict.status == nl.FAIL and verdict.cause.startswith("plugin not found on nid005011")
+
+
 def test_ib_disabled_is_the_cause_where_ib_is_expected():
     verdict = nl.read((DATA / "horovod-3658-openmpi-ib-disabled-socket.log").read_text(),
                       nl.Expectation(transport="ib", multi_node=True))

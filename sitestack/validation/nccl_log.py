@@ -314,7 +314,7 @@ def _used(r: HostReport) -> str:
 def _why_not(r: HostReport, want: str | None, wanted: str) -> str:
     """The cause of host ``r`` not using the expected network: what its log says stopped it."""
     site = f", the site expects {wanted}" if wanted else ""
-    if r.forced:
+    if r.forced and _network_kind(r.forced) != want:  # forcing the expected network only names it
         return f"NCCL_NET forced to {r.forced!r} by the environment on {r.host}: {_used(r)}{site}"
     if r.plugin_state == "failed":
         return f"plugin found but failed to initialise on {r.host}: \"{r.plugin_message}\"; {_used(r)}{site}"
@@ -340,7 +340,7 @@ def _judge_host(r: HostReport, expect: Expectation) -> tuple[str, str]:
         return (FAIL if expect.strict else WARN), f"no line shows which network {r.host} used"
     if "socket" in r.transports and want != "socket":
         if want is None:
-            return WARN, f"TCP sockets between nodes (no expectation given): {_why_not(r, want, '')}"
+            return WARN, f"fell back to TCP sockets between nodes on {r.host} (the site named no network): {_why_not(r, want, '')}"
         return FAIL, _why_not(r, want, wanted)
     if want == "ofi":
         if "ofi" not in r.transports and r.plugin_state == "loaded":
