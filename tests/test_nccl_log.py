@@ -119,6 +119,22 @@ def test_nccl_net_forced_to_the_expected_network_is_not_the_cause():
     assert verdict.status == nl.FAIL and verdict.cause.startswith("plugin not found on nid005011")
 
 
+def test_nccl_2_26_plugin_messages():
+    # NCCL >= 2.26 (src/plugin/net.cc: "Failed to initialize NET plugin %s", "Initialized NET plugin %s");
+    # no issue thread with a multi-node log of these was found, so the lines are built from the source's formats.
+    failed = ("h1:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v10)\n"
+              "h1:1:1 [0] NCCL INFO Failed to initialize NET plugin Libfabric\n"
+              "h1:1:1 [0] NCCL INFO Failed to initialize NET plugin IB\n"
+              "h1:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n"
+              "h1:1:1 [0] NCCL INFO Initialized NET plugin Socket\n"
+              "h2:2:2 [0] NCCL INFO NET/Plugin: libnccl-net.so: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found\n"
+              "h2:2:2 [0] NCCL INFO Initialized NET plugin Socket\n")
+    verdict = nl.read(failed, nl.Expectation(transport="ofi", multi_node=True))
+    assert [(h.transport, h.plugin_state) for h in verdict.hosts] == [("socket", "failed"), ("socket", "failed")]
+    assert verdict.status == nl.FAIL and "\"Failed to initialize NET plugin Libfabric\"" in verdict.cause
+    assert "GLIBC_2.38" in verdict.hosts[1].plugin_message
+
+
 def test_ib_disabled_is_the_cause_where_ib_is_expected():
     verdict = nl.read((DATA / "horovod-3658-openmpi-ib-disabled-socket.log").read_text(),
                       nl.Expectation(transport="ib", multi_node=True))

@@ -52,9 +52,10 @@ _BARE = re.compile(r"^(?:.*?\s)?(?:\[(?P<dev>\d+)\]\s+)?(?:\S+:\d+\s+)?NCCL\s+(?
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
 _VERSION = re.compile(r"\b(?P<lib>NCCL|RCCL) version\s*:?\s*(?P<v>\d+\.\d+\.\d+)")
 
-# "Using network AWS Libfabric|OFI|Libfabric|IB|IBext|Socket" (NCCL >= 2.5); NCCL 2.3/2.4:
-# "Using internal Network Socket" (NVIDIA/nccl#162).
-_NETWORK = re.compile(r"^Using (?:network|internal Network) (?P<name>.+?)\s*$")
+# The network chosen: "Using network AWS Libfabric|OFI|Libfabric|IB|IBext|Socket" (NCCL >= 2.5);
+# NCCL 2.3/2.4: "Using internal Network Socket" (NVIDIA/nccl#162); NCCL >= 2.27: "Initialized NET
+# plugin IB", "Assigned NET plugin IB to comm" (NVIDIA/nccl#1925).
+_NETWORK = re.compile(r"^(?:Using (?:network|internal Network)|Initialized NET plugin|Assigned NET plugin) (?P<name>.+?)(?: to comm)?\s*$")
 # Channel lines: "... via NET/AWS Libfabric/0/GDRDMA", "via NET/IB/0", "via NET/Socket/1", "via P2P/IPC", "via SHM".
 _VIA_NET = re.compile(r"\bvia NET/(?P<name>[^/]+)/\d+")
 _VIA_LOCAL = re.compile(r"\bvia (?:P2P|SHM|direct shared memory|CollNet|NVLS)")
@@ -74,21 +75,29 @@ _SHARP = re.compile(r"^(?:Plugin Path : \S*nccl_rdma_sharp\S*|P2P plugin (?P<p2p
 # No plugin: "NET/Plugin : No plugin found (libnccl-net.so)." (NVIDIA/nccl#352), "Plugin load
 # (libnccl-net.so) returned 2 : ..." (nccl-tests#188), "NET/Plugin : dlerror=..." (#1231),
 # "NET/Plugin: Could not find: libnccl-net.so" (#1925), "Unable to load libnccl-net.so" (#162),
-# RCCL "No plugin found (librccl-net.so)" (ROCm/rccl#419).
+# RCCL "No plugin found (librccl-net.so)" (ROCm/rccl#419), NCCL >= 2.26 "NET/Plugin: libnccl-net.so: <dlerror>".
 _NOT_FOUND = re.compile(r"No plugin found|Could not find: lib[nr]ccl-net|Plugin load (?:\(lib[nr]ccl-net[^)]*\) )?returned|"
-                        r"Unable to load lib[nr]ccl-net|dlerror=lib[nr]ccl-net|Failed to load net plugin")
-# The plugin loaded but could not start: "NET/OFI aws-ofi-nccl initialization failed" (aws/aws-ofi-nccl#715),
-# "NET/OFI Couldn't find any optimal provider" / "Could not find any optimal provider" (NVIDIA/nccl#229),
-# "NET/Plugin: ... failed to initialize" (NCCL >= 2.19).
+                        r"Unable to load lib[nr]ccl-net|dlerror=lib[nr]ccl-net|Failed to load net plugin|"
+                        r"NET/Plugin ?: ?lib[nr]ccl-net\S*\.so: ")
+# The plugin is there but could not start: "NET/OFI aws-ofi-nccl initialization failed" (aws/aws-ofi-nccl#715),
+# "Unable to find a protocol that worked.  Failing initialization." (gpustack/gpustack#5553), "Couldn't
+# find any optimal provider" (NVIDIA/nccl#229); NCCL >= 2.26 "Failed to initialize NET plugin <name>"
+# (src/plugin/net.cc; for IB or Socket that is NCCL's own transport, not a plugin); a library
+# without a supported interface: "NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin
+# symbols v4 and lower are not supported." (NVIDIA/nccl#1267; the same for ncclCollNetPlugin is harmless).
 _INIT_FAILED = re.compile(r"NET/OFI .*(?:initiali[sz]ation failed|[Ff]ailing initiali[sz]ation|find any optimal provider|"
-                          r"OFI NCCL failure)|"
-                          r"NET/Plugin ?: ?.*(?:[Ff]ailed to initiali[sz]e|initiali[sz]ation failed)")
+                          r"OFI NCCL failure)|^Failed to initiali[sz]e NET plugin (?!IB\b|Socket\b)|"
+                          r"NET/Plugin ?: ?Failed to find ncclNetPlugin symbol")
+# A plugin library that exists but does not load (a missing symbol, a newer glibc): NCCL's
+# "NET/Plugin : dlerror=<message>" or "Plugin load (...) returned N : <message>" without "No such file".
+_MISSING = re.compile(r"No such file|No plugin found|Could not find|Unable to load")
 _FORCED = re.compile(r"^NCCL_NET set by environment to (?P<v>.+?)\.?\s*$")
 _IB_OFF = re.compile(r"^NCCL_IB_DISABLE set by environment to 1\b")
 # The RDMA/SHARP plugin switched off: "NCCL_IBEXT_DISABLE set by environment to 1." (NVIDIA/nccl#676, #1053).
 _IBEXT_OFF = re.compile(r"^NCCL_IBEXT_DISABLE set by environment to 1\b")
-# IB unusable: "Failed to open libibverbs.so[.1]" (NVIDIA/nccl#1817; a WARN in older NCCL, #766).
-_NO_VERBS = re.compile(r"Failed to open libibverbs")
+# IB unusable: "Failed to open libibverbs.so[.1]" (NVIDIA/nccl#1817; a WARN in older NCCL, #766),
+# "Failed to initialize NET plugin IB" (NCCL >= 2.26).
+_NO_VERBS = re.compile(r"Failed to open libibverbs|^Failed to initiali[sz]e NET plugin IB\b")
 # Warnings of the network layers, kept as evidence ("NET/OFI Couldn't open AV", "NET/IB : Got completion ...").
 _NET_WARN = re.compile(r"NET/|Call to ibv|socket", re.IGNORECASE)
 _IB_USING = re.compile(r"^NET/IB ?: ?Using \[0\]\S+?/(?P<kind>IB|RoCE)(?P<sharp>/SHARP)?")
@@ -260,7 +269,8 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
             if r.plugin_state != "failed":
                 r.plugin_state, r.plugin_message, keep = "failed", msg, True
         elif _NOT_FOUND.search(msg) and r.plugin_state == "none":
-            r.plugin_state, r.plugin_message, keep = "not-found", msg, True
+            r.plugin_state = "not-found" if _MISSING.search(msg) else "failed"
+            r.plugin_message, keep = msg, True
         if m := _FORCED.match(msg):
             r.forced, keep = m.group("v").strip().strip('"'), True
         if _IB_OFF.match(msg):
