@@ -91,10 +91,22 @@ _INIT_FAILED = re.compile(r"NET/OFI .*(?:initiali[sz]ation failed|[Ff]ailing ini
 # A plugin library that exists but does not load (a missing symbol, a newer glibc): NCCL's
 # "NET/Plugin : dlerror=<message>" or "Plugin load (...) returned N : <message>" without "No such file".
 _MISSING = re.compile(r"No such file|No plugin found|Could not find|Unable to load")
-_FORCED = re.compile(r"^NCCL_NET set by environment to (?P<v>.+?)\.?\s*$")
-_IB_OFF = re.compile(r"^NCCL_IB_DISABLE set by environment to 1\b")
-# The RDMA/SHARP plugin switched off: "NCCL_IBEXT_DISABLE set by environment to 1." (NVIDIA/nccl#676, #1053).
-_IBEXT_OFF = re.compile(r"^NCCL_IBEXT_DISABLE set by environment to 1\b")
+# The environment NCCL reports (its "NAME set by environment to VALUE." lines, NVIDIA/nccl#1053):
+# NCCL_NET forces a network; NCCL_IB_DISABLE=1 turns IB off; NCCL_IBEXT_DISABLE=1 the RDMA/SHARP
+# plugin (NVIDIA/nccl#676); NCCL_NET_PLUGIN=none any external plugin.
+_ENV = re.compile(r"^(?P<var>NCCL_NET|NCCL_IB_DISABLE|NCCL_IBEXT_DISABLE|NCCL_NET_PLUGIN) set by environment to "
+                  r"(?P<v>.+?)\.?\s*$")
+
+
+def _env(msg: str, var: str, value: str | None = None) -> str | None:
+    """The value ``msg`` reports for ``var`` (only when it is ``value``, if given), else None."""
+    m = _ENV.match(msg)
+    if not m or m.group("var") != var:
+        return None
+    v = m.group("v").strip().strip('"')
+    return v if value is None or v == value else None
+
+
 # IB unusable: "Failed to open libibverbs.so[.1]" (NVIDIA/nccl#1817; a WARN in older NCCL, #766),
 # "Failed to initialize NET plugin IB" (NCCL >= 2.26).
 _NO_VERBS = re.compile(r"Failed to open libibverbs|^Failed to initiali[sz]e NET plugin IB\b")
@@ -127,7 +139,7 @@ class HostReport:
     network: str | None = None  # the name NCCL printed: "AWS Libfabric", "IB", "Socket"...
     provider: str | None = None  # libfabric provider, e.g. cxi, efa, tcp;ofi_rxm
     plugin: str | None = None  # e.g. "aws-ofi-nccl 1.3.0aws", "NCCL RDMA Plugin v6"
-    plugin_state: str = "none"  # loaded | not-found | failed | disabled (NCCL_IBEXT_DISABLE=1) | none
+    plugin_state: str = "none"  # loaded | not-found | failed | disabled (NCCL_IBEXT_DISABLE=1, NCCL_NET_PLUGIN=none) | none
     plugin_message: str | None = None  # the line that says why it is not loaded
     forced: str | None = None  # NCCL_NET's value, where the environment set it
     ib_disabled: bool = False  # NCCL_IB_DISABLE=1
@@ -211,7 +223,7 @@ def _process_transport(lines: list[Line], old_bootstrap: bool) -> str:
     if via:
         return _network_kind(via[-1])
     msgs = [ln.msg for ln in lines]
-    ibext_off = any(_IBEXT_OFF.match(m) for m in msgs)
+    ibext_off = any(_env(m, "NCCL_IBEXT_DISABLE", "1") for m in msgs)
     if not ibext_off and any((m2 := _SHARP.match(m)) and m2.group("p2p") == "IBext" for m in msgs):
         return "ibext"
     plugin_failed = any(_INIT_FAILED.search(m) for m in msgs)
@@ -220,7 +232,7 @@ def _process_transport(lines: list[Line], old_bootstrap: bool) -> str:
     if any(_IB_USING.match(m) for m in msgs):
         return "ib"
     if any(_SOCKET_USING.match(m) for m in msgs):
-        no_ib = any(_IB_NONE.match(m) or _NO_VERBS.search(m) or _IB_OFF.match(m) for m in msgs)
+        no_ib = any(_IB_NONE.match(m) or _NO_VERBS.search(m) or _env(m, "NCCL_IB_DISABLE", "1") for m in msgs)
         return "socket" if (no_ib or not old_bootstrap) else "unknown"
     return "unknown"
 
@@ -271,14 +283,12 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
         elif _NOT_FOUND.search(msg) and r.plugin_state == "none":
             r.plugin_state = "not-found" if _MISSING.search(msg) else "failed"
             r.plugin_message, keep = msg, True
-        if m := _FORCED.match(msg):
-            r.forced, keep = m.group("v").strip().strip('"'), True
-        if _IB_OFF.match(msg):
+        if forced := _env(msg, "NCCL_NET"):
+            r.forced, keep = forced, True
+        if _env(msg, "NCCL_IB_DISABLE", "1"):
             r.ib_disabled, keep = True, True
-        if _IBEXT_OFF.match(msg):
-            keep = True
-            if names.get("sharp"):
-                r.plugin_state, r.plugin_message = "disabled", msg
+        if (_env(msg, "NCCL_IBEXT_DISABLE", "1") and names.get("sharp")) or _env(msg, "NCCL_NET_PLUGIN", "none"):
+            r.plugin_state, r.plugin_message, keep = "disabled", msg, True
         if (m := _IB_USING.match(msg)) and r.ib_devices is None:
             r.ib_devices, keep = m.group("kind") + (m.group("sharp") or ""), True
         if _SOCKET_USING.match(msg) and old_bootstrap and r.transport in ("ofi", "ib", "ibext"):
