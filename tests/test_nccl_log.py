@@ -31,7 +31,7 @@ def test_the_corpus_holds_forty_real_logs_each_with_its_source():
     formats = {e["format"].split(",")[0] for e in INDEX}
     assert {"host:pid:tid", "openmpi", "cloudwatch", "pdsh", "no-prefix"} <= formats
     transports = {t for e in INDEX for t in e["hosts"].values()}
-    assert {"ofi", "ib", "ibext", "socket", "mixed"} <= transports
+    assert {"ofi", "ib", "ibext", "socket", "mixed", "intra-node"} <= transports
     assert {"RCCL", "NCCL"} <= {e["library"] for e in INDEX}
 
 

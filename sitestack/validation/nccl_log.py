@@ -134,7 +134,8 @@ class HostReport:
     """What one host's NCCL processes chose for the network between nodes."""
 
     host: str
-    transport: str = "unknown"  # ofi | ib | ibext | socket | unknown | mixed (per-process choices differ)
+    transport: str = "unknown"  # ofi | ib | ibext | socket | intra-node | mixed | unknown
+    selected: str = "unknown"  # the network NCCL chose between nodes (transport but for intra-node)
     transports: list[str] = field(default_factory=list)  # every process's choice
     network: str | None = None  # the name NCCL printed: "AWS Libfabric", "IB", "Socket"...
     provider: str | None = None  # libfabric provider, e.g. cxi, efa, tcp;ofi_rxm
@@ -253,9 +254,12 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
         by_pid.setdefault(ln.pid, []).append(ln)
     known = sorted({c for pl in by_pid.values() if (c := _process_transport(pl, old_bootstrap)) != "unknown"})
     r.transports = known
-    r.transport = known[0] if len(known) == 1 else ("mixed" if known else "unknown")
+    r.selected = known[0] if len(known) == 1 else ("mixed" if known else "unknown")
     channels = [ln for ln in lines if _VIA_NET.search(ln.msg) or _VIA_LOCAL.search(ln.msg)]
     r.intra_node_only = bool(channels) and not any(_VIA_NET.search(ln.msg) for ln in channels)
+    # data that never left the node (channels via P2P/SHM only): the transport used is intra-node,
+    # whatever network NCCL set up for other nodes
+    r.transport = "intra-node" if r.intra_node_only else r.selected
     names: dict[str, str] = {}
     for ln in lines:
         msg = ln.msg
@@ -291,7 +295,7 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
             r.plugin_state, r.plugin_message, keep = "disabled", msg, True
         if (m := _IB_USING.match(msg)) and r.ib_devices is None:
             r.ib_devices, keep = m.group("kind") + (m.group("sharp") or ""), True
-        if _SOCKET_USING.match(msg) and old_bootstrap and r.transport in ("ofi", "ib", "ibext"):
+        if _SOCKET_USING.match(msg) and old_bootstrap and r.selected in ("ofi", "ib", "ibext"):
             r.bootstrap_socket, keep = True, not r.bootstrap_socket
         if ln.level == "WARN" and _NET_WARN.match(msg):
             r.warnings.append(msg)
@@ -299,7 +303,7 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
         if keep and len(r.evidence) < 8:
             r.evidence.append(f"{host}:{ln.pid} {ln.level} {msg}" if ln.pid else f"{host} {ln.level} {msg}")
     r.plugin = names.get("ofi") or names.get("loaded") or names.get("sharp")
-    if r.transport in ("ofi", "ibext") and r.plugin_state in ("none", "not-found"):
+    if r.selected in ("ofi", "ibext") and r.plugin_state in ("none", "not-found"):
         # a "No plugin found (librccl-net.so)" beside a plugin that then carried the data is harmless
         r.plugin_state = "loaded"
     elif r.plugin and r.plugin_state == "none":
@@ -309,18 +313,18 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
 
 def label(r: HostReport) -> str:
     """A host's transport in words, e.g. ``OFI (provider cxi, aws-ofi-rccl 1.4.0)``."""
-    text = _NAMES.get(r.transport, r.transport)
-    if r.transport == "mixed":
+    text = _NAMES.get(r.selected, r.selected)
+    if r.selected == "mixed":
         text += " (" + ", ".join(_NAMES.get(t, t) for t in r.transports) + ")"
     extra = [f"provider {r.provider}"] if r.provider else []
-    if r.ib_devices and r.transport in ("ib", "ibext") and r.ib_devices != "IB":
+    if r.ib_devices and r.selected in ("ib", "ibext") and r.ib_devices != "IB":
         extra.append(r.ib_devices)
     if r.plugin and r.plugin_state == "loaded":
         extra.append(r.plugin)
     if extra:
         text += " (" + ", ".join(extra) + ")"
     if r.intra_node_only:
-        text += "; channels intra-node only"
+        text = "intra-node only" + ("" if r.selected == "unknown" else f" (network set up: {text})")
     return text
 
 
@@ -328,7 +332,7 @@ _NAMES = {"ofi": "OFI", "ib": "IB", "ibext": "IBext", "socket": "Socket"}
 
 
 def _used(r: HostReport) -> str:
-    return f"it used {label(r)}" if r.transport != "unknown" else "no line shows which network it used"
+    return f"it used {label(r)}" if r.selected != "unknown" else "no line shows which network it used"
 
 
 def _why_not(r: HostReport, want: str | None, wanted: str) -> str:
@@ -354,13 +358,14 @@ def _judge_host(r: HostReport, expect: Expectation) -> tuple[str, str]:
         wanted += f" through {expect.plugin}"
     if expect.provider:
         wanted += f" with provider {expect.provider}"
-    if r.transport == "unknown":
+    if r.selected == "unknown":
         if r.plugin_state in ("failed", "not-found", "disabled") and want in ("ofi", "ibext"):
             return FAIL, _why_not(r, want, wanted)
         return (FAIL if expect.strict else WARN), f"no line shows which network {r.host} used"
     if "socket" in r.transports and want != "socket":
         if want is None:
-            return WARN, f"fell back to TCP sockets between nodes on {r.host} (the site named no network): {_why_not(r, want, '')}"
+            why = _why_not(r, want, "").removeprefix(f"{r.host}: ")
+            return WARN, f"fell back to TCP sockets between nodes on {r.host} (the site named no network): {why}"
         return FAIL, _why_not(r, want, wanted)
     if want == "ofi":
         if "ofi" not in r.transports and r.plugin_state == "loaded":
@@ -398,14 +403,14 @@ def judge(hosts: list[HostReport], expect: Expectation, version: str | None = No
             cause = _why_not(problems[0], expect.transport, "")
             return Verdict(WARN, f"one node (the network between nodes is not used), but {cause}", hosts, notes, version)
         return Verdict(PASS, f"one node: the network between nodes is not used ({where})", hosts, notes, version)
-    ordered = sorted(hosts, key=lambda r: r.transport == "unknown")  # a host that shows its network names the cause best
+    ordered = sorted(hosts, key=lambda r: r.selected == "unknown")  # a host that shows its network names the cause best
     results = [(r, *_judge_host(r, expect)) for r in ordered]
     for status in (FAIL, WARN):
         # a cause that names why (a plugin message, a variable, a wrong provider) first
         bad = sorted(((r, cause) for r, s, cause in results if s == status),
                      key=lambda rc: rc[1].startswith((f"{rc[0].host}:", "no line shows")))
         if bad:
-            more = f" (and {len(bad) - 1} more host{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+            more = f"; {len(bad) - 1} more host{'s' if len(bad) > 2 else ''} with a {status}" if len(bad) > 1 else ""
             return Verdict(status, bad[0][1] + more, hosts, notes, version)
     return Verdict(PASS, f"{len(hosts)} host{'s' if len(hosts) > 1 else ''} used {summary(hosts)}", hosts, notes, version)
 
