@@ -14,10 +14,11 @@ Contract:
   (Open MPI's ``[1,N]<stdout>:``, pdsh's ``host: ``, Ray's ``(pid=..)``, timestamps, CloudWatch
   ``| time | line | line`` columns), and lines with no host prefix at all (``[0] NCCL INFO ...``
   or ``NCCL INFO ...``: users strip it), which count under the host ``?``.
-- :func:`classify` gives one :class:`HostReport` per host: the transport NCCL chose
-  (``ofi``, ``ib``, ``ibext``, ``socket``, or ``unknown``), the libfabric provider, the external
-  plugin and its state (``loaded``, ``not-found``, ``failed``, or ``none`` when the log says
-  nothing), and whether data stayed inside the node (channels only via P2P/SHM).
+- :func:`classify` gives one :class:`HostReport` per host: the transport it used (``ofi``,
+  ``ib``, ``ibext``, ``socket``, ``mixed`` when its processes differ, ``intra-node`` when its
+  channels are all P2P/SHM, ``unknown`` when no line shows it), the network NCCL set up
+  (``selected``), the libfabric provider, the external plugin and its state (``loaded``,
+  ``not-found``, ``failed``, ``disabled``, or ``none`` when the log says nothing).
 - :func:`judge` compares that with an :class:`Expectation` and returns a :class:`Verdict`:
   ``PASS``, ``FAIL`` or ``WARN`` with a one-line cause (plugin not found; plugin found but failed
   to initialise, quoting its message; wrong provider; wrong plugin; NCCL_NET forced; IB
@@ -215,7 +216,8 @@ def _process_transport(lines: list[Line], old_bootstrap: bool) -> str:
 
     ``old_bootstrap``: the log has no "Bootstrap : Using" line, so it may come from NCCL < 2.4.8,
     whose bootstrap printed "NET/Socket : Using" before the data path was chosen (2.4.8 renamed
-    it, NVIDIA/nccl#352 vs Mellanox/nv_peer_memory#56): that line alone proves no socket fallback.
+    it, NVIDIA/nccl#352 vs Mellanox/nv_peer_memory#56): that line alone does not prove a socket
+    fallback (a missing IB device, or no ibverbs, beside it does).
     """
     named = [m.group("name") for ln in lines if (m := _NETWORK.match(ln.msg))]
     if named:
