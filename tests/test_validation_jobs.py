@@ -137,6 +137,10 @@ def test_each_site_states_what_its_nccl_logs_must_show():
     assert expect["cirrus"] == {"transport": "ib", "provider": None, "plugin": None}  # NCCL's own IB, no plugin
     assert expect["dawn"] is None and expect["local"] is None  # oneCCL and Gloo write no NCCL logs
     assert "nccl_log.py" in rendered("local")  # shipped beside ddp_check.py, which imports it
+    lumi = rendered("lumi")["README.md"][0]
+    assert "every host using OFI through aws-ofi-rccl with provider cxi" in lumi
+    assert "python nccl_log.py LOG... --expect-transport ofi --expect-provider cxi --expect-plugin aws-ofi-rccl" in lumi
+    assert "every host using InfiniBand" in rendered("cirrus")["README.md"][0]
 
 
 def test_readme_tells_users_how_to_run_it():

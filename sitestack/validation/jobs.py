@@ -235,20 +235,23 @@ def render_readme(inputs: JobInputs) -> str:
         if r:
             refs.append(f"{r.busbw_gbs * (1 + r.lower):.4g} GB/s on {label} (reference {r.busbw_gbs:g} GB/s)")
     bandwidth = "; ".join(refs) if refs else "a value reported, not judged (no reference in the site facts)"
-    if facts.network.net_plugin:
-        plugin_text = (f"on two or more nodes the NCCL_DEBUG=INFO log shows {facts.network.net_plugin} loaded"
-                       f"{' with provider ' + facts.network.libfabric_provider if facts.network.libfabric_provider else ''}"
-                       " and no `NET/Socket` fallback")
-    elif facts.collectives in ("nccl", "rccl"):
-        plugin_text = "on two or more nodes the NCCL log shows no `NET/Socket` fallback"
+    expect = nccl_expectation(facts)
+    names = {"ofi": "OFI", "ib": "InfiniBand (NCCL's IB transport or the IBext plugin)", "socket": "TCP sockets"}
+    if expect is None:
+        plugin_text, nccl_log_args = f"skipped: {library} uses no NCCL network plugin", ""
     else:
-        plugin_text = f"skipped: {library} uses no NCCL network plugin"
+        through = "".join(f" {word} {expect[key]}" for key, word in (("plugin", "through"), ("provider", "with provider"))
+                          if expect[key])
+        plugin_text = (f"on two or more nodes the NCCL_DEBUG=INFO log shows every host using {names[str(expect['transport'])]}"
+                       f"{through}; otherwise the cause (plugin not found or failed, wrong provider or plugin, socket fallback)")
+        nccl_log_args = "".join(f" --expect-{key} {sh(str(value))}" for key, value in expect.items() if value)
     return environment().get_template("README.md.j2").render(
         site=inputs.site, description=inputs.description or facts.description, dir=inputs.dir,
         jobs=[{"launcher": name, "script": script_name(name)} for name in v.launchers],
         python=ctx["python"], container=ctx["container"], ranks_per_node_text=(
             "GPUs per node from the allocation and ZE_FLAT_DEVICE_HIERARCHY" if ctx["stacks"] else str(v.ranks_per_node)),
         library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
+        nccl_log_args=nccl_log_args,
         mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match)
 
 
