@@ -250,3 +250,17 @@ def test_invoke_nccl_log_bad_input_is_one_message(cli, args, message):
     result = cli("nccl-log", *args)
     assert result.returncode == 1 and result.stderr.startswith(message) and "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+PREFIXES = {"openmpi": "[1,3]<stdout>:", "timestamp": "2024-11-28T07:42:11.528Z ", "cloudwatch": "  | 2025-05-16T16:39:51.208-07:00 | ",
+            "slurm label": "12: ", "torchrun": "[default0]:", "python logging": "[2023-04-01 10:00:00,123] [INFO] "}
+
+
+@pytest.mark.parametrize("prefix", PREFIXES.values(), ids=PREFIXES.keys())
+def test_a_prefix_on_every_line_changes_no_classification(prefix):
+    for entry in INDEX:
+        text = (DATA / entry["file"]).read_text()
+        plain = nl.classify(nl.parse(text)[0])
+        prefixed = nl.classify(nl.parse("\n".join(prefix + line for line in text.splitlines()))[0])
+        assert [(h.host, h.transport, h.provider, h.plugin_state) for h in prefixed] == \
+               [(h.host, h.transport, h.provider, h.plugin_state) for h in plain], entry["file"]
