@@ -44,7 +44,7 @@ NO_HOST = "?"
 # nccl_net_ofi_plugin_t**):268 NCCL WARN", gpustack/gpustack#5553), then "NCCL INFO|WARN|TRACE".
 # RCCL prints the same "NCCL INFO" prefix (ROCm/rccl#419). A physical line may hold several
 # messages: CloudWatch exports repeat it in a second column (aws/aws-ofi-nccl#889), pastes join lines.
-_HEAD = re.compile(r"(?P<host>[^\s:|\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[^\n]{0,200}?:\d+\s+)?"
+_HEAD = re.compile(r"(?<![^\s:|\[\]>)])(?P<host>[^\s:|\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[^\n]{0,200}?:\d+\s+)?"
                    r"NCCL\s+(?P<level>INFO|WARN|TRACE)\s+")
 # No host prefix: "[0] NCCL INFO ..." or "NCCL INFO ..." at the start, after a timestamp or a tag
 # (aws/aws-ofi-nccl#801, NVIDIA/nccl#1292).
@@ -187,7 +187,7 @@ def parse(text: str) -> tuple[list[Line], str | None]:
         clean = _STAMP.sub(" ", raw)
         if version is None and (v := _VERSION.search(clean)):
             version = f"{v.group('lib')} {v.group('v')}"
-        heads = list(_HEAD.finditer(clean))
+        heads = list(_HEAD.finditer(clean)) if "NCCL" in clean else []
         for i, head in enumerate(heads):
             end = heads[i + 1].start() if i + 1 < len(heads) else len(clean)
             msg = clean[head.end():end].strip().rstrip("|").strip()
