@@ -170,6 +170,13 @@ def test_line_prefixes_are_read_and_lines_without_a_host_count_under_one():
         (nl.NO_HOST, "INFO", "Using network AWS Libfabric")]
 
 
+def test_colours_and_json_wrapped_lines_are_read():
+    coloured = "\x1b[36m(RayTrainWorker pid=950, ip=10.67.132.202)\x1b[0mworker-p5:950:3034 [0] NCCL INFO Using network IB"
+    wrapped = '{"log":"worker-p6:951:3035 [0] NCCL INFO Using network IB\\n","stream":"stderr"}'
+    lines, _ = nl.parse(coloured + "\n" + wrapped)
+    assert [(ln.host, ln.msg) for ln in lines] == [("worker-p5", "Using network IB"), ("worker-p6", "Using network IB")]
+
+
 def test_a_warning_from_the_network_turns_a_pass_into_a_warn():
     log = OFI_OK + "nid005012:61338:62013 [0] create_nccl_ofi_component:459 NCCL WARN NET/OFI Couldn't open AV. RC: -22\n"
     verdict = nl.read(log, OFI)

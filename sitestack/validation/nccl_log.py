@@ -51,6 +51,8 @@ _HEAD = re.compile(r"(?<![^\s:|\[\]>)])(?P<host>[^\s:|\[\]]+):(?P<pid>\d+):(?P<t
 _BARE = re.compile(r"^(?:.*?\s)?(?:\[(?P<dev>\d+)\]\s+)?(?:\S+:\d+\s+)?NCCL\s+(?P<level>INFO|WARN)\s+(?P<msg>.*)")
 # ISO timestamps (CloudWatch, journald, Kubernetes) hold colons that would pass for host:pid:tid.
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
+# Terminal colours (Ray, some launchers) around the prefix.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _VERSION = re.compile(r"\b(?P<lib>NCCL|RCCL) version\s*:?\s*(?P<v>\d+\.\d+\.\d+)")
 
 # The network chosen: "Using network AWS Libfabric|OFI|Libfabric|IB|IBext|Socket" (NCCL >= 2.5);
@@ -184,13 +186,14 @@ def parse(text: str) -> tuple[list[Line], str | None]:
     lines: list[Line] = []
     version = None
     for number, raw in enumerate(text.splitlines(), 1):
-        clean = _STAMP.sub(" ", raw)
+        clean = _STAMP.sub(" ", _ANSI.sub(" ", raw) if "\x1b" in raw else raw)
         if version is None and (v := _VERSION.search(clean)):
             version = f"{v.group('lib')} {v.group('v')}"
         heads = list(_HEAD.finditer(clean)) if "NCCL" in clean else []
         for i, head in enumerate(heads):
             end = heads[i + 1].start() if i + 1 < len(heads) else len(clean)
-            msg = clean[head.end():end].strip().rstrip("|").strip()
+            # a log kept as JSON strings ({"log": "...\\n"}) ends each message at its escaped newline
+            msg = clean[head.end():end].split("\\n", 1)[0].strip().rstrip("|").strip()
             lines.append(Line(head.group("host"), head.group("pid"), head.group("level"), msg, number))
         if not heads and (bare := _BARE.match(clean)):
             lines.append(Line(NO_HOST, "", bare.group("level"), bare.group("msg").strip(), number))
