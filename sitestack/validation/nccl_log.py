@@ -44,7 +44,7 @@ NO_HOST = "?"
 # nccl_net_ofi_plugin_t**):268 NCCL WARN", gpustack/gpustack#5553), then "NCCL INFO|WARN|TRACE".
 # RCCL prints the same "NCCL INFO" prefix (ROCm/rccl#419). A physical line may hold several
 # messages: CloudWatch exports repeat it in a second column (aws/aws-ofi-nccl#889), pastes join lines.
-_HEAD = re.compile(r"(?<![^\s:|\[\]>)])(?P<host>[^\s:|\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[^\n]{0,200}?:\d+\s+)?"
+_HEAD = re.compile(r"(?<![^\s:|\[\]>)\"'])(?P<host>[^\s:|\[\]\"']+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[^\n]{0,200}?:\d+\s+)?"
                    r"NCCL\s+(?P<level>INFO|WARN|TRACE)\s+")
 # No host prefix: "[0] NCCL INFO ..." or "NCCL INFO ..." at the start, after a timestamp or a tag
 # (aws/aws-ofi-nccl#801, NVIDIA/nccl#1292).
