@@ -213,14 +213,15 @@ def _network_kind(name: str) -> str:
     return low
 
 
-def _process_transport(lines: list[Line], old_bootstrap: bool) -> str:
+def _process_transport(lines: list[Line], old_bootstrap: bool, host_ibext: bool = False) -> str:
     """One process's choice: its "Using network" line, else its channels, else NCCL's order
     (external plugin, then IB, then sockets: the first that initialises is used).
 
     ``old_bootstrap``: the log has no "Bootstrap : Using" line, so it may come from NCCL < 2.4.8,
     whose bootstrap printed "NET/Socket : Using" before the data path was chosen (2.4.8 renamed
     it, NVIDIA/nccl#352 vs Mellanox/nv_peer_memory#56): that line alone does not prove a socket
-    fallback (a missing IB device, or no ibverbs, beside it does).
+    fallback (a missing IB device, or no ibverbs, beside it does). ``host_ibext``: another process
+    of the host shows the IBext plugin, which prints the same "NET/IB : Using" line as NCCL's IB.
     """
     named = [m.group("name") for ln in lines if (m := _NETWORK.match(ln.msg))]
     if named:
@@ -230,13 +231,13 @@ def _process_transport(lines: list[Line], old_bootstrap: bool) -> str:
         return _network_kind(via[-1])
     msgs = [ln.msg for ln in lines]
     ibext_off = any(_env(m, "NCCL_IBEXT_DISABLE", "1") for m in msgs)
-    if not ibext_off and any((m2 := _SHARP.match(m)) and m2.group("p2p") == "IBext" for m in msgs):
+    if not ibext_off and any((m2 := _SHARP.match(m)) and (m2.group("p2p") or "").startswith("IBext") for m in msgs):
         return "ibext"
     plugin_failed = any(_INIT_FAILED.search(m) for m in msgs)
     if not plugin_failed and any(m.startswith("NET/OFI ") for m in msgs):
         return "ofi"  # the OFI plugin prints NET/OFI lines only once NCCL loaded it
     if any(_IB_USING.match(m) for m in msgs):
-        return "ib"
+        return "ibext" if host_ibext and not ibext_off else "ib"
     if any(_SOCKET_USING.match(m) for m in msgs):
         no_ib = any(_IB_NONE.match(m) or _NO_VERBS.search(m) or _env(m, "NCCL_IB_DISABLE", "1") for m in msgs)
         return "socket" if (no_ib or not old_bootstrap) else "unknown"
@@ -257,7 +258,10 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
     by_pid: dict[str, list[Line]] = {}
     for ln in lines:
         by_pid.setdefault(ln.pid, []).append(ln)
-    known = sorted({c for pl in by_pid.values() if (c := _process_transport(pl, old_bootstrap)) != "unknown"})
+    choices = {pid: _process_transport(pl, old_bootstrap) for pid, pl in by_pid.items()}
+    if "ibext" in choices.values():
+        choices = {pid: _process_transport(pl, old_bootstrap, host_ibext=True) for pid, pl in by_pid.items()}
+    known = sorted({c for c in choices.values() if c != "unknown"})
     r.transports = known
     r.selected = known[0] if len(known) == 1 else ("mixed" if known else "unknown")
     channels = [ln for ln in lines if _VIA_NET.search(ln.msg) or _VIA_LOCAL.search(ln.msg)]
@@ -266,6 +270,7 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
     # whatever network NCCL set up for other nodes
     r.transport = "intra-node" if r.intra_node_only else r.selected
     names: dict[str, str] = {}
+    ofi_warnings: list[str] = []
     for ln in lines:
         msg = ln.msg
         keep = False
@@ -288,7 +293,10 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
             names.setdefault("sharp", "nccl-rdma-sharp-plugins")
         if _INIT_FAILED.search(msg):
             if r.plugin_state != "failed":
-                r.plugin_state, r.plugin_message, keep = "failed", msg, True
+                # quote the plugin's own reason where it warned first ("Only EFA provider is supported",
+                # aws/deep-learning-containers#2675), else the failure line
+                reason = next((w for w in ofi_warnings if w != msg), msg)
+                r.plugin_state, r.plugin_message, keep = "failed", reason, True
         elif _NOT_FOUND.search(msg) and r.plugin_state == "none":
             r.plugin_state = "not-found" if _MISSING.search(msg) else "failed"
             r.plugin_message, keep = msg, True
@@ -302,6 +310,8 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
             r.ib_devices, keep = m.group("kind") + (m.group("sharp") or ""), True
         if _SOCKET_USING.match(msg) and old_bootstrap and r.selected in ("ofi", "ib", "ibext"):
             r.bootstrap_socket, keep = True, not r.bootstrap_socket
+        if ln.level == "WARN" and msg.startswith("NET/OFI"):
+            ofi_warnings.append(msg)
         if ln.level == "WARN" and _NET_WARN.match(msg):
             r.warnings.append(msg)
             keep = True
@@ -324,7 +334,7 @@ def label(r: HostReport) -> str:
     extra = [f"provider {r.provider}"] if r.provider else []
     if r.ib_devices and r.selected in ("ib", "ibext") and r.ib_devices != "IB":
         extra.append(r.ib_devices)
-    if r.plugin and r.plugin_state == "loaded":
+    if r.plugin and r.plugin_state == "loaded" and r.selected in ("ofi", "ibext"):
         extra.append(r.plugin)
     if extra:
         text += " (" + ", ".join(extra) + ")"
