@@ -26,8 +26,9 @@ INDEX = yaml.safe_load((DATA / "index.yml").read_text())
 def test_the_corpus_holds_forty_real_logs_each_with_its_source():
     files = sorted(p.name for p in DATA.glob("*.log"))
     assert files == sorted(e["file"] for e in INDEX), "every log has one index entry and every entry a log"
-    assert len(files) >= 40
-    assert all(e["source"].startswith("https://github.com/") for e in INDEX)
+    # users' logs from public threads; a few are the job's own logs from real GPU runs ("recorded: ...")
+    assert all(e["source"].startswith(("https://github.com/", "recorded: ")) for e in INDEX)
+    assert sum(e["source"].startswith("https://github.com/") for e in INDEX) >= 40
     formats = {e["format"].split(",")[0] for e in INDEX}
     assert {"host:pid:tid", "openmpi", "cloudwatch", "pdsh", "no-prefix"} <= formats
     transports = {t for e in INDEX for t in e["hosts"].values()}
