@@ -266,3 +266,43 @@ def test_facts_stage_env_needs_local_scratch(tmp_path: Path):
     result = run_invoke("job-template", "--playbook", str(bad))
     assert result.returncode == 1 and "stage_env needs local_scratch" in result.stderr, result.stderr
     assert "local.yml:" in result.stderr and "Traceback" not in result.stderr
+
+
+GOLDEN = Path(__file__).parent / "golden" / "launch"
+
+
+@pytest.mark.parametrize("site", list_sites())
+def test_helpers_match_golden(site: str, tmp_path: Path):
+    """The rendered helpers of every site, reviewed once (SITESTACK_UPDATE_GOLDEN=1 rewrites them)."""
+    prefix = Path("/opt/sitestack-golden")
+    loaded = pb.load(site)
+    ctx = RunContext.resolve(loaded, home="/home/u", user="u", account="proj", prefix=str(prefix),
+                             options=RunOptions(), actions=ACTIONS)
+    for name, (text, _mode) in helper_files(launch_inputs(ctx, f"{prefix}/bin")).items():
+        path = GOLDEN / f"{site}-{name}"
+        if os.environ.get("SITESTACK_UPDATE_GOLDEN"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        assert path.exists(), f"{path} missing: run with SITESTACK_UPDATE_GOLDEN=1 once and review it"
+        assert text == path.read_text(), f"{path} differs from the rendering (SITESTACK_UPDATE_GOLDEN=1 to accept)"
+
+
+def test_frontier_stages_a_conda_pack(tmp_path: Path):
+    """Frontier's env is a conda env: conda-pack makes the pack, conda-unpack fixes the copy up (OLCF's guide)."""
+    render("frontier", tmp_path)
+    stage = (tmp_path / "bin" / "sitestack-stage-env").read_text()
+    assert f"SITESTACK_PACK={tmp_path}/packs/pytorch-2.2.2-rocm5.7.tar.gz" in stage
+    assert '_sitestack_dir="/mnt/bb/${USER}"' in stage  # {user} is the job's user, bound when it runs
+    assert "sbcast --force --preserve" in stage and "bin/conda-unpack" in stage and "CONDA_PREFIX=" in stage
+    from sitestack.installs.env_pack import Pack
+    from sitestack.installs.venv_stack import stack_for
+    ctx = RunContext.resolve(pb.load("frontier"), home="/home/u", user="u", account="proj", prefix=str(tmp_path),
+                             options=RunOptions(), actions=ACTIONS)
+    pack = Pack(stack_for(ctx), str(tmp_path))
+    assert pack.kind == "conda" and pack.conda_pack_argv("/env", "/out.tar.gz") == [
+        f"{tmp_path}/tools/conda-pack/bin/conda-pack", "--prefix", "/env", "--output", "/out.tar.gz",
+        "--format", "tar.gz", "--n-threads", "-1", "--force", "--quiet"]
+    # The other sites do not stage: no sitestack-stage-env, and the pack step has nothing to do.
+    for site in ("lumi", "dawn", "cirrus", "local"):
+        render(site, tmp_path / site)
+        assert not (tmp_path / site / "bin" / "sitestack-stage-env").exists()
