@@ -306,3 +306,23 @@ def test_frontier_stages_a_conda_pack(tmp_path: Path):
     for site in ("lumi", "dawn", "cirrus", "local"):
         render(site, tmp_path / site)
         assert not (tmp_path / site / "bin" / "sitestack-stage-env").exists()
+
+
+def test_hostile_scratch_and_prefix_stay_inert_in_the_stage_script(tmp_path: Path):
+    ctx = RunContext.resolve(pb.load("frontier"), home="/h", user="u", account=None, prefix=str(tmp_path),
+                             options=RunOptions(), actions=ACTIONS)
+    marker = tmp_path / "ran"
+    evil_prefix = f"{tmp_path}/it's $(touch {marker})"
+    inputs = LaunchInputs(site="frontier", facts=ctx.facts, bin=f"{evil_prefix}/bin", env={},
+                          scratch=f"{tmp_path}/nvme/$(touch {marker})`touch {marker}`",
+                          pack=f"{evil_prefix}/packs/p.tar.gz", pack_kind="conda", fixup="bin/conda-unpack")
+    from sitestack.validation.launch_env import render_stage
+    stage = tmp_path / "stage"
+    stage.write_text(render_stage(inputs))
+    for shell in SHELLS:
+        # Outside a job it stops at once (no sbcast without a job), after reading every assignment.
+        out = subprocess.run([shell, "-c", '. "$1"; printf "%s|%s" "$?" "$SITESTACK_PACK"', shell, str(stage)],
+                             capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+        assert out.stdout == f"1|{evil_prefix}/packs/p.tar.gz" and "not in a Slurm job" in out.stderr, out
+    assert not marker.exists()
+    assert f'_sitestack_dir="{tmp_path}/nvme/\\$(touch {marker})\\`touch {marker}\\`"' in stage.read_text()
