@@ -65,6 +65,15 @@ def test_pack_is_made_once(staged):
     again = run_invoke("provision", "--playbook", str(staged["playbook"]), "--prefix", str(staged["prefix"]),
                        "--tags", "pack,launch")
     assert again.returncode == 0 and "changed" not in again.stdout.split("RECAP")[0], again.stdout
+    # A new stack (its manifest changes) needs a new pack; check mode says so and changes nothing.
+    manifest = staged["prefix"] / "pytorch" / "2.13.0-cpu.manifest.json"
+    manifest.write_text('{"changed": true}\n')
+    try:
+        planned = run_invoke("provision", "--playbook", str(staged["playbook"]), "--prefix", str(staged["prefix"]),
+                             "--tags", "pack", "--check", "--fail-on-change")
+        assert planned.returncode == 2 and "the stack changed since it was packed" in planned.stdout, planned.stdout
+    finally:
+        manifest.unlink()
 
 
 def test_sbcast_unpack_fixup_and_use(staged, slurm_cluster, tmp_path: Path):
