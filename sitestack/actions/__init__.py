@@ -10,8 +10,10 @@ from sitestack.actions.apt_packages import AptPackages
 from sitestack.actions.base import Action
 from sitestack.actions.command import Command
 from sitestack.actions.directory import Directory
+from sitestack.actions.launch_env import InstallLaunchEnv
 from sitestack.actions.modulefiles import ModuleFiles
 from sitestack.actions.modules_available import ModulesAvailable
+from sitestack.actions.pack_env import PackStackEnv
 from sitestack.actions.recipe_install import RecipeInstall
 from sitestack.actions.require_tools import RequireTools
 from sitestack.actions.site_facts import SiteFacts
@@ -23,7 +25,7 @@ from sitestack.actions.venv_hook import VenvHook
 ACTIONS: dict[str, type[Action]] = {cls.action: cls for cls in (
     Directory, RequireTools, ModulesAvailable, SiteFacts, AptPackages, Command,
     RecipeInstall,
-    StackVenv, VenvHook, ModuleFiles, InstallValidationJob,
+    StackVenv, VenvHook, ModuleFiles, InstallValidationJob, PackStackEnv, InstallLaunchEnv,
 )}
 
 __all__ = ["ACTIONS", "Action"]

@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sitestack.core import schema
+from sitestack.core.hostbase import Host
 from sitestack.core.step import Step
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand_all
@@ -65,3 +67,34 @@ def unified_diff(old: str | None, new: str, path: str) -> str:
 def log_name(step_name: str) -> str:
     """A log file name for a step: its name with anything but letters, digits, . and - as _."""
     return re.sub(r"[^A-Za-z0-9.-]+", "_", step_name).strip("_") + ".log"
+
+
+def files_pending(host: Host, base: str, files: Mapping[str, tuple[str, int]]) -> list[str]:
+    """Why the files below ``base`` (relative path -> (content, mode)) need writing: one reason each."""
+    reasons = []
+    for rel, (text, _mode) in files.items():
+        current = host.read_text(f"{base}/{rel}")
+        if current is None:
+            reasons.append(f"{rel} missing")
+        elif current != text:
+            reasons.append(f"{rel} differs")
+    return reasons
+
+
+def files_diff(host: Host, base: str, files: Mapping[str, tuple[str, int]]) -> str | None:
+    """A unified diff of every file below ``base`` that would change (None: none would)."""
+    parts = []
+    for rel, (text, _mode) in files.items():
+        path = f"{base}/{rel}"
+        current = host.read_text(path)
+        if current != text:
+            parts.append(unified_diff(current, text, path))
+    return "".join(parts) or None
+
+
+def write_files(host: Host, base: str, files: Mapping[str, tuple[str, int]]) -> None:
+    """Write the files below ``base`` that differ (compare before write: unchanged files keep their mtime)."""
+    for rel, (text, mode) in files.items():
+        path = f"{base}/{rel}"
+        if host.read_text(path) != text:
+            host.write_text(path, text, mode)

@@ -15,15 +15,16 @@ import hashlib
 import shlex
 from dataclasses import dataclass, field
 
-from sitestack.actions.base import Action, log_name, unified_diff
+from sitestack.actions.base import Action, files_diff, files_pending, log_name, write_files
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.paths import SOURCES_DIR
 from sitestack.core.quoting import in_prefix_problem
-from sitestack.installs.venv_stack import stack_for
+from sitestack.installs.venv_stack import Stack, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
 from sitestack.model.siteenv import in_site_env
+from sitestack.validation import launch_env
 from sitestack.validation.jobs import JobInputs, job_files
 
 PROBE_SOURCES = SOURCES_DIR / "mpi_probe"
@@ -33,13 +34,19 @@ PROBE_EXE = "mpi-probe/bin/sitestack-mpi-probe"
 STAMP = "mpi-probe/.sitestack-stamp"
 
 
-def stack_python(ctx: RunContext) -> str | None:
-    """The Python of the site's stack environment, where the playbook makes one (a stack-venv step)."""
+def site_stack(ctx: RunContext) -> Stack | None:
+    """The site's stack environment, where the playbook makes one (a stack-venv step)."""
     spec = next((s for s in ctx.site.steps if s.action == "stack-venv"), None)
     if spec is None:
         return None
     args = ctx.actions[spec.action].from_spec(spec, ctx).args  # placeholders filled
-    return f"{stack_for(ctx, getattr(args, 'name', None)).bin}/python"
+    return stack_for(ctx, getattr(args, 'name', None))
+
+
+def stack_python(ctx: RunContext) -> str | None:
+    """The Python of the site's stack environment, where the playbook makes one (a stack-venv step)."""
+    stack = site_stack(ctx)
+    return f"{stack.bin}/python" if stack else None
 
 
 def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs:
@@ -47,7 +54,16 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
     the checks run with ``python``, else the stack's Python, else facts.python.executable."""
     runtime = {"user": "${USER}", "home": "${HOME}"}
     env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
-    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx))
+    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
+                     stage_env=stage_script(ctx))
+
+
+def stage_script(ctx: RunContext) -> str | None:
+    """``sitestack-stage-env`` as the install-launch-env step installs it, where the site stages its env."""
+    spec = next((s for s in ctx.site.steps if s.action == "install-launch-env"), None)
+    if spec is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
+        return None
+    return f"{ctx.actions[spec.action].from_spec(spec, ctx).args.dir.rstrip('/')}/{launch_env.STAGE}"
 
 
 def probe_digest(cc: str, build_python: str, flavour: str) -> str:
@@ -94,13 +110,7 @@ class InstallValidationJob(Action):
 
     # -- Step ----------------------------------------------------------------------------------
     def pending(self, host: Host) -> str | None:
-        reasons = []
-        for rel, (text, _mode) in self.files().items():
-            current = host.read_text(f"{self.args.dir}/{rel}")
-            if current is None:
-                reasons.append(f"{rel} missing")
-            elif current != text:
-                reasons.append(f"{rel} differs")
+        reasons = files_pending(host, self.args.dir, self.files())
         if self.args.build_probe:
             stamp = host.read_text(f"{self.args.dir}/{STAMP}")
             if stamp is None or not host.exists(f"{self.args.dir}/{PROBE_EXE}"):
@@ -113,19 +123,10 @@ class InstallValidationJob(Action):
         return "; ".join(shown)
 
     def diff(self, host: Host) -> str | None:
-        parts = []
-        for rel, (text, _mode) in self.files().items():
-            path = f"{self.args.dir}/{rel}"
-            current = host.read_text(path)
-            if current != text:
-                parts.append(unified_diff(current, text, path))
-        return "".join(parts) or None
+        return files_diff(host, self.args.dir, self.files())
 
     def apply(self, host: Host) -> None:
-        for rel, (text, mode) in self.files().items():
-            path = f"{self.args.dir}/{rel}"
-            if host.read_text(path) != text:
-                host.write_text(path, text, mode)
+        write_files(host, self.args.dir, self.files())
         if self.args.build_probe:
             stamp = host.read_text(f"{self.args.dir}/{STAMP}")
             if stamp is None or stamp.strip() != self.digest() or not host.exists(f"{self.args.dir}/{PROBE_EXE}"):

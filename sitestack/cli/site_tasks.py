@@ -1,4 +1,4 @@
-"""Tasks about sites and playbooks: sites, show-site, provision, actions, benchmark."""
+"""Tasks about sites and playbooks: sites, show-site, provision, actions, job-template, benchmark."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from sitestack.cli.common import (
 )
 from sitestack.core.host import local_host
 from sitestack.core.paths import REPO
+from sitestack.engine import jobtemplate, select
 from sitestack.engine import playbook as pb
-from sitestack.engine import select
 from sitestack.engine.cli import (
     SitestackTask,
     account_option,
@@ -136,6 +136,22 @@ def actions(c: Context) -> None:
             doc = f.metadata.get("doc", "")
             shown = f.default is not dataclasses.MISSING and f.default is not None and "(default" not in doc
             print(f"    {f.name}: {doc}" + (f" (default {f.default!r})" if shown else ""))
+
+
+@task(klass=SitestackTask, auto_shortflags=False, help={
+    "site": SITE_HELP, "playbook": PLAYBOOK_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_HELP,
+    "output": "write the script to FILE (default: print it)", "debug": DEBUG_HELP})
+def job_template(c: Context, site: str | None = None, playbook: str | None = None, prefix: str | None = None,
+                 account: str | None = None, output: str | None = None, debug: bool = False) -> None:
+    """Print a job script for the site that users can copy: stack module, launch helper, one srun/mpiexec."""
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        options = run_options(c, prefix=prefix, account=account)
+        text = jobtemplate.job_template(loaded, options)
+        if output:
+            jobtemplate.write_template(text, output)
+        else:
+            print(text, end="")
 
 
 @task(klass=SitestackTask, auto_shortflags=False, help={"name": "run only benchmarks/NAME.py (default: all)"})

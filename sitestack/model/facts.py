@@ -64,6 +64,14 @@ class Node:
     cores: int = field(metadata=_doc("physical CPU cores per node", min=1, max=65536))
     memory_gb: int | None = field(default=None, metadata=_doc("memory per node in GB"))
     local_scratch: str | None = field(default=None, metadata=_doc("node-local scratch directory, e.g. /tmp or /mnt/bb/$USER"))
+    stage_env: bool = field(default=False, metadata=_doc(
+        "jobs copy the packed stack env to local_scratch with sbcast and run from there (Frontier's NVMe: "
+        "2 s to import torch instead of 51 s from Lustre); the pack-stack-env step makes the pack"))
+
+    def check(self) -> str | None:
+        if self.stage_env and not (self.local_scratch or "").startswith(("/", "{")):
+            return "stage_env needs local_scratch: an absolute node-local directory"
+        return None
 
 
 @dataclass(frozen=True)

@@ -1114,6 +1114,7 @@ class Run:
             "ranks": self.ranks,
             "bandwidth": self.bandwidth,
             "mpi": {k: v for k, v in self.mpi_data.items() if k in ("probe", "mpi4py")},
+            "startup": read_startup(self.args.startup_result),
             "elapsed_s": round(time.time() - self.start, 2),
             "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": "bandwidth.png"},
         }
@@ -1126,6 +1127,18 @@ class Run:
             handle.write(ddp_report.markdown(result))
         self.result = result
         return result
+
+
+def read_startup(path: str | None) -> dict[str, Any] | None:
+    """The job's start-up timings (``--startup-result``): None without one, a note when unreadable."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return {"note": f"cannot read {path}: {exc}"}
+    return data if isinstance(data, dict) else {"note": f"{path} holds no JSON object"}
 
 
 # -- Slurm host lists ---------------------------------------------------------------------------------
@@ -1314,6 +1327,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="warm-up iterations per size (default 5 on GPU, 2 on CPU)")
     p.add_argument("--device", choices=("auto", "cpu"), default="auto", help="cpu: use gloo on CPU even where GPUs exist")
     p.add_argument("--mpi-probe-result", default=None, help="JSON the MPI probe step wrote")
+    p.add_argument("--startup-result", default=None,
+                   help="JSON the job wrote: `import torch` seconds from the shared prefix and from node-local storage")
     p.add_argument("--nccl-log", default=None, help="NCCL_DEBUG=INFO log file(s) (a glob) to judge; default OUT/nccl/*.log")
     p.add_argument("--no-mpi", action="store_true", help="do not import mpi4py")
     args = p.parse_args(argv)

@@ -64,6 +64,7 @@ def markdown(result: dict[str, Any]) -> str:
     if problems:
         out += ["Further problems:", ""] + [f"- {name}: {p}" for name, p in problems] + [""]
 
+    out += startup_lines(result.get("startup"))
     ranks = result.get("ranks") or []
     if ranks:
         out += ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs |", "|---|---|---|---|---|---|"]
@@ -219,3 +220,17 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def startup_lines(startup: dict[str, Any] | None) -> list[str]:
+    """The start-up section: `import torch` from the shared prefix and from node-local storage."""
+    if not startup:
+        return []
+    def secs(value: Any) -> str:
+        return f"{value:.2f} s" if isinstance(value, (int, float)) else "not measured"
+    lines = ["## Start-up (`import torch`, slowest node)", "",
+             f"- from the shared prefix ({startup.get('shared_path', '?')}): {secs(startup.get('shared_s'))}",
+             f"- from node-local storage ({startup.get('staged_path') or 'not staged'}): {secs(startup.get('staged_s'))}"]
+    if startup.get("note"):
+        lines.append(f"- {startup['note']}")
+    return lines + [""]

@@ -98,6 +98,7 @@ class JobInputs:
     env: Mapping[str, str]  # facts.env with {user}/{home} left to the job ($USER, $HOME)
     python: str | None = None  # the Python that runs the checks (default facts.python.executable)
     description: str = ""
+    stage_env: str | None = None  # sitestack-stage-env, where the site stages its env on node-local storage
 
 
 def script_name(launcher: str) -> str:
@@ -179,6 +180,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "masks": masks,
         "per_node": facts.gpu.per_node or v.ranks_per_node,
         "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
+        "stage_env": inputs.stage_env or "",
     }
 
 

@@ -1,0 +1,41 @@
+"""``invoke job-template``: a site's job script for users to copy (docs/launch.md).
+
+The script is rendered for the local user's view of the site (its prefix, the helpers' paths as
+the playbook's install-launch-env step installs them); it sources ``sitestack-launch-env`` and
+loads the stack module the way users do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sitestack.actions import ACTIONS
+from sitestack.actions.launch_env import launch_inputs
+from sitestack.core.errors import InputError
+from sitestack.model.context import RunContext, RunOptions
+from sitestack.model.site import Site, host_env_defaults
+from sitestack.validation.launch_env import render_job_template
+
+
+def job_template(site: Site, options: RunOptions) -> str:
+    """The job script of ``site`` (InputError where the playbook installs no launch helpers)."""
+    spec = next((s for s in site.steps if s.action == "install-launch-env"), None)
+    if spec is None:
+        raise InputError(site.path, "the playbook has no install-launch-env step, so there is no launch helper "
+                         "for a job to source")
+    home, user = host_env_defaults()
+    ctx = RunContext.resolve(site, home=home, user=user, account=options.account, prefix=options.prefix,
+                             options=options, actions=ACTIONS)
+    args = ACTIONS[spec.action].from_spec(spec, ctx).args
+    return render_job_template(launch_inputs(ctx, args.dir))
+
+
+def write_template(text: str, output: str) -> None:
+    """Write the script to ``output`` (a file; its directory must exist)."""
+    path = Path(output)
+    if path.is_dir():
+        raise InputError("--output", f"{output!r} is a directory; name the job script's file")
+    if not path.parent.is_dir():
+        raise InputError("--output", f"{str(path.parent)!r} does not exist")
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)

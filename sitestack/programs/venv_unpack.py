@@ -1,0 +1,87 @@
+"""Fix up a venv unpacked from a sitestack pack at a new place (the venv's ``conda-unpack``).
+
+Shipped inside the pack as ``.sitestack-unpack.py`` and run on each node by the unpacked
+environment's own interpreter: ``<new>/bin/python <new>/.sitestack-unpack.py``. It imports
+nothing of sitestack (it runs with the stack's Python on a compute node).
+
+A venv's interpreter finds its prefix from the ``pyvenv.cfg`` beside ``bin/python``, wherever the
+tree lies, so ``import torch`` works from the copy as it is. What names the old prefix, and is
+rewritten here: the ``#!`` line of scripts in ``bin/`` (pip writes the interpreter's absolute
+path), the activate scripts (``VIRTUAL_ENV=...``), and ``.pth`` files in site-packages. The old
+prefixes come from ``.sitestack-pack.json`` beside this file. Binary files are left alone (a
+compiled extension never embeds the venv's path; conda-unpack has binary placeholders because
+conda packages do). Exit 0 when done, 1 with a message when the tree is not a sitestack pack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def rewrite(path: str, old: list[str], new: str, *, first_line_only: bool) -> bool:
+    """Replace each old prefix by ``new`` in a text file (only its first line for scripts); True if changed."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return False
+    if b"\0" in data[:1024]:
+        return False  # a binary
+    head, sep, tail = data.partition(b"\n") if first_line_only else (data, b"", b"")
+    if first_line_only and not head.startswith(b"#!"):
+        return False
+    changed = head
+    for prefix in old:
+        # Longest first (the caller sorts them), so a prefix of another prefix cannot cut it.
+        changed = changed.replace(prefix.encode(), new.encode())
+    if changed == head:
+        return False
+    mode = os.stat(path).st_mode & 0o7777
+    tmp = path + ".sitestack-unpack"
+    with open(tmp, "wb") as handle:
+        handle.write(changed + sep + tail)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    return True
+
+
+def fix_up(root: str) -> int:
+    """Rewrite the old prefixes under ``root``; the number of files changed."""
+    with open(os.path.join(root, ".sitestack-pack.json"), encoding="utf-8") as handle:
+        record = json.load(handle)
+    old = sorted((p for p in record["prefixes"] if p != root), key=len, reverse=True)
+    if not old:
+        return 0
+    count = 0
+    bindir = os.path.join(root, "bin")
+    for name in sorted(os.listdir(bindir)):
+        path = os.path.join(bindir, name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue  # bin/python links to the base interpreter, which stays where it is
+        whole = name.startswith("activate") or name == "Activate.ps1"
+        count += rewrite(path, old, root, first_line_only=not whole)
+    lib = os.path.join(root, "lib")
+    for dirpath, _dirs, files in os.walk(lib):
+        if os.path.basename(dirpath) != "site-packages":
+            continue
+        for name in files:
+            if name.endswith(".pth"):
+                count += rewrite(os.path.join(dirpath, name), old, root, first_line_only=False)
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    root = os.path.realpath(args[0] if args else os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(root, ".sitestack-pack.json")):
+        print(f"sitestack-unpack: {root} is not an unpacked sitestack pack (no .sitestack-pack.json)", file=sys.stderr)
+        return 1
+    changed = fix_up(root)
+    print(f"sitestack-unpack: {root}: {changed} files point at the new prefix")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

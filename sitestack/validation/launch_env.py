@@ -1,0 +1,152 @@
+"""The users' launch helpers of a site, rendered from its facts, and its job-script template.
+
+Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.md):
+
+- ``sitestack-launch-env``: POSIX sh, sourced in a batch script or a task. It exports what the
+  sites' procedures compute by hand (seed 003's ``setup_mpi.sh``, seed 000's ``get-master`` and
+  masks, seed 001's MASTER_ADDR and MIOpen cache): NODELIST, NNODES, TASKS_PER_NODE, CPUS_PER_TASK,
+  WORLD_SIZE, MASTER_ADDR, a job-unique MASTER_PORT (:func:`sitestack.validation.jobs.master_port`),
+  RANK/LOCAL_RANK inside a task, the CPU masks, the MIOpen cache per node and job, facts.env.
+- ``sitestack-launch CMD...``: runs CMD with it sourced, once per task under srun or mpiexec.
+- ``sitestack-stage-env`` (sites with ``node.stage_env``): the packed stack env broadcast with
+  sbcast to node-local storage, unpacked, fixed up, checked and put first on PATH.
+
+:func:`render_job_template` is what ``invoke job-template`` prints: a job that loads the stack
+module the way users do and sources the helper. Every value from the facts reaches the text through
+:mod:`sitestack.core.quoting` (``|q`` and :func:`~sitestack.core.quoting.sh_expanding`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sitestack.core.quoting import sh_expanding
+from sitestack.model.site import Facts
+from sitestack.model.siteenv import prelude
+from sitestack.validation import jobs
+from sitestack.validation import masks as masks_mod
+
+HELPER = "sitestack-launch-env"
+LAUNCH = "sitestack-launch"
+STAGE = "sitestack-stage-env"
+#: MIOpen's cache directory where facts.env names none (seed 000: /tmp, per user).
+MIOPEN_DEFAULT = "/tmp/${USER}-miopen"
+MIOPEN_KEYS = ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR")
+
+
+@dataclass(frozen=True)
+class LaunchInputs:
+    """What a site's helpers depend on besides the facts."""
+
+    site: str
+    facts: Facts
+    bin: str  # where the helpers are installed, e.g. {prefix}/bin
+    env: Mapping[str, str]  # facts.env with {user}/{home} as ${USER}/${HOME}
+    scratch: str | None = None  # node.local_scratch with {user}/{home} as ${USER}/${HOME}
+    pack: str | None = None  # the packed stack env (sites that stage it)
+    pack_kind: str = "venv"  # conda or venv
+    fixup: str = ""  # the fix-up program, relative to the unpacked env
+    stack_module: str = ""  # e.g. pytorch/2.13.0-cpu
+    module_root: str = ""  # where the stack's module files are
+
+    @property
+    def stage(self) -> bool:
+        return bool(self.facts.node.stage_env and self.pack and self.scratch)
+
+
+def _context(inputs: LaunchInputs) -> dict[str, Any]:
+    facts = inputs.facts
+    v = jobs.validation_of(facts)
+    binding = masks_mod.Binding.from_facts(facts)
+    stacks = 2 if facts.gpu.unit == "stack" else 0
+    env = [(k, sh_expanding(value)) for k, value in inputs.env.items() if k not in MIOPEN_KEYS]
+    amd = facts.gpu.vendor == "amd" or facts.rocm is not None
+    miopen = sh_expanding(inputs.env.get("MIOPEN_USER_DB_PATH") or MIOPEN_DEFAULT) if amd else ""
+    return {
+        "site": inputs.site,
+        "description": facts.description,
+        "path": f"{inputs.bin}/{HELPER}",
+        "launch": f"{inputs.bin}/{LAUNCH}",
+        "launch_name": LAUNCH,
+        "port_base": jobs.PORT_BASE,
+        "port_span": jobs.PORT_SPAN,
+        "env": env,
+        "stacks": stacks,
+        "cards": (facts.gpu.per_node // stacks) if stacks else 0,
+        "node_cores": facts.node.cores,
+        "ranks_per_node": v.ranks_per_node,
+        "cores_per_rank": facts.gpu.cores_per_gpu or 0,
+        "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
+        "masks": ",".join(masks_mod.rank_masks(binding)) if binding else "",
+        "miopen": miopen,
+    }
+
+
+def render_helper(inputs: LaunchInputs) -> str:
+    """``sitestack-launch-env``."""
+    return jobs.environment().get_template("launch-env.sh.j2").render(**_context(inputs))
+
+
+def render_launch(inputs: LaunchInputs) -> str:
+    """``sitestack-launch``."""
+    return jobs.environment().get_template("launch.sh.j2").render(**_context(inputs))
+
+
+def render_stage(inputs: LaunchInputs) -> str:
+    """``sitestack-stage-env`` (only where the site stages its env)."""
+    if not inputs.stage or inputs.pack is None or inputs.scratch is None:
+        raise ValueError("the site does not stage its env (facts.node.stage_env) or has no pack")
+    fixup_text = "conda-unpack" if inputs.pack_kind == "conda" else "sitestack's venv fix-up"
+    return jobs.environment().get_template("stage-env.sh.j2").render(
+        site=inputs.site, path=f"{inputs.bin}/{STAGE}", pack=inputs.pack, kind=inputs.pack_kind,
+        scratch=sh_expanding(inputs.scratch), scratch_text=inputs.scratch, fixup=inputs.fixup, fixup_text=fixup_text)
+
+
+def helper_files(inputs: LaunchInputs) -> dict[str, tuple[str, int]]:
+    """Every file of the install-launch-env step: name in ``bin`` -> (content, mode)."""
+    files = {HELPER: (render_helper(inputs), 0o644), LAUNCH: (render_launch(inputs), 0o755)}
+    if inputs.stage:
+        files[STAGE] = (render_stage(inputs), 0o644)
+    return files
+
+
+def template_launcher(facts: Facts) -> str:
+    """srun, or mpiexec where the site's jobs start with it (Dawn: Intel MPI's Hydra)."""
+    first = jobs.validation_of(facts).launchers[0]
+    if first in ("srun", "mpiexec"):
+        return first
+    return "srun" if facts.mpi.launcher == "srun" else "mpiexec"
+
+
+def render_job_template(inputs: LaunchInputs) -> str:
+    """The job script ``invoke job-template`` prints: modules, the stack module, the helper, one launch."""
+    facts = inputs.facts
+    v = jobs.validation_of(facts)
+    ctx = _context(inputs)
+    job = jobs.job_context(jobs.JobInputs(site=inputs.site, facts=facts, dir="", env={}), v.launchers[0]
+                           if v.launchers[0] in jobs.LAUNCHERS else "srun")
+    sbatch = [line for line in job["sbatch"] if not line.startswith(("--ntasks-per-node=", "--time="))]
+    sbatch.append(f"--time={facts.scheduler.time}")
+    if v.bind == "mask" and ctx["masks"]:
+        bind = ' --cpu-bind=mask_cpu:"$CPU_MASKS"'
+    elif v.bind == "gpu-closest":
+        bind = ' --cpus-per-task="$CPUS_PER_TASK" --gpus-per-task=1 --gpu-bind=closest'
+    else:
+        bind = ' --cpus-per-task="$CPUS_PER_TASK"'
+    container = None
+    exec_prefix = ""
+    if facts.container:
+        runtime = facts.container.runtime
+        binds = ",".join((*facts.container.bind, inputs.bin.rsplit("/", 1)[0]))
+        container = {"runtime": runtime, "image": facts.container.image or "", "bind_var": jobs.BIND_VARS[runtime],
+                     "binds": sh_expanding(binds)}
+        exec_prefix = f'{runtime} exec "$SIF" '
+    text = prelude(facts)
+    return jobs.environment().get_template("job-template.sbatch.j2").render(
+        **ctx, sbatch=sbatch, sbatch_tasks=v.sbatch_tasks, launcher=template_launcher(facts),
+        prelude=text, module_root=inputs.module_root, stack_module=inputs.stack_module,
+        launch_env=f"{inputs.bin}/{HELPER}", stage=inputs.stage, stage_env=f"{inputs.bin}/{STAGE}",
+        scratch_text=inputs.scratch or "", container=container, exec_prefix=exec_prefix,
+        srun_mpi=job["srun_mpi"], bind=bind, mpi_flavour=facts.mpi.flavour)

@@ -1,0 +1,132 @@
+"""NVMe staging for real on the test Slurm cluster: the stack env packed once (pack-stack-env), broadcast
+with sbcast to node-local storage, unpacked, fixed up and used (sitestack-stage-env), and the validation
+job's two `import torch` times (shared prefix, node-local) in its report.
+
+The site is the local one with staging switched on (``node.stage_env: true``, local_scratch under the
+test's directory), as Frontier has it. Its stack is the session's torch venv, linked where the
+stack-venv step would put it (the stable path of a stack is a link to its generation too): building
+the stack for real takes minutes and is tested in test_provision_local.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sitestack.core.paths import PLAYBOOK_DIR
+from tests.conftest import run_invoke
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory, validation_python) -> dict:
+    """The staging local site: playbook, prefix with the stack linked in, pack and helpers installed."""
+    python, env = validation_python
+    root = tmp_path_factory.mktemp("staging")
+    scratch = root / "node-local"
+    playbook = root / "playbooks" / "local.yml"
+    playbook.parent.mkdir()
+    text = (PLAYBOOK_DIR / "local.yml").read_text()
+    assert "    local_scratch: /tmp\n" in text
+    playbook.write_text(text.replace("    local_scratch: /tmp\n", f"    local_scratch: {scratch}\n    stage_env: true\n"))
+    prefix = root / "prefix"
+    (prefix / "pytorch").mkdir(parents=True)
+    venv = Path(python).parent.parent
+    (prefix / "pytorch" / "2.13.0-cpu").symlink_to(venv)
+    first = run_invoke("provision", "--playbook", str(playbook), "--prefix", str(prefix), "--tags", "pack,launch",
+                       timeout=900)
+    assert first.returncode == 0, first.stdout + first.stderr
+    return {"playbook": playbook, "prefix": prefix, "scratch": scratch, "venv": venv, "python": python, "env": env,
+            "first": first.stdout}
+
+
+def sbatch(cluster, script: Path, out: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = subprocess.run(["sbatch", "--wait", "--parsable", "--ntasks=2", f"--output={out}", str(script)],
+                            capture_output=True, text=True, timeout=600, env={**os.environ, **cluster.env, **(env or {})})
+    log = out.read_text() if out.exists() else ""
+    job = int(result.stdout.strip().split(";")[0]) if result.stdout.strip() else -1
+    return result.returncode, f"job {job}\n{log}{result.stderr}" if result.returncode else log
+
+
+def test_pack_is_made_once(staged):
+    pack = staged["prefix"] / "packs" / "pytorch-2.13.0-cpu.tar.gz"
+    assert "changed  pack-stack-env" in staged["first"], staged["first"]
+    with tarfile.open(pack) as tar:
+        names = set(tar.getnames())
+    assert {".sitestack-unpack.py", ".sitestack-pack.json", "./bin/python", "./pyvenv.cfg"} <= names
+    stamp = json.loads((pack.parent / (pack.name + ".json")).read_text())
+    assert stamp["kind"] == "venv" and stamp["source"] == str(staged["venv"])
+    again = run_invoke("provision", "--playbook", str(staged["playbook"]), "--prefix", str(staged["prefix"]),
+                       "--tags", "pack,launch")
+    assert again.returncode == 0 and "changed" not in again.stdout.split("RECAP")[0], again.stdout
+    # A new stack (its manifest changes) needs a new pack; check mode says so and changes nothing.
+    manifest = staged["prefix"] / "pytorch" / "2.13.0-cpu.manifest.json"
+    manifest.write_text('{"changed": true}\n')
+    try:
+        planned = run_invoke("provision", "--playbook", str(staged["playbook"]), "--prefix", str(staged["prefix"]),
+                             "--tags", "pack", "--check", "--fail-on-change")
+        assert planned.returncode == 2 and "the stack changed since it was packed" in planned.stdout, planned.stdout
+    finally:
+        manifest.unlink()
+
+
+def test_sbcast_unpack_fixup_and_use(staged, slurm_cluster, tmp_path: Path):
+    bindir = staged["prefix"] / "bin"
+    script = tmp_path / "job.sh"
+    script.write_text(f"""#!/bin/bash
+. {bindir}/sitestack-launch-env
+. {bindir}/sitestack-stage-env || exit 1
+srun --ntasks=2 sh -c 'echo "python=$(command -v python)"; python -c "import sys, torch; print(\\"torch=\\" + torch.__file__)"; echo "pip=$(head -n 1 "$SITESTACK_STAGED_ENV/bin/pip")"'
+sitestack_unstage
+echo "left=$(ls -A {staged['scratch']})"
+""")
+    rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
+    assert rc == 0, log + slurm_cluster.logs()
+    assert any(line.startswith("sitestack-stage-env: the stack env runs from") for line in log.splitlines()), log
+    dest = f"{staged['scratch']}/sitestack-env-"
+    values = [line.split("=", 1) for line in log.splitlines() if "=" in line]
+    pythons = [v for k, v in values if k == "python"]
+    assert len(pythons) == 2 and all(p.startswith(dest) and p.endswith("/bin/python") for p in pythons), log
+    root = pythons[0].rsplit("/bin/python", 1)[0]
+    assert [v for k, v in values if k == "torch"] == [f"{root}/lib/python3.11/site-packages/torch/__init__.py"] * 2, log
+    assert [v for k, v in values if k == "pip"] == [f"#!{root}/bin/python3.11"] * 2, log  # shebang fixed up
+    assert [v for k, v in values if k == "left"] == [""], log  # sitestack_unstage removed the copy
+
+
+def test_a_failed_sbcast_stops_the_job(staged, slurm_cluster, tmp_path: Path):
+    """sbcast's exit code is checked: a directory where the tarball must go makes it fail."""
+    bindir = staged["prefix"] / "bin"
+    script = tmp_path / "job.sh"
+    script.write_text(f"""#!/bin/bash
+mkdir -p "{staged['scratch']}/sitestack-env-$SLURM_JOB_ID.tar.gz"
+. {bindir}/sitestack-stage-env || {{ rmdir "{staged['scratch']}/sitestack-env-$SLURM_JOB_ID.tar.gz"; exit 3; }}
+echo "not reached"
+""")
+    rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
+    assert rc != 0 and "not reached" not in log, log
+    assert "sitestack-stage-env: sbcast of" in log and "failed (exit" in log, log
+
+
+def test_validation_reports_both_import_times(staged, slurm_cluster, tmp_path: Path):
+    common = ("--playbook", str(staged["playbook"]), "--prefix", str(staged["prefix"]), "--python", staged["python"])
+    installed = run_invoke("install-validation-job", *common, env=staged["env"], timeout=900)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    result = run_invoke("validate", *common, "--results", str(tmp_path), "--timeout", "600",
+                        env={**staged["env"], **slurm_cluster.env}, timeout=700)
+    out = sorted(p for p in tmp_path.glob("sitestack-validation-*") if p.is_dir())[-1]
+    report = json.loads((out / "result.json").read_text())
+    assert result.returncode == 0, result.stdout + result.stderr
+    startup = report["startup"]
+    assert startup["shared_path"] == staged["python"]
+    assert startup["staged_path"].startswith(f"{staged['scratch']}/sitestack-env-")
+    assert startup["shared_s"] > 0 and startup["staged_s"] > 0, startup
+    assert report["verdict"] == "passed"
+    summary = (out / "summary.md").read_text()
+    assert "## Start-up" in summary and "from node-local storage" in summary
+    print(f"import torch: {startup['shared_s']} s from the shared prefix, {startup['staged_s']} s node-local")
