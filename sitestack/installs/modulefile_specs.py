@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from sitestack.installs.container import runtime_of
 from sitestack.installs.modulefile_render import ModuleSpec, PathOp
 from sitestack.installs.modulefile_text import Text, literal, text_of
 from sitestack.installs.venv_stack import Built, Stack
@@ -40,13 +41,13 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
     paths: list[PathOp] = []
     env: list[tuple[str, Text]] = []
     if container is not None:
-        runtime = container.runtime.upper()
+        runtime = runtime_of(container)
         if container.image:
             env.append(("SIF", text_of(container.image, ctx.values)))
         for bind in dict.fromkeys([ctx.values["prefix"].rstrip("/"), *container.bind]):
-            paths.append(PathOp("append", f"{runtime}_BINDPATH", text_of(bind, ctx.values), ","))
-        paths.append(PathOp("prepend", f"{runtime}ENV_PREPEND_PATH", literal(stack.bin)))
-        paths.append(PathOp("prepend", f"{runtime}ENV_PYTHONPATH", literal(stack.site_packages)))
+            paths.append(PathOp("append", runtime.bind_var, text_of(bind, ctx.values), ","))
+        paths.append(PathOp("prepend", runtime.prepend_path_var, literal(stack.bin)))
+        paths.append(PathOp("prepend", runtime.env_var("PYTHONPATH"), literal(stack.site_packages)))
     else:
         paths.append(PathOp("prepend", "PATH", literal(stack.bin)))
         paths.append(PathOp("prepend", "PYTHONPATH", literal(stack.site_packages)))
