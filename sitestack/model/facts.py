@@ -210,6 +210,26 @@ class Container:
     runtime: Literal["singularity", "apptainer"] = field(metadata=_doc("container runtime"))
     image: str | None = field(default=None, metadata=_doc("image (SIF) the stack runs in"))
     bind: tuple[str, ...] = field(default=(), metadata=_doc("host paths bound into the container"))
+    source: str | None = field(default=None, metadata=_doc(
+        "the site's copy of the image that the container-image step installs at image (LUMI: its central "
+        "/appl/local/containers copy); null: image is used where it is"))
+    install: Literal["copy", "link"] = field(default="copy", metadata=_doc(
+        "copy: the container-image step copies source to image (the user controls when it goes away); "
+        "link: image is a symbolic link to source"))
+    sha256: str | None = field(default=None, metadata=_doc(
+        "sha256 of the image (source); the container-image step refuses an image that differs"))
+    net_plugin: Literal["container", "host"] = field(default="container", metadata=_doc(
+        "which RCCL/NCCL network plugin the stack uses: the one inside the image (the stack module loads no "
+        "host modules) or the one sitestack builds on the host (its module and the site modules it needs)"))
+    with_conda: str | None = field(default=None, metadata=_doc(
+        "the command that activates the image's conda environment; the module exports it as WITH_CONDA"))
+
+    def check(self) -> str | None:
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            return f"sha256: {self.sha256!r} is not 64 lowercase hex digits"
+        if self.source is not None and self.image is None:
+            return "source is set but image (where the container-image step installs it) is not"
+        return None
 
 
 @dataclass(frozen=True)

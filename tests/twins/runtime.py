@@ -285,7 +285,8 @@ def do_exec(runtime: str, args: list[str]) -> int:
     mounts = Mounts()
     try:
         view = View()
-        for path in dict.fromkeys(p for p in ("/tmp", os.environ.get("HOME"), os.getcwd()) if p and os.path.isdir(p)):
+        for path in dict.fromkeys(p for p in ("/tmp", os.environ.get("HOME"), os.getcwd())
+                                  if p and p != "/" and os.path.isdir(p)):
             view.bind(path, path, ro=False)
         view.overlay(mounts.mount(image))
         for spec in binds:
