@@ -65,14 +65,14 @@ def test_missing_bind_source_is_fatal(twin: Path) -> None:
 
 
 def test_build_from_def_and_inspect(twin: Path) -> None:
-    (twin / "t.def").write_text("Bootstrap: localimage\nFrom: test.sif\n\n%post\n    mkdir -p /opt/extra\n"
-                                "    echo built > /opt/extra/marker\n\n%environment\n    export FROMDEF=yes\n\n"
+    (twin / "t.def").write_text("Bootstrap: localimage\nFrom: test.sif\n\n%post\n    mkdir -p /opt/conda/extra\n"
+                                "    echo built > /opt/conda/extra/marker\n\n%environment\n    export FROMDEF=yes\n\n"
                                 "%labels\n    org.example.digest abc123\n")
     assert run(twin, "apptainer", "build", "out.sif", "t.def").returncode == 0
     again = run(twin, "apptainer", "build", "out.sif", "t.def")
     assert again.returncode == 255 and "already exists" in again.stderr
     assert run(twin, "apptainer", "inspect", "--labels", "out.sif").stdout == "org.example.digest: abc123\n"
-    out = run(twin, "apptainer", "exec", "out.sif", "sh", "-c", 'cat /opt/extra/marker; echo "$FROMDEF"')
+    out = run(twin, "apptainer", "exec", "out.sif", "sh", "-c", 'cat /opt/conda/extra/marker; echo "$FROMDEF"')
     assert out.stdout.split() == ["built", "yes"]
 
 

@@ -6,6 +6,7 @@ registers itself on import, so the table is the same whichever module is importe
 
 from __future__ import annotations
 
+from sitestack.actions.apptainer_image import ApptainerImage
 from sitestack.actions.apt_packages import AptPackages
 from sitestack.actions.base import Action
 from sitestack.actions.command import Command
@@ -26,7 +27,7 @@ ACTIONS: dict[str, type[Action]] = {cls.action: cls for cls in (
     Directory, RequireTools, ModulesAvailable, SiteFacts, AptPackages, Command,
     RecipeInstall,
     StackVenv, VenvHook, ModuleFiles, InstallValidationJob,
-    PackedEnv, ContainerImage,
+    PackedEnv, ContainerImage, ApptainerImage,
 )}
 
 __all__ = ["ACTIONS", "Action"]

@@ -172,6 +172,11 @@ class Base:
         # the stack prefix (the environment, the built packages' wheels) and the site's binds
         return in_site_env(self.facts, runtime_of(c).exec_argv(c.image, argv, [self.prefix, *c.bind]))
 
+    def image(self) -> str | None:
+        """The container image the environment runs in, or None."""
+        c = self.facts.container
+        return c.image if self.stack.source == "container" and c is not None and c.image else None
+
     def base(self, argv: Sequence[str]) -> list[str]:
         """``argv`` with the base Python (``python`` is replaced by the site's interpreter)."""
         python = self.facts.python.executable

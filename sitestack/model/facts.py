@@ -203,6 +203,43 @@ class Toolkit:
     home: str = field(metadata=_doc("install directory, e.g. /opt/rocm-5.7.1"))
 
 
+#: The base images the apptainer-image step knows: name -> (Bootstrap agent, From template).
+#: intel/intel-extension-for-pytorch's XPU images are tagged <version>-xpu (seed 003, peers s2.1).
+IMAGE_BASES: Mapping[str, tuple[str, str]] = {
+    "intel-extension-for-pytorch": ("docker", "intel/intel-extension-for-pytorch:{version}-xpu"),
+}
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """How the apptainer-image step builds the site's image from a definition file (seed 003)."""
+
+    base: str = field(metadata=_doc("the base image: one of " + ", ".join(IMAGE_BASES)))
+    version: str = field(metadata=_doc("its version, e.g. 2.8.10 for intel/intel-extension-for-pytorch:2.8.10-xpu"))
+    packages: tuple[str, ...] = field(default=(), metadata=_doc("pip requirements %post installs into the image"))
+    environment: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
+        "variables the image's %environment exports", key_pattern=SHELL_NAME.pattern,
+        key_doc="an environment variable name (letters, digits, _)"))
+    where: Literal["login", "slurm"] = field(default="login", metadata=_doc(
+        "login: build on the host the step runs on; slurm: as a batch job (sbatch --wait) with "
+        "APPTAINER_TMPDIR on the node's local scratch"))
+    slurm_options: tuple[str, ...] = field(default=(), metadata=_doc(
+        "sbatch options of the build job, one per item (partition and account come from scheduler)"))
+    time: str = field(default="00:30:00", metadata=_doc("wall time of the build job"))
+
+    def check(self) -> str | None:
+        if self.base not in IMAGE_BASES:
+            return f"base: unknown base image {self.base!r} (known: {', '.join(IMAGE_BASES)})"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", self.version):
+            return f"version: {self.version!r} is not a version (letters, digits, . _ + -)"
+        for req in self.packages:
+            try:
+                Requirement(req)
+            except InvalidRequirement as exc:
+                return f"packages: {req!r} is not a pip requirement ({exc})"
+        return None
+
+
 @dataclass(frozen=True)
 class Container:
     """A container runtime the stack is run through."""
@@ -223,6 +260,8 @@ class Container:
         "host modules) or the one sitestack builds on the host (its module and the site modules it needs)"))
     with_conda: str | None = field(default=None, metadata=_doc(
         "the command that activates the image's conda environment; the module exports it as WITH_CONDA"))
+    build: ImageBuild | None = field(default=None, metadata=_doc(
+        "build the image from a definition file (the apptainer-image step); null: the image is given"))
 
     def check(self) -> str | None:
         if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):

@@ -22,7 +22,9 @@ the runtime's documented behaviour, so the product's scripts and argv run unchan
   (copied), or a definition file with ``Bootstrap: localimage`` (``From:`` a local image) or
   ``Bootstrap: docker`` (``From: name:tag`` taken from ``$RUNTIME_TWIN_DOCKER_DIR/<name>_<tag>.sif``
   with ``/`` as ``_``: nothing outside this machine can be reached), running ``%post`` in the
-  image, writing ``%environment`` and ``%labels`` into ``/.singularity.d``.
+  image, writing ``%environment`` and ``%labels`` into ``/.singularity.d``. ``%post`` sees the
+  image laid over the host as ``exec`` does; what it writes lands in the image only under
+  directories the host lacks (no overlay file system in bubblewrap 0.8).
 - ``inspect --labels IMAGE``: ``key: value`` lines of the image's labels.
 - ``version`` / ``--version``.
 
@@ -167,8 +169,9 @@ class View:
             node = node.children.setdefault(part, Node())
         node.source, node.ro, node.symlink, node.children = source, ro, None, {}
 
-    def overlay(self, tree: str, dest: str = "/") -> None:
-        """Lay the image's ``tree`` over the view: merge directories both have, bind the rest."""
+    def overlay(self, tree: str, dest: str = "/", ro: bool = True) -> None:
+        """Lay the image's ``tree`` over the view: merge directories both have, bind the rest
+        (``ro=False``: writable, for %post; what it writes in a directory the host has too is lost)."""
         parent = [p for p in dest.split("/") if p]
         for entry in sorted(os.listdir(tree)):
             src, dst = os.path.join(tree, entry), os.path.join(dest, entry)
@@ -182,9 +185,9 @@ class View:
                 node.children[entry] = Node(symlink=os.readlink(src))
             elif os.path.isdir(src) and host is not None and (host == "" or os.path.isdir(host)) \
                     and not os.path.islink(host or "/"):
-                self.overlay(src, dst)
+                self.overlay(src, dst, ro)
             else:
-                self.bind(src, dst, ro=True)
+                self.bind(src, dst, ro=ro)
 
     def argv(self) -> list[str]:
         out: list[str] = []
@@ -389,12 +392,11 @@ def do_build(runtime: str, args: list[str]) -> int:
         (meta / "labels.json").write_text(json.dumps(labels, indent=2, sort_keys=True) + "\n")
         (meta / "Singularity").write_text(Path(source).read_text())
         if sections.get("post", "").strip():
-            # %post runs in the image being built: its tree (writable) laid over the host's /
+            # %post runs in the image being built: its tree (writable) laid over the host's / as for exec
             view = View()
             for path in ("/tmp",):
                 view.bind(path, path, ro=False)
-            for entry in sorted(os.listdir(root)):
-                view.bind(str(root / entry), f"/{entry}", ro=False)
+            view.overlay(str(root), ro=False)
             argv = ["bwrap", "--die-with-parent", *view.argv(), "--dev-bind", "/dev", "/dev", "--proc", "/proc",
                     "--chdir", "/", "--", "/bin/sh", "-e", "-c", sections["post"]]
             env, _ = inner_env(runtime, dict(os.environ))
