@@ -21,7 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sitestack.core.errors import SitestackError
-from sitestack.model.facts import Container, Facts
+from sitestack.model.container_facts import Container
+from sitestack.model.facts import Facts
 
 #: The runtimes sitestack drives. SingularityCE and Apptainer share the command line it uses.
 RUNTIMES: tuple[str, ...] = ("singularity", "apptainer")

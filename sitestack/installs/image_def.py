@@ -21,7 +21,7 @@ import hashlib
 from sitestack.core.errors import SitestackError
 from sitestack.core.quoting import sh, sh_expanding
 from sitestack.installs.container import Runtime
-from sitestack.model.facts import IMAGE_BASES, ImageBuild
+from sitestack.model.container_facts import IMAGE_BASES, ImageBuild
 
 DIGEST_LABEL = "org.sitestack.definition-sha256"
 
