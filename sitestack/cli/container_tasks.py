@@ -5,21 +5,13 @@ from __future__ import annotations
 from invoke.context import Context
 from invoke.tasks import task
 
-from sitestack.cli.common import (
-    ACCOUNT_HELP,
-    DEBUG_HELP,
-    JSON_HELP,
-    PLAYBOOK_HELP,
-    PREFIX_HELP,
-    SITE_HELP,
-    VERBOSE_HELP,
-)
+from sitestack.cli import common
 from sitestack.engine import buildtask
 from sitestack.engine.cli import SitestackTask, errors_to_exit, finish, playbook_path, reporter, run_options
 
 
 @task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
-    "site": SITE_HELP,
+    "site": common.SITE_HELP,
     "name": "the environment's name (default: the playbook's packed-env steps, all of them)",
     "requirements": "a requirements.txt to pack (with --name; overrides the playbook step's)",
     "dest": "where it goes (default: <prefix>/envs/<name>); put <dest>/bin on PATH",
@@ -27,9 +19,9 @@ from sitestack.engine.cli import SitestackTask, errors_to_exit, finish, playbook
     "diff": "show diffs where a step has them",
     "fail-on-change": "with --check: exit 2 when it would pack",
     "host": "run on this host (repeatable); default: the playbook's hosts",
-    "prefix": PREFIX_HELP, "account": ACCOUNT_HELP, "playbook": PLAYBOOK_HELP,
+    "prefix": common.PREFIX_HELP, "account": common.ACCOUNT_HELP, "playbook": common.PLAYBOOK_HELP,
     "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
-    "json": JSON_HELP, "verbose": VERBOSE_HELP, "debug": DEBUG_HELP})
+    "json": common.JSON_HELP, "verbose": common.VERBOSE_HELP, "debug": common.DEBUG_HELP})
 def pack_env(c: Context, site: str | None = None, name: str | None = None, requirements: str | None = None,
              dest: str | None = None, check: bool = False, diff: bool = False, fail_on_change: bool = False,
              host: list[str] | None = None, prefix: str | None = None, account: str | None = None,
