@@ -173,3 +173,17 @@ def test_run_scripts_under_srun(lumi: dict, slurm_cluster) -> None:
         assert "simple ok" in text and "nid001" in text.splitlines()
         ports.append(ranks[0][5])
     assert ports[0] != ports[1]
+
+
+def test_unknown_runtime_is_one_clear_error(tmp_path: Path) -> None:
+    from sitestack.core.errors import SitestackError
+    from sitestack.installs.container import runtime_named
+    bad = playbook_copy(tmp_path, "lumi", facts={"container": {"runtime": "docker"}})
+    out = run_invoke("provision", "--site", "lumi", "--playbook", str(bad), "--check", "--account", "x")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text
+    assert f"{bad}:" in text and "container.runtime" in text and "'docker'" in text, text
+    with pytest.raises(SitestackError, match="unknown container runtime 'docker' .known: singularity, apptainer."):
+        runtime_named("docker")
+    assert runtime_named("apptainer").env_var("X") == "APPTAINERENV_X"
+    assert runtime_named("singularity").bind_var == "SINGULARITY_BINDPATH"
