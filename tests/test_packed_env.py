@@ -175,3 +175,27 @@ def test_bad_env_files(tmp_path: Path, name: str, text: str, message: str) -> No
     assert out.returncode == 1, out.stdout + out.stderr
     assert message in out.stdout + out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "prefix").exists()
+
+
+@needs_twin
+def test_playbook_step_with_a_relative_requirements_file(tmp_path: Path) -> None:
+    import yaml
+    data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
+    data["steps"].append({"name": "packed tools", "action": "packed-env", "tags": ["packed"],
+                          "args": {"name": "tools", "requirements": "envs/tools.txt"}})
+    (tmp_path / "pb" / "envs").mkdir(parents=True)
+    (tmp_path / "pb" / "envs" / "tools.txt").write_text("six==1.16.0\n")
+    playbook = tmp_path / "pb" / "local.yml"
+    playbook.write_text(yaml.safe_dump(data, sort_keys=False))
+    prefix = tmp_path / "prefix"
+    try:
+        out = run_invoke("pack-env", "--site", "local", "--playbook", str(playbook), "--prefix", str(prefix),
+                         env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")}, timeout=900)
+        assert out.returncode == 0 and "changed  packed tools" in out.stdout, out.stdout + out.stderr
+        run = subprocess.run([str(prefix / "envs" / "tools" / "bin" / "python"), "-c", "import six; print(six.__version__)"],
+                             capture_output=True, text=True)
+        assert run.stdout == "1.16.0\n", run.stderr
+        missing = run_invoke("pack-env", "--site", "local", "--playbook", str(playbook), "--name", "other")
+        assert missing.returncode == 1 and "no packed-env step named 'other'" in missing.stdout + missing.stderr
+    finally:
+        unmount_all(tmp_path)
