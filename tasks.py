@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from invoke.collection import Collection
 
-from sitestack.cli import build_tasks, log_tasks, site_tasks, stack_tasks
+from sitestack.cli import build_tasks, container_tasks, log_tasks, site_tasks, stack_tasks
 from sitestack.engine.cli import SETTINGS
 
 #: The root namespace: every task, with the ``sitestack:`` settings declared so Invoke reads them
 #: from its configuration files and INVOKE_SITESTACK_* variables (docs/cli.md).
 ns = Collection()
 ns.configure({"sitestack": SETTINGS})
-for _module in (site_tasks, build_tasks, stack_tasks, log_tasks):
+for _module in (site_tasks, build_tasks, stack_tasks, log_tasks, container_tasks):
     for _task in Collection.from_module(_module).tasks.values():
         ns.add_task(_task)

@@ -16,6 +16,7 @@ PACKAGES=(
   slurm-wlm munge openssh-server openssh-client
   libfabric-dev libhwloc-dev hipcc libamdhip64-dev
   procps psmisc
+  bubblewrap squashfuse squashfs-tools fuse3
   zsh fish tcsh
 )
 missing=()

@@ -251,7 +251,8 @@ def test_commands_for_each_kind_of_base_python():
     assert frontier.base.env_python("/g", ["-m", "pip"])[-3:] == ["/g/bin/python", "-m", "pip"]
     _, lumi = site_step("lumi")
     (create,) = lumi.base.create("/g")
-    image = "/appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
+    # the container-image step installs the central image into the prefix (playbooks/lumi.yml)
+    image = "/projappl/proj123/sitestack/container/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
     i = create.index("singularity")
     assert create[i:i + 3] == ["singularity", "exec", "--bind"] and create[i + 4] == image
     assert create[i + 3].split(",")[0] == "/projappl/proj123/sitestack" and "/opt/cray" in create[i + 3].split(",")
@@ -345,25 +346,27 @@ shift 4
 exec "$@"
 """)
     prefix = tmp_path / "prefix"
+    image = tmp_path / "pytorch.sif"  # the stack-venv step checks that the image it runs in exists
+    image.write_text("stand-in image\n")
     env = {"SITESTACK_LOG_DIR": str(tmp_path / "logs")}
     book = playbook_copy(tmp_path / "book", facts={
         "modules": {"use": [str(root)], "load": ["singularity/4.1"]},
         "python": {"source": "container", "version": "3.11", "executable": "python3"},
-        "container": {"runtime": "singularity", "image": "/images/pytorch.sif", "bind": ["/scratch"]},
+        "container": {"runtime": "singularity", "image": str(image), "bind": ["/scratch"]},
         "torch": {"extras": ["toml", "six"]}})
     out = run_invoke("install-venv", "--playbook", str(book), "--prefix", str(prefix), env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     calls = (tmp_path / "stand-ins" / "singularity-4.1" / "calls").read_text().splitlines()
-    assert calls and all(c == f"exec --bind {prefix},/scratch /images/pytorch.sif" for c in calls)
+    assert calls and all(c == f"exec --bind {prefix},/scratch {image}" for c in calls)
     manifest = json.loads((prefix / "pytorch" / "2.13.0-cpu.manifest.json").read_text())
     # torch (and six, which the stand-in image has) are the image's: only toml is the venv's
     assert [p["name"] for p in manifest["packages"]] == ["toml"]
-    assert manifest["plan"]["requirements"] == [] and manifest["plan"]["base"]["image"] == "/images/pytorch.sif"
+    assert manifest["plan"]["requirements"] == [] and manifest["plan"]["base"]["image"] == str(image)
     cfg = (prefix / "pytorch" / "2.13.0-cpu" / "pyvenv.cfg").read_text()
     assert "include-system-site-packages = true" in cfg
     modules = run_invoke("install-modulefiles", "--playbook", str(book), "--prefix", str(prefix), env=env)
     assert modules.returncode == 0, modules.stdout
     text = (prefix / "modules" / "pytorch" / "2.13.0-cpu.lua").read_text()
-    assert 'pushenv("SIF", "/images/pytorch.sif")' in text
+    assert f'pushenv("SIF", "{image}")' in text
     assert f'prepend_path("SINGULARITYENV_PREPEND_PATH", "{prefix}/pytorch/2.13.0-cpu/bin")' in text
     assert f'append_path("SINGULARITY_BINDPATH", "{prefix}", ",")' in text

@@ -6,14 +6,17 @@ registers itself on import, so the table is the same whichever module is importe
 
 from __future__ import annotations
 
+from sitestack.actions.apptainer_image import ApptainerImage
 from sitestack.actions.apt_packages import AptPackages
 from sitestack.actions.base import Action
 from sitestack.actions.command import Command
+from sitestack.actions.container_image import ContainerImage
 from sitestack.actions.directory import Directory
 from sitestack.actions.launch_env import InstallLaunchEnv
 from sitestack.actions.modulefiles import ModuleFiles
 from sitestack.actions.modules_available import ModulesAvailable
 from sitestack.actions.pack_env import PackStackEnv
+from sitestack.actions.packed_env import PackedEnv
 from sitestack.actions.recipe_install import RecipeInstall
 from sitestack.actions.require_tools import RequireTools
 from sitestack.actions.site_facts import SiteFacts
@@ -26,6 +29,7 @@ ACTIONS: dict[str, type[Action]] = {cls.action: cls for cls in (
     Directory, RequireTools, ModulesAvailable, SiteFacts, AptPackages, Command,
     RecipeInstall,
     StackVenv, VenvHook, ModuleFiles, InstallValidationJob, PackStackEnv, InstallLaunchEnv,
+    PackedEnv, ContainerImage, ApptainerImage,
 )}
 
 __all__ = ["ACTIONS", "Action"]

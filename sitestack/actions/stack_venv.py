@@ -173,6 +173,9 @@ class StackVenv(Action):
         return reason
 
     def _reason(self, host: Host) -> str | None:
+        image = self.base.image()
+        if image and not host.exists(image):  # it runs in the image: no image, no working stack
+            return f"the image it runs in, {image}, is missing"
         plan, _ = self.desired(host)
         manifest = read_manifest(host, self.stack)
         if manifest is None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from sitestack.installs.container import runtime_of
 from sitestack.installs.modulefile_render import ModuleSpec, PathOp
 from sitestack.installs.modulefile_text import Text, literal, text_of
 from sitestack.installs.venv_stack import Built, Stack
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import expand
-from sitestack.model.site import Facts, Site
+from sitestack.model.site import Container, Facts, Site
 
 
 def default_requires(facts: Facts) -> tuple[str, ...]:
@@ -34,19 +35,16 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
                  autoload: bool = True) -> ModuleSpec:
     facts = ctx.facts
     name, version = stack.name.rsplit("/", 1)
-    plugins = [b.module_name for b in built if is_plugin(b, facts)]
-    needs = tuple(dict.fromkeys([*(default_requires(facts) if requires is None else requires), *plugins]))
     container = facts.container if stack.source == "container" else None
+    # The container's own network plugin needs no host module (and so none of the site modules the
+    # host-built plugin's module loads): a fact chooses (facts.container.net_plugin).
+    plugins = [b.module_name for b in built if is_plugin(b, facts)
+               and (container is None or container.net_plugin == "host")]
+    needs = tuple(dict.fromkeys([*(default_requires(facts) if requires is None else requires), *plugins]))
     paths: list[PathOp] = []
     env: list[tuple[str, Text]] = []
     if container is not None:
-        runtime = container.runtime.upper()
-        if container.image:
-            env.append(("SIF", text_of(container.image, ctx.values)))
-        for bind in dict.fromkeys([ctx.values["prefix"].rstrip("/"), *container.bind]):
-            paths.append(PathOp("append", f"{runtime}_BINDPATH", text_of(bind, ctx.values), ","))
-        paths.append(PathOp("prepend", f"{runtime}ENV_PREPEND_PATH", literal(stack.bin)))
-        paths.append(PathOp("prepend", f"{runtime}ENV_PYTHONPATH", literal(stack.site_packages)))
+        paths, env = container_settings(ctx, stack, container)
     else:
         paths.append(PathOp("prepend", "PATH", literal(stack.bin)))
         paths.append(PathOp("prepend", "PYTHONPATH", literal(stack.site_packages)))
@@ -76,6 +74,33 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
                 ("Description", description), ("URL", "https://pytorch.org")),
         requires=needs, autoload=autoload, family=stack.family, paths=tuple(paths), env=tuple(env), data=data)
+
+
+def container_settings(ctx: RunContext, stack: Stack, container: Container) -> tuple[list[PathOp], list[tuple[str, Text]]]:
+    """What the stack's module sets for a container site, as LUMI's PyTorch container module does
+    (seed 000; research/spack_easybuild.md s7): SIF and SIF<NAME>, the bind path (the prefix and
+    the site's binds), RUNSCRIPTS and RUNSCRIPTS<NAME> and CONTAINERROOT where the playbook installs
+    the image and its run scripts (container-image), WITH_CONDA, and the container's PATH (the run
+    scripts, then the stack's venv) and PYTHONPATH."""
+    runtime = runtime_of(container)
+    prefix = ctx.values["prefix"].rstrip("/")
+    # LUMI's create_container_vars: SIF .. NAME:upper() with '-' as 'MIN' (SIFPYTORCH)
+    suffix = stack.family.upper().replace("-", "MIN")
+    paths: list[PathOp] = []
+    env: list[tuple[str, Text]] = []
+    if container.image:
+        env += [("SIF", text_of(container.image, ctx.values)), (f"SIF{suffix}", text_of(container.image, ctx.values))]
+    for bind in dict.fromkeys([prefix, *container.bind]):
+        paths.append(PathOp("append", runtime.bind_var, text_of(bind, ctx.values), ","))
+    paths.append(PathOp("prepend", runtime.prepend_path_var, literal(stack.bin)))
+    if any(s.action == "container-image" and (s.args or {}).get("runscripts", True) for s in ctx.site.steps):
+        runscripts = literal(f"{prefix}/runscripts")
+        env += [("RUNSCRIPTS", runscripts), (f"RUNSCRIPTS{suffix}", runscripts), ("CONTAINERROOT", literal(prefix))]
+        paths.append(PathOp("prepend", runtime.prepend_path_var, runscripts))
+    if container.with_conda:
+        env.append(("WITH_CONDA", text_of(container.with_conda, ctx.values)))
+    paths.append(PathOp("prepend", runtime.env_var("PYTHONPATH"), literal(stack.site_packages)))
+    return paths, env
 
 
 def package_module(ctx: RunContext, b: Built, *, autoload: bool = True) -> ModuleSpec:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sitestack.core.errors import InputError, SitestackError
+from sitestack.installs.container import runtime_of
 from sitestack.model.context import RunContext
 from sitestack.model.site import Facts, Site, expand
 from sitestack.model.siteenv import in_site_env
@@ -169,8 +170,12 @@ class Base:
         if c is None or not c.image:
             raise SitestackError("python.source is container, but facts.container.image is not set")
         # the stack prefix (the environment, the built packages' wheels) and the site's binds
-        binds = list(dict.fromkeys([self.prefix, *c.bind]))
-        return in_site_env(self.facts, [c.runtime, "exec", "--bind", ",".join(binds), c.image, *argv])
+        return in_site_env(self.facts, runtime_of(c).exec_argv(c.image, argv, [self.prefix, *c.bind]))
+
+    def image(self) -> str | None:
+        """The container image the environment runs in, or None."""
+        c = self.facts.container
+        return c.image if self.stack.source == "container" and c is not None and c.image else None
 
     def base(self, argv: Sequence[str]) -> list[str]:
         """``argv`` with the base Python (``python`` is replaced by the site's interpreter)."""

@@ -18,6 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from sitestack.core import schema, versions
 from sitestack.core.quoting import SHELL_NAME
+from sitestack.model.container_facts import Container as Container
 
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
@@ -209,15 +210,6 @@ class Toolkit:
 
     version: str = field(metadata=_doc("toolkit version, e.g. 5.7.1 or 12.1"))
     home: str = field(metadata=_doc("install directory, e.g. /opt/rocm-5.7.1"))
-
-
-@dataclass(frozen=True)
-class Container:
-    """A container runtime the stack is run through."""
-
-    runtime: Literal["singularity", "apptainer"] = field(metadata=_doc("container runtime"))
-    image: str | None = field(default=None, metadata=_doc("image (SIF) the stack runs in"))
-    bind: tuple[str, ...] = field(default=(), metadata=_doc("host paths bound into the container"))
 
 
 @dataclass(frozen=True)

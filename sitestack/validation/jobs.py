@@ -19,6 +19,7 @@ import jinja2
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_expanding
+from sitestack.installs.container import runtime_of
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import prelude
 from sitestack.validation import masks as masks_mod
@@ -37,10 +38,6 @@ PORT_SPAN = 10000
 #: rename say "AWS Libfabric"; current aws-ofi-nccl says "OFI" (HewlettPackard/shs-ccl-docs#35,
 #: OLCF's Frontier guide; research/peers.md s5.3).
 NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
-
-#: The container runtimes and the variable each reads its bind list from.
-BIND_VARS = {"singularity": "SINGULARITY_BINDPATH", "apptainer": "APPTAINER_BINDPATH"}
-
 
 def master_port(job_id: int) -> int:
     """The job's MASTER_PORT, as the batch script computes it."""
@@ -133,10 +130,10 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
     container = None
     exec_prefix = ""
     if facts.container:
-        runtime = facts.container.runtime
-        container = {"runtime": runtime, "image": facts.container.image or "", "bind_var": BIND_VARS[runtime],
+        runtime = runtime_of(facts.container)
+        container = {"runtime": runtime.name, "image": facts.container.image or "", "bind_var": runtime.bind_var,
                      "binds": sh_expanding(",".join((*facts.container.bind, "$VALIDATION_DIR", "$OUT")))}
-        exec_prefix = f'{runtime} exec "$SIF" '
+        exec_prefix = f'{runtime.command} exec "$SIF" '
     srun_mpi = " --mpi=pmi2" if facts.mpi.flavour in ("mpich", "intel-mpi") else ""
     mpi_launcher = facts.mpi.launcher
     if mpi_launcher == "srun":

@@ -53,6 +53,7 @@ prepend_path("APPTAINERENV_PYTHONPATH", "/home/alice/sitestack/dawn/pytorch/2.8.
 
 -- settings (pushenv: unloading puts back a value set before)
 pushenv("SIF", "/home/alice/sitestack/dawn/apptainer/pytorch2.8.sif")
+pushenv("SIFPYTORCH", "/home/alice/sitestack/dawn/apptainer/pytorch2.8.sif")
 pushenv("APPTAINERENV_LD_LIBRARY_PATH", "/usr/lib64/libibverbs:/usr/lib64:/.singularity.d/libs")
 pushenv("CCL_ATL_SHM", "0")
 pushenv("CCL_ATL_TRANSPORT", "ofi")

@@ -12,7 +12,7 @@ help([[
 PyTorch 2.7.1 (rocm6.2.4) stack for lumi.
 LUMI-G, HPE Cray EX, 4x AMD MI250X (8 GCDs) + 64-core EPYC Trento per node, Slingshot-11 (4x200 Gb/s)
 
-Environment: /projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4 (Python 3.12, run inside /appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif)
+Environment: /projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4 (Python 3.12, run inside /projappl/proj123/sitestack/container/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif)
 PyTorch 2.7.1 (rocm6.2.4) comes with the container image.
 Built for this site by sitestack (installed from its build, not recompiled):
     mpi4py 4.1.2 (/projappl/proj123/sitestack/mpi4py/4.1.2)
@@ -24,9 +24,6 @@ Python runs inside the container; this module sets SIF, the bind paths and the c
 PATH and PYTHONPATH:
     singularity exec $SIF python -c 'import torch; print(torch.__version__)'
 ]])
-
--- modules it needs, loaded with it
-depends_on("aws-ofi-rccl/1.4.0-rocm-6.2.4")
 
 -- one pytorch at a time
 family("pytorch")
@@ -43,10 +40,16 @@ append_path("SINGULARITY_BINDPATH", "/project", ",")
 append_path("SINGULARITY_BINDPATH", "/flash", ",")
 append_path("SINGULARITY_BINDPATH", "/appl", ",")
 prepend_path("SINGULARITYENV_PREPEND_PATH", "/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4/bin")
+prepend_path("SINGULARITYENV_PREPEND_PATH", "/projappl/proj123/sitestack/runscripts")
 prepend_path("SINGULARITYENV_PYTHONPATH", "/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4/lib/python3.12/site-packages")
 
 -- settings (pushenv: unloading puts back a value set before)
-pushenv("SIF", "/appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif")
+pushenv("SIF", "/projappl/proj123/sitestack/container/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif")
+pushenv("SIFPYTORCH", "/projappl/proj123/sitestack/container/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif")
+pushenv("RUNSCRIPTS", "/projappl/proj123/sitestack/runscripts")
+pushenv("RUNSCRIPTSPYTORCH", "/projappl/proj123/sitestack/runscripts")
+pushenv("CONTAINERROOT", "/projappl/proj123/sitestack")
+pushenv("WITH_CONDA", "source /opt/miniconda3/bin/activate pytorch")
 pushenv("FI_CXI_DEFAULT_CQ_SIZE", "131072")
 pushenv("FI_CXI_DEFAULT_TX_SIZE", "2048")
 pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")

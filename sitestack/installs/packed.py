@@ -1,0 +1,167 @@
+"""Packed environments (LUMI's container wrapper "Tykky", LUMI's make-squashfs): a Python venv
+packed into one squashfs image, run through small wrapper scripts.
+
+A parallel file system pays for every file an import touches; a venv with torch has tens of
+thousands (research/peers.md s1.1). Packed, the environment is one image file plus a handful of
+wrappers. The layout under ``<dest>`` (``<parent>/<leaf>``, a symlink to a generation)::
+
+    <parent>/<leaf> -> .<leaf>.gen-TOKEN/
+        bin/<command>      wrappers: python, pip, torchrun, every console script of the venv
+        env.sqfs           the venv, packed with mksquashfs
+        root/              empty: where the image is mounted; the venv was built at this path
+        requirements.txt   the requirements it was built from
+        packed.json        the stamp: digest of the inputs, the commands wrapped
+
+A wrapper runs its command with the image mounted at ``root``: in the site's container
+(``<runtime> exec --bind env.sqfs:root:image-src=/ IMAGE root/bin/CMD``, as Tykky does), or,
+where the site uses no container, with ``squashfuse`` (the mount is made once per node, under a
+lock, and stays). Inside a container that already has the image mounted it runs the command
+directly (Tykky's nesting rule). This module renders the texts and parses the inputs; the
+``packed-env`` action (sitestack/actions/packed_env.py) runs the build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from sitestack.core.errors import InputError
+from sitestack.core.quoting import sh
+from sitestack.installs.container import Runtime
+
+#: Bump when the layout or the wrappers change, so existing packs are rebuilt.
+FORMAT = 1
+#: Options a requirements file may carry: where packages come from. Anything else (``-r``, ``-e``,
+#: ``-c``) names files or checkouts the host may not have.
+ALLOWED_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--pre", "--only-binary", "--no-binary")
+#: Files of a venv's bin/ that are not commands (sourced, not run).
+NOT_COMMANDS = re.compile(r"(?i)activate(\..*)?|Activate\.ps1|deactivate")
+#: mksquashfs options: no appending to an old image, files owned by root (the build user is nobody's concern).
+MKSQUASHFS_OPTIONS = ("-noappend", "-quiet", "-no-progress", "-all-root")
+
+
+def parse_requirements(text: str, where: str) -> list[str]:
+    """The requirement lines of a requirements.txt (comments and blanks dropped), each checked.
+
+    A line that is not a PEP 508 requirement nor an allowed option is an :class:`InputError`
+    naming ``where:line``; a conda environment file (``.yml``) is refused by the caller.
+    """
+    out: list[str] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        if not line:
+            continue
+        if line.startswith("-"):
+            option = line.split()[0].split("=")[0]
+            if option not in ALLOWED_OPTIONS:
+                raise InputError(f"{where}:{number}", f"option {option!r} is not supported in a packed "
+                                 f"environment's requirements (allowed: {', '.join(ALLOWED_OPTIONS)})")
+            out.append(line)
+            continue
+        try:
+            Requirement(line)
+        except InvalidRequirement as exc:
+            raise InputError(f"{where}:{number}", f"not a requirement: {line!r} ({exc})") from None
+        out.append(line)
+    if not any(not line.startswith("-") for line in out):
+        raise InputError(where, "no requirements in the file")
+    return out
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One packed environment: where it goes and what it is built from."""
+
+    name: str
+    dest: str                       # <parent>/<leaf>, the stable path users put /bin of on PATH
+    requirements: tuple[str, ...]   # checked lines of the requirements file
+    python: str                     # the base interpreter (inside the container where there is one)
+    system_site_packages: bool
+    runtime: Runtime | None         # None: no container, squashfuse
+    image: str | None               # the container image
+    binds: tuple[str, ...]          # the site's binds (the dest's prefix first)
+
+    @property
+    def parent(self) -> str:
+        return self.dest.rstrip("/").rsplit("/", 1)[0] or "/"
+
+    @property
+    def leaf(self) -> str:
+        return self.dest.rstrip("/").rsplit("/", 1)[1]
+
+    def inputs(self) -> dict[str, object]:
+        """Everything the packed image depends on; its digest decides whether to re-pack."""
+        return {"format": FORMAT, "requirements": list(self.requirements), "python": self.python,
+                "system_site_packages": self.system_site_packages,
+                "runtime": self.runtime.name if self.runtime else None, "image": self.image,
+                "mksquashfs": list(MKSQUASHFS_OPTIONS)}
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.inputs(), sort_keys=True).encode()).hexdigest()
+
+    def in_env(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run where the environment lives: in the container, or on the host."""
+        if self.runtime is None or self.image is None:
+            return list(argv)
+        return self.runtime.exec_argv(self.image, argv, self.binds)
+
+
+def wrapper(packed: Packed, gen_dir: str, command: str) -> str:
+    """The text of ``bin/<command>``: run the venv's command with the image mounted."""
+    root, image = f"{gen_dir}/root", f"{gen_dir}/env.sqfs"
+    head = (f"#!/bin/bash\n# {command} of the packed environment {packed.name}, written by sitestack (packed-env):\n"
+            f"# runs {root}/bin/{command} with {image} mounted at {root}.\n"
+            f"root={sh(root)}\nimage={sh(image)}\n")
+    if packed.runtime is not None and packed.image is not None:
+        rt = packed.runtime
+        # the site's binds first: a bind of a parent directory mounted after the image would hide it
+        site = ",".join(dict.fromkeys(packed.binds))
+        binds = (f"{sh(site)}," if site else "") + f'"{rt.image_bind("$image", "$root")}"'
+        # Already inside a container with the image mounted (a wrapper called from a wrapped
+        # command): run the command directly, no nested container (Tykky does the same).
+        return head + (
+            f'if grep -qsF " $root " /proc/self/mountinfo; then exec "$root/bin/{command}" "$@"; fi\n'
+            f'exec {sh(rt.command)} exec --bind {binds} {sh(packed.image)} "$root/bin/{command}" "$@"\n')
+    # No container: squashfuse mounts the image once per node (under a lock on the image, so two
+    # first calls do not stack two mounts); the mount stays until fusermount -u or a reboot.
+    return head + (
+        'if ! mountpoint -q "$root"; then\n'
+        '  exec 9<"$image" && flock 9\n'
+        '  mountpoint -q "$root" || squashfuse "$image" "$root" || {\n'
+        f'    echo "{command}: cannot mount $image at $root (squashfuse)" >&2; exit 1; }}\n'
+        '  exec 9<&-\n'
+        'fi\n'
+        f'exec "$root/bin/{command}" "$@"\n')
+
+
+def commands_of(listing: str) -> list[str]:
+    """The commands to wrap, from ``find bin -maxdepth 1 ( -type f -perm -u+x ) -o -type l`` names."""
+    names = sorted({line.strip() for line in listing.splitlines() if line.strip()})
+    return [n for n in names if not NOT_COMMANDS.fullmatch(n) and re.fullmatch(r"[A-Za-z0-9_.+-]+", n)]
+
+
+#: After the switch: remove older generations, keeping the current and the previous one (a wrapper
+#: started just before the switch still finds its image) and any whose root is still mounted
+#: (squashfuse; a process may be using it). A killed build's generation goes here too.
+CLEAN_SCRIPT = r"""
+parent=$1 leaf=$2 keep=$3
+cur=""; [ -L "$parent/$leaf" ] && cur=$(readlink "$parent/$leaf")
+for d in "$parent"/."$leaf".gen-*; do
+  [ -d "$d" ] || continue
+  name=$(basename "$d")
+  [ "$name" = "$cur" ] && continue
+  [ "$name" = "$keep" ] && continue
+  mountpoint -q "$d/root" && continue
+  rm -rf -- "$d"
+done
+exit 0
+"""
+
+
+def clean_argv(packed: Packed, keep: str) -> list[str]:
+    return ["bash", "-c", CLEAN_SCRIPT, "sitestack", packed.parent, packed.leaf, keep]

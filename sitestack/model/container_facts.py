@@ -1,0 +1,90 @@
+"""A site's container facts (``facts.container``): the runtime and image the stack runs in, where the
+image comes from (a copy of the site's, or a build from a definition file), and the choices the
+container module makes. Part of :mod:`sitestack.model.facts`, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from sitestack.core.quoting import SHELL_NAME
+
+
+def _doc(text: str, **extra: Any) -> dict[str, Any]:
+    return {"doc": text, **extra}
+
+
+#: The base images the apptainer-image step knows: name -> (Bootstrap agent, From template).
+#: intel/intel-extension-for-pytorch's XPU images are tagged <version>-xpu (seed 003, peers s2.1).
+IMAGE_BASES: Mapping[str, tuple[str, str]] = {
+    "intel-extension-for-pytorch": ("docker", "intel/intel-extension-for-pytorch:{version}-xpu"),
+}
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """How the apptainer-image step builds the site's image from a definition file (seed 003)."""
+
+    base: str = field(metadata=_doc("the base image: one of " + ", ".join(IMAGE_BASES)))
+    version: str = field(metadata=_doc("its version, e.g. 2.8.10 for intel/intel-extension-for-pytorch:2.8.10-xpu"))
+    packages: tuple[str, ...] = field(default=(), metadata=_doc("pip requirements %post installs into the image"))
+    environment: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
+        "variables the image's %environment exports", key_pattern=SHELL_NAME.pattern,
+        key_doc="an environment variable name (letters, digits, _)"))
+    where: Literal["login", "slurm"] = field(default="login", metadata=_doc(
+        "login: build on the host the step runs on; slurm: as a batch job (sbatch --wait) with "
+        "APPTAINER_TMPDIR on the node's local scratch"))
+    slurm_options: tuple[str, ...] = field(default=(), metadata=_doc(
+        "sbatch options of the build job, one per item (partition and account come from scheduler)"))
+    time: str = field(default="00:30:00", metadata=_doc("wall time of the build job"))
+
+    def check(self) -> str | None:
+        if self.base not in IMAGE_BASES:
+            return f"base: unknown base image {self.base!r} (known: {', '.join(IMAGE_BASES)})"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", self.version):
+            return f"version: {self.version!r} is not a version (letters, digits, . _ + -)"
+        for req in self.packages:
+            try:
+                Requirement(req)
+            except InvalidRequirement as exc:
+                return f"packages: {req!r} is not a pip requirement ({exc})"
+        return None
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container runtime the stack is run through."""
+
+    runtime: Literal["singularity", "apptainer"] = field(metadata=_doc("container runtime"))
+    image: str | None = field(default=None, metadata=_doc("image (SIF) the stack runs in"))
+    bind: tuple[str, ...] = field(default=(), metadata=_doc("host paths bound into the container"))
+    source: str | None = field(default=None, metadata=_doc(
+        "the site's copy of the image that the container-image step installs at image (LUMI: its central "
+        "/appl/local/containers copy); null: image is used where it is"))
+    install: Literal["copy", "link"] = field(default="copy", metadata=_doc(
+        "copy: the container-image step copies source to image (the user controls when it goes away); "
+        "link: image is a symbolic link to source"))
+    sha256: str | None = field(default=None, metadata=_doc(
+        "sha256 of the image (source); the container-image step refuses an image that differs"))
+    net_plugin: Literal["container", "host"] = field(default="container", metadata=_doc(
+        "which RCCL/NCCL network plugin the stack uses: the one inside the image (the stack module loads no "
+        "host modules) or the one sitestack builds on the host (its module and the site modules it needs)"))
+    with_conda: str | None = field(default=None, metadata=_doc(
+        "the command that activates the image's conda environment; the module exports it as WITH_CONDA"))
+    build: ImageBuild | None = field(default=None, metadata=_doc(
+        "build the image from a definition file (the apptainer-image step); null: the image is given"))
+
+    def check(self) -> str | None:
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            return f"sha256: {self.sha256!r} is not 64 lowercase hex digits"
+        if self.source is not None and self.image is None:
+            return "source is set but image (where the container-image step installs it) is not"
+        return None
+
+
+__all__ = ["IMAGE_BASES", "Container", "ImageBuild"]

@@ -1,0 +1,90 @@
+"""The container runtime stand-in (tests/twins/runtime.py) does what the real runtimes do for the
+subset sitestack uses: exec with binds and image mounts, the <P>ENV_* variables, build, inspect."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.twins import runtime
+
+pytestmark = pytest.mark.skipif(runtime.available() is not None, reason=f"stand-in runtime: {runtime.available()}")
+
+
+@pytest.fixture
+def twin(tmp_path: Path) -> Path:
+    img = tmp_path / "img"
+    (img / "runscripts").mkdir(parents=True)
+    (img / "opt" / "conda" / "bin").mkdir(parents=True)
+    (img / ".singularity.d" / "env").mkdir(parents=True)
+    script = img / "runscripts" / "hello"
+    script.write_text('#!/bin/sh\necho hello "$@"\n')
+    script.chmod(0o755)
+    (img / "opt" / "conda" / "bin" / "python").symlink_to("/usr/bin/python3")
+    (img / ".singularity.d" / "env" / "90-environment.sh").write_text('export WITH_CONDA="source activate"\n')
+    runtime.make_image(img, tmp_path / "test.sif")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x").write_text("payload\n")
+    runtime.make_image(data, tmp_path / "data.sqfs")
+    runtime.install(tmp_path / "bin")
+    return tmp_path
+
+
+def run(twin: Path, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(twin / "bin" / name), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})}, cwd=twin)
+
+
+def test_exec_binds_image_mounts_and_env(twin: Path) -> None:
+    out = run(twin, "singularity", "exec", "--bind", f"{twin}/data.sqfs:/user-software/x:image-src=/",
+              "--bind", f"{twin / 'data'}:/opt/newbind", str(twin / "test.sif"), "sh", "-c",
+              'echo "$FOO|$PATH|$WITH_CONDA"; hello a b; cat /user-software/x/x /opt/newbind/x; '
+              'test -d /opt/conda && test -d /usr/lib; /opt/conda/bin/python -c "print(1)"; exit 3',
+              env={"SINGULARITYENV_FOO": "bar", "SINGULARITYENV_PREPEND_PATH": "/runscripts",
+                   "APPTAINERENV_FOO": "ignored by singularity"})
+    assert out.returncode == 3, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"bar|/runscripts:{runtime.DEFAULT_PATH}|source activate"
+    assert lines[1:] == ["hello a b", "payload", "payload", "1"]
+
+
+def test_apptainer_prefers_its_own_variables_and_reads_bindpath(twin: Path) -> None:
+    out = run(twin, "apptainer", "exec", str(twin / "test.sif"), "sh", "-c", 'echo "$FOO"; cat /mnt2/x',
+              env={"SINGULARITYENV_FOO": "old", "APPTAINERENV_FOO": "new", "APPTAINER_BINDPATH": f"{twin / 'data'}:/mnt2"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["new", "payload"]
+
+
+def test_missing_bind_source_is_fatal(twin: Path) -> None:
+    out = run(twin, "singularity", "exec", "--bind", "/no/such/dir", str(twin / "test.sif"), "true")
+    assert out.returncode == 255 and "mount source doesn't exist" in out.stderr
+
+
+def test_build_from_def_and_inspect(twin: Path) -> None:
+    (twin / "t.def").write_text("Bootstrap: localimage\nFrom: test.sif\n\n%post\n    mkdir -p /opt/conda/extra\n"
+                                "    echo built > /opt/conda/extra/marker\n\n%environment\n    export FROMDEF=yes\n\n"
+                                "%labels\n    org.example.digest abc123\n")
+    assert run(twin, "apptainer", "build", "out.sif", "t.def").returncode == 0
+    again = run(twin, "apptainer", "build", "out.sif", "t.def")
+    assert again.returncode == 255 and "already exists" in again.stderr
+    assert run(twin, "apptainer", "inspect", "--labels", "out.sif").stdout == "org.example.digest: abc123\n"
+    out = run(twin, "apptainer", "exec", "out.sif", "sh", "-c", 'cat /opt/conda/extra/marker; echo "$FROMDEF"')
+    assert out.stdout.split() == ["built", "yes"]
+
+
+def test_build_from_directory_and_docker_dir(twin: Path, tmp_path: Path) -> None:
+    assert run(twin, "singularity", "build", "dir.sif", str(twin / "data")).returncode == 0
+    out = run(twin, "singularity", "exec", "dir.sif", "cat", "/x")
+    assert out.stdout == "payload\n"
+    (twin / "d.def").write_text("Bootstrap: docker\nFrom: example/base:1.0\n")
+    refused = run(twin, "apptainer", "build", "d.sif", "d.def")
+    assert refused.returncode == 255 and "cannot pull" in refused.stderr
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    (docker / "example_base_1.0.sif").write_bytes((twin / "test.sif").read_bytes())
+    ok = run(twin, "apptainer", "build", "d.sif", "d.def", env={"RUNTIME_TWIN_DOCKER_DIR": str(docker)})
+    assert ok.returncode == 0, ok.stderr
