@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sitestack.core.quoting import sh_expanding
+from sitestack.installs.container import runtime_of
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
 from sitestack.validation import jobs
@@ -138,11 +139,11 @@ def render_job_template(inputs: LaunchInputs) -> str:
     container = None
     exec_prefix = ""
     if facts.container:
-        runtime = facts.container.runtime
+        runtime = runtime_of(facts.container)
         binds = ",".join((*facts.container.bind, inputs.bin.rsplit("/", 1)[0]))
-        container = {"runtime": runtime, "image": facts.container.image or "", "bind_var": jobs.BIND_VARS[runtime],
+        container = {"runtime": runtime.name, "image": facts.container.image or "", "bind_var": runtime.bind_var,
                      "binds": sh_expanding(binds)}
-        exec_prefix = f'{runtime} exec "$SIF" '
+        exec_prefix = f'{runtime.command} exec "$SIF" '
     text = prelude(facts)
     return jobs.environment().get_template("job-template.sbatch.j2").render(
         **ctx, sbatch=sbatch, sbatch_tasks=v.sbatch_tasks, launcher=template_launcher(facts),
