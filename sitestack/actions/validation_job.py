@@ -47,7 +47,17 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
     the checks run with ``python``, else the stack's Python, else facts.python.executable."""
     runtime = {"user": "${USER}", "home": "${HOME}"}
     env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
-    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx))
+    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
+                     stack_includes=stack_includes(ctx))
+
+
+def stack_includes(ctx: RunContext) -> tuple[str, ...]:
+    """The built packages the site's stack includes (the recipes of its recipe-install steps, where a
+    stack-venv step makes the stack): the job fails when one of them is missing or broken."""
+    if not any(s.action == "stack-venv" for s in ctx.site.steps):
+        return ()
+    return tuple(sorted({str(s.args["recipe"]) for s in ctx.site.steps
+                         if s.action == "recipe-install" and s.args.get("recipe")}))
 
 
 def probe_digest(cc: str, build_python: str, flavour: str) -> str:

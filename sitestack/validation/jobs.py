@@ -42,6 +42,31 @@ NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
 BIND_VARS = {"singularity": "SINGULARITY_BINDPATH", "apptainer": "APPTAINER_BINDPATH"}
 
 
+#: Seconds the guard around the launcher waits after the ranks' deadline (ddp_check.GUARD_GRACE).
+GUARD_GRACE = 20
+
+
+def slurm_seconds(text: str) -> int:
+    """Slurm's --time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) in seconds."""
+    days, _, rest = text.strip().rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        parts += [0] * (3 - len(parts))
+        hours, minutes, seconds = parts
+    elif len(parts) == 3:
+        hours, minutes, seconds = parts
+    else:
+        hours, minutes, seconds = 0, parts[0], parts[1] if len(parts) > 1 else 0
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def time_limit(job_seconds: int) -> int:
+    """The checks' time limit inside a job of ``job_seconds``: the job's time less a margin (a tenth,
+    at least a minute) and the guard's grace, so the result is written before the scheduler kills
+    the job; never below a minute."""
+    return max(60, job_seconds - max(60, job_seconds // 10) - GUARD_GRACE)
+
+
 def master_port(job_id: int) -> int:
     """The job's MASTER_PORT, as the batch script computes it."""
     return PORT_BASE + job_id % PORT_SPAN
@@ -76,6 +101,7 @@ class JobInputs:
     env: Mapping[str, str]  # facts.env with {user}/{home} left to the job ($USER, $HOME)
     python: str | None = None  # the Python that runs the checks (default facts.python.executable)
     description: str = ""
+    stack_includes: tuple[str, ...] = ()  # the built packages (recipes) the site's stack includes: mpi4py, horovod
 
 
 def script_name(launcher: str) -> str:
@@ -128,6 +154,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
     nccl = facts.collectives in ("nccl", "rccl")
     plugin = facts.network.net_plugin
     stacks = 2 if facts.gpu.unit == "stack" else 0
+    job_seconds = slurm_seconds(sched.time)
     return {
         "site": inputs.site,
         "launcher": launcher,
@@ -157,6 +184,11 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "masks": masks,
         "per_node": facts.gpu.per_node or v.ranks_per_node,
         "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
+        "job_seconds": job_seconds,
+        "time_limit": time_limit(job_seconds),
+        "guard_grace": GUARD_GRACE,
+        # the guard runs on the node, outside the container: the host's python3 there
+        "guard_python": "python3" if container else '"$PYTHON"',
     }
 
 
@@ -192,6 +224,7 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                     "libfabric_provider": facts.network.libfabric_provider,
                     "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or "")},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
+        "stack": {"includes": sorted(inputs.stack_includes)},
     }
 
 
