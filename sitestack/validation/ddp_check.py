@@ -556,6 +556,12 @@ class Run:
             checks = [asdict(c) for c in self.checks.values()] if self.info.rank == 0 else None
             self.progress.enter(phase, checks)
 
+    def note(self, detail: str, tick: int) -> None:
+        """Where in the current phase this rank is (``tick`` orders it): a hang names the rank behind."""
+        if self.progress is not None:
+            self.progress.data.update(detail=detail, tick=tick)
+            self.progress.save()
+
     @contextlib.contextmanager
     def timed(self, name: str) -> Iterator[None]:
         self.enter(name)
@@ -860,14 +866,18 @@ class Run:
         slow = judge_balance(compute, [r["host"] for r in self.ranks] if len(self.ranks) == len(compute) else None)
         if slow:
             problems.insert(0, slow)
+            self.set("ddp", FAILED, slow, compute_seconds=compute)
+            self.enter("ddp")  # a watchdog that ends the (slow) run reports it
         ids = [self.dev.index] if self.dev.kind != "cpu" and self.dev.index is not None else None
         ddp_model = DDP(model, device_ids=ids) if self.info.world_size > 1 else model
         optim = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
         batches = self._batches(self.args.steps + 2)
         losses = []
-        for x, y in batches[: self.args.steps]:
+        for step, (x, y) in enumerate(batches[: self.args.steps], 1):
+            self.note(f"step {step} forward", 2 * step)
             optim.zero_grad()
             loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+            self.note(f"step {step} backward", 2 * step + 1)
             loss.backward()
             optim.step()
             mean = loss.detach().clone()
@@ -1439,8 +1449,17 @@ def status_dir(out: str) -> str:
     return os.path.join(out, "ranks")
 
 
-def phase_words(phase: str) -> str:
-    return PHASE_WORDS.get(phase, f"during {phase}")
+def phase_words(phase: str, detail: str | None = None) -> str:
+    return PHASE_WORDS.get(phase, f"during {phase}") + (f" ({detail})" if detail else "")
+
+
+def where(d: dict[str, Any]) -> str:
+    """What a rank was doing, from its progress record: "during ddp (step 1 forward)"."""
+    return phase_words(str(d.get("phase", "?")), d.get("detail"))
+
+
+def waited(d: dict[str, Any]) -> str:
+    return "had finished" if d.get("phase") == "finished" else f"waited {where(d)}"
 
 
 class Progress:
@@ -1454,6 +1473,8 @@ class Progress:
             "since": round(time.time(), 3), "state": "running", **meta}
 
     def enter(self, phase: str, checks: list[dict[str, Any]] | None = None, **extra: Any) -> None:
+        if phase != self.data.get("phase"):
+            self.data.update(detail=None, tick=0)
         self.data.update(phase=phase, since=round(time.time(), 3), **extra)
         if checks is not None:
             self.data["checks"] = checks
@@ -1495,6 +1516,22 @@ def proc_state(pid: int) -> str | None:
     with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
         return handle.read().rsplit(")", 1)[1].split()[0]
     return None
+
+
+def sampled_state(pid: int, samples: int = 10, every: float = 0.05) -> str | None:
+    """The process state over half a second: ``T`` when stopped throughout (frozen), ``throttled``
+    when it was stopped and ran in turns (a SIGSTOP/SIGCONT duty cycle, as cpulimit does), else the
+    state last seen."""
+    seen = []
+    for _ in range(samples):
+        seen.append(proc_state(pid))
+        time.sleep(every)
+    stopped = sum(1 for s in seen if s in ("T", "t"))
+    if stopped == len(seen):
+        return "T"
+    if stopped:
+        return "throttled"
+    return seen[-1]
 
 
 def _proc_table() -> dict[int, tuple[int, int, str]]:
@@ -1543,41 +1580,52 @@ def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, ex
     never = (f"; rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never reached the check program "
              "(hung or died at start-up: the launcher, the Python start-up or a site hook)") if missing else ""
     others = [r for r in sorted(ranks) if r != culprit]
-    where_others = "; ".join(f"{who(r)} was {phase_words(ranks[r].get('phase', '?'))}" for r in others[:4])
+    where_others = "; ".join(f"{who(r)} was {where(ranks[r])}" for r in others[:4])
     if kind == "killed" and culprit is not None:
         d = ranks[culprit]
         sig = str(d.get("signal", "?"))
         verb = f"crashed with {sig} ({d.get('signal_text', '')})" if sig in CRASH_SIGNALS else f"was killed by {sig}"
-        return f"{who(culprit)} {verb} {phase_words(d.get('phase', '?'))}" + (f"; {where_others}" if where_others else "") + never
+        return f"{who(culprit)} {verb} {where(d)}" + (f"; {where_others}" if where_others else "") + never
     if kind == "exited":
         head = f"{launcher} exited with code {rc} before a result was written"
         if not ranks:
             return f"{head}: no rank reached the check program (it failed at start-up: see the job log)"
-        states = "; ".join(f"{who(r)} {d.get('state', 'running')} {phase_words(d.get('phase', '?'))}"
+        states = "; ".join(f"{who(r)} {d.get('state', 'running')} {where(d)}"
                            for r, d in sorted(ranks.items())[:4])
         return f"{head}: {states}{never}"
     head = f"the time limit of {limit:.0f}s passed"
+    first = ranks.get(0) or {}
+    found = next((c for c in first.get("checks") or [] if c.get("status") == FAILED), None)
+    if found:  # what the run had already found is the likelier cause: say it first
+        head = f"{found['name']}: {found['summary']}; then {head}"
+    throttled = [r for r, d in sorted(ranks.items()) if d.get("proc_state") == "throttled"]
+    if throttled:
+        head += (f" ({', '.join(who(r) for r in throttled)} was stopped and continued in turns: held to a fraction "
+                 "of a CPU)")
     if not ranks:
         return (f"{head} before any rank reached the check program: the job hung at start-up (the launcher, the "
                 "Python start-up or a site hook)")
-    stopped = [r for r, d in sorted(ranks.items()) if str(d.get("proc_state") or "").startswith(("T", "t"))]
+    stopped = [r for r, d in sorted(ranks.items()) if d.get("proc_state") in ("T", "t")]
     if stopped:
         rest = [r for r in sorted(ranks) if r not in stopped]
-        waited = "; ".join(f"{who(r)} waited {phase_words(ranks[r].get('phase', '?'))}" for r in rest[:4])
+        rest_words = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in rest[:4])
         return (f"{head}: {', '.join(who(r) for r in stopped)} was frozen (stopped by SIGSTOP) "
-                f"{phase_words(ranks[stopped[0]].get('phase', '?'))}" + (f"; {waited}" if waited else "") + never)
+                f"{where(ranks[stopped[0]])}" + (f"; {rest_words}" if rest_words else "") + never)
     order = {p: i for i, p in enumerate(PHASES)}
-    earliest = min(order.get(d.get("phase", ""), 0) for d in ranks.values())
-    behind = [r for r, d in sorted(ranks.items()) if order.get(d.get("phase", ""), 0) == earliest]
-    phase = PHASES[earliest]
+
+    def key(d: dict[str, Any]) -> tuple[int, int]:
+        return order.get(d.get("phase", ""), 0), int(d.get("tick") or 0)
+
+    earliest = min(key(d) for d in ranks.values())
+    behind = [r for r, d in sorted(ranks.items()) if key(d) == earliest]
+    phase = PHASES[earliest[0]]
     if len(behind) == len(ranks) and not missing:
-        return f"{head}: all {len(ranks)} ranks hung {phase_words(phase)} (ranks {', '.join(map(str, behind))})"
-    ahead = "; ".join(f"{who(r)} waited {phase_words(ranks[r].get('phase', '?'))}" for r in sorted(ranks)
-                      if r not in behind)
+        return f"{head}: all {len(ranks)} ranks hung {where(ranks[behind[0]])} (ranks {', '.join(map(str, behind))})"
+    ahead = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in sorted(ranks) if r not in behind)
     if missing:
         return f"{head}{never[1:]}" + (f"; {', '.join(who(r) for r in sorted(ranks))} waited "
                                         f"{phase_words(phase)}" if ranks else "")
-    return f"{head}: {', '.join(who(r) for r in behind)} hung {phase_words(phase)}" + (f"; {ahead}" if ahead else "")
+    return f"{head}: {', '.join(who(r) for r in behind)} hung {where(ranks[behind[0]])}" + (f"; {ahead}" if ahead else "")
 
 
 def report_fault(out: str, fault: dict[str, Any]) -> bool:
@@ -1681,9 +1729,12 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
         time.sleep(0.2)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
-        mine = read_progress(out).get(progress.data["rank"], progress.data)
-        if not asked and mine.get("phase") != "finished":
-            progress.data.update({k: v for k, v in mine.items() if k != "checks"})
+        ranks = read_progress(out)
+        mine = ranks.get(progress.data["rank"], progress.data)
+        # a rank that dies because the deadline ended another one is not the fault: that watchdog reports
+        late = time.time() >= deadline - 1 or any(d.get("state") == "timed out" for d in ranks.values())
+        if not asked and not late and mine.get("phase") != "finished":
+            progress.data = dict(mine)  # the worker's record, with rank 0's checks so far
             name = signal.Signals(number).name
             progress.data.update(state="crashed" if name in CRASH_SIGNALS else "killed", signal=name,
                                  signal_text=signal.strsignal(number) or "")
@@ -1700,9 +1751,8 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
 
 def _time_out(child: int, progress: Progress, out: str, limit: float, expected: int | None) -> None:
     """The deadline passed: record where the rank was, kill it, and (first watchdog only) report."""
-    mine = read_progress(out).get(progress.data["rank"], progress.data)
-    progress.data.update({k: v for k, v in mine.items() if k != "checks"})
-    progress.data.update(state="timed out", proc_state=proc_state(child))
+    progress.data = dict(read_progress(out).get(progress.data["rank"], progress.data))
+    progress.data.update(state="timed out", proc_state=sampled_state(child))
     progress.save()
     kill_all(descendants(child))
     with contextlib.suppress(ChildProcessError):
@@ -1718,7 +1768,7 @@ def _time_out(child: int, progress: Progress, out: str, limit: float, expected: 
 
 def _earliest(ranks: dict[int, dict[str, Any]]) -> str:
     order = {p: i for i, p in enumerate(PHASES)}
-    stopped = [d for d in ranks.values() if str(d.get("proc_state") or "").startswith(("T", "t"))]
+    stopped = [d for d in ranks.values() if d.get("proc_state") in ("T", "t")]
     pool = stopped or list(ranks.values())
     return min((str(d.get("phase", "startup")) for d in pool), key=lambda p: order.get(p, 0), default="startup")
 

@@ -31,7 +31,7 @@ def verdict_table(result: dict[str, Any]) -> str:
     width = max((len(r[0]) for r in rows), default=5)
     head = (f"sitestack validation of {result.get('site', '?')}: {str(result.get('verdict', '?')).upper()} "
             f"({result.get('world_size', '?')} ranks on {result.get('nodes', '?')} node(s), "
-            f"{result.get('launcher', '?')}, {result.get('backend', '?')})")
+            f"{result.get('launcher') or '?'}, {result.get('backend') or '?'})")
     lines = [head]
     for name, mark, summary in rows:
         lines.append(f"  {name:<{width}}  {mark:<4}  {summary}")
@@ -39,7 +39,12 @@ def verdict_table(result: dict[str, Any]) -> str:
 
 
 def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return one_line(text).replace("|", "\\|")
+
+
+def one_line(text: Any) -> str:
+    """``text`` with every run of whitespace (tabs, newlines: MPI libraries print both) as one space."""
+    return " ".join(str(text).split())
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -106,14 +111,14 @@ def markdown(result: dict[str, Any]) -> str:
         out += ["## MPI", ""]
         if probe:
             lib = str(probe.get("library", "")).strip().splitlines()
-            out.append(f"- C probe ({lib[0] if lib else '?'}), {probe.get('size')} ranks on "
+            out.append(f"- C probe ({one_line(lib[0]) if lib else '?'}), {probe.get('size')} ranks on "
                        f"{', '.join(probe.get('hosts') or [])}: latency {probe.get('latency_us', 0):.3g} us")
             for b in probe.get("bandwidth") or []:
                 out.append(f"  - {human_bytes(b['bytes'])}: {b['mb_s']:.4g} MB/s")
         if m4:
             lat, bwv = m4.get("latency_us"), m4.get("bandwidth_mb_s")
             extra = f": ping-pong latency {lat:.3g} us, {bwv:.4g} MB/s at 1 MiB" if lat is not None else ""
-            out.append(f"- mpi4py ({m4.get('library')}), {m4.get('size')} ranks{extra}")
+            out.append(f"- mpi4py ({one_line(m4.get('library'))}), {m4.get('size')} ranks{extra}")
         out.append("")
     out += ["## Files", "", f"- `{artefacts.get('json', 'result.json')}`: every number above, per check and per rank",
             f"- `{artefacts.get('markdown', 'summary.md')}`: this summary"]
