@@ -1074,16 +1074,19 @@ class Run:
         if total != size * (size - 1) // 2:
             problems.append(f"MPI allreduce of ranks gave {total}, expected {size * (size - 1) // 2}")
         latency = bandwidth = None
+        stats: dict[str, Any] = {}
         if size > 1 and not problems:
-            latency, bandwidth = mpi_pingpong(MPI, comm, rank, size)
+            stats, bandwidth = mpi_pingpong(MPI, comm, rank, size)
+            latency = stats.get("median_us")
         reports = self.all_gather(problems) if self.pg_ok else [problems]
         bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
-        details = {"library": library[:120], "size": size, "latency_us": latency, "bandwidth_mb_s": bandwidth}
+        details = {"library": library[:120], "size": size, "latency_us": latency, "latency": stats,
+                   "bandwidth_mb_s": bandwidth}
         self.mpi_data["mpi4py"] = details
         if bad:
             self.set("mpi4py", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad], **details)
         else:
-            extra = f"; ping-pong {latency:.3g} us, {bandwidth:.4g} MB/s at 1 MiB" if latency is not None else ""
+            extra = f"; ping-pong {ddp_report.latency_text(stats)}, {bandwidth:.4g} MB/s at 1 MiB" if stats else ""
             self.set("mpi4py", PASSED, f"{library[:60]}, {size} ranks, allreduce exact{extra}", **details)
 
     # -- 11. Horovod ---------------------------------------------------------------------------------
@@ -1394,28 +1397,46 @@ def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInf
     return f"init_process_group failed: {text.splitlines()[0] if text else type(exc).__name__}"
 
 
-def mpi_pingpong(MPI: Any, comm: Any, rank: int, size: int) -> tuple[float | None, float | None]:
-    """Latency (8 B, half round trip, us) and bandwidth (1 MiB, MB/s) between rank 0 and the last rank."""
+#: Latency samples whose maximum is this many times their median are flagged as noisy.
+NOISE_FACTOR = ddp_report.NOISE_FACTOR
+
+
+def latency_stats(samples_us: list[float]) -> dict[str, Any]:
+    """min/median/max of latency samples (us) and whether they are noisy (the maximum far above the
+    median: another process shared the CPU, or the network was busy)."""
+    ordered = sorted(samples_us)
+    if not ordered:
+        return {}
+    median = ordered[len(ordered) // 2]
+    return {"min_us": ordered[0], "median_us": median, "max_us": ordered[-1], "samples": len(ordered),
+            "noisy": bool(median > 0 and ordered[-1] > NOISE_FACTOR * median)}
+
+
+def mpi_pingpong(MPI: Any, comm: Any, rank: int, size: int) -> tuple[dict[str, Any], float | None]:
+    """Latency (8 B, half round trips, us: min/median/max of 200) and bandwidth (1 MiB, MB/s) between
+    rank 0 and the last rank."""
     peer = size - 1
-    results: list[float | None] = [None, None]
+    samples: list[float] = []
+    bandwidth = None
     for index, (nbytes, iters) in enumerate(((8, 200), (1 << 20, 20))):
         buf = bytearray(nbytes)
         comm.Barrier()
         start = MPI.Wtime()
         for _ in range(iters):
+            begin = MPI.Wtime()
             if rank == 0:
                 comm.Send([buf, MPI.BYTE], dest=peer, tag=7)
                 comm.Recv([buf, MPI.BYTE], source=peer, tag=7)
             elif rank == peer:
                 comm.Recv([buf, MPI.BYTE], source=0, tag=7)
                 comm.Send([buf, MPI.BYTE], dest=0, tag=7)
+            if index == 0:
+                samples.append((MPI.Wtime() - begin) / 2 * 1e6)
         half = (MPI.Wtime() - start) / iters / 2
-        if index == 0:
-            results[0] = half * 1e6
-        else:
-            results[1] = nbytes / half / 1e6
-    latency_bandwidth: tuple[float | None, float | None] = comm.bcast((results[0], results[1]), root=0)
-    return latency_bandwidth
+        if index == 1:
+            bandwidth = nbytes / half / 1e6
+    result: tuple[dict[str, Any], float | None] = comm.bcast((latency_stats(samples), bandwidth), root=0)
+    return result
 
 
 # --------------------------------------------------------------------------------------------
