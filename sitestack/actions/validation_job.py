@@ -20,7 +20,7 @@ from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.paths import SOURCES_DIR
 from sitestack.core.quoting import in_prefix_problem
-from sitestack.installs.venv_stack import stack_for
+from sitestack.installs.venv_stack import Stack, module_root, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
 from sitestack.model.siteenv import in_site_env
@@ -33,13 +33,19 @@ PROBE_EXE = "mpi-probe/bin/sitestack-mpi-probe"
 STAMP = "mpi-probe/.sitestack-stamp"
 
 
-def stack_python(ctx: RunContext) -> str | None:
-    """The Python of the site's stack environment, where the playbook makes one (a stack-venv step)."""
+def site_stack(ctx: RunContext) -> Stack | None:
+    """The site's stack environment, where the playbook makes one (a stack-venv step)."""
     spec = next((s for s in ctx.site.steps if s.action == "stack-venv"), None)
     if spec is None:
         return None
     args = ctx.actions[spec.action].from_spec(spec, ctx).args  # placeholders filled
-    return f"{stack_for(ctx, getattr(args, 'name', None)).bin}/python"
+    return stack_for(ctx, getattr(args, "name", None))
+
+
+def stack_python(ctx: RunContext) -> str | None:
+    """The Python of the site's stack environment, where the playbook makes one (a stack-venv step)."""
+    stack = site_stack(ctx)
+    return f"{stack.bin}/python" if stack else None
 
 
 def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs:
@@ -47,8 +53,16 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
     the checks run with ``python``, else the stack's Python, else facts.python.executable."""
     runtime = {"user": "${USER}", "home": "${HOME}"}
     env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
+    stack = site_stack(ctx)
+    # The job validates what users get: the stack's module, loaded as they load it, where the playbook
+    # installs module files for it, unless another Python was asked for (--python: validate that one).
+    uses_module = stack is not None and python is None and any(s.action == "modulefiles" for s in ctx.site.steps)
     return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
-                     stack_includes=stack_includes(ctx))
+                     stack_includes=stack_includes(ctx),
+                     stack_module=stack.name if stack is not None and uses_module else None,
+                     module_root=module_root(ctx) if uses_module else None,
+                     manifest=stack.manifest if stack is not None and python is None else None,
+                     checks_need=stack.checks if stack is not None else ())
 
 
 def stack_includes(ctx: RunContext) -> tuple[str, ...]:

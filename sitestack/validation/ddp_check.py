@@ -508,6 +508,20 @@ def exit_code(result: dict[str, Any]) -> int:
     return 0 if result.get("verdict") == PASSED else 1
 
 
+#: The variables that decide how the collectives and the network plugin behave: recorded in the report.
+RECORDED_PREFIXES = ("NCCL_", "RCCL_", "FI_", "CXI_", "GLOO_", "MIOPEN_", "HSA_", "OMP_NUM_THREADS", "MPICH_", "OMPI_MCA_")
+
+
+def job_environment(env: dict[str, str], plugin: str | None) -> dict[str, Any]:
+    """What the ranks ran with: the modules loaded (Lmod's and Environment Modules' LOADEDMODULES),
+    the NCCL_*/FI_*/... settings, and the LD_LIBRARY_PATH entries of the network plugin."""
+    words = tuple(w for w in (plugin, "ofi", "libfabric", "nccl-net", "rccl-net", "nccl_net") if w)
+    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p and any(w in p.lower() for w in words)]
+    return {"modules": [m for m in env.get("LOADEDMODULES", "").split(":") if m],
+            "variables": {k: v for k, v in sorted(env.items()) if k.startswith(RECORDED_PREFIXES)},
+            "plugin_library_path": paths}
+
+
 def rank_fault(env: dict[str, str], kind: str, rank: int) -> bool:
     """Whether ``SITESTACK_CHECK_FAULT`` asks this rank for fault ``kind`` (``seed@1,allreduce@0``)."""
     for item in (env.get("SITESTACK_CHECK_FAULT") or "").split(","):
@@ -636,6 +650,7 @@ class Run:
             "visible": {v: self.env[v] for v in VISIBLE_VARS if v in self.env},
             "master": f"{self.env.get('MASTER_ADDR', '?')}:{self.env.get('MASTER_PORT', '?')}",
             "fault": self.env.get("SITESTACK_CHECK_FAULT") or None,
+            "setting": job_environment(self.env, (self.config.get("network") or {}).get("net_plugin")),
         }
         self.me = me
         self.log(f"launcher {self.info.launcher} ({self.info.source}), local rank {self.info.local_rank}, "
@@ -1233,6 +1248,7 @@ class Run:
             "ranks": self.ranks,
             "bandwidth": self.bandwidth,
             "mpi": {k: v for k, v in self.mpi_data.items() if k in ("probe", "mpi4py")},
+            "job_environment": first.get("setting") or job_environment(self.env, (self.config.get("network") or {}).get("net_plugin")),
             "elapsed_s": round(time.time() - self.start, 2),
             "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": "bandwidth.png"},
         }

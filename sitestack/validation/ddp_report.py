@@ -139,6 +139,11 @@ def markdown(result: dict[str, Any]) -> str:
             extra = f": ping-pong {latency_text(stats)}, {bwv:.4g} MB/s at 1 MiB" if stats and bwv is not None else ""
             out.append(f"- mpi4py ({one_line(m4.get('library'))}), {m4.get('size')} ranks{extra}")
         out.append("")
+    setting = result.get("job_environment") or {}
+    if setting:
+        out += ["## Environment", "", f"- modules: {', '.join(setting.get('modules') or []) or '(none loaded)'}",
+                f"- network plugin on LD_LIBRARY_PATH: {', '.join(setting.get('plugin_library_path') or []) or '(none)'}"]
+        out += [f"- `{k}={one_line(v)}`" for k, v in (setting.get("variables") or {}).items()] + [""]
     out += ["## Files", "", f"- `{artefacts.get('json', 'result.json')}`: every number above, per check and per rank",
             f"- `{artefacts.get('markdown', 'summary.md')}`: this summary"]
     if artefacts.get("plot"):

@@ -20,7 +20,7 @@ import jinja2
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_expanding
 from sitestack.model.site import BusBandwidth, Facts, Validation
-from sitestack.model.siteenv import prelude
+from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.validation import masks as masks_mod
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -41,6 +41,9 @@ NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
 #: The container runtimes and the variable each reads its bind list from.
 BIND_VARS = {"singularity": "SINGULARITY_BINDPATH", "apptainer": "APPTAINER_BINDPATH"}
 
+
+#: The built packages the check program imports when the stack includes them (their import names).
+IMPORTED = ("mpi4py",)
 
 #: Seconds the guard around the launcher waits after the ranks' deadline (ddp_check.GUARD_GRACE).
 GUARD_GRACE = 20
@@ -102,6 +105,10 @@ class JobInputs:
     python: str | None = None  # the Python that runs the checks (default facts.python.executable)
     description: str = ""
     stack_includes: tuple[str, ...] = ()  # the built packages (recipes) the site's stack includes: mpi4py, horovod
+    stack_module: str | None = None  # the stack's module (pytorch/2.3.1-gpu), loaded by the job as users load it
+    module_root: str | None = None  # where that module file is (facts.modules.install_root)
+    manifest: str | None = None  # the stack's manifest, which `invoke validate` checks the job's imports against
+    checks_need: tuple[str, ...] = ()  # what the checks import besides torch (venv_stack.CHECK_NEEDS)
 
 
 def script_name(launcher: str) -> str:
@@ -160,8 +167,12 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "launcher": launcher,
         "script": script_name(launcher),
         "dir": inputs.dir,
-        "python": inputs.python or facts.python.executable,
+        # with the stack's module loaded, its Python is the first on PATH, as for its users
+        "python": "python" if inputs.stack_module else (inputs.python or facts.python.executable),
         "prelude": prelude(facts).rstrip("\n") + "\n" if prelude(facts) else "",
+        "stack_module": inputs.stack_module,
+        "load_failed": LOAD_FAILED,
+        "module_root": inputs.module_root,
         "sbatch": sbatch,
         "ranks_per_node": v.ranks_per_node,
         "stacks": stacks,
@@ -224,7 +235,9 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                     "libfabric_provider": facts.network.libfabric_provider,
                     "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or "")},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
-        "stack": {"includes": sorted(inputs.stack_includes)},
+        "stack": {"includes": sorted(inputs.stack_includes), "module": inputs.stack_module,
+                  "manifest": inputs.manifest, "needs": ["torch", *inputs.checks_need, *sorted(
+                      r for r in inputs.stack_includes if r in IMPORTED)]},
     }
 
 
