@@ -311,9 +311,12 @@ def test_hang_in_ddp(installed_local_job, tmp_path):
     assert checks["collectives"]["status"] == "passed" and checks["ddp"]["status"] == "failed"
 
 
-def test_frozen_rank(installed_local_job, tmp_path):
+@pytest.mark.parametrize("phase", ["ddp", "net-plugin"])
+def test_frozen_rank(installed_local_job, tmp_path, phase):
+    """Frozen in DDP (the other rank waits in gloo), or just before the MPI checks (the other rank
+    spins in MPI_Barrier/allreduce, holding the GIL: no thread could time it out)."""
     def freeze(out: Path) -> None:
-        data = when_rank_reaches(out, 1, "ddp")
+        data = when_rank_reaches(out, 1, phase)
         os.kill(data["pid"], signal.SIGSTOP)
 
     run = run_job(installed_local_job, tmp_path, during=freeze)

@@ -476,7 +476,7 @@ def test_a_hang_names_the_rank_behind_and_the_ranks_that_never_arrived():
 def test_a_killed_or_crashed_rank_is_named_with_host_and_phase():
     ranks = {0: _rank(0, "ddp"), 1: _rank(1, "bandwidth", signal="SIGKILL")}
     assert dc.describe_fault("killed", ranks, 60, 2, culprit=1).startswith(
-        "rank 1 on nid001 was killed by SIGKILL during bandwidth; rank 0 on nid000 was during ddp")
+        "rank 1 on nid001 was killed by SIGKILL during bandwidth; rank 0 on nid000 was in the ddp check")
     ranks = {0: _rank(0, "MPI_Init", signal="SIGBUS", signal_text="Bus error", world_size=1)}
     assert dc.describe_fault("killed", ranks, 60, 1, culprit=0) == (
         "rank 0 on nid000 crashed with SIGBUS (Bus error) inside MPI_Init (importing mpi4py)")

@@ -1495,6 +1495,16 @@ def where(d: dict[str, Any]) -> str:
     return phase_words(str(d.get("phase", "?")), d.get("detail"))
 
 
+def state_of(d: dict[str, Any]) -> str:
+    """Where a rank was, after its name: "was in the ddp check (step 1 forward)", "had finished"."""
+    phase, detail = str(d.get("phase", "?")), d.get("detail")
+    if phase == "finished":
+        return "had finished"
+    words = {"startup": "starting up", "MPI_Init": "inside MPI_Init (importing mpi4py)",
+             "import torch": "importing torch", "report": "writing the report"}.get(phase, f"in the {phase} check")
+    return f"was {words}" + (f" ({detail})" if detail else "")
+
+
 def waited(d: dict[str, Any]) -> str:
     return "had finished" if d.get("phase") == "finished" else f"waited {where(d)}"
 
@@ -1617,7 +1627,7 @@ def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, ex
     never = (f"; rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never reached the check program "
              "(hung or died at start-up: the launcher, the Python start-up or a site hook)") if missing else ""
     others = [r for r in sorted(ranks) if r != culprit]
-    where_others = "; ".join(f"{who(r)} was {where(ranks[r])}" for r in others[:4])
+    where_others = "; ".join(f"{who(r)} {state_of(ranks[r])}" for r in others[:4])
     if kind == "killed" and culprit is not None:
         d = ranks[culprit]
         sig = str(d.get("signal", "?"))
@@ -1660,7 +1670,7 @@ def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, ex
         return f"{head}: all {len(ranks)} ranks hung {where(ranks[behind[0]])} (ranks {', '.join(map(str, behind))})"
     ahead = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in sorted(ranks) if r not in behind)
     if missing:
-        return f"{head}{never[1:]}" + (f"; {', '.join(who(r) for r in sorted(ranks))} waited "
+        return f"{head}:{never[1:]}" + (f"; {', '.join(who(r) for r in sorted(ranks))} waited "
                                         f"{phase_words(phase)}" if ranks else "")
     return f"{head}: {', '.join(who(r) for r in behind)} hung {where(ranks[behind[0]])}" + (f"; {ahead}" if ahead else "")
 
@@ -1783,7 +1793,7 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
                                "signal": progress.data["signal"], "expected": expected})
             print(f"sitestack watchdog: {cause}", file=sys.stderr, flush=True)
         os._exit(128 + number)
-    os._exit(os.waitstatus_to_exitcode(status))
+    os._exit(os.WEXITSTATUS(status))
 
 
 def _time_out(child: int, progress: Progress, out: str, limit: float, expected: int | None) -> None:
@@ -1843,6 +1853,7 @@ def guard_main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop)
     timed_out = False
+    ended: float | None = None
     if proc is not None:
         last_scan = 0.0
         while proc.poll() is None:
@@ -1850,14 +1861,21 @@ def guard_main(argv: list[str]) -> int:
             if now - last_scan > 1.0:  # remember the step's processes: ranks a launcher orphans are found later
                 seen.update(descendants(proc.pid))
                 last_scan = now
+            if ended is None and os.path.exists(os.path.join(status_dir(args.out), "fault.json")):
+                # a rank's watchdog reported a rank killed or timed out: the others cannot finish
+                # without it; give the launcher a few seconds to end them itself
+                ended = now
+                deadline = min(deadline, now + 5.0)
             if now >= deadline:
-                timed_out = True
+                timed_out = ended is None
                 seen.update(descendants(proc.pid))
                 kill_all(seen)
                 break
             time.sleep(0.25)
         rc = proc.wait()
         kill_all(seen)  # whatever the launcher left running
+        if rc < 0:  # the launcher ended by a signal: the shell's way of saying so
+            rc = 128 - rc
     result_path = os.path.join(args.out, "result.json")
     if not os.path.exists(result_path):
         ranks = read_progress(args.out)
