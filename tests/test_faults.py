@@ -366,7 +366,7 @@ def test_mpi4py_broken(installed_local_job, tmp_path, how):
     if how == "invalid ELF":
         bad = tmp_path / "badlib"
         bad.mkdir()
-        (bad / "libmpi.so.12").write_text("not a shared library\n")  # the name mpi4py loads; the probe links libmpich
+        (bad / "libmpi.so.12").write_text("not a shared library\n" * 16)  # the name mpi4py loads; the probe links libmpich
         env["LD_LIBRARY_PATH"] = str(bad)
     run = run_job(installed_local_job, tmp_path, **env)
     if how == "no libmpi" and run.result and run.result["verdict"] == "passed":

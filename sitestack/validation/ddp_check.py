@@ -1565,8 +1565,9 @@ def proc_state(pid: int) -> str | None:
     return None
 
 
-def sampled_state(pid: int, samples: int = 10, every: float = 0.05) -> str | None:
-    """The process state over half a second: ``T`` when stopped throughout (frozen), ``throttled``
+def sampled_state(pid: int, samples: int = 37, every: float = 0.0137) -> str | None:
+    """The process state over half a second (at an odd interval, so a duty cycle cannot alias it):
+    ``T`` when stopped throughout (frozen), ``throttled``
     when it was stopped and ran in turns (a SIGSTOP/SIGCONT duty cycle, as cpulimit does), else the
     state last seen."""
     seen = []
