@@ -392,11 +392,11 @@ def test_slow_rank_at_ten_percent_cpu(installed_local_job, tmp_path):
     def throttle(out: Path) -> None:
         pid = when_rank_reaches(out, 1, "process-group")["pid"]
         try:
-            while not stop.is_set():  # 5 ms running, 45 ms stopped: 10% of a CPU
+            while not stop.is_set():  # 10 ms running, 90 ms stopped: 10% of a CPU, as cpulimit holds it
                 os.kill(pid, signal.SIGCONT)
-                time.sleep(0.005)
+                time.sleep(0.010)
                 os.kill(pid, signal.SIGSTOP)
-                time.sleep(0.045)
+                time.sleep(0.090)
         except OSError:
             pass
         finally:

@@ -849,20 +849,33 @@ class Run:
         return out
 
     def _compute_seconds(self) -> float:
-        """This rank's time for a fixed piece of work (the median of 5 repeats of 32 matrix products):
-        a rank throttled or sharing its CPU/GPU takes longer, and holds back every DDP step."""
+        """This rank's time for a fixed piece of work (the median of 5 repeats of 96 matrix products,
+        each ~25 ms of CPU: longer than a CFS quota period's share, so a throttled rank cannot hide in
+        one). The ranks of a node take turns (all nodes at once), so ranks that share cores by
+        design (more ranks than cores) do not slow each other; a rank throttled, or sharing its
+        CPU/GPU with something else, takes longer, and holds back every DDP step."""
         torch = self.torch
-        a = torch.randn(192, 192, device=self.torch_device())
-        times = []
-        for _ in range(5):
-            self.sync()
-            start = time.perf_counter()
-            b = a
-            for _ in range(32):
-                b = torch.tanh(b @ a)
-            self.sync()
-            times.append(time.perf_counter() - start)
-        return round(sorted(times)[len(times) // 2], 6)
+        a = torch.randn(192, 192, device=self.torch_device()) / 14
+        per_node: dict[str, int] = {}
+        for r in self.ranks:
+            per_node[r["host"]] = per_node.get(r["host"], 0) + 1
+        mine = 0.0
+        for turn in range(max(per_node.values(), default=1)):
+            self.barrier()
+            if turn != self.info.local_rank:
+                continue
+            times = []
+            for _ in range(5):
+                self.sync()
+                start = time.perf_counter()
+                b = a
+                for _ in range(96):
+                    b = torch.tanh(b @ a)
+                self.sync()
+                times.append(time.perf_counter() - start)
+            mine = round(sorted(times)[len(times) // 2], 6)
+        self.barrier()
+        return mine
 
     def ddp(self) -> tuple[Any, Any, list[tuple[Any, Any]]]:
         torch, dist = self.torch, self.dist
