@@ -272,7 +272,7 @@ def render_readme(inputs: JobInputs) -> str:
         python=ctx["python"], container=ctx["container"], ranks_per_node_text=(
             "GPUs per node from the allocation and ZE_FLAT_DEVICE_HIERARCHY" if ctx["stacks"] else str(v.ranks_per_node)),
         library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
-        mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match)
+        mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"])
 
 
 def job_files(inputs: JobInputs) -> dict[str, tuple[str, int]]:
