@@ -412,6 +412,12 @@ def test_slow_rank_at_ten_percent_cpu(installed_local_job, tmp_path):
     assert_fault(run, "slow rank: rank 1", "slower than the other ranks")
 
 
+def test_ranks_that_die_at_start_up_still_give_a_result(installed_local_job, tmp_path):
+    """A Python that cannot start: the guard (run by the node's python3) writes the result."""
+    run = run_job(installed_local_job, tmp_path, SITESTACK_PYTHON=shutil.which("false") or "/bin/false")
+    assert_fault(run, "mpiexec exited with code", "before a result was written", "no rank reached the check program")
+
+
 def test_bad_socket_interface(installed_local_job, tmp_path):
     run = run_by_hand(installed_local_job, tmp_path, 2, 2, free_port(), GLOO_SOCKET_IFNAME="nosuch0")
     assert_fault(run, "nosuch0")

@@ -199,7 +199,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "time_limit": time_limit(job_seconds),
         "guard_grace": GUARD_GRACE,
         # the guard runs on the node, outside the container: the host's python3 there
-        "guard_python": "python3" if container else '"$PYTHON"',
+        "guard_python": "python3" if container else '"$PYTHON" python3',
     }
 
 
