@@ -200,3 +200,20 @@ def test_apply_writes_the_files_then_is_idempotent():
     host.files[f"{base}/check-config.json"] = "{}"
     third = converge([step], host)
     assert third[0].status == "changed" and third[0].message == "check-config.json differs"
+
+
+def test_a_scheduler_time_that_is_not_slurms_is_refused_at_load(tmp_path):
+    from tests.conftest import playbook_copy
+    path = playbook_copy(tmp_path, facts={"scheduler": {"time": "ten minutes"}})
+    with pytest.raises(InputError) as err:
+        pb.load(path=path)
+    assert "facts.scheduler.time" in str(err.value) and "is not a Slurm time" in str(err.value)
+
+
+def test_the_local_job_derives_its_time_limit_and_loads_the_stack_module():
+    text = rendered("local")["jobs/validate-mpiexec.sbatch"][0]
+    assert "#SBATCH --time=00:10:00" in text and "SITESTACK_TIME_LIMIT=${SITESTACK_TIME_LIMIT:-520}" in text
+    assert "module load pytorch/2.13.0-cpu" in text and "PYTHON=${SITESTACK_PYTHON:-python}" in text
+    assert '"${GUARD[@]}" mpiexec' in text
+    config = json.loads(rendered("local")["check-config.json"][0])
+    assert config["stack"]["includes"] == ["horovod", "mpi4py"] and config["stack"]["needs"] == ["torch", "numpy", "mpi4py"]

@@ -231,3 +231,25 @@ def test_a_single_rank_without_a_launcher_still_runs_the_collectives(installed_l
     checks = checks_of(json.loads((tmp_path / "one" / "result.json").read_text()))
     assert checks["process-group"]["status"] == "passed" and "process group of 1 ranks" in checks["process-group"]["summary"]
     assert checks["collectives"]["status"] == "passed" and checks["ddp"]["status"] == "passed"
+
+
+def test_the_job_validates_the_stack_as_users_load_it(local_stack, tmp_path):
+    """Installed without --python, the job loads the stack's module (`module load pytorch/2.13.0-cpu`)
+    and runs the Python it puts first on PATH; `invoke validate` first checks the job's imports
+    against the stack's manifest. The report records the modules the ranks ran with."""
+    env = {**local_stack.env, "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    install = run_invoke("install-validation-job", "--site", "local", "--prefix", str(local_stack.prefix), env=env,
+                         timeout=900)
+    assert install.returncode == 0, install.stdout + install.stderr
+    script = (local_stack.prefix / "validation" / "jobs" / "validate-mpiexec.sbatch").read_text()
+    assert f"module load {local_stack.name}" in script and "PYTHON=${SITESTACK_PYTHON:-python}" in script
+    result = run_invoke("validate", "--site", "local", "--prefix", str(local_stack.prefix), "--results", str(tmp_path),
+                        "--scheduler", "none", "--launcher", "mpiexec", "--timeout", "600", env=env, timeout=700)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = sorted(p for p in tmp_path.glob("sitestack-validation-*") if p.is_dir())[-1]
+    data = json.loads((out / "result.json").read_text())
+    assert data["verdict"] == "passed" and data["job_id"] == out.name.removeprefix("sitestack-validation-")
+    assert local_stack.name in data["job_environment"]["modules"]
+    assert data["job_environment"]["variables"]["GLOO_SOCKET_IFNAME"] == "lo"
+    checks = checks_of(data)
+    assert checks["mpi4py"]["status"] == "passed" and checks["environment"]["seconds"] > 0

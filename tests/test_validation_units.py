@@ -451,3 +451,116 @@ def test_validate_on_a_host_over_ssh(tmp_path):
         assert missing.returncode == 1 and "missing on login1" in missing.stderr
     finally:
         server.stop()
+
+
+# -- watchdog causes, balance, latency, time limits (issue 14) --------------------------------------------
+
+def _rank(rank: int, phase: str, **extra) -> dict:
+    return {"rank": rank, "host": f"nid00{rank}", "world_size": 2, "phase": phase, **extra}
+
+
+def test_a_frozen_rank_is_named_with_its_phase():
+    ranks = {0: _rank(0, "mpi4py"), 1: _rank(1, "mpi-probe", proc_state="T")}
+    cause = dc.describe_fault("timeout", ranks, 520, 2)
+    assert cause == ("the time limit of 520s passed: rank 1 on nid001 was frozen (stopped by SIGSTOP) during mpi-probe; "
+                     "rank 0 on nid000 waited during mpi4py")
+
+
+def test_a_hang_names_the_rank_behind_and_the_ranks_that_never_arrived():
+    ranks = {0: _rank(0, "ddp", detail="step 1 backward", tick=3), 1: _rank(1, "ddp", detail="step 1 forward", tick=2)}
+    assert dc.describe_fault("timeout", ranks, 60, 2) == (
+        "the time limit of 60s passed: rank 1 on nid001 hung during ddp (step 1 forward); "
+        "rank 0 on nid000 waited during ddp (step 1 backward)")
+    cause = dc.describe_fault("timeout", {0: _rank(0, "process-group")}, 60, 2)
+    assert "rank 1 never reached the check program" in cause and "rank 0 on nid000 waited during process-group" in cause
+    assert "hung at start-up" in dc.describe_fault("timeout", {}, 60, 2)
+
+
+def test_a_killed_or_crashed_rank_is_named_with_host_and_phase():
+    ranks = {0: _rank(0, "ddp"), 1: _rank(1, "bandwidth", signal="SIGKILL")}
+    assert dc.describe_fault("killed", ranks, 60, 2, culprit=1).startswith(
+        "rank 1 on nid001 was killed by SIGKILL during bandwidth; rank 0 on nid000 was in the ddp check")
+    ranks = {0: _rank(0, "MPI_Init", signal="SIGBUS", signal_text="Bus error", world_size=1)}
+    assert dc.describe_fault("killed", ranks, 60, 1, culprit=0) == (
+        "rank 0 on nid000 crashed with SIGBUS (Bus error) inside MPI_Init (importing mpi4py)")
+
+
+def test_an_earlier_finding_leads_a_timeout_cause():
+    checks = [{"name": "ddp", "status": "failed", "summary": "slow rank: rank 1 is 9x slower"}]
+    ranks = {0: _rank(0, "bandwidth", checks=checks), 1: _rank(1, "bandwidth", proc_state="throttled")}
+    cause = dc.describe_fault("timeout", ranks, 60, 2)
+    assert cause.startswith("ddp: slow rank: rank 1 is 9x slower; then the time limit of 60s passed")
+    assert "was stopped and continued in turns" in cause
+
+
+def test_the_fault_result_keeps_rank_0s_checks(tmp_path):
+    checks = [{"name": n, "status": "passed" if n == "environment" else "skipped", "summary": "ok" if n == "environment"
+               else "not run", "details": {}, "seconds": 1.0} for n in dc.CHECKS]
+    for rank, phase in ((0, "ddp"), (1, "ddp")):
+        (tmp_path / "ranks").mkdir(exist_ok=True)
+        (tmp_path / "ranks" / f"rank-{rank}.json").write_text(json.dumps({**_rank(rank, phase), "checks": checks}))
+    assert dc.report_fault(str(tmp_path), {"kind": "timeout", "cause": "the time limit passed", "phase": "ddp"})
+    assert not dc.report_fault(str(tmp_path), {"kind": "killed", "cause": "second", "phase": "ddp"})  # first wins
+    result = json.loads((tmp_path / "result.json").read_text())
+    by_name = {c["name"]: c for c in result["checks"]}
+    assert result["verdict"] == "failed" and result["cause"] == "the time limit passed"
+    assert by_name["environment"]["status"] == "passed" and by_name["ddp"]["status"] == "failed"
+    assert by_name["bandwidth"]["summary"] == "not run: the run ended early (timeout)"
+    assert (tmp_path / "summary.md").read_text().startswith("# sitestack validation: unknown — FAILED")
+
+
+@pytest.mark.parametrize("seconds, slow", [([0.01, 0.011], None), ([0.01, 0.1], 1), ([0.2, 0.01, 0.012, 0.011], 0)])
+def test_a_slow_rank_is_named(seconds, slow):
+    why = dc.judge_balance(seconds, [f"h{i}" for i in range(len(seconds))])
+    if slow is None:
+        assert why is None
+    else:
+        assert why is not None and why.startswith(f"slow rank: rank {slow} on h{slow} is ")
+
+
+def test_latency_min_median_max_and_noise():
+    quiet = dc.latency_stats([1.0, 1.2, 1.3, 1.1, 2.0])
+    assert (quiet["min_us"], quiet["median_us"], quiet["max_us"], quiet["noisy"]) == (1.0, 1.2, 2.0, False)
+    noisy = dc.latency_stats([1.3, 1.2, 1.4, 4880.0])
+    assert noisy["noisy"] and "noisy: the maximum is" in ddp_report.latency_text(noisy)
+
+
+def test_the_job_id_is_the_directorys():
+    assert dc.job_id_for("/r/sitestack-validation-local-12-34", {"SITESTACK_JOB_ID": "99"}) == "local-12-34"
+    assert dc.job_id_for("/r/elsewhere", {"SLURM_JOB_ID": "7"}) == "7"
+
+
+@pytest.mark.parametrize("text, seconds", [("10", 600), ("00:10:00", 600), ("1-00", 86400), ("1-2:3:4", 93784),
+                                           ("5:30", 330)])
+def test_slurm_times_and_the_checks_limit(text, seconds):
+    from sitestack.validation.jobs import slurm_seconds, time_limit
+    assert slurm_seconds(text) == seconds
+    assert time_limit(600) == 520 and time_limit(60) == 60 and time_limit(86400) < 86400 - 8640
+
+
+def test_the_job_environment_records_modules_settings_and_plugin_paths():
+    env = {"LOADEDMODULES": "LUMI/24.03:aws-ofi-rccl/1.4:pytorch/2.7.1", "NCCL_NET": "AWS Libfabric",
+           "FI_PROVIDER": "cxi", "HOME": "/h", "LD_LIBRARY_PATH": "/opt/rocm/lib:/p/aws-ofi-rccl/1.4/lib"}
+    got = dc.job_environment(env, "aws-ofi-rccl")
+    assert got == {"modules": ["LUMI/24.03", "aws-ofi-rccl/1.4", "pytorch/2.7.1"],
+                   "variables": {"FI_PROVIDER": "cxi", "NCCL_NET": "AWS Libfabric"},
+                   "plugin_library_path": ["/p/aws-ofi-rccl/1.4/lib"]}
+
+
+def test_imports_are_checked_against_the_stack_manifest():
+    from sitestack.core.errors import SitestackError
+    from sitestack.engine.validate import check_imports
+    from tests.fakehost import FakeHost
+    host = FakeHost()
+    config = {"stack": {"module": "pytorch/2.13.0-cpu", "manifest": "/p/pytorch/2.13.0-cpu.manifest.json",
+                        "needs": ["torch", "numpy", "mpi4py"]}}
+    host.files["/p/validation/check-config.json"] = json.dumps(config)
+    with pytest.raises(SitestackError, match="has no manifest"):
+        check_imports(host, "/p/validation", "local")
+    host.files[config["stack"]["manifest"]] = json.dumps({"packages": [{"name": "torch"}, {"name": "mpi4py"}]})
+    with pytest.raises(SitestackError, match=r"pytorch/2.13.0-cpu lacks numpy, which the validation job imports"):
+        check_imports(host, "/p/validation", "local")
+    host.files[config["stack"]["manifest"]] = json.dumps({"packages": [{"name": n} for n in ("torch", "NumPy", "mpi4py")]})
+    check_imports(host, "/p/validation", "local")
+    host.files["/p/validation/check-config.json"] = json.dumps({"stack": {"includes": []}})  # --python: no stack
+    check_imports(host, "/p/validation", "local")

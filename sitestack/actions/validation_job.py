@@ -20,7 +20,7 @@ from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.paths import SOURCES_DIR
 from sitestack.core.quoting import in_prefix_problem
-from sitestack.installs.venv_stack import Stack, stack_for
+from sitestack.installs.venv_stack import Stack, module_root, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
 from sitestack.model.siteenv import in_site_env
@@ -40,7 +40,7 @@ def site_stack(ctx: RunContext) -> Stack | None:
     if spec is None:
         return None
     args = ctx.actions[spec.action].from_spec(spec, ctx).args  # placeholders filled
-    return stack_for(ctx, getattr(args, 'name', None))
+    return stack_for(ctx, getattr(args, "name", None))
 
 
 def stack_python(ctx: RunContext) -> str | None:
@@ -54,8 +54,17 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
     the checks run with ``python``, else the stack's Python, else facts.python.executable."""
     runtime = {"user": "${USER}", "home": "${HOME}"}
     env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
+    stack = site_stack(ctx)
+    # The job validates what users get: the stack's module, loaded as they load it, where the playbook
+    # installs module files for it, unless another Python was asked for (--python: validate that one).
+    uses_module = stack is not None and python is None and any(s.action == "modulefiles" for s in ctx.site.steps)
     return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
-                     stage_env=stage_script(ctx))
+                     stage_env=stage_script(ctx),
+                     stack_includes=stack_includes(ctx),
+                     stack_module=stack.name if stack is not None and uses_module else None,
+                     module_root=module_root(ctx) if uses_module else None,
+                     manifest=stack.manifest if stack is not None and python is None else None,
+                     checks_need=stack.checks if stack is not None else ())
 
 
 def stage_script(ctx: RunContext) -> str | None:
@@ -64,6 +73,15 @@ def stage_script(ctx: RunContext) -> str | None:
     if spec is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
         return None
     return f"{ctx.actions[spec.action].from_spec(spec, ctx).args.dir.rstrip('/')}/{launch_env.STAGE}"
+
+
+def stack_includes(ctx: RunContext) -> tuple[str, ...]:
+    """The built packages the site's stack includes (the recipes of its recipe-install steps, where a
+    stack-venv step makes the stack): the job fails when one of them is missing or broken."""
+    if not any(s.action == "stack-venv" for s in ctx.site.steps):
+        return ()
+    return tuple(sorted({str(s.args["recipe"]) for s in ctx.site.steps
+                         if s.action == "recipe-install" and s.args.get("recipe")}))
 
 
 def probe_digest(cc: str, build_python: str, flavour: str) -> str:

@@ -85,7 +85,8 @@ def _bounds(value: float, meta: Mapping[str, Any], where: _Where) -> None:
 
 def _convert(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any] = _NO_META) -> Any:
     """``value`` as ``tp``, checked against the field's metadata ``meta``: strings must be one line
-    unless ``multiline``; ``min``/``max`` bound numbers; ``key_pattern`` (a regex) and ``key_doc``
+    unless ``multiline`` and match ``pattern`` (a regex, described by ``pattern_doc``) when given;
+    ``min``/``max`` bound numbers; ``key_pattern`` (a regex) and ``key_doc``
     constrain the keys of a mapping."""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
@@ -159,6 +160,8 @@ def _convert(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any] = _NO_M
             problem = control_problem(value)
             if problem:
                 raise where.error(problem)
+        if meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
+            raise where.error(f"{value!r} is not {meta.get('pattern_doc', 'in the expected form')}")
         return value
     if tp is Any:
         return value

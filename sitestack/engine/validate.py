@@ -27,6 +27,7 @@ from sitestack.core.quoting import control_problem
 from sitestack.core.report import Reporter
 from sitestack.core.ssh import check_ssh_config
 from sitestack.engine.playbook import connect, select_hosts
+from sitestack.installs.venv_stack import normalize
 from sitestack.model.context import RunOptions, check_host_option
 from sitestack.model.site import Facts, Site, expand
 from sitestack.validation.ddp_report import verdict_table
@@ -169,6 +170,8 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     if not host.probe(["test", "-f", script]).ok:
         raise SitestackError(f"the validation job is not installed ({script} missing on {host.name}): run "
                              f"`invoke install-validation-job --site {site.name}` first")
+    if not options.python:
+        check_imports(host, directory, site.name)
     host.run(["mkdir", "-p", root])
     env: dict[str, str] = {}
     if options.ranks_per_node:
@@ -204,6 +207,26 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     # probe, not run: a failing job is an outcome to report (its result.json says why), not an error.
     rc = host.probe(["sh", "-c", RUN_TO_LOG, script, log], env=env, cwd=root, timeout=options.timeout).rc
     return finish(site, run_id, out_dir, log, rc, reporter, host)
+
+
+def check_imports(host: Host, directory: str, site_name: str) -> None:
+    """Before submitting: what the job imports (check-config.json ``stack.needs``: torch, numpy, mpi4py
+    where the stack includes it) is in the stack's manifest, so a stack that lacks one fails here, in
+    seconds and by name, not in the queue. Nothing to check for a job installed without a stack."""
+    text = host.read_text(f"{directory}/check-config.json")
+    stack = (json.loads(text) if text else {}).get("stack") or {}
+    path = stack.get("manifest")
+    if not path:
+        return
+    manifest = host.read_text(path)
+    if manifest is None:
+        raise SitestackError(f"the stack the job validates has no manifest ({path} missing on {host.name}): "
+                             f"provision it first (`invoke install-venv --site {site_name}`)")
+    have = {normalize(str(p.get("name", ""))) for p in json.loads(manifest).get("packages", [])}
+    missing = [name for name in stack.get("needs") or [] if normalize(name) not in have]
+    if missing:
+        raise SitestackError(f"the stack {stack.get('module') or path} lacks {', '.join(missing)}, which the validation "
+                             f"job imports (its manifest {path}): re-run `invoke install-venv --site {site_name}`")
 
 
 def collect(site: Site, job_id: str, root: str, options: ValidateOptions, reporter: Reporter,

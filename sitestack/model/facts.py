@@ -129,6 +129,11 @@ class Network:
         "NCCL/RCCL network plugin the stack needs on multi-node runs (aws-ofi-rccl, aws-ofi-nccl) or none"))
 
 
+#: Slurm's --time forms (sbatch(1)): MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+SLURM_TIME = r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}"
+SLURM_TIME_DOC = "a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)"
+
+
 @dataclass(frozen=True)
 class Scheduler:
     """The batch system the validation job runs under."""
@@ -137,7 +142,8 @@ class Scheduler:
     partition: str | None = field(default=None, metadata=_doc("partition / queue for GPU jobs"))
     account: str | None = field(default=None, metadata=_doc("account to charge; use {account}"))
     gres: str | None = field(default=None, metadata=_doc("--gres value, e.g. gpu:8"))
-    time: str = field(default="00:30:00", metadata=_doc("wall time of the validation job"))
+    time: str = field(default="00:30:00", metadata=_doc(
+        "wall time of the validation job (Slurm --time)", pattern=SLURM_TIME, pattern_doc=SLURM_TIME_DOC))
     options: tuple[str, ...] = field(default=(), metadata=_doc("further sbatch options, one per item, e.g. --exclusive"))
 
 

@@ -48,7 +48,9 @@ import itertools
 import json
 import os
 import re
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -352,6 +354,27 @@ def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider:
 # Bandwidth (nccl-tests definitions)
 # --------------------------------------------------------------------------------------------
 
+#: A rank this many times slower than the median of the others fails the ddp check: DDP runs at the
+#: pace of its slowest rank. Healthy ranks sharing a busy node differ by well under 2x here; a rank
+#: held to 10% of a CPU is ~10x slower.
+SLOW_RANK_FACTOR = 3.0
+
+
+def judge_balance(seconds: list[float], hosts: list[str] | None = None) -> str | None:
+    """Why the ranks are out of balance (naming the slowest rank), or None."""
+    if len(seconds) < 2:
+        return None
+    slowest = max(range(len(seconds)), key=lambda i: seconds[i])
+    others = sorted(s for i, s in enumerate(seconds) if i != slowest)
+    median = others[len(others) // 2]
+    if median <= 0 or seconds[slowest] < SLOW_RANK_FACTOR * median:
+        return None
+    where = f" on {hosts[slowest]}" if hosts else ""
+    return (f"slow rank: rank {slowest}{where} is {seconds[slowest] / median:.1f}x slower than the other ranks "
+            f"(a fixed computation took {seconds[slowest]:.3g}s against a median of {median:.3g}s; limit "
+            f"{SLOW_RANK_FACTOR:g}x): it is throttled or shares its CPU/GPU, and every DDP step waits for it")
+
+
 def bus_factor(op: str, n: int) -> float:
     """nccl-tests' busbw correction: allreduce 2(n-1)/n; allgather/reducescatter (n-1)/n; broadcast 1."""
     if n < 1:
@@ -434,6 +457,20 @@ def exit_code(result: dict[str, Any]) -> int:
     return 0 if result.get("verdict") == PASSED else 1
 
 
+#: The variables that decide how the collectives and the network plugin behave: recorded in the report.
+RECORDED_PREFIXES = ("NCCL_", "RCCL_", "FI_", "CXI_", "GLOO_", "MIOPEN_", "HSA_", "OMP_NUM_THREADS", "MPICH_", "OMPI_MCA_")
+
+
+def job_environment(env: dict[str, str], plugin: str | None) -> dict[str, Any]:
+    """What the ranks ran with: the modules loaded (Lmod's and Environment Modules' LOADEDMODULES),
+    the NCCL_*/FI_*/... settings, and the LD_LIBRARY_PATH entries of the network plugin."""
+    words = tuple(w for w in (plugin, "ofi", "libfabric", "nccl-net", "rccl-net", "nccl_net") if w)
+    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p and any(w in p.lower() for w in words)]
+    return {"modules": [m for m in env.get("LOADEDMODULES", "").split(":") if m],
+            "variables": {k: v for k, v in sorted(env.items()) if k.startswith(RECORDED_PREFIXES)},
+            "plugin_library_path": paths}
+
+
 def rank_fault(env: dict[str, str], kind: str, rank: int) -> bool:
     """Whether ``SITESTACK_CHECK_FAULT`` asks this rank for fault ``kind`` (``seed@1,allreduce@0``)."""
     for item in (env.get("SITESTACK_CHECK_FAULT") or "").split(","):
@@ -464,6 +501,7 @@ class Run:
         self.mpi_data: dict[str, Any] = {}
         self.pg_ok = False
         self.result: dict[str, Any] | None = None
+        self.progress: Progress | None = None  # OUT/ranks/rank-R.json, read by the watchdogs
 
     # -- helpers ------------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -474,8 +512,22 @@ class Run:
         check.status, check.summary = status, summary
         check.details.update(details)
 
+    def enter(self, phase: str) -> None:
+        """Record the phase for the watchdogs (rank 0 also its checks so far: a watchdog that ends
+        the run reports them)."""
+        if self.progress is not None:
+            checks = [asdict(c) for c in self.checks.values()] if self.info.rank == 0 else None
+            self.progress.enter(phase, checks)
+
+    def note(self, detail: str, tick: int) -> None:
+        """Where in the current phase this rank is (``tick`` orders it): a hang names the rank behind."""
+        if self.progress is not None:
+            self.progress.data.update(detail=detail, tick=tick)
+            self.progress.save()
+
     @contextlib.contextmanager
     def timed(self, name: str) -> Iterator[None]:
+        self.enter(name)
         start = time.perf_counter()
         try:
             yield
@@ -483,7 +535,8 @@ class Run:
             self.set(name, FAILED, f"{type(exc).__name__}: {exc}".splitlines()[0][:400],
                      traceback=traceback.format_exc(limit=6))
         finally:
-            self.checks[name].seconds = round(time.perf_counter() - start, 3)
+            # a check may run in parts (environment: before and after the process group): time them all
+            self.checks[name].seconds = round(self.checks[name].seconds + time.perf_counter() - start, 3)
 
     def skip_rest(self, reason: str, after: str) -> None:
         later = CHECKS[CHECKS.index(after) + 1:]
@@ -546,6 +599,7 @@ class Run:
             "visible": {v: self.env[v] for v in VISIBLE_VARS if v in self.env},
             "master": f"{self.env.get('MASTER_ADDR', '?')}:{self.env.get('MASTER_PORT', '?')}",
             "fault": self.env.get("SITESTACK_CHECK_FAULT") or None,
+            "setting": job_environment(self.env, (self.config.get("network") or {}).get("net_plugin")),
         }
         self.me = me
         self.log(f"launcher {self.info.launcher} ({self.info.source}), local rank {self.info.local_rank}, "
@@ -567,6 +621,10 @@ class Run:
         self.pre_problems = problems
         if problems:
             self.set("environment", FAILED, problems[0], problems=problems)
+        else:  # what this rank alone can tell; the comparison across ranks needs the process group
+            self.set("environment", PASSED, f"rank {self.info.rank} of {self.info.world_size} under "
+                     f"{self.info.launcher}, {self.device.name} with {self.device.backend}, torch {torch.__version__} "
+                     "(not compared across ranks: the process group did not start)")
 
     def environment_after(self) -> None:
         """With every rank's report: ranks unique, world consistent, versions equal."""
@@ -739,6 +797,35 @@ class Run:
             out.append((x.to(dev), y.to(dev)))
         return out
 
+    def _compute_seconds(self) -> float:
+        """This rank's time for a fixed piece of work (the median of 5 repeats of 96 matrix products,
+        each ~25 ms of CPU: longer than a CFS quota period's share, so a throttled rank cannot hide in
+        one). The ranks of a node take turns (all nodes at once), so ranks that share cores by
+        design (more ranks than cores) do not slow each other; a rank throttled, or sharing its
+        CPU/GPU with something else, takes longer, and holds back every DDP step."""
+        torch = self.torch
+        a = torch.randn(192, 192, device=self.torch_device()) / 14
+        per_node: dict[str, int] = {}
+        for r in self.ranks:
+            per_node[r["host"]] = per_node.get(r["host"], 0) + 1
+        mine = 0.0
+        for turn in range(max(per_node.values(), default=1)):
+            self.barrier()
+            if turn != self.info.local_rank:
+                continue
+            times = []
+            for _ in range(5):
+                self.sync()
+                start = time.perf_counter()
+                b = a
+                for _ in range(96):
+                    b = torch.tanh(b @ a)
+                self.sync()
+                times.append(time.perf_counter() - start)
+            mine = round(sorted(times)[len(times) // 2], 6)
+        self.barrier()
+        return mine
+
     def ddp(self) -> tuple[Any, Any, list[tuple[Any, Any]]]:
         torch, dist = self.torch, self.dist
         from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
@@ -752,14 +839,22 @@ class Run:
             problems.append(f"rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} built different initial "
                             f"parameters than rank 0 (fingerprint {prints[differ[0]]} vs {prints[0]}); DDP would silently "
                             "overwrite them: check that every node runs the same torch and code")
+        compute = self.all_gather(self._compute_seconds())
+        slow = judge_balance(compute, [r["host"] for r in self.ranks] if len(self.ranks) == len(compute) else None)
+        if slow:
+            problems.insert(0, slow)
+            self.set("ddp", FAILED, slow, compute_seconds=compute)
+            self.enter("ddp")  # a watchdog that ends the (slow) run reports it
         ids = [self.dev.index] if self.dev.kind != "cpu" and self.dev.index is not None else None
         ddp_model = DDP(model, device_ids=ids) if self.info.world_size > 1 else model
         optim = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
         batches = self._batches(self.args.steps + 2)
         losses = []
-        for x, y in batches[: self.args.steps]:
+        for step, (x, y) in enumerate(batches[: self.args.steps], 1):
+            self.note(f"step {step} forward", 2 * step)
             optim.zero_grad()
             loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+            self.note(f"step {step} backward", 2 * step + 1)
             loss.backward()
             optim.step()
             mean = loss.detach().clone()
@@ -775,7 +870,8 @@ class Run:
         decreased = len(losses) >= 2 and losses[-1] < 0.9 * losses[0]
         if not decreased:
             problems.append(f"loss did not decrease: {losses[0]:.4g} -> {losses[-1]:.4g} over {len(losses)} steps")
-        details = {"losses": losses, "initial_fingerprints": prints, "final_fingerprint": after[0]}
+        details = {"losses": losses, "initial_fingerprints": prints, "final_fingerprint": after[0],
+                   "compute_seconds": compute}
         if problems:
             self.set("ddp", FAILED, problems[0], problems=problems, **details)
         else:
@@ -933,6 +1029,9 @@ class Run:
                      f"{data.get('latency_us', 0):.3g} us, bandwidth {peak:.4g} MB/s ({where})")
 
     def mpi4py_check(self) -> None:
+        if self.mpi is None and self.mpi_data.get("failure"):
+            self.set("mpi4py", FAILED, self.mpi_data["failure"])
+            return
         if self.mpi is None:
             reason = self.mpi_data.get("skip") or "mpi4py is not installed in this stack"
             self.set("mpi4py", SKIPPED, reason)
@@ -954,16 +1053,19 @@ class Run:
         if total != size * (size - 1) // 2:
             problems.append(f"MPI allreduce of ranks gave {total}, expected {size * (size - 1) // 2}")
         latency = bandwidth = None
+        stats: dict[str, Any] = {}
         if size > 1 and not problems:
-            latency, bandwidth = mpi_pingpong(MPI, comm, rank, size)
+            stats, bandwidth = mpi_pingpong(MPI, comm, rank, size)
+            latency = stats.get("median_us")
         reports = self.all_gather(problems) if self.pg_ok else [problems]
         bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
-        details = {"library": library[:120], "size": size, "latency_us": latency, "bandwidth_mb_s": bandwidth}
+        details = {"library": library[:120], "size": size, "latency_us": latency, "latency": stats,
+                   "bandwidth_mb_s": bandwidth}
         self.mpi_data["mpi4py"] = details
         if bad:
             self.set("mpi4py", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad], **details)
         else:
-            extra = f"; ping-pong {latency:.3g} us, {bandwidth:.4g} MB/s at 1 MiB" if latency is not None else ""
+            extra = f"; ping-pong {ddp_report.latency_text(stats)}, {bandwidth:.4g} MB/s at 1 MiB" if stats else ""
             self.set("mpi4py", PASSED, f"{library[:60]}, {size} ranks, allreduce exact{extra}", **details)
 
     # -- 11. Horovod ---------------------------------------------------------------------------------
@@ -997,9 +1099,7 @@ class Run:
 
     # -- the whole run -------------------------------------------------------------------------------
     def run(self) -> int:
-        watchdog = threading.Timer(self.args.time_limit, self.on_time_limit)
-        watchdog.daemon = True
-        watchdog.start()
+        # No watchdog thread: the rank's watchdog is its parent process (see supervise)
         with self.timed("environment"):
             self.environment()
         if not hasattr(self, "me"):  # torch itself did not load
@@ -1046,9 +1146,7 @@ class Run:
             self.mpi4py_check()
         with self.timed("horovod"):
             self.horovod()
-        code = self.finish()
-        watchdog.cancel()
-        return code
+        return self.finish()
 
     def on_stuck_init(self, addr: str, port: str) -> None:
         self.set("process-group", FAILED, f"rank {self.info.rank} did not get through init_process_group in "
@@ -1062,23 +1160,15 @@ class Run:
         self.log(self.checks["process-group"].summary)
         os._exit(1)
 
-    def on_time_limit(self) -> None:
-        running = next((c.name for c in self.checks.values() if c.summary == "not run"), "?")
-        self.set(running, FAILED, f"timed out: the run passed its time limit of {self.args.time_limit:.0f}s in this check "
-                 "(a rank is stuck: see the job log)")
-        with contextlib.suppress(Exception):
-            if self.info.rank == 0:
-                self.write_result()
-        self.log(f"time limit of {self.args.time_limit:.0f}s passed during {running}: exiting")
-        os._exit(3)
-
     def finish(self) -> int:
         code = 0
+        self.enter("report")
         if self.info.rank == 0:
             result = self.write_result()
             code = exit_code(result)
             print(ddp_report.verdict_table(result), flush=True)
-            print(f"sitestack validation {result['verdict'].upper()}: {result['artefacts'].get('markdown')}", flush=True)
+            print(f"sitestack validation {result['verdict'].upper()}: {os.path.join(self.args.out, 'summary.md')}",
+                  flush=True)
         # every rank exits with rank 0's verdict, and its own failure when it failed alone
         mine = verdict(list(self.checks.values()))
         code = max(code, 0 if mine == PASSED or self.info.rank == 0 else 1)
@@ -1090,17 +1180,23 @@ class Run:
         if self.pg_ok:
             with contextlib.suppress(Exception):
                 self.dist.destroy_process_group()
+        if self.progress is not None:
+            self.progress.enter("finished", state="finished", exit_code=code)
         return code
 
     def write_result(self) -> dict[str, Any]:
         os.makedirs(self.args.out, exist_ok=True)
         checks = [asdict(self.checks[name]) for name in CHECKS]
+        fault = self.await_fault(checks)
+        if fault:
+            apply_fault(checks, fault)
         hosts = sorted({r["host"] for r in self.ranks}) if self.ranks else [self.host]
         first = self.ranks[0] if self.ranks else getattr(self, "me", {})
+        failed = next((c for c in checks if c["status"] == FAILED), None)
         result = {
             "schema": SCHEMA,
             "site": self.config.get("site", "unknown"),
-            "job_id": self.env.get("SLURM_JOB_ID") or self.env.get("SITESTACK_JOB_ID"),
+            "job_id": job_id_for(self.args.out, self.env),
             "launcher": self.info.launcher,
             "job_launcher": self.env.get("SITESTACK_LAUNCHER"),
             "backend": self.device.backend if self.device else None,
@@ -1109,12 +1205,15 @@ class Run:
             "nodes": len(hosts),
             "hosts": hosts,
             "torch": first.get("torch"),
-            "verdict": verdict(checks),
+            "verdict": FAILED if fault else verdict(checks),
+            "cause": fault["cause"] if fault else (f"{failed['name']}: {failed['summary']}" if failed else None),
+            "fault": fault,
             "checks": checks,
             "ranks": self.ranks,
             "bandwidth": self.bandwidth,
             "mpi": {k: v for k, v in self.mpi_data.items() if k in ("probe", "mpi4py")},
             "startup": read_startup(self.args.startup_result),
+            "job_environment": first.get("setting") or job_environment(self.env, (self.config.get("network") or {}).get("net_plugin")),
             "elapsed_s": round(time.time() - self.start, 2),
             "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": "bandwidth.png"},
         }
@@ -1127,6 +1226,19 @@ class Run:
             handle.write(ddp_report.markdown(result))
         self.result = result
         return result
+
+    def await_fault(self, checks: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """A fault a watchdog reported (a rank killed or crashed). When a check failed because a peer
+        went away, wait briefly for that rank's watchdog to say what happened to it."""
+        fault = read_fault(self.args.out)
+        lost = re.compile(r"closed by peer|reset by peer|broken pipe|connection closed|peer|EOF|unexpected end", re.I)
+        if fault is None and self.info.world_size > 1 and any(
+                c["status"] == FAILED and lost.search(c["summary"]) for c in checks):
+            end = time.time() + 3.0
+            while fault is None and time.time() < end:
+                time.sleep(0.2)
+                fault = read_fault(self.args.out)
+        return fault
 
 
 def read_startup(path: str | None) -> dict[str, Any] | None:
@@ -1278,28 +1390,495 @@ def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInf
     return f"init_process_group failed: {text.splitlines()[0] if text else type(exc).__name__}"
 
 
-def mpi_pingpong(MPI: Any, comm: Any, rank: int, size: int) -> tuple[float | None, float | None]:
-    """Latency (8 B, half round trip, us) and bandwidth (1 MiB, MB/s) between rank 0 and the last rank."""
+#: Latency samples whose maximum is this many times their median are flagged as noisy.
+NOISE_FACTOR = ddp_report.NOISE_FACTOR
+
+
+def latency_stats(samples_us: list[float]) -> dict[str, Any]:
+    """min/median/max of latency samples (us) and whether they are noisy (the maximum far above the
+    median: another process shared the CPU, or the network was busy)."""
+    ordered = sorted(samples_us)
+    if not ordered:
+        return {}
+    median = ordered[len(ordered) // 2]
+    return {"min_us": ordered[0], "median_us": median, "max_us": ordered[-1], "samples": len(ordered),
+            "noisy": bool(median > 0 and ordered[-1] > NOISE_FACTOR * median)}
+
+
+def mpi_pingpong(MPI: Any, comm: Any, rank: int, size: int) -> tuple[dict[str, Any], float | None]:
+    """Latency (8 B, half round trips, us: min/median/max of 200) and bandwidth (1 MiB, MB/s) between
+    rank 0 and the last rank."""
     peer = size - 1
-    results: list[float | None] = [None, None]
+    samples: list[float] = []
+    bandwidth = None
     for index, (nbytes, iters) in enumerate(((8, 200), (1 << 20, 20))):
         buf = bytearray(nbytes)
         comm.Barrier()
         start = MPI.Wtime()
         for _ in range(iters):
+            begin = MPI.Wtime()
             if rank == 0:
                 comm.Send([buf, MPI.BYTE], dest=peer, tag=7)
                 comm.Recv([buf, MPI.BYTE], source=peer, tag=7)
             elif rank == peer:
                 comm.Recv([buf, MPI.BYTE], source=0, tag=7)
                 comm.Send([buf, MPI.BYTE], dest=0, tag=7)
+            if index == 0:
+                samples.append((MPI.Wtime() - begin) / 2 * 1e6)
         half = (MPI.Wtime() - start) / iters / 2
-        if index == 0:
-            results[0] = half * 1e6
-        else:
-            results[1] = nbytes / half / 1e6
-    latency_bandwidth: tuple[float | None, float | None] = comm.bcast((results[0], results[1]), root=0)
-    return latency_bandwidth
+        if index == 1:
+            bandwidth = nbytes / half / 1e6
+    result: tuple[dict[str, Any], float | None] = comm.bcast((latency_stats(samples), bandwidth), root=0)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Progress and the watchdogs: separate processes, so they need no GIL and exist before MPI_Init
+# --------------------------------------------------------------------------------------------
+# A Python thread cannot time out a rank frozen by SIGSTOP, a rank whose other thread spins in an
+# MPI call holding the GIL, or a hang inside MPI_Init (the thread would start after it). So every
+# rank forks before it imports mpi4py or torch: the parent is the rank's watchdog (standard library
+# only, it sleeps and polls), the child runs the checks and records its phase in
+# OUT/ranks/rank-R.json as it goes. At the deadline the watchdog SIGKILLs its child (SIGKILL ends a
+# stopped process too); when the child dies by a signal nobody asked for, the watchdog names it.
+# The first watchdog with something to say writes result.json (an O_EXCL lock elects it).
+# `ddp_check.py --guard -- LAUNCHER ...` wraps the whole job step the same way, for what happens
+# before any rank's watchdog exists (a launcher or a Python start-up that hangs) and for ranks a
+# launcher leaves behind.
+
+#: Where a rank can be, in order: before the checks, the checks, and after them.
+PHASES = ("startup", "MPI_Init", "import torch", *CHECKS, "report", "finished")
+#: The check a fault in a phase before the checks belongs to.
+PHASE_CHECK = {"startup": "environment", "MPI_Init": "mpi4py", "import torch": "environment"}
+PHASE_WORDS = {"startup": "at start-up", "MPI_Init": "inside MPI_Init (importing mpi4py)",
+               "import torch": "while importing torch", "report": "while writing the report",
+               "finished": "after finishing"}
+#: Signals that mean the process crashed rather than was killed.
+CRASH_SIGNALS = ("SIGBUS", "SIGSEGV", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS")
+#: Seconds between the ranks' deadline and the guard's: the ranks' watchdogs speak first.
+GUARD_GRACE = 20.0
+
+
+def status_dir(out: str) -> str:
+    return os.path.join(out, "ranks")
+
+
+def phase_words(phase: str, detail: str | None = None) -> str:
+    return PHASE_WORDS.get(phase, f"during {phase}") + (f" ({detail})" if detail else "")
+
+
+def where(d: dict[str, Any]) -> str:
+    """What a rank was doing, from its progress record: "during ddp (step 1 forward)"."""
+    return phase_words(str(d.get("phase", "?")), d.get("detail"))
+
+
+def state_of(d: dict[str, Any]) -> str:
+    """Where a rank was, after its name: "was in the ddp check (step 1 forward)", "had finished"."""
+    phase, detail = str(d.get("phase", "?")), d.get("detail")
+    if phase == "finished":
+        return "had finished"
+    words = {"startup": "starting up", "MPI_Init": "inside MPI_Init (importing mpi4py)",
+             "import torch": "importing torch", "report": "writing the report"}.get(phase, f"in the {phase} check")
+    return f"was {words}" + (f" ({detail})" if detail else "")
+
+
+def waited(d: dict[str, Any]) -> str:
+    return "had finished" if d.get("phase") == "finished" else f"waited {where(d)}"
+
+
+class Progress:
+    """This rank's progress: OUT/ranks/rank-R.json, rewritten atomically at every phase."""
+
+    def __init__(self, out: str, info: RankInfo, host: str, meta: dict[str, Any]) -> None:
+        self.path = os.path.join(status_dir(out), f"rank-{info.rank}.json")
+        self.data: dict[str, Any] = {
+            "rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank, "host": host,
+            "launcher": info.launcher, "pid": os.getpid(), "watchdog": None, "phase": "startup",
+            "since": round(time.time(), 3), "state": "running", **meta}
+
+    def enter(self, phase: str, checks: list[dict[str, Any]] | None = None, **extra: Any) -> None:
+        if phase != self.data.get("phase"):
+            self.data.update(detail=None, tick=0)
+        self.data.update(phase=phase, since=round(time.time(), 3), **extra)
+        if checks is not None:
+            self.data["checks"] = checks
+        self.save()
+
+    def save(self) -> None:
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            ddp_report.write_json(self.data, self.path)
+
+
+def read_progress(out: str) -> dict[int, dict[str, Any]]:
+    """Every rank's last recorded progress, by rank."""
+    ranks: dict[int, dict[str, Any]] = {}
+    for path in glob.glob(os.path.join(status_dir(out), "rank-*.json")):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError), open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+            ranks[int(data["rank"])] = data
+    return ranks
+
+
+def read_fault(out: str) -> dict[str, Any] | None:
+    with contextlib.suppress(OSError, ValueError), open(os.path.join(status_dir(out), "fault.json"), encoding="utf-8") as f:
+        fault: dict[str, Any] = json.load(f)
+        return fault
+    return None
+
+
+def deadline_from_env(env: dict[str, str] | os._Environ[str], limit: float) -> float:
+    """The job's deadline (epoch seconds): $SITESTACK_DEADLINE, set once by the batch script, so every
+    rank and the guard share it; else ``limit`` seconds from now."""
+    with contextlib.suppress(KeyError, ValueError, TypeError):
+        return float(env["SITESTACK_DEADLINE"])
+    return time.time() + limit
+
+
+def proc_state(pid: int) -> str | None:
+    """The kernel's state letter of ``pid`` (R, S, D, T stopped, t traced, Z), None when gone."""
+    with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+    return None
+
+
+def sampled_state(pid: int, samples: int = 37, every: float = 0.0137) -> str | None:
+    """The process state over half a second (at an odd interval, so a duty cycle cannot alias it):
+    ``T`` when stopped throughout (frozen), ``throttled``
+    when it was stopped and ran in turns (a SIGSTOP/SIGCONT duty cycle, as cpulimit does), else the
+    state last seen."""
+    seen = []
+    for _ in range(samples):
+        seen.append(proc_state(pid))
+        time.sleep(every)
+    stopped = sum(1 for s in seen if s in ("T", "t"))
+    if stopped == len(seen):
+        return "T"
+    if stopped:
+        return "throttled"
+    return seen[-1]
+
+
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, session id, start time) of every process we can see."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat", encoding="utf-8") as h:
+            fields = h.read().rsplit(")", 1)[1].split()
+            table[int(entry)] = (int(fields[1]), int(fields[3]), fields[19])
+    return table
+
+
+def descendants(root: int, table: dict[int, tuple[int, int, str]] | None = None) -> dict[int, str]:
+    """``root`` and every process below it: pid -> start time (to tell a reused pid apart)."""
+    table = table if table is not None else _proc_table()
+    found = {root: table[root][2]} if root in table else {}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, _sid, start) in table.items():
+            if ppid in found and pid not in found:
+                found[pid] = start
+                grew = True
+    return found
+
+
+def kill_all(pids: dict[int, str]) -> None:
+    """SIGKILL each process that is still the one we saw (same start time)."""
+    table = _proc_table()
+    for pid, start in pids.items():
+        if pid != os.getpid() and table.get(pid, (0, 0, ""))[2] == start:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, expected: int | None,
+                   culprit: int | None = None, rc: int | None = None, launcher: str = "the launcher") -> str:
+    """The one-line cause of a run that did not finish: who, where, and in which phase."""
+    def who(r: int) -> str:
+        return f"rank {r} on {ranks[r].get('host', '?')}"
+
+    size = max([expected or 0, *(int(d.get("world_size") or 0) for d in ranks.values()), len(ranks)])
+    missing = [r for r in range(size) if r not in ranks]
+    never = (f"; rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never reached the check program "
+             "(hung or died at start-up: the launcher, the Python start-up or a site hook)") if missing else ""
+    others = [r for r in sorted(ranks) if r != culprit]
+    where_others = "; ".join(f"{who(r)} {state_of(ranks[r])}" for r in others[:4])
+    if kind == "killed" and culprit is not None:
+        d = ranks[culprit]
+        sig = str(d.get("signal", "?"))
+        verb = f"crashed with {sig} ({d.get('signal_text', '')})" if sig in CRASH_SIGNALS else f"was killed by {sig}"
+        return f"{who(culprit)} {verb} {where(d)}" + (f"; {where_others}" if where_others else "") + never
+    if kind == "exited":
+        head = f"{launcher} exited with code {rc} before a result was written"
+        if not ranks:
+            return f"{head}: no rank reached the check program (it failed at start-up: see the job log)"
+        states = "; ".join(f"{who(r)} {d.get('state', 'running')} {where(d)}"
+                           for r, d in sorted(ranks.items())[:4])
+        return f"{head}: {states}{never}"
+    head = f"the time limit of {limit:.0f}s passed"
+    first = ranks.get(0) or {}
+    found = next((c for c in first.get("checks") or [] if c.get("status") == FAILED), None)
+    if found:  # what the run had already found is the likelier cause: say it first
+        head = f"{found['name']}: {found['summary']}; then {head}"
+    throttled = [r for r, d in sorted(ranks.items()) if d.get("proc_state") == "throttled"]
+    if throttled:
+        head += (f" ({', '.join(who(r) for r in throttled)} was stopped and continued in turns: held to a fraction "
+                 "of a CPU)")
+    if not ranks:
+        return (f"{head} before any rank reached the check program: the job hung at start-up (the launcher, the "
+                "Python start-up or a site hook)")
+    stopped = [r for r, d in sorted(ranks.items()) if d.get("proc_state") in ("T", "t")]
+    if stopped:
+        rest = [r for r in sorted(ranks) if r not in stopped]
+        rest_words = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in rest[:4])
+        return (f"{head}: {', '.join(who(r) for r in stopped)} was frozen (stopped by SIGSTOP) "
+                f"{where(ranks[stopped[0]])}" + (f"; {rest_words}" if rest_words else "") + never)
+    order = {p: i for i, p in enumerate(PHASES)}
+
+    def key(d: dict[str, Any]) -> tuple[int, int]:
+        return order.get(d.get("phase", ""), 0), int(d.get("tick") or 0)
+
+    earliest = min(key(d) for d in ranks.values())
+    behind = [r for r, d in sorted(ranks.items()) if key(d) == earliest]
+    phase = PHASES[earliest[0]]
+    if len(behind) == len(ranks) and not missing:
+        return f"{head}: all {len(ranks)} ranks hung {where(ranks[behind[0]])} (ranks {', '.join(map(str, behind))})"
+    ahead = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in sorted(ranks) if r not in behind)
+    if missing:
+        return f"{head}:{never[1:]}" + (f"; {', '.join(who(r) for r in sorted(ranks))} waited "
+                                        f"{phase_words(phase)}" if ranks else "")
+    return f"{head}: {', '.join(who(r) for r in behind)} hung {where(ranks[behind[0]])}" + (f"; {ahead}" if ahead else "")
+
+
+def report_fault(out: str, fault: dict[str, Any]) -> bool:
+    """Write ``fault.json``, result.json and summary.md for a run that did not finish; only the
+    first caller writes (O_EXCL), so the first fault seen is the one reported. True when written."""
+    try:
+        os.makedirs(status_dir(out), exist_ok=True)
+        fd = os.open(os.path.join(status_dir(out), "fault.lock"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError:
+        return False
+    os.close(fd)
+    fault = {**fault, "at": round(time.time(), 3)}
+    ddp_report.write_json(fault, os.path.join(status_dir(out), "fault.json"))
+    with contextlib.suppress(OSError):
+        result = fault_result(out, fault)
+        ddp_report.write_json(result, os.path.join(out, "result.json"))
+        with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as handle:
+            handle.write(ddp_report.markdown(result))
+    return True
+
+
+def apply_fault(checks: list[dict[str, Any]], fault: dict[str, Any]) -> None:
+    """Mark the check of the fault's phase failed with its cause, and the checks never run as such."""
+    target = PHASE_CHECK.get(fault.get("phase", ""), fault.get("phase", ""))
+    for check in checks:
+        if check["name"] == target and check["status"] != FAILED:
+            check.update(status=FAILED, summary=fault["cause"])
+        elif check["summary"] == "not run" or (check["status"] == SKIPPED and check["summary"].startswith("not run")):
+            check.update(status=SKIPPED, summary=f"not run: the run ended early ({fault['kind']})")
+
+
+def fault_result(out: str, fault: dict[str, Any]) -> dict[str, Any]:
+    """result.json of a run a watchdog or the guard ended: rank 0's checks as far as they got."""
+    ranks = read_progress(out)
+    first = ranks.get(0) or (next(iter(ranks.values())) if ranks else {})
+    checks = [dict(c) for c in first.get("checks") or [asdict(Check(name)) for name in CHECKS]]
+    apply_fault(checks, fault)
+    hosts = sorted({str(d.get("host")) for d in ranks.values()})
+    return {
+        "schema": SCHEMA, "site": first.get("site") or fault.get("site") or "unknown",
+        "job_id": first.get("job_id") or fault.get("job_id"), "launcher": first.get("launcher"),
+        "job_launcher": first.get("job_launcher"), "backend": None, "device": None,
+        "world_size": max([int(d.get("world_size") or 0) for d in ranks.values()] + [fault.get("expected") or 0]),
+        "nodes": len(hosts), "hosts": hosts, "torch": None, "verdict": FAILED, "cause": fault["cause"],
+        "fault": fault, "checks": checks,
+        "ranks": [{k: v for k, v in d.items() if k != "checks"} for _, d in sorted(ranks.items())],
+        "bandwidth": {}, "mpi": {}, "elapsed_s": round(time.time() - float(first.get("started") or time.time()), 2),
+        "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None,
+                      "plot_note": "the run did not finish"},
+    }
+
+
+def supervise(progress: Progress, out: str, deadline: float, limit: float, expected: int | None) -> None:
+    """Fork: the child returns (it runs the checks); the parent watches it and never returns."""
+    if not hasattr(os, "fork"):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    parent = os.getpid()
+    child = os.fork()
+    if child == 0:
+        _die_with(parent)
+        progress.data.update(pid=os.getpid(), watchdog=parent)
+        progress.save()
+        return
+    _watch(child, progress, out, deadline, limit, expected)
+
+
+def _die_with(parent: int) -> None:
+    """PR_SET_PDEATHSIG: a launcher that SIGKILLs the watchdog (Hydra does, when another rank
+    fails) takes the rank with it, so no rank is left behind (prctl(2))."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _watch(child: int, progress: Progress, out: str, deadline: float, limit: float, expected: int | None) -> None:
+    asked: list[int] = []
+
+    def forward(sig: int, _frame: Any) -> None:  # the launcher's TERM/INT reach the rank, and are not faults
+        asked.append(sig)
+        with contextlib.suppress(OSError):
+            os.kill(child, sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
+    status = 0
+    while True:
+        try:
+            pid, status = os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            os._exit(1)
+        if pid:
+            break
+        if time.time() >= deadline:
+            _time_out(child, progress, out, limit, expected)
+        time.sleep(0.2)
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        ranks = read_progress(out)
+        mine = ranks.get(progress.data["rank"], progress.data)
+        # a rank that dies because the deadline ended another one is not the fault: that watchdog reports
+        late = time.time() >= deadline - 1 or any(d.get("state") == "timed out" for d in ranks.values())
+        if not asked and not late and mine.get("phase") != "finished":
+            progress.data = dict(mine)  # the worker's record, with rank 0's checks so far
+            name = signal.Signals(number).name
+            progress.data.update(state="crashed" if name in CRASH_SIGNALS else "killed", signal=name,
+                                 signal_text=signal.strsignal(number) or "")
+            progress.save()
+            ranks = read_progress(out)
+            cause = describe_fault("killed", ranks, limit, expected, culprit=progress.data["rank"])
+            report_fault(out, {"kind": progress.data["state"], "cause": cause, "rank": progress.data["rank"],
+                               "host": progress.data["host"], "phase": mine.get("phase"),
+                               "signal": progress.data["signal"], "expected": expected})
+            print(f"sitestack watchdog: {cause}", file=sys.stderr, flush=True)
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(status))
+
+
+def _time_out(child: int, progress: Progress, out: str, limit: float, expected: int | None) -> None:
+    """The deadline passed: record where the rank was, kill it, and (first watchdog only) report."""
+    progress.data = dict(read_progress(out).get(progress.data["rank"], progress.data))
+    progress.data.update(state="timed out", proc_state=sampled_state(child))
+    progress.save()
+    kill_all(descendants(child))
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(child, 0)
+    time.sleep(1.0)  # the other ranks' watchdogs record their state too
+    ranks = read_progress(out)
+    cause = describe_fault("timeout", ranks, limit, expected)
+    if report_fault(out, {"kind": "timeout", "cause": cause, "phase": _earliest(ranks), "expected": expected,
+                          "limit_s": limit}):
+        print(f"sitestack watchdog: {cause}", file=sys.stderr, flush=True)
+    os._exit(3)
+
+
+def _earliest(ranks: dict[int, dict[str, Any]]) -> str:
+    order = {p: i for i, p in enumerate(PHASES)}
+    stopped = [d for d in ranks.values() if d.get("proc_state") in ("T", "t")]
+    pool = stopped or list(ranks.values())
+    return min((str(d.get("phase", "startup")) for d in pool), key=lambda p: order.get(p, 0), default="startup")
+
+
+def guard_main(argv: list[str]) -> int:
+    """``ddp_check.py --guard --out OUT [--config C] [--expect-world-size N] -- LAUNCHER ARGS...``:
+    run the job step in its own session; at the deadline (+GUARD_GRACE) kill everything in it;
+    write a result when no rank did; print the verdict and a last line that points at what exists."""
+    p = argparse.ArgumentParser(prog="ddp_check.py --guard")
+    p.add_argument("--out", required=True)
+    p.add_argument("--config")
+    p.add_argument("--expect-world-size", type=int, default=None)
+    p.add_argument("--time-limit", type=float, default=float(os.environ.get("SITESTACK_TIME_LIMIT") or 480))
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        p.error("no command to run after --")
+    deadline = deadline_from_env(os.environ, args.time_limit) + GUARD_GRACE
+    config = load_config(args.config) if args.config else {}
+    start = time.time()
+    try:
+        proc = subprocess.Popen(command, start_new_session=True)
+    except OSError as exc:
+        proc = None
+        rc: int | None = 127
+        print(f"sitestack: cannot start {command[0]}: {exc}", file=sys.stderr, flush=True)
+    seen: dict[int, str] = {}
+
+    def stop(sig: int, _frame: Any) -> None:
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    timed_out = False
+    ended: float | None = None
+    if proc is not None:
+        last_scan = 0.0
+        while proc.poll() is None:
+            now = time.time()
+            if now - last_scan > 1.0:  # remember the step's processes: ranks a launcher orphans are found later
+                seen.update(descendants(proc.pid))
+                last_scan = now
+            if ended is None and os.path.exists(os.path.join(status_dir(args.out), "fault.json")):
+                # a rank's watchdog reported a rank killed or timed out: the others cannot finish
+                # without it; give the launcher a few seconds to end them itself
+                ended = now
+                deadline = min(deadline, now + 5.0)
+            if now >= deadline:
+                timed_out = ended is None
+                seen.update(descendants(proc.pid))
+                kill_all(seen)
+                break
+            time.sleep(0.25)
+        rc = proc.wait()
+        kill_all(seen)  # whatever the launcher left running
+        if rc < 0:  # the launcher ended by a signal: the shell's way of saying so
+            rc = 128 - rc
+    result_path = os.path.join(args.out, "result.json")
+    if not os.path.exists(result_path):
+        ranks = read_progress(args.out)
+        limit = deadline - GUARD_GRACE - start
+        kind = "timeout" if timed_out else "exited"
+        cause = describe_fault(kind, ranks, limit, args.expect_world_size, rc=rc, launcher=os.path.basename(command[0]))
+        report_fault(args.out, {"kind": kind, "cause": cause, "phase": _earliest(ranks) if ranks else "startup",
+                                "expected": args.expect_world_size, "site": config.get("site"),
+                                "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("SITESTACK_JOB_ID"),
+                                "launcher_exit_code": rc})
+    result: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError), open(result_path, encoding="utf-8") as handle:
+        result = json.load(handle)
+    code = rc if rc else exit_code(result)
+    if timed_out:
+        code = code or 3
+    if result:
+        if proc is None or rc or timed_out or result.get("fault"):  # the ranks did not print the table themselves
+            print(ddp_report.verdict_table(result), flush=True)
+        summary = os.path.join(args.out, "summary.md")
+        where = f"summary: {summary}" if os.path.exists(summary) else f"result: {result_path}"
+        print(f"sitestack validation: {str(result.get('verdict', '?')).upper()}, exit code {code}; {where}", flush=True)
+    else:
+        print(f"sitestack validation: no result was written (exit code {code}); see this log", flush=True)
+    return code
 
 
 # --------------------------------------------------------------------------------------------
@@ -1317,8 +1896,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the mask_cpu list the job bound ranks with, by local rank (0xfe,0xfe00,...)")
     p.add_argument("--init-timeout", type=float, default=float(env.get("SITESTACK_INIT_TIMEOUT") or 180),
                    help="seconds to wait for every rank to join the process group")
-    p.add_argument("--time-limit", type=float, default=float(env.get("SITESTACK_TIME_LIMIT") or 1500),
-                   help="seconds after which a stuck run writes its result and exits")
+    p.add_argument("--time-limit", type=float, default=float(env.get("SITESTACK_TIME_LIMIT") or 480),
+                   help="seconds after which the watchdog ends a stuck run with a result naming where each rank was "
+                        "(the batch script derives it from the job's --time; $SITESTACK_DEADLINE, when set, is the "
+                        "deadline itself)")
+    p.add_argument("--no-watchdog", action="store_true", help="run the checks without the watchdog process")
     p.add_argument("--steps", type=int, default=20, help="DDP training steps")
     p.add_argument("--min-bytes", type=parse_size, default=None, help="smallest allreduce of the sweep (default 8 on GPU, 4K on CPU)")
     p.add_argument("--max-bytes", type=parse_size, default=None, help="largest allreduce (default 256M on GPU, 4M on CPU)")
@@ -1346,19 +1928,49 @@ def load_config(path: str | None) -> dict[str, Any]:
     return config
 
 
-def import_mpi(info: RankInfo, args: argparse.Namespace) -> tuple[Any, str | None]:
-    """mpi4py's MPI module, imported before torch (cray-mpich's NIC_POLICY check needs that order)."""
+def job_id_for(out: str, env: dict[str, str] | os._Environ[str]) -> str | None:
+    """The job id the results directory is named after (``sitestack-validation-<id>``), so the report's
+    header matches the directory; else the scheduler's."""
+    match = re.fullmatch(r"sitestack-validation-(.+)", os.path.basename(os.path.normpath(out)))
+    return match.group(1) if match else (env.get("SLURM_JOB_ID") or env.get("SITESTACK_JOB_ID"))
+
+
+def mpi4py_failure(exc: BaseException, wanted: bool) -> str:
+    """Why mpi4py cannot be used, in one line: missing, or broken (with the loader's own words)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ModuleNotFoundError) and exc.name in ("mpi4py", None):
+        where = "the site's stack includes it, but " if wanted else ""
+        return f"mpi4py is missing: {where}this Python cannot import it ({text})"
+    return f"mpi4py is broken: importing mpi4py.MPI failed with {type(exc).__name__}: {text[:300]}"
+
+
+def import_mpi(info: RankInfo, args: argparse.Namespace, config: dict[str, Any]) -> tuple[Any, str | None, str | None]:
+    """(mpi4py's MPI module, why it is not used, why that is a failure), imported before torch
+    (cray-mpich's NIC_POLICY check needs that order). Where the site's stack includes mpi4py
+    (check-config.json ``stack.includes``), a missing or broken mpi4py fails the mpi4py check:
+    under a launcher that starts no MPI ranks its library is still loaded, without MPI_Init."""
+    wanted = "mpi4py" in ((config.get("stack") or {}).get("includes") or [])
     if args.no_mpi:
-        return None, "mpi4py not used (--no-mpi)"
+        return None, "mpi4py not used (--no-mpi)", None
     if info.launcher in ("torchrun", "none", "env"):
-        return None, f"the launcher ({info.launcher}) starts no MPI ranks: run the srun or mpiexec job for the MPI checks"
+        why = f"the launcher ({info.launcher}) starts no MPI ranks: run the srun or mpiexec job for the MPI checks"
+        if wanted:
+            try:
+                import mpi4py  # type: ignore[import-not-found, unused-ignore]
+
+                mpi4py.rc.initialize = mpi4py.rc.finalize = False  # load libmpi, do not start MPI
+                from mpi4py import MPI  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
+            except Exception as exc:  # noqa: BLE001  (a broken mpi4py is a finding, not a crash)
+                return None, None, mpi4py_failure(exc, wanted)
+        return None, why, None
     try:
         from mpi4py import MPI  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None, "mpi4py is not installed in this stack"
-    except Exception as exc:  # noqa: BLE001  (a broken mpi4py is a finding, not a crash)
-        return None, f"mpi4py failed to load: {exc}"
-    return MPI, None
+    except Exception as exc:  # noqa: BLE001  (a missing or broken mpi4py is a finding, not a crash)
+        failure = mpi4py_failure(exc, wanted)
+        if wanted or not isinstance(exc, ModuleNotFoundError):
+            return None, None, failure
+        return None, "mpi4py is not installed in this stack (the site's stack does not include it)", None
+    return MPI, None, None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1367,10 +1979,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.factor is None:
         args.factor = 4 if args.device == "cpu" or not config.get("gpu_vendor") or config.get("gpu_vendor") == "none" else 2
     info = discover_rank()
-    mpi, why = import_mpi(info, args)
+    host = socket.gethostname().split(".")[0]
+    meta = {"site": config.get("site", "unknown"), "job_id": job_id_for(args.out, os.environ),
+            "job_launcher": os.environ.get("SITESTACK_LAUNCHER"), "started": round(time.time(), 3)}
+    progress = Progress(args.out, info, host, meta)
+    progress.save()
+    if not args.no_watchdog:  # before MPI_Init and torch: see "Progress and the watchdogs"
+        supervise(progress, args.out, deadline_from_env(os.environ, args.time_limit), args.time_limit,
+                  args.expect_world_size)
+    progress.enter("MPI_Init")
+    mpi, why, failure = import_mpi(info, args, config)
+    progress.enter("import torch")
     run = Run(args, config, info, mpi)
+    run.progress = progress
     if why:
         run.mpi_data["skip"] = why
+    if failure:
+        run.mpi_data["failure"] = failure
     if mpi is not None:
         run.mpi_data["library_short"] = " ".join(mpi.Get_library_version().strip().splitlines()[0].split())
     return run.run()
@@ -1398,4 +2023,6 @@ def exit_now(code: int, mpi: Any = None) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--guard"]:
+        sys.exit(guard_main(sys.argv[2:]))
     exit_now(main(), sys.modules.get("mpi4py.MPI"))

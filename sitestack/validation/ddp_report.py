@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from typing import Any
 
 STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
+#: A latency whose maximum (or another measurement's mean) is this many times the median is noisy.
+NOISE_FACTOR = 10.0
 
 
 def human_bytes(n: float) -> str:
@@ -31,7 +33,7 @@ def verdict_table(result: dict[str, Any]) -> str:
     width = max((len(r[0]) for r in rows), default=5)
     head = (f"sitestack validation of {result.get('site', '?')}: {str(result.get('verdict', '?')).upper()} "
             f"({result.get('world_size', '?')} ranks on {result.get('nodes', '?')} node(s), "
-            f"{result.get('launcher', '?')}, {result.get('backend', '?')})")
+            f"{result.get('launcher') or '?'}, {result.get('backend') or '?'})")
     lines = [head]
     for name, mark, summary in rows:
         lines.append(f"  {name:<{width}}  {mark:<4}  {summary}")
@@ -39,7 +41,23 @@ def verdict_table(result: dict[str, Any]) -> str:
 
 
 def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return one_line(text).replace("|", "\\|")
+
+
+def latency_text(stats: dict[str, Any]) -> str:
+    """``latency min 1.1 / median 1.3 / max 480 us (noisy: ...)`` from ddp_check.latency_stats."""
+    if not stats:
+        return "latency not measured"
+    text = f"latency min {stats['min_us']:.3g} / median {stats['median_us']:.3g} / max {stats['max_us']:.3g} us"
+    if stats.get("noisy"):
+        text += (f" (noisy: the maximum is {stats['max_us'] / stats['median_us']:.0f}x the median; another process "
+                 "shared the CPU or the network was busy: compare medians)")
+    return text
+
+
+def one_line(text: Any) -> str:
+    """``text`` with every run of whitespace (tabs, newlines: MPI libraries print both) as one space."""
+    return " ".join(str(text).split())
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -105,17 +123,28 @@ def markdown(result: dict[str, Any]) -> str:
     probe, m4 = mpi.get("probe"), mpi.get("mpi4py")
     if probe or m4:
         out += ["## MPI", ""]
+        stats = (m4 or {}).get("latency") or {}
         if probe:
             lib = str(probe.get("library", "")).strip().splitlines()
-            out.append(f"- C probe ({lib[0] if lib else '?'}), {probe.get('size')} ranks on "
-                       f"{', '.join(probe.get('hosts') or [])}: latency {probe.get('latency_us', 0):.3g} us")
+            mean = float(probe.get("latency_us") or 0)
+            noisy = ""
+            if stats.get("median_us") and mean > NOISE_FACTOR * stats["median_us"]:
+                noisy = (f" (noisy: {mean / stats['median_us']:.0f}x mpi4py's median; a mean is pulled up by the "
+                         "slowest round trips, as when the ranks share a busy CPU)")
+            out.append(f"- C probe ({one_line(lib[0]) if lib else '?'}), {probe.get('size')} ranks on "
+                       f"{', '.join(probe.get('hosts') or [])}: latency {mean:.3g} us (mean of 500 round trips){noisy}")
             for b in probe.get("bandwidth") or []:
                 out.append(f"  - {human_bytes(b['bytes'])}: {b['mb_s']:.4g} MB/s")
         if m4:
-            lat, bwv = m4.get("latency_us"), m4.get("bandwidth_mb_s")
-            extra = f": ping-pong latency {lat:.3g} us, {bwv:.4g} MB/s at 1 MiB" if lat is not None else ""
-            out.append(f"- mpi4py ({m4.get('library')}), {m4.get('size')} ranks{extra}")
+            bwv = m4.get("bandwidth_mb_s")
+            extra = f": ping-pong {latency_text(stats)}, {bwv:.4g} MB/s at 1 MiB" if stats and bwv is not None else ""
+            out.append(f"- mpi4py ({one_line(m4.get('library'))}), {m4.get('size')} ranks{extra}")
         out.append("")
+    setting = result.get("job_environment") or {}
+    if setting:
+        out += ["## Environment", "", f"- modules: {', '.join(setting.get('modules') or []) or '(none loaded)'}",
+                f"- network plugin on LD_LIBRARY_PATH: {', '.join(setting.get('plugin_library_path') or []) or '(none)'}"]
+        out += [f"- `{k}={one_line(v)}`" for k, v in (setting.get("variables") or {}).items()] + [""]
     out += ["## Files", "", f"- `{artefacts.get('json', 'result.json')}`: every number above, per check and per rank",
             f"- `{artefacts.get('markdown', 'summary.md')}`: this summary"]
     if artefacts.get("plot"):
@@ -162,41 +191,55 @@ def write_plot(result: dict[str, Any], path: str) -> str | None:
         return "matplotlib is not installed in this Python"
     bw = result["bandwidth"]
     sizes = [r["bytes"] for r in rows]
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    probe = (result.get("mpi") or {}).get("probe") or {}
+    probe_rows = [b for b in probe.get("bandwidth") or [] if b.get("mb_s")]
+    # MPI point-to-point gets its own axis below (another quantity, another scale), sharing the sizes
+    fig, axes = plt.subplots(2 if probe_rows else 1, 1, figsize=(9, 8 if probe_rows else 5.5), dpi=110, sharex=True,
+                             squeeze=False, gridspec_kw={"height_ratios": [3, 2]} if probe_rows else None)
+    ax = axes[0][0]
     ax.plot(sizes, [r["busbw_gbs"] for r in rows], marker="o", linewidth=2, color="#1f77b4",
             label=f"{bw.get('op', 'allreduce')} busbw = algbw × 2(n−1)/n")
     same = " (equal to busbw for 2 ranks)" if bw.get("ranks") == 2 else ""
     ax.plot(sizes, [r["algbw_gbs"] for r in rows], marker="s", markersize=9, markerfacecolor="none", linewidth=1.5,
             linestyle="--", color="#ff7f0e", label=f"{bw.get('op', 'allreduce')} algbw = bytes / time{same}")
-    probe = (result.get("mpi") or {}).get("probe") or {}
-    probe_rows = [b for b in probe.get("bandwidth") or [] if b.get("mb_s")]
-    if probe_rows:
-        ax.plot([b["bytes"] for b in probe_rows], [b["mb_s"] / 1000 for b in probe_rows], marker="^", linestyle=":",
-                color="#2ca02c", label="MPI point-to-point (C probe), GB/s")
     ref = bw.get("reference")
     if ref:
-        ax.axhline(ref["minimum_gbs"], color="#d62728", linestyle="--", linewidth=1.2,
-                   label=f"busbw accepted from {ref['minimum_gbs']:.3g} GB/s at {human_bytes(ref['at_bytes'])} "
-                         f"(reference {ref['busbw_gbs']:.3g} GB/s)")
-        ax.axvline(ref["at_bytes"], color="#d62728", linestyle=":", linewidth=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+        # the bound applies at one message size only: drawn there, not across the sweep
+        at = ref["at_bytes"]
+        ax.plot([at / 1.6, at * 1.6], [ref["minimum_gbs"]] * 2, color="#d62728", linestyle="-", linewidth=2.5,
+                label=f"accepted from {ref['minimum_gbs']:.3g} GB/s busbw at {human_bytes(at)} "
+                      f"(reference {ref['busbw_gbs']:.3g} GB/s)")
+        ax.plot([at], [ref["measured_gbs"]], marker="*", markersize=14, color="#d62728", linestyle="none",
+                label=f"measured {ref['measured_gbs']:.3g} GB/s at {human_bytes(at)} (the deciding point)")
     every = sorted(set(sizes) | {b["bytes"] for b in probe_rows})
     ticks = every if len(every) <= 12 else every[:: max(1, len(every) // 10)]
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([human_bytes(s) for s in ticks], rotation=30, ha="right")
-    ax.set_xlabel("message size")
+    for axis in [row[0] for row in axes]:
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.grid(True, which="major", alpha=0.35)
+    if probe_rows:
+        low = axes[1][0]
+        low.plot([b["bytes"] for b in probe_rows], [b["mb_s"] for b in probe_rows], marker="^", linestyle=":",
+                 color="#2ca02c", label="MPI point-to-point (C probe)")
+        low.set_ylabel("MPI bandwidth (MB/s)")
+        low.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), fontsize=9, framealpha=0.9)
+    bottom = axes[-1][0]
+    bottom.xaxis.set_major_locator(FixedLocator(ticks))
+    bottom.xaxis.set_minor_locator(NullLocator())
+    bottom.set_xticks(ticks)
+    bottom.set_xticklabels([human_bytes(s) for s in ticks], rotation=30, ha="right")
+    bottom.set_xlabel("message size")
     ax.set_ylabel("bandwidth (GB/s, 10⁹ bytes/s)")
     verdict = str(result.get("verdict", "?")).upper()
     ax.set_title(f"{result.get('site', '?')}: {bw.get('op', 'allreduce')} bandwidth, {result.get('world_size')} ranks on "
                  f"{result.get('nodes')} node(s), {result.get('backend')} on {result.get('device')} "
                  f"({result.get('launcher')}) — {verdict}", fontsize=10)
-    ax.grid(True, which="major", alpha=0.35)
-    ax.legend(loc="lower right", fontsize=9, framealpha=0.9)
-    fig.tight_layout()
-    fig.savefig(path)
+    # the legend sits outside the axes, so it never hides the deciding point
+    if probe_rows:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)
+    else:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=9, framealpha=0.9, ncol=2)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return None
 

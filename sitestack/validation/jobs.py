@@ -21,7 +21,7 @@ from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_expanding
 from sitestack.installs.container import runtime_of
 from sitestack.model.site import BusBandwidth, Facts, Validation
-from sitestack.model.siteenv import prelude
+from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.validation import masks as masks_mod
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -38,6 +38,34 @@ PORT_SPAN = 10000
 #: rename say "AWS Libfabric"; current aws-ofi-nccl says "OFI" (HewlettPackard/shs-ccl-docs#35,
 #: OLCF's Frontier guide; research/peers.md s5.3).
 NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
+
+#: The built packages the check program imports when the stack includes them (their import names).
+IMPORTED = ("mpi4py",)
+
+#: Seconds the guard around the launcher waits after the ranks' deadline (ddp_check.GUARD_GRACE).
+GUARD_GRACE = 20
+
+
+def slurm_seconds(text: str) -> int:
+    """Slurm's --time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) in seconds."""
+    days, _, rest = text.strip().rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        parts += [0] * (3 - len(parts))
+        hours, minutes, seconds = parts
+    elif len(parts) == 3:
+        hours, minutes, seconds = parts
+    else:
+        hours, minutes, seconds = 0, parts[0], parts[1] if len(parts) > 1 else 0
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def time_limit(job_seconds: int) -> int:
+    """The checks' time limit inside a job of ``job_seconds``: the job's time less a margin (a tenth,
+    at least a minute) and the guard's grace, so the result is written before the scheduler kills
+    the job; never below a minute."""
+    return max(60, job_seconds - max(60, job_seconds // 10) - GUARD_GRACE)
+
 
 def master_port(job_id: int) -> int:
     """The job's MASTER_PORT, as the batch script computes it."""
@@ -96,6 +124,11 @@ class JobInputs:
     python: str | None = None  # the Python that runs the checks (default facts.python.executable)
     description: str = ""
     stage_env: str | None = None  # sitestack-stage-env, where the site stages its env on node-local storage
+    stack_includes: tuple[str, ...] = ()  # the built packages (recipes) the site's stack includes: mpi4py, horovod
+    stack_module: str | None = None  # the stack's module (pytorch/2.3.1-gpu), loaded by the job as users load it
+    module_root: str | None = None  # where that module file is (facts.modules.install_root)
+    manifest: str | None = None  # the stack's manifest, which `invoke validate` checks the job's imports against
+    checks_need: tuple[str, ...] = ()  # what the checks import besides torch (venv_stack.CHECK_NEEDS)
 
 
 def script_name(launcher: str) -> str:
@@ -148,13 +181,18 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
     nccl = facts.collectives in ("nccl", "rccl")
     plugin = facts.network.net_plugin
     stacks = 2 if facts.gpu.unit == "stack" else 0
+    job_seconds = slurm_seconds(sched.time)
     return {
         "site": inputs.site,
         "launcher": launcher,
         "script": script_name(launcher),
         "dir": inputs.dir,
-        "python": inputs.python or facts.python.executable,
+        # with the stack's module loaded, its Python is the first on PATH, as for its users
+        "python": "python" if inputs.stack_module else (inputs.python or facts.python.executable),
         "prelude": prelude(facts).rstrip("\n") + "\n" if prelude(facts) else "",
+        "stack_module": inputs.stack_module,
+        "load_failed": LOAD_FAILED,
+        "module_root": inputs.module_root,
         "sbatch": sbatch,
         "ranks_per_node": v.ranks_per_node,
         "stacks": stacks,
@@ -178,6 +216,11 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "per_node": facts.gpu.per_node or v.ranks_per_node,
         "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
         "stage_env": inputs.stage_env or "",
+        "job_seconds": job_seconds,
+        "time_limit": time_limit(job_seconds),
+        "guard_grace": GUARD_GRACE,
+        # the guard runs on the node, outside the container: the host's python3 there
+        "guard_python": "python3" if container else '"$PYTHON" python3',
     }
 
 
@@ -214,6 +257,9 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                     "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or ""),
                     "nccl_expect": nccl_expectation(facts)},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
+        "stack": {"includes": sorted(inputs.stack_includes), "module": inputs.stack_module,
+                  "manifest": inputs.manifest, "needs": ["torch", *inputs.checks_need, *sorted(
+                      r for r in inputs.stack_includes if r in IMPORTED)]},
     }
 
 
@@ -251,7 +297,7 @@ def render_readme(inputs: JobInputs) -> str:
             "GPUs per node from the allocation and ZE_FLAT_DEVICE_HIERARCHY" if ctx["stacks"] else str(v.ranks_per_node)),
         library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
         nccl_log_args=nccl_log_args,
-        mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match)
+        mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"])
 
 
 def job_files(inputs: JobInputs) -> dict[str, tuple[str, int]]:
