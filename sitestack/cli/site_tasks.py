@@ -7,12 +7,10 @@ import json
 import subprocess
 import sys
 
-import yaml
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from sitestack.actions import ACTIONS
 from sitestack.cli.common import (
     ACCOUNT_HELP,
     DEBUG_HELP,
@@ -23,10 +21,7 @@ from sitestack.cli.common import (
     SITE_HELP,
     VERBOSE_HELP,
 )
-from sitestack.core.host import local_host
 from sitestack.core.paths import REPO
-from sitestack.engine import playbook as pb
-from sitestack.engine import select
 from sitestack.engine.cli import (
     SitestackTask,
     account_option,
@@ -38,12 +33,14 @@ from sitestack.engine.cli import (
     setting,
     split_list,
 )
-from sitestack.model.site import list_sites
 
 
 @task(klass=SitestackTask, auto_shortflags=False)
 def sites(c: Context) -> None:
     """List the sites that have a playbook."""
+    from sitestack.engine import playbook as pb
+    from sitestack.model.site import list_sites
+
     with errors_to_exit():
         for name in list_sites():
             site = pb.load(name)
@@ -55,6 +52,11 @@ def sites(c: Context) -> None:
 def show_site(c: Context, site: str | None = None, playbook: str | None = None, prefix: str | None = None,
               account: str | None = None, format: str = 'yaml', debug: bool = False) -> None:
     """Print a site's facts with placeholders resolved for this machine's user."""
+    import yaml
+
+    from sitestack.core.host import local_host
+    from sitestack.engine import playbook as pb
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         here = local_host()
@@ -108,6 +110,9 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
               account: str | None = None, accept_new_host_keys: bool = False, playbook: str | None = None,
               json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import select
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = run_options(c, check=check, diff=diff, tags=split_list(tags, "--tags"),
@@ -129,6 +134,8 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
 @task(klass=SitestackTask, auto_shortflags=False)
 def actions(c: Context) -> None:
     """List the actions a playbook step can name, with their arguments."""
+    from sitestack.actions import ACTIONS
+
     for name, cls in sorted(ACTIONS.items()):
         summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())  # the whole first paragraph
         print(f"{name}: {summary}")

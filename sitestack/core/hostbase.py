@@ -73,8 +73,25 @@ def shell_line(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: s
     return line
 
 
+#: Variables that differ between two runs in the same environment (the shell's own, the SSH
+#: connection's source port, the login session): left out of a probe's environment signature.
+VOLATILE_ENV = ("_", "PWD", "OLDPWD", "SHLVL", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
+                "XDG_SESSION_ID", "LS_COLORS")
+
+#: Prints what :meth:`Host.file_signature` compares, for a host reached through a shell.
+SIGNATURE_SCRIPT = (
+    'printf "ENV %s\\n" "$(env | LC_ALL=C grep -Ev "^($0)=" | LC_ALL=C sort | cksum)"; '
+    'printf "CPUS %s\\n" "$(nproc 2>/dev/null || echo 1)"; '
+    'for f; do stat -L -c "%i %s %Y %Z" -- "$f" 2>/dev/null || echo -; done'
+)
+
+
 class Host:
     """A machine steps run on. Use :func:`local_host` or :func:`ssh_host` to make one."""
+
+    #: Whether :func:`sitestack.core.probecache.cached_probe` may keep this host's answers (a stand-in
+    #: host of the tests answers what it is told: never kept).
+    caches_probes = False
 
     def __init__(self, name: str, context: Context, *, read_only: bool = False) -> None:
         self.name = name
@@ -153,6 +170,21 @@ class Host:
             home, user = out.stdout.splitlines()[:2]
             self._identity = (home, user)
         return self._identity
+
+    # -- what a cached probe is vouched by (sitestack.core.probecache) ---------------------
+    def cache_identity(self) -> list[str]:
+        """Who answers this host's probes: its kind, name, home and user."""
+        return [type(self).__name__, self.name, self.home(), self.user()]
+
+    def file_signature(self, paths: Sequence[str]) -> dict[str, Any]:
+        """The environment commands get here (a digest) and each path's inode, size, mtime and
+        ctime (following symlinks; ``[]`` for a missing one), in one command."""
+        out = self.probe(["sh", "-c", SIGNATURE_SCRIPT, "|".join(VOLATILE_ENV), *paths])
+        lines = out.stdout.splitlines()
+        if not out.ok or len(lines) != len(paths) + 2:
+            return {"error": out.rc}  # matches no stored signature: the probe runs
+        files = [[int(x) for x in line.split()] if line != "-" else [] for line in lines[2:]]
+        return {"env": lines[0].split(" ", 1)[-1], "cpus": lines[1].split(" ", 1)[-1], "files": files}
 
     # -- files -----------------------------------------------------------------------------
     def exists(self, path: str) -> bool:

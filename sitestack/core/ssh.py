@@ -18,12 +18,20 @@ from sitestack.core.redact import redact
 class SshHost(Host):
     """A remote machine over SSH (Fabric). The remote shell is non-login."""
 
+    caches_probes = True
+
     def __init__(self, name: str, connection: Any, *, read_only: bool = False) -> None:
         super().__init__(name, connection, read_only=read_only)
         self._sftp_missing = False  # learnt on the first write: then files go over the shell
 
     def close(self) -> None:
         self.context.close()
+
+    def cache_identity(self) -> list[str]:
+        """The host's name may be an alias: the address, port and user it reached are part of it."""
+        c = self.context
+        return [*super().cache_identity(), str(getattr(c, "host", "")), str(getattr(c, "port", "")),
+                str(getattr(c, "user", ""))]
 
     def _exec(self, line: str, **kwargs: Any) -> Any:
         import paramiko
@@ -81,17 +89,17 @@ class SshHost(Host):
                                  f"{result.stderr.strip()[-300:]}")
 
 
-def _accept_policy_base() -> Any:
+def _accept_for_this_run() -> Any:
+    """--accept-new-host-keys: a policy that trusts an unknown key for this connection only and never
+    writes it to known_hosts (paramiko's AutoAddPolicy saves it into the last known_hosts file loaded).
+    Made on first use: paramiko is imported only when something connects over SSH."""
     import paramiko
-    return paramiko.MissingHostKeyPolicy
 
+    class AcceptForThisRun(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            client.get_host_keys().add(hostname, key.get_name(), key)  # in memory: nothing is saved
 
-class _AcceptForThisRun(_accept_policy_base()):  # type: ignore[misc]
-    """--accept-new-host-keys: an unknown key is trusted for this connection only and never written
-    to known_hosts (paramiko's AutoAddPolicy saves it into the last known_hosts file loaded)."""
-
-    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-        client.get_host_keys().add(hostname, key.get_name(), key)  # in memory: nothing is saved
+    return AcceptForThisRun()
 
 
 def _verify_host_keys(connection: Any, accept_unknown_hosts: bool) -> None:
@@ -103,7 +111,7 @@ def _verify_host_keys(connection: Any, accept_unknown_hosts: bool) -> None:
         known = os.path.expanduser(known)
         if os.path.exists(known):
             client.load_host_keys(known)
-    client.set_missing_host_key_policy(_AcceptForThisRun() if accept_unknown_hosts else paramiko.RejectPolicy())
+    client.set_missing_host_key_policy(_accept_for_this_run() if accept_unknown_hosts else paramiko.RejectPolicy())
 
 
 def check_ssh_config(target: str) -> None:
