@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.core import probecache
+from sitestack.core import probecache, yamlfile
 from sitestack.core.host import LocalHost, run_local
 from tests.fakehost import FakeHost
 
@@ -19,7 +19,9 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A HOME of its own, so the test's answers go to its own cache; files made by the test count as
     settled (no racy window: their ctime is now), except where a test sets the window back."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / ".cache" / "sitestack").mkdir(parents=True)  # made by a first run
     monkeypatch.setattr(probecache, "RACY", -60.0)
+    monkeypatch.setattr(yamlfile, "RACY", -60.0)
     monkeypatch.delenv("SITESTACK_PROBE_CACHE", raising=False)
     return tmp_path / "home"
 
@@ -121,3 +123,52 @@ def test_run_local_streams_times_out_and_kills_the_group():
     slow = run_local("sleep 30 & sleep 30", timeout=0.5)  # a child keeping the pipes open is killed too
     assert slow.return_code == 124 and time.monotonic() - start < 10
     assert "timed out" in slow.stderr
+
+
+def test_parsed_yaml_is_kept_while_the_file_is_unchanged(tmp_path: Path, cache_home: Path):
+    data = tmp_path / "d.yml"
+    data.write_text("a: 1\nb:\n  - x\n")
+    aged(data)
+    first = yamlfile.load_yaml(data)
+    assert list((cache_home / ".cache" / "sitestack" / "parsed").iterdir())
+    again = yamlfile.load_yaml(data)
+    assert again == first == {"a": 1, "b": ["x"]} and again.lines == {"a": 1, "b": 2} and again["b"].lines == [3]
+    data.write_text("a: 2\n")
+    aged(data)
+    assert yamlfile.load_yaml(data) == {"a": 2}
+
+
+def test_rendered_text_is_kept_until_a_template_or_the_inputs_change(tmp_path: Path, cache_home: Path):
+    from sitestack.core import templates
+
+    tdir = tmp_path / "templates"
+    tdir.mkdir()
+    (tdir / "t.j2").write_text("v={{ v }}\n")
+    renders: list[str] = []
+
+    def render(v: str) -> str:
+        renders.append(v)
+        return templates.environment([tdir]).get_template("t.j2").render(v=v)
+
+    assert templates.cached_text([tdir], repr(("t", "1")), lambda: render("1")) == "v=1\n"
+    assert templates.cached_text([tdir], repr(("t", "1")), lambda: render("1")) == "v=1\n"
+    assert renders == ["1"]
+    assert templates.cached_text([tdir], repr(("t", "2")), lambda: render("2")) == "v=2\n"
+    (tdir / "t.j2").write_text("value={{ v }}\n")
+    assert templates.cached_text([tdir], repr(("t", "1")), lambda: render("1")) == "value=1\n"
+    assert renders == ["1", "2", "1"]
+
+
+def test_nothing_is_kept_before_the_first_run_made_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A fresh HOME (no ~/.cache/sitestack yet): every cache is bypassed and nothing is written there."""
+    from sitestack.core import templates
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    data = tmp_path / "d.yml"
+    data.write_text("a: 1\n")
+    aged(data)
+    yamlfile.load_yaml(data)
+    templates.cached_text([tmp_path], "x", lambda: "text")
+    probecache.cached_probe(LocalHost(), ["true"], lambda out: [str(data)])
+    assert list((tmp_path / "home").iterdir()) == []

@@ -4,7 +4,7 @@ Some probes start interpreters or source a module system to learn what files alr
 toolchain probe runs every tool's ``--version`` with the site's modules loaded, the torch probe
 starts the build interpreter. Their answer only changes when those files change, so
 :func:`cached_probe` keeps a successful answer on the controller (``~/.cache/sitestack/probes``,
-private) together with a *signature* of the files it depends on, and returns it again only while
+private; :func:`~sitestack.core.paths.derived_cache`) together with a *signature* of the files it depends on, and returns it again only while
 the host says the same signature:
 
 - the files the answer names (``vouchers(out)``: the tools' paths, the directories of ``$PATH``,
@@ -34,6 +34,7 @@ from typing import Any
 
 from sitestack.core.host import atomic_write, private_dir
 from sitestack.core.hostbase import Completed, Host, shell_line, with_umask
+from sitestack.core.paths import derived_cache
 
 #: Package databases whose change means some installed program may have changed (Debian, RPM).
 PACKAGE_DBS = ("/var/lib/dpkg/status", "/var/lib/rpm/rpmdb.sqlite", "/var/lib/rpm/Packages")
@@ -47,10 +48,6 @@ def enabled() -> bool:
     return os.environ.get("SITESTACK_PROBE_CACHE", "").lower() not in ("off", "0", "no", "false")
 
 
-def cache_dir() -> Path:
-    return Path.home() / ".cache" / "sitestack" / "probes"
-
-
 def cached_probe(host: Host, argv: Sequence[str], vouchers: Callable[[Completed], Sequence[str] | None], *,
                  timeout: float | None = 60) -> Completed:
     """``host.probe(argv)``, or its earlier answer while the files ``vouchers`` named still match.
@@ -58,11 +55,12 @@ def cached_probe(host: Host, argv: Sequence[str], vouchers: Callable[[Completed]
     ``vouchers(out)`` gets a successful answer and returns the paths it depends on (absolute), or
     None when the answer must not be kept. A failed probe is never kept.
     """
-    if not (enabled() and host.caches_probes):
+    directory = derived_cache("probes")
+    if not (enabled() and host.caches_probes) or directory is None:
         return host.probe(argv, timeout=timeout)
     line = with_umask(shell_line(argv), host.umask)
     key = hashlib.sha256(json.dumps([host.cache_identity(), line]).encode()).hexdigest()
-    path = cache_dir() / f"{key[:40]}.json"
+    path = directory / f"{key[:40]}.json"
     entry = _load(path)
     if (entry is not None and time.time() - float(entry.get("at", 0)) < MAX_AGE
             and host.file_signature(entry["vouch"]) == entry["signature"]):

@@ -4,7 +4,8 @@ Everything here is a pure function of the site's facts (and the install director
 rendered files are golden-tested per site and re-rendering an unchanged site changes nothing.
 Templates live in ``sitestack/validation/templates/`` (Jinja2, ``StrictUndefined``, no
 timestamps): ``job.sbatch.j2`` is the base, one child template per launcher fills its
-``launch`` block, and ``README.md.j2`` is the users' README.
+``launch`` block, and ``README.md.j2`` is the users' README. A re-render of unchanged inputs
+reads the earlier text (:func:`sitestack.core.templates.cached_text`): no Jinja2 on a no-op run.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import jinja2
+from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_expanding
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import prelude
 from sitestack.validation import masks as masks_mod
+
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PROGRAM_FILES = ("ddp_check.py", "ddp_report.py")
@@ -162,7 +164,10 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
 
 def render_job(inputs: JobInputs, launcher: str) -> str:
     """One batch script."""
-    return environment().get_template(f"{launcher}.sbatch.j2").render(**job_context(inputs, launcher))
+    ctx = job_context(inputs, launcher)
+    name = f"{launcher}.sbatch.j2"
+    return templates.cached_text([TEMPLATES], repr((name, sorted(ctx.items()))),
+                                 lambda: environment().get_template(name).render(**ctx))
 
 
 def check_config(inputs: JobInputs) -> dict[str, Any]:
@@ -220,13 +225,15 @@ def render_readme(inputs: JobInputs) -> str:
         plugin_text = "on two or more nodes the NCCL log shows no `NET/Socket` fallback"
     else:
         plugin_text = f"skipped: {library} uses no NCCL network plugin"
-    return environment().get_template("README.md.j2").render(
+    variables = dict(
         site=inputs.site, description=inputs.description or facts.description, dir=inputs.dir,
         jobs=[{"launcher": name, "script": script_name(name)} for name in v.launchers],
         python=ctx["python"], container=ctx["container"], ranks_per_node_text=(
             "GPUs per node from the allocation and ZE_FLAT_DEVICE_HIERARCHY" if ctx["stacks"] else str(v.ranks_per_node)),
         library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
         mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match)
+    return templates.cached_text([TEMPLATES], repr(("README.md.j2", sorted(variables.items()))),
+                                 lambda: environment().get_template("README.md.j2").render(**variables))
 
 
 def job_files(inputs: JobInputs) -> dict[str, tuple[str, int]]:
