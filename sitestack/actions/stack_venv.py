@@ -239,7 +239,7 @@ class Builder(EnvTools):
             for argv in self.base.create(gen):
                 self.run(argv)
             requirements = [*self.stack.requirements, *self.stack.extras, *self.stack.checks, *self.wheels()]
-            templates = VenvTemplates(self, self.plan, self.options)
+            templates = VenvTemplates(self, self.plan, self.options, {b.recipe: b.wheel for b in self.built if b.wheel})
             text = templates.clone(gen) if requirements else None
             if text is None and requirements:
                 text = self.pip_install(gen, requirements, f"{gen}/.sitestack-pip-report.json")

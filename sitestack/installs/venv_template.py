@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from sitestack.core.errors import CommandFailed
@@ -45,9 +46,14 @@ def template_mode() -> str:
 class VenvTemplates:
     """The template of one stack plan on one host."""
 
-    def __init__(self, tools: EnvTools, plan: dict[str, Any], options: RunOptions) -> None:
-        self.tools, self.host, self.stack = tools, tools.host, tools.stack
-        key = hashlib.sha256(dump({"plan": plan, "system_site_packages": self.stack.system_site_packages,
+    def __init__(self, tools: EnvTools, plan: dict[str, Any], options: RunOptions, wheels: Mapping[str, str]) -> None:
+        """``wheels``: recipe -> the wheel file of each package sitestack built that the stack installs."""
+        self.tools, self.host, self.stack, self.wheels = tools, tools.host, tools.stack, dict(wheels)
+        # Where a built wheel lies (its install) is not content: the same wheel (sha256) in another
+        # prefix gives the same environment.
+        content = {**plan, "built": {name: {k: v for k, v in b.items() if k != "install"}
+                                     for name, b in plan.get("built", {}).items()}}
+        key = hashlib.sha256(dump({"plan": content, "system_site_packages": self.stack.system_site_packages,
                                    "compile": self.stack.compile}).encode()).hexdigest()[:24]
         self.path = f"{build_cache(self.host, options)}/venvs/{self.stack.family}-{key}"
         #: templates are kept for venvs (not conda/container environments) unless switched off;
@@ -63,7 +69,12 @@ class VenvTemplates:
         meta = self.host.read_json(f"{self.path}/template.json")
         if not meta or not isinstance(meta.get("root"), str):
             return None
-        argv = self.tools.base.env_python(gen, ["-c", CLONE, f"{self.path}/tree", gen, meta["root"], self.mode])
+        old_wheels = meta.get("wheels")
+        old_wheels = old_wheels if isinstance(old_wheels, dict) else {}
+        moved = [f"{old}={self.wheels[name]}" for name, old in sorted(old_wheels.items())
+                 if name in self.wheels and isinstance(old, str) and old != self.wheels[name]]
+        argv = self.tools.base.env_python(gen, ["-c", CLONE, f"{self.path}/tree", gen, meta["root"], self.mode,
+                                                *moved])
         try:
             self.tools.run(argv)
         except CommandFailed as exc:
@@ -83,7 +94,8 @@ class VenvTemplates:
             # private, as the rest of the build cache (the installer makes ~/.cache/sitestack 0700)
             self.tools.run(["sh", "-c", 'mkdir -p -- "$1" && chmod 700 -- "$1" && mkdir -- "$2"', "sh", parent, tmp])
             self.tools.run(["cp", "-a", "--", gen, f"{tmp}/tree"])
-            self.host.write_text(f"{tmp}/template.json", json.dumps({"root": gen, "report": report or ""}), 0o600)
+            self.host.write_text(f"{tmp}/template.json",
+                                 json.dumps({"root": gen, "report": report or "", "wheels": self.wheels}), 0o600)
             self.tools.run(["sh", "-c", 'rm -rf -- "$2" && mv -T -- "$1" "$2"', "sh", tmp, self.path])
         except BaseException:
             self.host.probe(["rm", "-rf", "--", tmp])

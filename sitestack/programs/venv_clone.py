@@ -1,4 +1,5 @@
-"""Fill a fresh venv from a template venv: ``python -c <this file's text> TEMPLATE NEW OLD_ROOT MODE``.
+"""Fill a fresh venv from a template venv:
+``python -c <this file's text> TEMPLATE NEW OLD_ROOT MODE [OLD_WHEEL=NEW_WHEEL ...]``.
 
 Run on the host by any Python 3 (standard library only; it imports nothing of sitestack).
 ``NEW`` was just made by ``python -m venv`` from the same base interpreter; ``TEMPLATE`` is a copy of
@@ -8,6 +9,9 @@ not have yet is added:
 - a script in ``bin/`` whose first line names ``OLD_ROOT`` (pip writes ``#!OLD_ROOT/bin/python``)
   is written anew with ``NEW`` in its place, and the RECORD line of each such script gets the new
   file's sha256 and size, as pip would have written them (the RECORD is a new file too);
+- a ``direct_url.json`` naming ``file://OLD_WHEEL`` (a wheel sitestack built, installed from its
+  install in another prefix) is written anew naming ``file://NEW_WHEEL``, the same wheel here (and
+  its RECORD line too);
 - any other file is hard-linked (``MODE`` ``link``; a copy where the file system refuses a link)
   or copied (``MODE`` ``copy``). Files are never written in place, so the template stays intact.
 
@@ -53,7 +57,19 @@ def interpreter(root: str) -> "dict[str, str]":
     return out
 
 
-def clone(template: str, new: str, old_root: str, mode: str) -> "dict[str, int]":
+def moved_url(src: str, moved: "dict[str, str]") -> "bytes | None":
+    """A direct_url.json naming a moved wheel, naming it where it is now; None when it names none."""
+    with open(src, encoding="utf-8") as handle:
+        data = json.load(handle)
+    url = data.get("url", "") if isinstance(data, dict) else ""
+    for old, new in moved.items():
+        if url == "file://" + old:
+            data["url"] = "file://" + new
+            return json.dumps(data, sort_keys=True).encode()
+    return None
+
+
+def clone(template: str, new: str, old_root: str, mode: str, moved: "dict[str, str]") -> "dict[str, int]":
     counts = {"linked": 0, "copied": 0, "rewritten": 0}
     rewritten: dict[str, bytes] = {}  # absolute path in NEW -> new content
     old, fresh = os.fsencode(old_root.rstrip("/")), os.fsencode(new.rstrip("/"))
@@ -83,6 +99,15 @@ def clone(template: str, new: str, old_root: str, mode: str) -> "dict[str, int]"
                     rewritten[os.path.realpath(dst)] = data
                     counts["rewritten"] += 1
                     continue
+            if name == "direct_url.json" and moved:
+                data = moved_url(src, moved)
+                if data is not None:
+                    with open(dst, "wb") as handle:
+                        handle.write(data)
+                    shutil.copystat(src, dst)
+                    rewritten[os.path.realpath(dst)] = data
+                    counts["rewritten"] += 1
+                    continue
             if mode == "link":
                 try:
                     os.link(src, dst)
@@ -97,7 +122,7 @@ def clone(template: str, new: str, old_root: str, mode: str) -> "dict[str, int]"
 
 
 def fix_records(new: str, rewritten: "dict[str, bytes]") -> None:
-    """Point the RECORD lines of rewritten scripts at their new content (RECORD replaced, not edited)."""
+    """Point the RECORD lines of rewritten files at their new content (RECORD replaced, not edited)."""
     if not rewritten:
         return
     for root in glob.glob(os.path.join(new, "lib", "python*", "site-packages", "*.dist-info")):
@@ -129,4 +154,5 @@ if __name__ == "__main__":
     if theirs != ours:
         print(json.dumps({"refused": f"the template is for another interpreter: {theirs} (this venv: {ours})"}))
         sys.exit(3)
-    print(json.dumps(clone(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])))
+    pairs = dict(arg.split("=", 1) for arg in sys.argv[5:])
+    print(json.dumps(clone(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], pairs)))
