@@ -92,7 +92,19 @@ class LocalHost(Host):
             raise SitestackError(f"[{self.name}] cannot create lock {path}: {exc.strerror}") from None
         return True
 
-    def lock_parent(self, path: str) -> None:
+    def lock_acquire(self, path: str, owner: str) -> bool:
+        self._lock_parent(path)
+        if not self.lock_mkdir(path):
+            return False
+        # A plain write (no fsync): the owner file only tells waiters who holds the lock, and a reader
+        # that finds it empty says so.
+        try:
+            Path(path, "owner").write_text(owner, encoding="utf-8")
+        except OSError as exc:
+            raise SitestackError(f"[{self.name}] cannot write the owner of lock {path}: {exc.strerror}") from None
+        return True
+
+    def _lock_parent(self, path: str) -> None:
         parent = os.path.dirname(path)
         try:
             if os.path.isfile(parent):  # a lock file of an older sitestack (flock): now a directory
@@ -100,9 +112,6 @@ class LocalHost(Host):
             os.makedirs(parent, exist_ok=True)
         except OSError as exc:
             raise SitestackError(f"[{self.name}] cannot create lock {path}: {exc.strerror}") from None
-
-    def lock_write(self, path: str, text: str) -> None:
-        atomic_write(Path(path), text.encode("utf-8"))
 
     def lock_remove(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)

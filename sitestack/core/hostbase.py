@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -232,12 +231,16 @@ class Host:
     def lock_mkdir(self, path: str) -> bool:
         return self.probe(["mkdir", "--", path]).ok
 
-    def lock_parent(self, path: str) -> None:
-        # A lock file of an older sitestack (flock) where the lock directory goes is replaced.
-        self.run(["sh", "-c", 'if [ -f "$1" ]; then rm -f -- "$1"; fi; mkdir -p -- "$1"', "sh", os.path.dirname(path)])
-
-    def lock_write(self, path: str, text: str) -> None:
-        self.run(["sh", "-c", 'printf "%s" "$1" > "$2"', "sh", text, path])
+    def lock_acquire(self, path: str, owner: str) -> bool:
+        # One command (a no-op run over SSH takes a lock per install): the parent made (a lock file
+        # of an older sitestack, flock, where the lock directory goes is replaced), the directory,
+        # its owner file. Exit 1: held by another run.
+        script = ('p=$(dirname -- "$1"); if [ -f "$p" ]; then rm -f -- "$p"; fi; mkdir -p -- "$p" || exit 2; '
+                  'mkdir -- "$1" 2>/dev/null || exit 1; printf "%s" "$2" > "$1/owner" || exit 2')
+        out = self.probe(["sh", "-c", script, "sh", path, owner])
+        if out.rc in (0, 1):
+            return out.rc == 0
+        raise SitestackError(f"[{self.name}] cannot create lock {path}: {out.stderr.strip() or out.rc}")
 
     def lock_remove(self, path: str) -> None:
         self.probe(["rm", "-rf", "--", path])

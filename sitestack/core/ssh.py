@@ -205,6 +205,12 @@ def ssh_host(name: str, address: str | None = None, *, user: str | None = None, 
         _verify_host_keys(hop, accept_unknown_hosts)
         hop = hop.gateway
     try:
+        if connection.gateway is None:
+            # Our own socket, with TCP_NODELAY from the start: the handshake and the authentication
+            # are many small messages too (:func:`_no_delay`).
+            sock = socket.create_connection((connection.host, connection.port), timeout=connect_timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection.connect_kwargs["sock"] = sock
         connection.open()
     except paramiko.SSHException as exc:
         if "not found in known_hosts" in str(exc):
