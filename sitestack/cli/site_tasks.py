@@ -145,19 +145,34 @@ def actions(c: Context) -> None:
             print(f"    {f.name}: {doc}" + (f" (default {f.default!r})" if shown else ""))
 
 
-@task(klass=SitestackTask, auto_shortflags=False, help={"name": "run only benchmarks/NAME.py (default: all)"})
+@task(klass=SitestackTask, auto_shortflags=False,
+      help={"name": "run only these benchmarks/NAME.py (comma-separated; default: all)"})
 def benchmark(c: Context, name: str | None = None) -> None:
-    """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/)."""
+    """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/), then
+    print every target they report, with the machine's load."""
     here = REPO / "benchmarks"
     scripts = sorted(p for p in here.glob("*.py") if not p.name.startswith("_"))
     if name:
-        scripts = [p for p in scripts if p.stem == name]
-        if not scripts:
-            known = ", ".join(p.stem for p in sorted(here.glob("[!_]*.py")))
-            raise Exit(f"error: --name: no benchmark {name!r} (benchmarks: {known})", code=1)
-    failed = 0
+        wanted = split_list(name, "--name")
+        known = ", ".join(p.stem for p in scripts)
+        for missing in sorted(set(wanted) - {p.stem for p in scripts}):
+            raise Exit(f"error: --name: no benchmark {missing!r} (benchmarks: {known})", code=1)
+        scripts = [p for p in scripts if p.stem in wanted]
+    failed, reported = 0, []
     for script in scripts:
         print(f"== {script.stem}")
+        results = here / "results" / f"{script.stem}.json"
+        before = results.stat().st_mtime if results.exists() else 0.0
         failed |= subprocess.run([sys.executable, str(script)], cwd=here).returncode
+        if results.exists() and results.stat().st_mtime > before:  # written by this run
+            reported.append(json.loads(results.read_text()))
+    print("== targets")
+    for doc in reported:
+        load = doc.get("load") or {}
+        print(f"{doc.get('benchmark')} (load average before {load.get('before', '?')}, after {load.get('after', '?')})")
+        for t in doc.get("targets", []):
+            op = ">=" if t.get("at_least") else "<="
+            print(f"  {t['name']:<48} {t['value']:10.3f} {t['unit']:<2} (target {op} {t['limit']:g}: "
+                  f"{'met' if t['met'] else 'MISSED'})")
     if failed:
         raise Exit(code=1)
