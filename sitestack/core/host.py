@@ -77,10 +77,12 @@ class LocalHost(Host):
 
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"write {path}")
+        self.changed()
         atomic_write(Path(path), text.encode("utf-8"), mode)
 
     def put_file(self, local: Path, remote: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"copy {local} to {remote}")
+        self.changed()
         atomic_write(Path(remote), Path(local).read_bytes(), mode)
 
     def lock_mkdir(self, path: str) -> bool:

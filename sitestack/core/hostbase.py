@@ -125,6 +125,7 @@ class Host:
         error shows its last lines. ``sudo`` prefixes ``sudo -n`` unless already root.
         """
         self._refuse_if_read_only(f"run {shlex.join(list(argv))}")
+        self.changed()
         if sudo and self.user() != "root":
             # sudo drops the caller's environment: pass it through env(1) behind sudo.
             argv = ["sudo", "-n", "--", "env", *(f"{k}={v}" for k, v in (env or {}).items()), *argv]
@@ -195,8 +196,17 @@ class Host:
         return out.stdout if out.ok else None
 
     def read_json(self, path: str) -> dict[str, Any] | None:
-        """The JSON object in ``path``; None when the file is missing, unreadable or not an object."""
-        text = self.read_text(path)
+        """The JSON object in ``path``; None when the file is missing, unreadable or not an object.
+
+        The state files read this way (install stamps, manifests) are read by several steps of a run;
+        their text is kept until this host changes anything (:meth:`changed`: a command run, a file
+        written, a lock taken, when another run may have changed them), so a no-op run over SSH reads
+        each once."""
+        memo: dict[str, str | None] = self.__dict__.setdefault("_json_memo", {})
+        if path in memo:
+            text = memo[path]
+        else:
+            text = memo[path] = self.read_text(path)
         if text is None:
             return None
         try:
@@ -204,6 +214,10 @@ class Host:
         except ValueError:
             return None
         return data if isinstance(data, dict) else None
+
+    def changed(self) -> None:
+        """Forget what :meth:`read_json` kept: this host (or, under a new lock, another run) changed files."""
+        self.__dict__.pop("_json_memo", None)
 
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         """Write ``text`` to ``path`` atomically (temp file beside it, then rename)."""
@@ -224,6 +238,7 @@ class Host:
         """
         self._refuse_if_read_only(f"lock {path}")
         with hold(self, path, wait=wait, report=report):
+            self.changed()  # what was read before the lock may have been changed by the run that held it
             yield
 
     # The lock's file operations (sitestack.core.lock.LockDirs), as shell commands: what works

@@ -94,10 +94,12 @@ class SshHost(Host):
 
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"write {path}")
+        self.changed()
         self._put_bytes(text.encode("utf-8"), path, mode)
 
     def put_file(self, local: Path, remote: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"copy {local} to {remote}")
+        self.changed()
         self._put_bytes(Path(local).read_bytes(), remote, mode)
 
     def _put_bytes(self, data: bytes, path: str, mode: int) -> None:
