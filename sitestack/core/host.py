@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -132,19 +133,24 @@ class LocalResult:
     stderr: str
 
 
+#: Each command in a process group of its own (killed whole on a timeout). ``process_group=0`` (Python
+#: 3.11) keeps subprocess's vfork; ``start_new_session`` makes it fork, 2-4x slower from a large process.
+_OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+
+
 def run_local(line: str, *, out: IO[str] | None = None, timeout: float | None = None) -> LocalResult:
     """Run ``line`` with :data:`SHELL`, standard input closed. Without ``out``, stdout and stderr are
     captured apart; with ``out``, both go to it as they arrive (and into ``stdout``)."""
     try:
         proc = subprocess.Popen([SHELL, "-c", line], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if out is not None else subprocess.PIPE,
-                                start_new_session=True)
+                                **_OWN_GROUP)
     except OSError as exc:
         return LocalResult(127, "", str(exc))
     try:
         return _finish(proc, out, timeout)
     except BaseException:
-        # Ctrl-C (or any error here): the command runs in its own session, so the terminal's SIGINT
+        # Ctrl-C (or any error here): the command runs in its own process group, so the terminal's SIGINT
         # does not reach it; stop it and what it started, as Invoke's runner does.
         _kill_group(proc, signal.SIGTERM)
         raise
@@ -189,7 +195,7 @@ def _text(raw: bytes | None) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    """Signal the command and what it started (its own session), so no child keeps the pipes open."""
+    """Signal the command and what it started (its own process group), so no child keeps the pipes open."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
 
