@@ -49,8 +49,10 @@ def main() -> int:
         steps = {r["step"]: r["elapsed"] for h in doc["hosts"] for r in h["steps"]}
         stack = prefix / STACK
         scripts = [p for p in (stack / "bin").iterdir() if p.is_file() and not p.is_symlink()]
-        foreign = [p.name for p in scripts if p.read_bytes().startswith(b"#!/") and str(prefix).encode()
-                   not in p.read_bytes().split(b"\n", 1)[0] and b"python" in p.read_bytes().split(b"\n", 1)[0]]
+        firsts = {p.name: p.read_bytes().split(b"\n", 1)[0] for p in scripts}
+        # a script run by a Python named by path (pip's console scripts) must name this prefix's
+        foreign = [name for name, first in firsts.items()
+                   if first.startswith(b"#!/") and b"/bin/python" in first and str(prefix).encode() not in first]
         manifest = json.loads(Path(f"{stack}.manifest.json").read_text())
         dists = sorted(p["dist_info"] for p in manifest["packages"])
     finally:
