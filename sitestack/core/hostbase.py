@@ -1,6 +1,6 @@
 """The one execution seam (the base class; :mod:`sitestack.core.host` has the local host,
-:mod:`sitestack.core.ssh` the SSH one): :class:`Host`, over an Invoke Context (local) or a Fabric
-Connection (SSH; a Connection is a Context).
+:mod:`sitestack.core.ssh` the SSH one): :class:`Host`, over this machine (``subprocess``) or a
+Fabric Connection (SSH).
 
 - ``probe(argv)`` always runs, is quiet and never raises: it returns a :class:`Completed`.
 - ``run(argv)`` mutates: refused on a read-only host (check mode), raises
