@@ -219,7 +219,7 @@ class Builder(EnvTools):
                          report=step.ctx.note, interval=step.ctx.options.progress_interval)
         self.plan, self.built, self.manifest = plan, built, manifest
         self.parent, self.leaf = os.path.split(self.stack.path)
-        self.options = step.ctx.options
+        self.options, self.facts = step.ctx.options, step.ctx.facts
         self.token = secrets.token_hex(4)
 
     def wheels(self) -> list[str]:
@@ -239,7 +239,9 @@ class Builder(EnvTools):
             for argv in self.base.create(gen):
                 self.run(argv)
             requirements = [*self.stack.requirements, *self.stack.extras, *self.stack.checks, *self.wheels()]
-            templates = VenvTemplates(self, self.plan, self.options, {b.recipe: b.wheel for b in self.built if b.wheel})
+            install = self.facts.install
+            templates = VenvTemplates(self, self.plan, self.options, {b.recipe: b.wheel for b in self.built if b.wheel},
+                                      shared=install.mode == "group-write" or bool(install.group))
             text = templates.clone(gen) if requirements else None
             if text is None and requirements:
                 text = self.pip_install(gen, requirements, f"{gen}/.sitestack-pip-report.json")

@@ -15,7 +15,7 @@ Hard links share the file with the template: sitestack never edits a stack's fil
 replaces files), but a hand edit inside an installed stack would change the template too.
 ``SITESTACK_VENV_TEMPLATE=copy`` copies instead of linking; ``off`` (or ``--no-cache``) builds with
 pip. Templates are made for venvs only (``python.source`` system or module), not conda or
-container environments.
+container environments, and not where the site shares its installs with a group.
 """
 
 from __future__ import annotations
@@ -46,8 +46,11 @@ def template_mode() -> str:
 class VenvTemplates:
     """The template of one stack plan on one host."""
 
-    def __init__(self, tools: EnvTools, plan: dict[str, Any], options: RunOptions, wheels: Mapping[str, str]) -> None:
-        """``wheels``: recipe -> the wheel file of each package sitestack built that the stack installs."""
+    def __init__(self, tools: EnvTools, plan: dict[str, Any], options: RunOptions, wheels: Mapping[str, str], *,
+                 shared: bool = False) -> None:
+        """``wheels``: recipe -> the wheel file of each package sitestack built that the stack installs;
+        ``shared``: the site gives its installs to a group (facts.install): no template, since linked
+        files would keep the template's modes and a ``chgrp`` of the stack would change the template."""
         self.tools, self.host, self.stack, self.wheels = tools, tools.host, tools.stack, dict(wheels)
         # Where a built wheel lies (its install) is not content: the same wheel (sha256) in another
         # prefix gives the same environment.
@@ -58,7 +61,7 @@ class VenvTemplates:
         self.path = f"{build_cache(self.host, options)}/venvs/{self.stack.family}-{key}"
         #: templates are kept for venvs (not conda/container environments) unless switched off;
         #: --no-cache builds with pip (and replaces the template)
-        self.kept = self.stack.source in ("system", "module") and template_mode() != "off"
+        self.kept = self.stack.source in ("system", "module") and template_mode() != "off" and not shared
         self.mode = template_mode() if self.kept and not options.no_cache else "off"
 
     def clone(self, gen: str) -> str | None:
