@@ -33,7 +33,7 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def rewrite_script(src: str, dst: str, old: bytes, new: bytes) -> "bytes | None":
+def rewrite_script(src: str, old: bytes, new: bytes) -> "bytes | None":
     """The script with its interpreter line pointing into NEW, or None when it does not name OLD."""
     with open(src, "rb") as handle:
         data = handle.read()
@@ -90,24 +90,18 @@ def clone(template: str, new: str, old_root: str, mode: str, moved: "dict[str, s
             if os.path.islink(src):
                 os.symlink(os.readlink(src), dst)
                 continue
+            data = None
             if rel == "bin":
-                data = rewrite_script(src, dst, old, fresh)
-                if data is not None:
-                    with open(dst, "wb") as handle:
-                        handle.write(data)
-                    shutil.copystat(src, dst)
-                    rewritten[os.path.realpath(dst)] = data
-                    counts["rewritten"] += 1
-                    continue
-            if name == "direct_url.json" and moved:
+                data = rewrite_script(src, old, fresh)
+            elif name == "direct_url.json" and moved:
                 data = moved_url(src, moved)
-                if data is not None:
-                    with open(dst, "wb") as handle:
-                        handle.write(data)
-                    shutil.copystat(src, dst)
-                    rewritten[os.path.realpath(dst)] = data
-                    counts["rewritten"] += 1
-                    continue
+            if data is not None:  # a new file with the new content, the template's modes and times
+                with open(dst, "wb") as handle:
+                    handle.write(data)
+                shutil.copystat(src, dst)
+                rewritten[os.path.realpath(dst)] = data
+                counts["rewritten"] += 1
+                continue
             if mode == "link":
                 try:
                     os.link(src, dst)
