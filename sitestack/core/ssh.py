@@ -7,6 +7,7 @@ import base64
 import contextlib
 import io
 import os
+import secrets
 import select
 import socket
 import time
@@ -38,6 +39,7 @@ class SshHost(Host):
         self._sftp_missing = False  # learnt on the first write: then files go over the shell
 
     def close(self) -> None:
+        self._drop_shell()
         self.context.close()
 
     def cache_identity(self) -> list[str]:
@@ -54,7 +56,7 @@ class SshHost(Host):
             if kwargs.get("out_stream") is None and not kwargs.get("in_stream"):
                 # A probe: one exec channel read to its end here. Fabric's runner starts two reader
                 # threads and polls every 10 ms per command; a no-op run is mostly probes.
-                result = self._exec_channel(with_umask(line, self.umask), kwargs.get("timeout"))
+                result = self._exec_in_shell(with_umask(line, self.umask), kwargs.get("timeout"))
             else:
                 result = self.context.run(with_umask(line, self.umask), **kwargs)
         except (paramiko.SSHException, EOFError, OSError) as exc:
@@ -63,34 +65,64 @@ class SshHost(Host):
             raise ConnectionLost(f"[{self.name}] connection lost while running: {redact(line)[:200]}")
         return result
 
-    def _exec_channel(self, line: str, timeout: float | None) -> ChannelResult:
-        """Run ``line`` on a new session channel of the open connection (sshd runs it with the user's
-        shell, as Fabric's ``run`` does) and collect its output and exit status."""
+    def _exec_in_shell(self, line: str, timeout: float | None) -> ChannelResult:
+        """Run ``line`` in this host's remote shell (one ``/bin/sh`` per connection, started on first
+        use) and collect its output and exit status.
+
+        The line runs in a subshell with standard input from /dev/null, so ``cd``, variables or
+        ``exit`` cannot touch the next command; its end is told by a marker with a fresh random token
+        written to stdout (with the exit status) and to stderr. A command costs the remote shell one
+        fork instead of an sshd session and a shell start: a no-op provision sends ~35 of them per
+        host. A timeout gives 124 and drops the shell (the next command starts another)."""
+        channel = self._shell_channel()
+        token = secrets.token_hex(8).encode()
+        marker = b"\x00SITESTACK-" + token
+        channel.sendall(b"( " + line.encode() + b"\n) </dev/null; printf '\\000SITESTACK-" + token +
+                        b" %d\\n' $?; printf '\\000SITESTACK-" + token + b"\\n' >&2\n")
+        out, err = bytearray(), bytearray()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            end_out, end_err = out.find(marker), err.find(marker)
+            if end_out >= 0 and out.endswith(b"\n", end_out) and end_err >= 0 and err.endswith(b"\n", end_err):
+                rc = int(out[end_out + len(marker):].split()[0])
+                return ChannelResult(rc, out[:end_out].decode("utf-8", "replace"),
+                                     err[:end_err].decode("utf-8", "replace"))
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                self._drop_shell()
+                return ChannelResult(124, out.decode("utf-8", "replace"),
+                                     err.decode("utf-8", "replace") + f"\ntimed out after {timeout}s")
+            if channel.exit_status_ready() and not (channel.recv_ready() or channel.recv_stderr_ready()):
+                self._drop_shell()
+                transport = self.context.transport
+                if transport is None or not transport.is_active():
+                    raise EOFError("the SSH transport is closed")
+                # the command ended the shell itself (killed its parent): its own failure, not the host's
+                return ChannelResult(255, out.decode("utf-8", "replace"),
+                                     err.decode("utf-8", "replace") + "\nthe remote shell ended while running this")
+            select.select([channel], [], [], 1.0 if left is None else min(left, 1.0))
+            while channel.recv_ready():
+                out += channel.recv(1 << 16)
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(1 << 16)
+
+    def _shell_channel(self) -> Any:
+        shell = self.__dict__.get("_shell")
+        if shell is not None and not shell.closed and not shell.exit_status_ready():
+            return shell
         transport = self.context.transport
         if transport is None or not transport.is_active():
             raise EOFError("the SSH transport is closed")
-        channel = transport.open_session(timeout=30)
-        out, err = bytearray(), bytearray()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            channel.exec_command(line)
-            while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return ChannelResult(124, out.decode("utf-8", "replace"),
-                                         err.decode("utf-8", "replace") + f"\ntimed out after {timeout}s")
-                select.select([channel], [], [], 1.0 if left is None else min(left, 1.0))
-                while channel.recv_ready():
-                    out += channel.recv(1 << 16)
-                while channel.recv_stderr_ready():
-                    err += channel.recv_stderr(1 << 16)
-                if channel.exit_status_ready() and channel.eof_received and not (
-                        channel.recv_ready() or channel.recv_stderr_ready()):
-                    break
-            rc = channel.recv_exit_status()
-        finally:
-            channel.close()
-        return ChannelResult(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        shell = transport.open_session(timeout=30)
+        shell.exec_command("exec /bin/sh")
+        self.__dict__["_shell"] = shell
+        return shell
+
+    def _drop_shell(self) -> None:
+        shell = self.__dict__.pop("_shell", None)
+        if shell is not None:
+            with contextlib.suppress(Exception):
+                shell.close()
 
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"write {path}")
