@@ -11,6 +11,9 @@ file systems), scripts' ``#!`` lines and their RECORD lines rewritten for the ne
 the template written. The generation is then scanned and its manifest written as after pip, so
 the result is checked the same way (the same dist-info set as the template's manifest).
 
+``invoke gc`` trims templates with the built artefacts (each has an ``artefact.json``): by age and
+size; a run that needs a removed one builds the stack with pip and stores it again.
+
 Hard links share the file with the template: sitestack never edits a stack's files in place (pip
 replaces files), but a hand edit inside an installed stack would change the template too.
 ``SITESTACK_VENV_TEMPLATE=copy`` copies instead of linking; ``off`` (or ``--no-cache``) builds with
@@ -99,6 +102,8 @@ class VenvTemplates:
             self.tools.run(["cp", "-a", "--", gen, f"{tmp}/tree"])
             self.host.write_text(f"{tmp}/template.json",
                                  json.dumps({"root": gen, "report": report or "", "wheels": self.wheels}), 0o600)
+            # what `invoke gc` looks for (<cache>/*/*/artefact.json): templates are trimmed by age and size too
+            self.host.write_text(f"{tmp}/artefact.json", json.dumps({"kind": "venv-template", "file": "tree"}), 0o600)
             self.tools.run(["sh", "-c", 'rm -rf -- "$2" && mv -T -- "$1" "$2"', "sh", tmp, self.path])
         except BaseException:
             self.host.probe(["rm", "-rf", "--", tmp])
