@@ -61,6 +61,7 @@ from sitestack.installs.venv_stack import (
     require_module_system,
     stack_for,
 )
+from sitestack.installs.venv_template import VenvTemplates
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec
 
@@ -221,6 +222,7 @@ class Builder(EnvTools):
                          report=step.ctx.note, interval=step.ctx.options.progress_interval)
         self.plan, self.built, self.manifest = plan, built, manifest
         self.parent, self.leaf = os.path.split(self.stack.path)
+        self.options, self.facts = step.ctx.options, step.ctx.facts
         self.token = secrets.token_hex(4)
 
     def wheels(self) -> list[str]:
@@ -239,9 +241,14 @@ class Builder(EnvTools):
         try:
             for argv in self.base.create(gen):
                 self.run(argv)
-            report = f"{gen}/.sitestack-pip-report.json"
             requirements = [*self.stack.requirements, *self.stack.extras, *self.stack.checks, *self.wheels()]
-            text = self.pip_install(gen, requirements, report) if requirements else None
+            install = self.facts.install
+            templates = VenvTemplates(self, self.plan, self.options, {b.recipe: b.wheel for b in self.built if b.wheel},
+                                      shared=install.mode == "group-write" or bool(install.group))
+            text = templates.clone(gen) if requirements else None
+            if text is None and requirements:
+                text = self.pip_install(gen, requirements, f"{gen}/.sitestack-pip-report.json")
+                templates.store(gen, text)
             scan = self.scan(gen)
             origins = origins_from_report(text, self.built)
             manifest = manifest_for(self.stack, self.plan, scan, origins, None, os.path.basename(gen))

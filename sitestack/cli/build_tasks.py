@@ -1,5 +1,9 @@
 """Tasks that build from source: build-recipe, build-mpi4py, checksum, recipes, build-horovod,
-build-rccl-plugin."""
+build-rccl-plugin.
+
+The engine is imported inside each task: ``invoke --list`` and a task's start pay only for what
+that task runs (benchmarks/README.md).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,6 @@ from sitestack.cli.common import (
     SITE_HELP,
     VERBOSE_HELP,
 )
-from sitestack.engine import buildtask
 from sitestack.engine.cli import (
     SitestackTask,
     errors_to_exit,
@@ -29,8 +32,6 @@ from sitestack.engine.cli import (
     reporter,
     run_options,
 )
-from sitestack.installs import sources as sources_mod
-from sitestack.model import recipe as recipe_mod
 
 # -- builds from source: recipes in sources/ -------------------------------------------------
 
@@ -66,6 +67,8 @@ def _build(recipe: str, site: str | None, version: str | None, source: str | Non
            diff: bool, fail_on_change: bool, host: list[str] | None, account: str | None, sources_dir: str | None,
            mirror: str | None, jobs: str | None, playbook: str | None, accept_new_host_keys: bool, debug: bool,
            c: Context, json: str | None, verbose: bool, rebuild: bool, no_cache: bool) -> None:
+    from sitestack.engine import buildtask
+
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
@@ -104,6 +107,8 @@ def build_mpi4py(c: Context, site: str | None = None, version: str | None = None
 @task(klass=SitestackTask, auto_shortflags=False, help={"target": "a URL (https, http, file) or a local file", "debug": DEBUG_HELP})
 def checksum(c: Context, target: str, debug: bool = False) -> None:
     """Print the sha256 of a source tarball (URL or file), as a recipe's versions entry wants it."""
+    from sitestack.installs import sources as sources_mod
+
     with errors_to_exit(debug):
         sha, name, size = sources_mod.checksum(target)
     print(f"{sha}  {name}  ({size} bytes)")
@@ -114,6 +119,8 @@ def checksum(c: Context, target: str, debug: bool = False) -> None:
 @task(klass=SitestackTask, auto_shortflags=False, help={"sources-dir": "read recipes from this directory instead of sources/", "debug": DEBUG_HELP})
 def recipes(c: Context, sources_dir: str | None = None, debug: bool = False) -> None:
     """List the recipes in sources/ with their build system and known versions."""
+    from sitestack.model import recipe as recipe_mod
+
     with errors_to_exit(debug):
         directory = Path(sources_dir) if sources_dir else None
         rows = [("recipe", "build", "versions (* default)", "description")]
@@ -146,6 +153,8 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
                   json: str | None = None, verbose: bool = False, rebuild: bool = False, no_cache: bool = False,
                   debug: bool = False) -> None:
     """Build Horovod from its sdist for a site (NCCL/RCCL/CPU from the facts); check --check-build and a 2-rank allreduce."""
+    from sitestack.engine import buildtask
+
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
@@ -179,6 +188,8 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
                       accept_new_host_keys: bool = False, json: str | None = None, verbose: bool = False,
                       rebuild: bool = False, no_cache: bool = False, debug: bool = False) -> None:
     """Build the RCCL libfabric plugin for a ROCm release (aws-ofi-rccl / aws-ofi-nccl) and its module file."""
+    from sitestack.engine import buildtask
+
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,

@@ -6,7 +6,6 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from sitestack.cli import common
-from sitestack.engine import buildtask
 from sitestack.engine.cli import SitestackTask, errors_to_exit, finish, playbook_path, reporter, run_options
 
 
@@ -28,6 +27,8 @@ def pack_env(c: Context, site: str | None = None, name: str | None = None, requi
              playbook: str | None = None, accept_new_host_keys: bool = False, json: str | None = None,
              verbose: bool = False, debug: bool = False) -> None:
     """Pack a Python environment (a requirements.txt) into one squashfs image with wrappers in <dest>/bin."""
+    from sitestack.engine import buildtask  # imported by the task that uses it: the CLI starts light
+
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, verbose=verbose)

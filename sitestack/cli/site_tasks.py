@@ -7,12 +7,10 @@ import json
 import subprocess
 import sys
 
-import yaml
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from sitestack.actions import ACTIONS
 from sitestack.cli.common import (
     ACCOUNT_HELP,
     DEBUG_HELP,
@@ -23,10 +21,7 @@ from sitestack.cli.common import (
     SITE_HELP,
     VERBOSE_HELP,
 )
-from sitestack.core.host import local_host
 from sitestack.core.paths import REPO
-from sitestack.engine import jobtemplate, select
-from sitestack.engine import playbook as pb
 from sitestack.engine.cli import (
     SitestackTask,
     account_option,
@@ -38,12 +33,14 @@ from sitestack.engine.cli import (
     setting,
     split_list,
 )
-from sitestack.model.site import list_sites
 
 
 @task(klass=SitestackTask, auto_shortflags=False)
 def sites(c: Context) -> None:
     """List the sites that have a playbook."""
+    from sitestack.engine import playbook as pb
+    from sitestack.model.site import list_sites
+
     with errors_to_exit():
         for name in list_sites():
             site = pb.load(name)
@@ -55,6 +52,11 @@ def sites(c: Context) -> None:
 def show_site(c: Context, site: str | None = None, playbook: str | None = None, prefix: str | None = None,
               account: str | None = None, format: str = 'yaml', debug: bool = False) -> None:
     """Print a site's facts with placeholders resolved for this machine's user."""
+    import yaml
+
+    from sitestack.core.host import local_host
+    from sitestack.engine import playbook as pb
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         here = local_host()
@@ -108,6 +110,9 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
               account: str | None = None, accept_new_host_keys: bool = False, playbook: str | None = None,
               json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import select
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = run_options(c, check=check, diff=diff, tags=split_list(tags, "--tags"),
@@ -129,6 +134,8 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
 @task(klass=SitestackTask, auto_shortflags=False)
 def actions(c: Context) -> None:
     """List the actions a playbook step can name, with their arguments."""
+    from sitestack.actions import ACTIONS
+
     for name, cls in sorted(ACTIONS.items()):
         summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())  # the whole first paragraph
         print(f"{name}: {summary}")
@@ -144,6 +151,9 @@ def actions(c: Context) -> None:
 def job_template(c: Context, site: str | None = None, playbook: str | None = None, prefix: str | None = None,
                  account: str | None = None, output: str | None = None, debug: bool = False) -> None:
     """Print a job script for the site that users can copy: stack module, launch helper, one srun/mpiexec."""
+    from sitestack.engine import jobtemplate
+    from sitestack.engine import playbook as pb
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = run_options(c, prefix=prefix, account=account)
@@ -154,19 +164,34 @@ def job_template(c: Context, site: str | None = None, playbook: str | None = Non
             print(text, end="")
 
 
-@task(klass=SitestackTask, auto_shortflags=False, help={"name": "run only benchmarks/NAME.py (default: all)"})
+@task(klass=SitestackTask, auto_shortflags=False,
+      help={"name": "run only these benchmarks/NAME.py (comma-separated; default: all)"})
 def benchmark(c: Context, name: str | None = None) -> None:
-    """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/)."""
+    """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/), then
+    print every target they report, with the machine's load."""
     here = REPO / "benchmarks"
     scripts = sorted(p for p in here.glob("*.py") if not p.name.startswith("_"))
     if name:
-        scripts = [p for p in scripts if p.stem == name]
-        if not scripts:
-            known = ", ".join(p.stem for p in sorted(here.glob("[!_]*.py")))
-            raise Exit(f"error: --name: no benchmark {name!r} (benchmarks: {known})", code=1)
-    failed = 0
+        wanted = split_list(name, "--name")
+        known = ", ".join(p.stem for p in scripts)
+        for missing in sorted(set(wanted) - {p.stem for p in scripts}):
+            raise Exit(f"error: --name: no benchmark {missing!r} (benchmarks: {known})", code=1)
+        scripts = [p for p in scripts if p.stem in wanted]
+    failed, reported = 0, []
     for script in scripts:
         print(f"== {script.stem}")
+        results = here / "results" / f"{script.stem}.json"
+        before = results.stat().st_mtime if results.exists() else 0.0
         failed |= subprocess.run([sys.executable, str(script)], cwd=here).returncode
+        if results.exists() and results.stat().st_mtime > before:  # written by this run
+            reported.append(json.loads(results.read_text()))
+    print("== targets")
+    for doc in reported:
+        load = doc.get("load") or {}
+        print(f"{doc.get('benchmark')} (load average before {load.get('before', '?')}, after {load.get('after', '?')})")
+        for t in doc.get("targets", []):
+            op = ">=" if t.get("at_least") else "<="
+            print(f"  {t['name']:<48} {t['value']:10.3f} {t['unit']:<2} (target {op} {t['limit']:g}: "
+                  f"{'met' if t['met'] else 'MISSED'})")
     if failed:
         raise Exit(code=1)

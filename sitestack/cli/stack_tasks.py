@@ -1,10 +1,14 @@
 """Tasks about the stack and what is installed: install-venv, install-modulefiles,
-install-validation-job, validate, installed, uninstall, gc."""
+install-validation-job, validate, installed, uninstall, gc.
+
+The engine is imported inside each task: a task's start pays only for what that task runs.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.exceptions import Exit
@@ -21,11 +25,6 @@ from sitestack.cli.common import (
 )
 from sitestack.core.errors import InputError as _InputError
 from sitestack.core.errors import SitestackError
-from sitestack.core.report import HostRun
-from sitestack.engine import buildtask, inventory
-from sitestack.engine import playbook as pb
-from sitestack.engine import results as results_mod
-from sitestack.engine import validate as validation_mod
 from sitestack.engine.cli import (
     SitestackTask,
     account_option,
@@ -38,6 +37,9 @@ from sitestack.engine.cli import (
     setting,
     size_option,
 )
+
+if TYPE_CHECKING:
+    from sitestack.core.report import HostRun
 
 # -- the validation job ----------------------------------------------------------------------------
 
@@ -55,6 +57,8 @@ def install_validation_job(c: Context, site: str | None = None, check: bool = Fa
                            python: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
                            json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the validation DDP job (check program, batch scripts, README, MPI probe) into the site prefix."""
+    from sitestack.engine import playbook as pb
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         step = next((s for s in loaded.steps if s.action == "install-validation-job"), None)
@@ -87,6 +91,10 @@ def validate(c: Context, site: str | None = None, nodes: str | None = None, rank
              playbook: str | None = None, debug: bool = False, host: str | None = None,
              accept_new_host_keys: bool = False, json: str | None = None) -> None:
     """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import results as results_mod
+    from sitestack.engine import validate as validation_mod
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = validation_mod.ValidateOptions(
@@ -111,7 +119,7 @@ def validate(c: Context, site: str | None = None, nodes: str | None = None, rank
 # -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
 
 #: A stack entry point of :mod:`sitestack.engine.buildtask` (``install_venv``, ``install_modulefiles``).
-StackRun = Callable[..., list[HostRun]]
+StackRun = Callable[..., "list[HostRun]"]
 STACK_HELP = {
     "site": SITE_HELP,
     "check": "change nothing; report what would change and why",
@@ -145,6 +153,8 @@ def install_venv(c: Context, site: str | None = None, check: bool = False, diff:
                  account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
                  json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
+    from sitestack.engine import buildtask
+
     _stack_steps(buildtask.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
                  accept_new_host_keys, debug, c, "install-venv", json, verbose)
 
@@ -155,6 +165,8 @@ def install_modulefiles(c: Context, site: str | None = None, check: bool = False
                         account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
                         json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
+    from sitestack.engine import buildtask
+
     _stack_steps(buildtask.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
                  playbook, accept_new_host_keys, debug, c, "install-modulefiles", json, verbose)
 
@@ -174,6 +186,10 @@ def installed(c: Context, site: str | None = None, prefix: str | None = None, ac
               playbook: str | None = None, host: str | None = None, accept_new_host_keys: bool = False,
               json: str | None = None, debug: bool = False) -> None:
     """List what is installed in a site's prefix: recipe installs (from their stamps), stack environments, module files."""
+    from sitestack.engine import inventory
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import results as results_mod
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         results_mod.check_target(json)
@@ -191,6 +207,9 @@ def uninstall(c: Context, spec: str, site: str | None = None, prefix: str | None
               playbook: str | None = None, host: str | None = None, accept_new_host_keys: bool = False,
               debug: bool = False) -> None:
     """Remove one recipe install from a site's prefix, under its lock (module files: run install-modulefiles after)."""
+    from sitestack.engine import inventory
+    from sitestack.engine import playbook as pb
+
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
         options = run_options(c, prefix=prefix, account=account, hosts=(host,) if host else (),
@@ -210,6 +229,9 @@ def gc(c: Context, max_size: str | None = None, max_age: str | None = None, dry_
        site: str | None = None, playbook: str | None = None, host: str | None = None,
        accept_new_host_keys: bool = False, debug: bool = False) -> None:
     """Trim the build cache (built artefacts; source tarballs are kept) by age and total size."""
+    from sitestack.engine import inventory
+    from sitestack.engine import playbook as pb
+
     with errors_to_exit(debug):
         if max_size is None and max_age is None:
             raise _InputError("--max-size", "give --max-size and/or --max-age")

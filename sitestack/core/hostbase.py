@@ -1,6 +1,6 @@
 """The one execution seam (the base class; :mod:`sitestack.core.host` has the local host,
-:mod:`sitestack.core.ssh` the SSH one): :class:`Host`, over an Invoke Context (local) or a Fabric
-Connection (SSH; a Connection is a Context).
+:mod:`sitestack.core.ssh` the SSH one): :class:`Host`, over this machine (``subprocess``) or a
+Fabric Connection (SSH).
 
 - ``probe(argv)`` always runs, is quiet and never raises: it returns a :class:`Completed`.
 - ``run(argv)`` mutates: refused on a read-only host (check mode), raises
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,8 +72,25 @@ def shell_line(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: s
     return line
 
 
+#: Variables that differ between two runs in the same environment (the shell's own, the SSH
+#: connection's source port, the login session): left out of a probe's environment signature.
+VOLATILE_ENV = ("_", "PWD", "OLDPWD", "SHLVL", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
+                "XDG_SESSION_ID", "LS_COLORS")
+
+#: Prints what :meth:`Host.file_signature` compares, for a host reached through a shell.
+SIGNATURE_SCRIPT = (
+    'printf "ENV %s\\n" "$(env | LC_ALL=C grep -Ev "^($0)=" | LC_ALL=C sort | cksum)"; '
+    'printf "CPUS %s\\n" "$(nproc 2>/dev/null || echo 1)"; '
+    'for f; do stat -L -c "%i %s %Y %Z" -- "$f" 2>/dev/null || echo -; done'
+)
+
+
 class Host:
     """A machine steps run on. Use :func:`local_host` or :func:`ssh_host` to make one."""
+
+    #: Whether :func:`sitestack.core.probecache.cached_probe` may keep this host's answers (a stand-in
+    #: host of the tests answers what it is told: never kept).
+    caches_probes = False
 
     def __init__(self, name: str, context: Context, *, read_only: bool = False) -> None:
         self.name = name
@@ -109,6 +125,7 @@ class Host:
         error shows its last lines. ``sudo`` prefixes ``sudo -n`` unless already root.
         """
         self._refuse_if_read_only(f"run {shlex.join(list(argv))}")
+        self.changed()
         if sudo and self.user() != "root":
             # sudo drops the caller's environment: pass it through env(1) behind sudo.
             argv = ["sudo", "-n", "--", "env", *(f"{k}={v}" for k, v in (env or {}).items()), *argv]
@@ -154,6 +171,21 @@ class Host:
             self._identity = (home, user)
         return self._identity
 
+    # -- what a cached probe is vouched by (sitestack.core.probecache) ---------------------
+    def cache_identity(self) -> list[str]:
+        """Who answers this host's probes: its kind, name, home and user."""
+        return [type(self).__name__, self.name, self.home(), self.user()]
+
+    def file_signature(self, paths: Sequence[str]) -> dict[str, Any]:
+        """The environment commands get here (a digest) and each path's inode, size, mtime and
+        ctime (following symlinks; ``[]`` for a missing one), in one command."""
+        out = self.probe(["sh", "-c", SIGNATURE_SCRIPT, "|".join(VOLATILE_ENV), *paths])
+        lines = out.stdout.splitlines()
+        if not out.ok or len(lines) != len(paths) + 2:
+            return {"error": out.rc}  # matches no stored signature: the probe runs
+        files = [[int(x) for x in line.split()] if line != "-" else [] for line in lines[2:]]
+        return {"env": lines[0].split(" ", 1)[-1], "cpus": lines[1].split(" ", 1)[-1], "files": files}
+
     # -- files -----------------------------------------------------------------------------
     def exists(self, path: str) -> bool:
         return self.probe(["test", "-e", path]).ok
@@ -164,8 +196,17 @@ class Host:
         return out.stdout if out.ok else None
 
     def read_json(self, path: str) -> dict[str, Any] | None:
-        """The JSON object in ``path``; None when the file is missing, unreadable or not an object."""
-        text = self.read_text(path)
+        """The JSON object in ``path``; None when the file is missing, unreadable or not an object.
+
+        The state files read this way (install stamps, manifests) are read by several steps of a run;
+        their text is kept until this host changes anything (:meth:`changed`: a command run, a file
+        written, a lock taken, when another run may have changed them), so a no-op run over SSH reads
+        each once."""
+        memo: dict[str, str | None] = self.__dict__.setdefault("_json_memo", {})
+        if path in memo:
+            text = memo[path]
+        else:
+            text = memo[path] = self.read_text(path)
         if text is None:
             return None
         try:
@@ -173,6 +214,10 @@ class Host:
         except ValueError:
             return None
         return data if isinstance(data, dict) else None
+
+    def changed(self) -> None:
+        """Forget what :meth:`read_json` kept: this host (or, under a new lock, another run) changed files."""
+        self.__dict__.pop("_json_memo", None)
 
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         """Write ``text`` to ``path`` atomically (temp file beside it, then rename)."""
@@ -193,6 +238,7 @@ class Host:
         """
         self._refuse_if_read_only(f"lock {path}")
         with hold(self, path, wait=wait, report=report):
+            self.changed()  # what was read before the lock may have been changed by the run that held it
             yield
 
     # The lock's file operations (sitestack.core.lock.LockDirs), as shell commands: what works
@@ -200,12 +246,16 @@ class Host:
     def lock_mkdir(self, path: str) -> bool:
         return self.probe(["mkdir", "--", path]).ok
 
-    def lock_parent(self, path: str) -> None:
-        # A lock file of an older sitestack (flock) where the lock directory goes is replaced.
-        self.run(["sh", "-c", 'if [ -f "$1" ]; then rm -f -- "$1"; fi; mkdir -p -- "$1"', "sh", os.path.dirname(path)])
-
-    def lock_write(self, path: str, text: str) -> None:
-        self.run(["sh", "-c", 'printf "%s" "$1" > "$2"', "sh", text, path])
+    def lock_acquire(self, path: str, owner: str) -> bool:
+        # One command (a no-op run over SSH takes a lock per install): the parent made (a lock file
+        # of an older sitestack, flock, where the lock directory goes is replaced), the directory,
+        # its owner file. Exit 1: held by another run.
+        script = ('p=$(dirname -- "$1"); if [ -f "$p" ]; then rm -f -- "$p"; fi; mkdir -p -- "$p" || exit 2; '
+                  'mkdir -- "$1" 2>/dev/null || exit 1; printf "%s" "$2" > "$1/owner" || exit 2')
+        out = self.probe(["sh", "-c", script, "sh", path, owner])
+        if out.rc in (0, 1):
+            return out.rc == 0
+        raise SitestackError(f"[{self.name}] cannot create lock {path}: {out.stderr.strip() or out.rc}")
 
     def lock_remove(self, path: str) -> None:
         self.probe(["rm", "-rf", "--", path])

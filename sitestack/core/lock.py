@@ -40,17 +40,16 @@ class LockDirs(Protocol):
 
     name: str
 
+    def lock_acquire(self, path: str, owner: str) -> bool:
+        """Make the directories above ``path`` (a lock *file* of an older sitestack where the lock
+        directory goes is replaced), then directory ``path`` and in it file ``owner`` with ``owner``;
+        False when ``path`` already exists. One command on a host reached through a shell."""
+
     def lock_mkdir(self, path: str) -> bool:
         """Make directory ``path`` (its parent exists); False when it already exists."""
 
-    def lock_parent(self, path: str) -> None:
-        """Make the directories above ``path``."""
-
     def read_text(self, path: str) -> str | None:
         """The text of ``path``, or None when it does not exist."""
-
-    def lock_write(self, path: str, text: str) -> None:
-        """Write ``text`` to file ``path``."""
 
     def lock_remove(self, path: str) -> None:
         """Remove directory ``path`` and what is in it; nothing when it is gone."""
@@ -100,8 +99,7 @@ def hold(dirs: LockDirs, path: str, *, wait: float = 0,
     lock_dir = f"{path}/lock.d"
     deadline = time.monotonic() + wait
     told = False
-    dirs.lock_parent(lock_dir)
-    while not dirs.lock_mkdir(lock_dir):
+    while not dirs.lock_acquire(lock_dir, owner_line() + "\n"):
         held = (dirs.read_text(f"{lock_dir}/owner") or "").strip()
         if held and is_stale(held) and _take_over(dirs, lock_dir, held):
             continue
@@ -113,7 +111,6 @@ def hold(dirs: LockDirs, path: str, *, wait: float = 0,
             told = True
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
     try:
-        dirs.lock_write(f"{lock_dir}/owner", owner_line() + "\n")
         yield
     finally:
         with contextlib.suppress(SitestackError):  # a dropped connection leaves a lock later runs take over

@@ -19,6 +19,7 @@ and argv items that never meet a shell) may hold several lines. Numbers must be 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -168,10 +169,17 @@ def _convert(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any] = _NO_M
     raise TypeError(f"schema: unsupported field type {tp!r}")  # a bug in a dataclass, not bad input
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a dataclass, once per class (``get_type_hints`` evaluates every
+    string annotation again on each call: a no-op provision spent a fifth of its time there)."""
+    return get_type_hints(cls)
+
+
 def _build_dataclass(cls: type, value: Any, where: _Where) -> Any:
     if not isinstance(value, dict):
         raise where.error(f"expected a mapping, got {_describe(value)}")
-    hints = get_type_hints(cls)
+    hints = _hints(cls)
     fields = {yaml_key(f): f for f in dataclasses.fields(cls) if f.init}
     lines = getattr(value, "lines", {})
     for key in value:

@@ -4,17 +4,30 @@
 :class:`MarkedDict` / :class:`MarkedList` nodes that carry the 1-based line of the node and
 of each key or item, so schema errors can name ``file:line``. Duplicate keys are an error
 (PyYAML silently keeps the last one).
+
+Parsing keeps line numbers, so it runs PyYAML's pure-Python composer: a no-op provision spent a
+third of its time parsing the playbook and recipes. A parsed file is therefore kept in
+``~/.cache/sitestack/parsed`` (private to the user; :func:`~sitestack.core.paths.derived_cache`), keyed by the file's path, inode, size, mtime
+and ctime, and loaded from there while the file is unchanged (:func:`_cached`).
+``SITESTACK_PARSE_CACHE=off`` turns it off.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
+import pickle
 import stat
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sitestack.core.errors import InputError
+from sitestack.core.paths import derived_cache
 
 
 class MarkedDict(dict[Any, Any]):
@@ -118,6 +131,10 @@ def load_yaml(path: Path) -> MarkedDict:
         raise InputError(shown, "no such file") from None
     except OSError as exc:
         raise InputError(shown, f"cannot read: {exc.strerror or exc}") from None
+    key = _cache_key(path, info)
+    cached = _cached(key)
+    if cached is not None:
+        return cached
     if len(raw) > MAX_BYTES:
         raise InputError(shown, f"larger than {MAX_BYTES // 1024} KiB: not a data file")
     try:
@@ -148,7 +165,55 @@ def load_yaml(path: Path) -> MarkedDict:
         raise InputError(f"{shown}:1", "the file is empty")
     if not isinstance(data, MarkedDict):
         raise InputError(f"{shown}:{getattr(data, 'line', 1)}", f"the top level must be a mapping, not {_kind(data)}")
+    _keep(key, data, info)
     return data
+
+
+#: Bump when MarkedDict/MarkedList or what load_yaml checks changes: older entries are not read.
+PARSE_FORMAT = 1
+#: A file changed this recently (seconds) may still be being written: its parse is not kept.
+RACY = 2.0
+
+
+def _cache_key(path: Path, info: os.stat_result) -> str | None:
+    if os.environ.get("SITESTACK_PARSE_CACHE", "").lower() in ("off", "0", "no", "false"):
+        return None
+    ident = f"{PARSE_FORMAT}|{path.resolve()}|{info.st_ino}|{info.st_size}|{info.st_mtime_ns}|{info.st_ctime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:40]
+
+
+def _cached(key: str | None) -> MarkedDict | None:
+    """The parse kept under ``key``; None when there is none (or it cannot be read)."""
+    directory = derived_cache("parsed")
+    if key is None or directory is None:
+        return None
+    try:
+        with open(directory / f"{key}.pickle", "rb") as handle:
+            # The cache directory is the user's own (0700), written only by load_yaml: what it unpickles
+            # is what this process would have parsed.
+            data = pickle.load(handle)
+    except Exception:  # a missing, partial or stale entry: parse the file
+        return None
+    return data if isinstance(data, MarkedDict) else None
+
+
+def _keep(key: str | None, data: MarkedDict, info: os.stat_result) -> None:
+    """Store a parse, unless the file changed in the last :data:`RACY` seconds."""
+    directory = derived_cache("parsed")
+    if key is None or directory is None or max(info.st_mtime, info.st_ctime) >= time.time() - RACY:
+        return
+    with contextlib.suppress(OSError):
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{key}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                pickle.dump(data, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, directory / f"{key}.pickle")
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 def _kind(value: Any) -> str:

@@ -2,6 +2,9 @@
 
 Expected failures (:class:`~sitestack.errors.SitestackError`) become one line on stderr and
 exit code 1; ``--debug`` shows the traceback instead.
+
+Imported by every task module when Invoke loads ``tasks.py``: the library behind these helpers is
+imported inside them, so listing tasks or starting one costs only what that task runs.
 """
 
 from __future__ import annotations
@@ -9,20 +12,19 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import Task
 
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.core.report import HostRun, Reporter
-from sitestack.engine import results
-from sitestack.engine.playbook import exit_code
-from sitestack.model.context import RunOptions
+
+if TYPE_CHECKING:
+    from sitestack.core.report import HostRun, Reporter
+    from sitestack.model.context import RunOptions
 
 #: The ``sitestack:`` section of Invoke's configuration (invoke.yaml beside tasks.py, ~/.invoke.yaml,
 #: /etc/invoke.yaml, ``-f FILE``, INVOKE_SITESTACK_* variables): defaults for options (docs/cli.md).
@@ -65,6 +67,8 @@ def setting(c: Context, key: str, value: Any = None) -> Any:
 def run_options(c: Context, **fields: Any) -> RunOptions:
     """The :class:`RunOptions` of a task: ``fields`` from its options, with the configured defaults
     (account, prefix, sources_dir, mirror, log_dir, forks) where an option was not given."""
+    from sitestack.model.context import RunOptions
+
     for key in ("prefix", "sources_dir", "mirror"):  # every task: provision's recipe installs use them too
         fields[key] = setting(c, key, fields.get(key))
     fields["account"] = account_option(setting(c, "account", fields.get("account")))
@@ -80,6 +84,9 @@ def run_options(c: Context, **fields: Any) -> RunOptions:
 
 def reporter(diff: bool = False, debug: bool = False, json_target: str | None = None) -> Reporter:
     """The run's reporter; ``--json -`` keeps the human lines off stdout (they still go to the logs)."""
+    from sitestack.core.report import Reporter
+    from sitestack.engine import results
+
     results.check_target(json_target)
     return Reporter(show_diff=diff, debug=debug, quiet=json_target == "-")
 
@@ -87,6 +94,9 @@ def reporter(diff: bool = False, debug: bool = False, json_target: str | None = 
 def finish(command: str, runs: Sequence[HostRun], report: Reporter, *, check: bool, fail_on_change: bool,
            json_target: str | None) -> None:
     """Write the ``--json`` document and exit with the run's code (0 ok, 1 failed, 2 would change)."""
+    from sitestack.engine import results
+    from sitestack.engine.playbook import exit_code
+
     code = exit_code(runs, check=check, fail_on_change=fail_on_change)
     results.write(json_target, results.run_document(command, report.site or "", runs, code=code, check=check,
                                                     log_dir=report.log_dir))
@@ -132,6 +142,8 @@ def size_option(option: str, value: str) -> int:
 
 def account_option(value: str | None) -> str | None:
     """--account, else $SITESTACK_ACCOUNT; checked as every run option is (:class:`RunOptions`)."""
+    from sitestack.model.context import RunOptions
+
     account = value if value is not None else (os.environ.get("SITESTACK_ACCOUNT") or None)
     RunOptions(account=account)
     return account
@@ -148,6 +160,8 @@ def errors_to_exit(debug: bool = False) -> Iterator[None]:
         yield
     except SitestackError as exc:
         if debug:
+            import traceback
+
             traceback.print_exc()
         raise Exit(f"error: {exc}", code=1) from None
     except KeyboardInterrupt:

@@ -8,18 +8,20 @@ first). No timestamps, strict Jinja: an unchanged spec gives byte-identical text
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from sitestack.core import templates
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.paths import MODULEFILE_DIR as TEMPLATE_DIR
 from sitestack.installs.modulefile_text import Text, lua, lua_long, tcl, tcl_text
+
+if TYPE_CHECKING:
+    import jinja2
 
 EXTENSIONS = {"lua": ".lua", "tcl": ""}
 
@@ -83,22 +85,29 @@ def _environment(template_dirs: tuple[str, ...]) -> jinja2.Environment:
                                  {"lua": lua, "lua_long": lua_long, "tcl": tcl, "tcl_text": tcl_text})
 
 
-def template_name(spec: ModuleSpec, fmt: str, env: jinja2.Environment) -> str:
+def template_name(spec: ModuleSpec, fmt: str, template_dirs: Sequence[str | Path] = ()) -> str:
+    """``<template>.<fmt>.j2`` where one of the template directories has it, else ``base.<fmt>.j2``."""
     name = f"{spec.template}.{fmt}.j2"
-    try:
-        env.get_template(name)
+    if any(os.path.isfile(os.path.join(d, name)) for d in (*template_dirs, TEMPLATE_DIR)):
         return name
-    except jinja2.TemplateNotFound:
-        return f"base.{fmt}.j2"
+    return f"base.{fmt}.j2"
 
 
 def render(spec: ModuleSpec, fmt: str, template_dirs: Sequence[str | Path] = ()) -> str:
-    """The module file ``spec`` in ``fmt`` (lua or tcl)."""
+    """The module file ``spec`` in ``fmt`` (lua or tcl); the text of an earlier identical render
+    while the templates and the code are unchanged (:func:`sitestack.core.templates.cached_text`)."""
     if fmt not in EXTENSIONS:
         raise InputError("facts.modules.format", f"must be lua or tcl, not {fmt!r}")
     spec.check()
+    return templates.cached_text([*template_dirs, TEMPLATE_DIR], repr(("module file", spec, fmt)),
+                                 lambda: _render(spec, fmt, template_dirs))
+
+
+def _render(spec: ModuleSpec, fmt: str, template_dirs: Sequence[str | Path]) -> str:
+    import jinja2
+
     env = environment(template_dirs)
-    name = template_name(spec, fmt, env)
+    name = template_name(spec, fmt, template_dirs)
     view = _View(spec, name)
     try:
         text = env.get_template(name).render(m=view, d=spec.data)

@@ -16,7 +16,6 @@ import os
 import tarfile
 import tempfile
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -137,6 +136,8 @@ def _download(url: str, dest: Path, want: str | None, label: str, timeout: float
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     digest = hashlib.sha256()
+    import urllib.request  # here: it pulls in http, ssl and email, which only a download needs
+
     try:
         with os.fdopen(fd, "wb") as out:
             try:

@@ -5,12 +5,14 @@ which of the builder's optional tools (cmake, ninja) the host serves or PyPI mus
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sitestack.builders import HostTools
 from sitestack.core.errors import SitestackError
-from sitestack.core.host import Host
+from sitestack.core.host import Completed, Host
+from sitestack.core.probecache import path_dirs
 from sitestack.installs.target import Target
 from sitestack.model.siteenv import probe_in_site_env
 
@@ -34,14 +36,36 @@ for t in "$@"; do
 done
 printf 'NPROC\t%s\n' "$(nproc 2>/dev/null || echo 1)"
 printf 'SLURM\t%s\n' "${SLURM_JOB_ID:-}"
+printf 'PATH\t%s\n' "$PATH"
+printf 'LMFILES\t%s\n' "${_LMFILES_:-}"
 """
+
+
+def vouchers(out: Completed) -> list[str]:
+    """What the toolchain answer depends on: each tool found, the ``$PATH`` directories it was looked up
+    in (a new tool in one changes its mtime) and the module files loaded (:mod:`sitestack.core.probecache`).
+    A tool that runs another (``mpicc --version`` runs the compiler) is covered when both come from
+    packages (the package database is a voucher) or from ``$PATH`` directories."""
+    files: list[str] = []
+    for line in out.stdout.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "TOOL" and len(parts) == 4:
+            files.append(parts[2])
+        elif parts[0] == "PATH" and len(parts) == 2:
+            files += path_dirs(parts[1])
+        elif parts[0] == "LMFILES" and len(parts) == 2:
+            # each loaded module file, and its directory: another version beside it may become the default
+            loaded = path_dirs(parts[1])
+            files += loaded + [os.path.dirname(f) for f in loaded]
+    return files
 
 
 def probe_toolchain(host: Host, target: Target, extra: Sequence[str] = ()) -> Toolchain:
     """Find the target's tools (and ``extra`` ones) with the site's modules loaded."""
     builder = target.builder
     tools = [*target.tools(), *extra, *builder.optional_tools]
-    out = probe_in_site_env(host, target.facts, ["bash", "-c", PROBE_SCRIPT, "sitestack", *dict.fromkeys(tools)])
+    out = probe_in_site_env(host, target.facts, ["bash", "-c", PROBE_SCRIPT, "sitestack", *dict.fromkeys(tools)],
+                            vouchers=vouchers)
     if out.rc != 0:
         raise SitestackError(f"cannot probe the toolchain on {host.name}: {(out.stderr or out.stdout).strip()}")
     found: dict[str, str] = {}

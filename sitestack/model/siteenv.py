@@ -12,10 +12,11 @@ set up, :data:`LOAD_FAILED` when a site module does not load.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sitestack.core.errors import CannotProbe, SitestackError
 from sitestack.core.host import Completed, Host
+from sitestack.core.probecache import cached_probe
 from sitestack.core.quoting import sh
 from sitestack.model.site import Facts
 
@@ -64,10 +65,13 @@ def in_site_env(facts: Facts, argv: Sequence[str], *, load: bool = True) -> list
     return ["bash", "-c", script + 'exec "$@"', "sitestack", *argv]
 
 
-def probe_in_site_env(host: Host, facts: Facts, argv: Sequence[str], *, load: bool = True) -> Completed:
+def probe_in_site_env(host: Host, facts: Facts, argv: Sequence[str], *, load: bool = True,
+                      vouchers: Callable[[Completed], Sequence[str] | None] | None = None) -> Completed:
     """Probe ``argv`` in the site environment; CannotProbe when there is no module system,
-    SitestackError when a site module does not load."""
-    out = host.probe(in_site_env(facts, argv, load=load))
+    SitestackError when a site module does not load. With ``vouchers``, a successful answer is kept
+    while the files it names stay the same (:func:`sitestack.core.probecache.cached_probe`)."""
+    wrapped = in_site_env(facts, argv, load=load)
+    out = host.probe(wrapped) if vouchers is None else cached_probe(host, wrapped, vouchers)
     if out.rc == NO_MODULE_SYSTEM and facts.modules.system != "none":
         raise CannotProbe(f"{facts.modules.system} not found on {host.name}: {out.stderr.strip()}")
     if out.rc == LOAD_FAILED and facts.modules.system != "none":

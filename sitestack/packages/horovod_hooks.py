@@ -17,7 +17,7 @@ from typing import Any
 
 from sitestack.core import versions
 from sitestack.core.errors import SitestackError
-from sitestack.core.host import Host
+from sitestack.core.host import Completed, Host
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import Recipe
 from sitestack.model.site import Facts
@@ -52,7 +52,7 @@ def probe_torch(host: Host, facts: Facts, python: str) -> TorchInfo:
 
 def try_probe_torch(host: Host, facts: Facts, python: str) -> tuple[TorchInfo | None, str]:
     """:func:`probe_torch`, or (None, why not)."""
-    out = probe_in_site_env(host, facts, [python, "-c", TORCH_PROBE.read_text()])
+    out = probe_in_site_env(host, facts, [python, "-c", TORCH_PROBE.read_text()], vouchers=_torch_vouchers)
     if out.rc != 0:
         return None, (f"cannot run {python} on {host.name} (with the site modules loaded): "
                       f"{(out.stderr or out.stdout).strip()[-400:]}")
@@ -64,6 +64,17 @@ def try_probe_torch(host: Host, facts: Facts, python: str) -> tuple[TorchInfo | 
         return None, f"torch is not importable by {python} on {host.name} ({info['error']})"
     return TorchInfo(info["python"], info["torch"], info.get("cuda"), info.get("hip"), info.get("declared_cxx"),
                      tuple(info.get("missing") or ()), info.get("nccl_wheel"), tuple(info.get("nccl_libs") or ())), ""
+
+
+def _torch_vouchers(out: Completed) -> list[str] | None:
+    """The files the torch probe's answer depends on (it lists them); None: not an answer to keep.
+    "No torch" is kept too: installing torch changes a ``sys.path`` directory it vouches with."""
+    try:
+        info = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    vouch = info.get("vouch") if isinstance(info, dict) else None
+    return [str(v) for v in vouch] if isinstance(vouch, list) else None
 
 
 def nproc(host: Host) -> int:

@@ -51,7 +51,8 @@ def nccl_wheel() -> str | None:
 
 
 def probe() -> dict[str, Any]:
-    out: dict[str, Any] = {"python": sys.executable, "version": ".".join(map(str, sys.version_info[:3]))}
+    out: dict[str, Any] = {"python": sys.executable, "version": ".".join(map(str, sys.version_info[:3])),
+                           "vouch": vouchers()}
     # Read torch/version.py instead of importing torch: the import takes seconds, and this probe
     # runs on every (no-op) provision.
     spec = importlib.util.find_spec("torch")
@@ -59,6 +60,8 @@ def probe() -> dict[str, Any]:
         out["error"] = "ModuleNotFoundError: No module named 'torch'"
         return out
     root = os.path.dirname(spec.origin)
+    out["vouch"] += [root, os.path.join(root, "version.py"), os.path.join(root, "share", "cmake", "Torch"),
+                     *(os.path.join(root, h) for h in HEADERS)]
     info: dict[str, Any] = {}
     exec(compile(read(os.path.join(root, "version.py")), "torch/version.py", "exec"), info)
     out.update(torch=info["__version__"], cuda=info.get("cuda"), hip=info.get("hip"), root=root)
@@ -68,7 +71,17 @@ def probe() -> dict[str, Any]:
     out["nccl_wheel"] = nccl
     if nccl:
         out["nccl_libs"] = sorted(os.path.basename(p) for p in glob.glob(os.path.join(nccl, "lib", "libnccl.so*")))
+        out["vouch"].append(os.path.join(nccl, "lib"))
     return out
+
+
+def vouchers() -> list[str]:
+    """The files this answer depends on, for the caller's probe cache: the interpreter, its
+    ``sys.path`` directories (installing or removing a package changes one's mtime) and torch's
+    files read here."""
+    paths = [sys.executable, os.path.realpath(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")]
+    paths += [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
+    return paths
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Everything here is a pure function of the site's facts (and the install director
 rendered files are golden-tested per site and re-rendering an unchanged site changes nothing.
 Templates live in ``sitestack/validation/templates/`` (Jinja2, ``StrictUndefined``, no
 timestamps): ``job.sbatch.j2`` is the base, one child template per launcher fills its
-``launch`` block, and ``README.md.j2`` is the users' README.
+``launch`` block, and ``README.md.j2`` is the users' README. A re-render of unchanged inputs
+reads the earlier text (:func:`sitestack.core.templates.cached_text`): no Jinja2 on a no-op run.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import jinja2
+from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_expanding
@@ -23,6 +22,9 @@ from sitestack.installs.container import runtime_of
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.validation import masks as masks_mod
+
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PROGRAM_FILES = ("ddp_check.py", "ddp_report.py", "nccl_log.py")
@@ -226,7 +228,10 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
 
 def render_job(inputs: JobInputs, launcher: str) -> str:
     """One batch script."""
-    return environment().get_template(f"{launcher}.sbatch.j2").render(**job_context(inputs, launcher))
+    ctx = job_context(inputs, launcher)
+    name = f"{launcher}.sbatch.j2"
+    return templates.cached_text([TEMPLATES], repr((name, sorted(ctx.items()))),
+                                 lambda: environment().get_template(name).render(**ctx))
 
 
 def check_config(inputs: JobInputs) -> dict[str, Any]:
@@ -290,7 +295,7 @@ def render_readme(inputs: JobInputs) -> str:
         plugin_text = (f"on two or more nodes the NCCL_DEBUG=INFO log shows every host using {names[str(expect['transport'])]}"
                        f"{through}; otherwise the cause (plugin not found or failed, wrong provider or plugin, socket fallback)")
         nccl_log_args = "".join(f" --expect-{key} {sh(str(value))}" for key, value in expect.items() if value)
-    return environment().get_template("README.md.j2").render(
+    variables = dict(
         site=inputs.site, description=inputs.description or facts.description, dir=inputs.dir,
         jobs=[{"launcher": name, "script": script_name(name)} for name in v.launchers],
         python=ctx["python"], container=ctx["container"], ranks_per_node_text=(
@@ -298,6 +303,8 @@ def render_readme(inputs: JobInputs) -> str:
         library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
         nccl_log_args=nccl_log_args,
         mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"])
+    return templates.cached_text([TEMPLATES], repr(("README.md.j2", sorted(variables.items()))),
+                                 lambda: environment().get_template("README.md.j2").render(**variables))
 
 
 def job_files(inputs: JobInputs) -> dict[str, tuple[str, int]]:
