@@ -32,11 +32,11 @@ def cli():
 
 
 @pytest.fixture
-def scratch(tmp_path: Path) -> Path:
-    """An empty directory for a prefix; logs of runs go beside it, not to ~/.cache."""
-    os.environ["SITESTACK_LOG_DIR"] = str(tmp_path / "logs")
-    path = tmp_path / "prefix"
-    return path
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty directory for a prefix; logs of runs go beside it, not to ~/.cache (for this test
+    only: the variable is restored afterwards, so no later test inherits a removed directory)."""
+    monkeypatch.setenv("SITESTACK_LOG_DIR", str(tmp_path / "logs"))
+    return tmp_path / "prefix"
 
 
 def tree(path: Path) -> list[str]:
