@@ -47,7 +47,8 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
     the checks run with ``python``, else the stack's Python, else facts.python.executable."""
     runtime = {"user": "${USER}", "home": "${HOME}"}
     env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
-    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx))
+    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
+                     prefix=ctx.values["prefix"])
 
 
 def probe_digest(cc: str, build_python: str, flavour: str) -> str:

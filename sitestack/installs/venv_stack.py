@@ -45,6 +45,7 @@ class Stack:
     index_url: str | None
     system_site_packages: bool
     compile: bool
+    index_only: bool = False        # facts.torch.index == "only": the torch line with --index-url
 
     @property
     def site_packages(self) -> str:
@@ -109,6 +110,7 @@ def stack_for(ctx: RunContext, name: str | None = None, *, system_site_packages:
         index_url=None if container else facts.torch.index_url,
         system_site_packages=True if container else ssp,
         compile=compile,
+        index_only=facts.torch.index == "only",
     )
 
 
