@@ -243,7 +243,7 @@ def test_refusals(cli, tmp_path: Path, env, extra, message):
         tar.add(__file__, arcname="../escape.py")
     extra = [a.format(twin=twin, bad=bad) for a in extra]
     message = message.format(twin=twin)
-    result = cli("build-rccl-plugin", *extra, "--prefix", str(tmp_path / "prefix"), env=env)
+    result = cli("build-rccl-plugin", "--site", "local", *extra, "--prefix", str(tmp_path / "prefix"), env=env)
     assert result.returncode == 1
     assert message in result.stdout + result.stderr, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
