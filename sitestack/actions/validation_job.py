@@ -148,7 +148,12 @@ class InstallValidationJob(Action):
         if has_backend:
             pip.append("--no-build-isolation")  # scikit-build-core is already there: no download
         pip.append(src)
-        env = {"CC": self.cc(), "CMAKE_ARGS": f"-DMPI_C_COMPILER={self.cc()}"}
+        # The compiler by its absolute path (as the site modules put it on PATH): a bare name is looked
+        # up by FindMPI in the prefix of the first mpiexec it finds first, where /usr/bin/cc is the
+        # system's GCC, not the Cray driver (found on the Frontier twin).
+        found = host.probe(in_site_env(self.ctx.facts, ["sh", "-c", 'command -v "$1"', "sh", self.cc()]))
+        cc = found.stdout.strip().splitlines()[-1] if found.ok and found.stdout.strip() else self.cc()
+        env = {"CC": cc, "CMAKE_ARGS": f"-DMPI_C_COMPILER={cc}"}
         try:
             host.run(in_site_env(self.ctx.facts, pip), env=env, log=log)
         except SitestackError as exc:

@@ -137,7 +137,7 @@ def rocm(root: Path, tree: Path, version: str, accel: str) -> Path:
     """``rocm/<version>`` over a ROCm tree made from Debian's HIP (tests/twins/rocm.py) with the stand-in
     RCCL header, and ``craype-accel-<accel>``."""
     home = make_rccl_header(make_rocm(root / f"opt/rocm-{version}"))
-    module(tree, f"rocm/{version}", f'setenv("ROCM_PATH", "{home}")\nprepend_path("PATH", "/usr/bin")\n',
+    module(tree, f"rocm/{version}", f'setenv("ROCM_PATH", "{home}")\n',
            what=f"ROCm {version}", why="Debian packages HIP 5.2 (hipcc, libamdhip64) and no RCCL")
     module(tree, f"craype-accel-{accel}", f'setenv("CRAY_ACCEL_TARGET", "{accel}")\n',
            what=f"craype-accel-{accel}", why="it only sets the GPU target of the Cray drivers; there is no GPU here")
@@ -214,7 +214,10 @@ def frontier(root: Path) -> Twin:
     facts = {**common_overlay(root, tree),
              "marker": str(root / "lustre/orion"),
              "prefix": str(root / "lustre/orion/{account}/world-shared/sitestack"),
-             "rocm": {"version": "5.7.1", "home": str(home.parent / "rocm-{rocm_version}")}}
+             "rocm": {"version": "5.7.1", "home": str(home.parent / "rocm-{rocm_version}")},
+             # Debian's MPICH under cray-mpich's name: srun starts it through Slurm's PMI-2 (--mpi=pmi2),
+             # which cray-mpich does not need; the Cray drivers (mpi.cc "cc -shared", mpi.cxx CC) are kept.
+             "mpi": {"flavour": "mpich", "library_match": "MPICH"}}
     return Twin("frontier", root, facts, step_args={"rccl network plugin": {"libfabric": str(fabric)}}, stand_ins={
         "PrgEnv-gnu, cray-mpich/8.1.28, cc/CC": f"Debian's GCC 12 and MPICH 4.0.2 ({pe['cc']})",
         "rocm/5.7.1": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
