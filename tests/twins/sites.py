@@ -25,7 +25,7 @@ import glob
 import os
 import shutil
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,9 +74,10 @@ class Twin:
 
 
 def merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
-    """Deep-merge ``new`` into ``into`` (mappings merged, anything else replaced, None kept as null)."""
+    """Deep-merge ``new`` into ``into`` (mappings merged, an empty one and anything else replaced, None
+    kept as null)."""
     for key, value in new.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+        if isinstance(value, Mapping) and value and isinstance(into.get(key), dict):
             merge(into[key], value)
         else:
             into[key] = value
@@ -182,6 +183,29 @@ def plain(tree: Path, names: Mapping[str, str]) -> None:
 
 
 # -- the sites ------------------------------------------------------------------------------------------
+def stand_ins(site: str, make: Callable[[Path], None]) -> Path:
+    """The directory of a site's stand-ins (module tree, commands, prefixes), made by ``make`` at a fixed
+    path (``<site>`` under $SITESTACK_TEST_TWINS, else ~/.cache/sitestack/twins): the build cache keys
+    name the compilers and module trees by path, so a twin made again in the next session reuses the
+    builds of the last one. Made under a lock; made again when this code changed (its sum is kept)."""
+    import fcntl
+    import hashlib
+    here = Path(__file__).resolve().parent
+    key = hashlib.sha256(b"".join((here / n).read_bytes() for n in ("sites.py", "rocm.py"))).hexdigest()[:12]
+    base = Path(os.environ.get("SITESTACK_TEST_TWINS") or Path.home() / ".cache" / "sitestack" / "twins")
+    final = base / site
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / f".{site}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".complete").exists() and (final / ".complete").read_text() != key:
+            shutil.rmtree(final)   # made by other code: made again, at the same path
+        if not (final / ".complete").exists():
+            shutil.rmtree(final, ignore_errors=True)
+            make(final)
+            (final / ".complete").write_text(key)
+    return final
+
+
 def common_overlay(root: Path, tree: Path, *, cores: int = 2) -> dict[str, Any]:
     """What every twin overrides: marker, modules, CPU collectives, a 2-rank geometry, local torch."""
     return {
@@ -201,15 +225,22 @@ def common_overlay(root: Path, tree: Path, *, cores: int = 2) -> dict[str, Any]:
     }
 
 
-def frontier(root: Path) -> Twin:
-    """Frontier: Cray PE (PrgEnv-gnu, cray-mpich 8.1.28 with cc/CC), rocm/5.7.1, miniforge3, libfabric."""
-    tree = root / "modules"
-    pe = cray_pe(root, tree, mpich="8.1.28")
-    home = rocm(root, tree, "5.7.1", "amd-gfx90a")
-    conda(root, tree, "miniforge3/23.11.0-0")
+def _frontier(stands: Path) -> None:
+    tree = stands / "modules"
+    cray_pe(stands, tree, mpich="8.1.28")
+    rocm(stands, tree, "5.7.1", "amd-gfx90a")
+    conda(stands, tree, "miniforge3/23.11.0-0")
     plain(tree, {"gcc-native/12.3": "HPE's gcc-native 12.3 (Debian's GCC 12 is on PATH)",
                  "libtool": "the libtool module (Debian's libtool is on PATH)"})
-    fabric = libfabric(root, "/opt/cray/libfabric/1.15.2.0")
+    libfabric(stands, "/opt/cray/libfabric/1.15.2.0")
+
+
+def frontier(root: Path) -> Twin:
+    """Frontier: Cray PE (PrgEnv-gnu, cray-mpich 8.1.28 with cc/CC), rocm/5.7.1, miniforge3, libfabric."""
+    stands = stand_ins("frontier", _frontier)
+    tree = stands / "modules"
+    home = stands / "opt/rocm-5.7.1"
+    fabric = stands / "opt/cray/libfabric/1.15.2.0"
     (root / "lustre/orion").mkdir(parents=True, exist_ok=True)
     facts = {**common_overlay(root, tree),
              "marker": str(root / "lustre/orion"),
@@ -219,7 +250,7 @@ def frontier(root: Path) -> Twin:
              # which cray-mpich does not need; the Cray drivers (mpi.cc "cc -shared", mpi.cxx CC) are kept.
              "mpi": {"flavour": "mpich", "library_match": "MPICH"}}
     return Twin("frontier", root, facts, step_args={"rccl network plugin": {"libfabric": str(fabric)}}, stand_ins={
-        "PrgEnv-gnu, cray-mpich/8.1.28, cc/CC": f"Debian's GCC 12 and MPICH 4.0.2 ({pe['cc']})",
+        "PrgEnv-gnu, cray-mpich/8.1.28, cc/CC": f"Debian's GCC 12 and MPICH 4.0.2 ({stands}/opt/cray/pe)",
         "rocm/5.7.1": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
         "miniforge3/23.11.0-0": "conda create by Python's venv (conda cannot be had here)",
         "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
@@ -230,18 +261,7 @@ def frontier(root: Path) -> Twin:
 
 def cirrus(root: Path) -> Twin:
     """Cirrus: python/3.12.1-gpu (Python, NVHPC paths: CUDA and NCCL locations), cmake/3.25.2, Open MPI."""
-    tree = root / "modules"
-    nvhpc = root / "opt/nvidia/hpc_sdk/Linux_x86_64/24.5"
-    stubs = nvhpc / "cuda/lib64/stubs"
-    stubs.mkdir(parents=True)
-    (stubs / "libcuda.so").write_text(f"STAND-IN for the CUDA driver stub (not a library; the twin has no GPU): {STAND_IN}\n")
-    pybin = root / "opt/python/3.12.1-gpu/bin"
-    command(pybin, "python", 'exec python3 "$@"\n', what="the python of python/3.12.1-gpu (Miniconda 3.12.1)",
-            why="Debian's Python 3.11 has no `python` command")
-    module(tree, "python/3.12.1-gpu", f'setenv("NVHPC_ROOT", "{nvhpc}")\nprepend_path("PATH", "{pybin}")\n', what="python/3.12.1-gpu (Miniconda "
-           "Python 3.12.1 with NVHPC 24.5: CUDA 12.4, NCCL, Open MPI)", why="Debian's Python 3.11 and MPICH are used; "
-           "NVHPC_ROOT points at a tree with only the libcuda stub directory the Horovod step checks")
-    plain(tree, {"cmake/3.25.2": "cmake 3.25.2 (Debian's cmake is on PATH)"})
+    tree = stand_ins("cirrus", _cirrus) / "modules"
     (root / "work").mkdir(parents=True, exist_ok=True)
     facts = {**common_overlay(root, tree),
              "marker": str(root / "work"),
@@ -254,6 +274,21 @@ def cirrus(root: Path) -> Twin:
         "GPUs": "none: gpu.vendor none (no CUDA toolkit of sm_70 here), gloo collectives, Horovod for CPU",
         "torch 2.3.1+cu121": "torch 2.13.0+cpu from local disk (this machine's pip configuration)",
     })
+
+
+def _cirrus(root: Path) -> None:
+    tree = root / "modules"
+    nvhpc = root / "opt/nvidia/hpc_sdk/Linux_x86_64/24.5"
+    stubs = nvhpc / "cuda/lib64/stubs"
+    stubs.mkdir(parents=True)
+    (stubs / "libcuda.so").write_text(f"STAND-IN for the CUDA driver stub (not a library; the twin has no GPU): {STAND_IN}\n")
+    pybin = root / "opt/python/3.12.1-gpu/bin"
+    command(pybin, "python", 'exec python3 "$@"\n', what="the python of python/3.12.1-gpu (Miniconda 3.12.1)",
+            why="Debian's Python 3.11 has no `python` command")
+    module(tree, "python/3.12.1-gpu", f'setenv("NVHPC_ROOT", "{nvhpc}")\nprepend_path("PATH", "{pybin}")\n', what="python/3.12.1-gpu (Miniconda "
+           "Python 3.12.1 with NVHPC 24.5: CUDA 12.4, NCCL, Open MPI)", why="Debian's Python 3.11 and MPICH are used; "
+           "NVHPC_ROOT points at a tree with only the libcuda stub directory the Horovod step checks")
+    plain(tree, {"cmake/3.25.2": "cmake 3.25.2 (Debian's cmake is on PATH)"})
 
 
 def apptainer(root: Path) -> Path:
@@ -286,13 +321,17 @@ exec "$@"
 ''', what="apptainer exec", why="no container runtime here; runs the command on the host").parent
 
 
-def dawn(root: Path) -> Twin:
-    """Dawn: rhel9/default-dawn and intel-oneapi-ccl (Intel MPI, oneCCL), an Apptainer image."""
+def _dawn(root: Path) -> None:
     tree = root / "modules"
     bindir = apptainer(root)
     module(tree, "rhel9/default-dawn", f'prepend_path("PATH", "{bindir}")\n', what="rhel9/default-dawn (Intel MPI, "
            "apptainer on PATH)", why="Debian's MPICH (its Hydra mpiexec takes the same -n/-ppn/-hosts) stands in")
     plain(tree, {"intel-oneapi-ccl/2021.15.0": "Intel oneCCL 2021.15.0 (collectives are gloo on the twin)"})
+
+
+def dawn(root: Path) -> Twin:
+    """Dawn: rhel9/default-dawn and intel-oneapi-ccl (Intel MPI, oneCCL), an Apptainer image."""
+    tree = stand_ins("dawn", _dawn) / "modules"
     software = root / "usr/local/dawn/software"
     software.mkdir(parents=True, exist_ok=True)
     image = root / "dawn/apptainer/pytorch2.8.sif"
