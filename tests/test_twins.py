@@ -8,10 +8,16 @@ with the other tests, so a CI run compiles each package once per compiler/MPI: F
 are builds of their own (their inputs differ from the local site's); the plugin is built from the
 checked git archive in shared/sources, given as --mirror. torch is 2.13.0+cpu from this machine's pip
 configuration (local disk), as for the local site. The timings of each provision are printed.
+
+Measured on the 2-core development machine: cold (nothing in the build cache) the Frontier twin's first
+provision takes about 20 min (mpi4py 5.5 min, Horovod 12 min), Cirrus' about 14 min (Horovod); warm,
+a few minutes each (the stack env), and the second runs a few seconds. SITESTACK_TEST_TWIN_SKIP_TAGS
+(e.g. ``horovod``) leaves steps out, for a CI run that cannot afford the cold builds.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,6 +28,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from sitestack.engine import playbook as pb
 from tests.conftest import REPO, run_invoke
 from tests.twins import sites
 from tests.twins.rocm import have_debian_hip, shared_sources
@@ -54,6 +61,9 @@ def provisioned(request, tmp_path_factory):
     args = ["provision", "--playbook", str(twin.playbook()), "--account", "proj123"]
     if name == "frontier":
         args += ["--mirror", str(shared_sources(REPO))]   # the plugin's checked git archive (no --source)
+    skip = os.environ.get("SITESTACK_TEST_TWIN_SKIP_TAGS")   # e.g. horovod: a cold CI run without its builds
+    if skip:
+        args += ["--skip-tags", skip]
     start = time.monotonic()
     first = run_invoke(*args, env=env, timeout=3600)
     first_s = time.monotonic() - start
@@ -70,25 +80,28 @@ def test_provision_applies_every_step(provisioned):
     out = provisioned.first
     assert out.returncode == 0, out.stdout[-8000:] + out.stderr
     outcomes = steps_of(out.stdout)
-    names = [step.name for step in __import__("sitestack.engine.playbook", fromlist=["load"]).load(
-        None, Path(provisioned.args[2])).steps]
+    names = [step.name for step in pb.load(None, Path(provisioned.args[2])).steps]
     assert [n for _, n in outcomes] == names, outcomes
-    assert all(o in ("ok", "changed") for o, _ in outcomes), outcomes
+    skipped = os.environ.get("SITESTACK_TEST_TWIN_SKIP_TAGS")
+    assert all(o in ("ok", "changed") or (skipped and o == "skipped") for o, _ in outcomes), outcomes
 
 
 def test_second_provision_is_all_ok(provisioned):
     out = provisioned.second
     assert out.returncode == 0, out.stdout[-8000:] + out.stderr
     outcomes = steps_of(out.stdout)
-    assert outcomes and all(o == "ok" for o, _ in outcomes), [x for x in outcomes if x[0] != "ok"]
+    skipped = os.environ.get("SITESTACK_TEST_TWIN_SKIP_TAGS")
+    assert outcomes and all(o == "ok" or (skipped and o == "skipped") for o, _ in outcomes), outcomes
 
 
 def test_validate_passes_on_the_test_cluster(provisioned, slurm_cluster, tmp_path):
+    """Submitted with `sbatch --export=NONE` (SBATCH_EXPORT=NONE), as OLCF advises for Frontier: the
+    job must `unset SLURM_EXPORT_ENV` or its srun tasks get none of its settings (seed 001)."""
     out = run_invoke("validate", "--playbook", provisioned.args[2], "--account", "proj123", "--results",
-                     str(tmp_path), "--timeout", "900", env={**provisioned.env, **slurm_cluster.env}, timeout=1000)
+                     str(tmp_path), "--timeout", "900", env={**provisioned.env, **slurm_cluster.env, "SBATCH_EXPORT": "NONE"},
+                     timeout=1000)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr + slurm_cluster.logs()
     assert "submitted validate-srun.sbatch to Slurm as job" in out.stdout
-    import json
     (result,) = tmp_path.glob("sitestack-validation-*/result.json")
     checks = {c["name"]: c for c in json.loads(result.read_text())["checks"]}
     assert checks["mpi4py"]["status"] == ("passed" if provisioned.name == "frontier" else "skipped"), checks["mpi4py"]
@@ -98,8 +111,7 @@ def test_validate_passes_on_the_test_cluster(provisioned, slurm_cluster, tmp_pat
 def test_frontier_mpi4py_is_built_with_the_cray_driver_against_the_twins_mpi(provisioned):
     if provisioned.name != "frontier":
         pytest.skip("Frontier only")
-    import json
-    prefix = provisioned.twin.prefix.parent.parent.parent / "proj123" / "world-shared" / "sitestack"
+    prefix = Path(str(provisioned.twin.prefix).replace("{account}", "proj123"))
     dest = prefix / "mpi4py" / "4.1.2"
     stamp = json.loads((dest / ".sitestack" / "install.json").read_text())
     assert stamp["inputs"]["build"]["plan"][0]["env"]["MPICC"] == "cc -shared"

@@ -211,7 +211,8 @@ def common_overlay(root: Path, tree: Path, *, cores: int = 2) -> dict[str, Any]:
     return {
         "modules": {"init": LMOD_INIT, "use": [str(tree)]},
         "node": {"cores": cores, "local_scratch": "/tmp"},
-        "gpu": {"per_node": 2, "cores_per_gpu": 1, "cpu_bind": None},
+        # no GPU here: the check program would look for the site's GPUs; a CPU node of 2 ranks
+        "gpu": {"vendor": "none", "per_node": 0, "cores_per_gpu": 0, "cpu_bind": None},
         "mpi": {"library_match": "MPICH"},
         "python": {"version": "3.11"},
         "torch": {"version": "2.13.0", "variant": "cpu", "index_url": None, "index": "extra", "packages": {},
@@ -255,6 +256,7 @@ def frontier(root: Path) -> Twin:
         "miniforge3/23.11.0-0": "conda create by Python's venv (conda cannot be had here)",
         "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
         "GPUs": "none: gloo collectives, 2 ranks, Horovod for CPU",
+        "--constraint=nvme": "left out: the test cluster's node has no NVMe feature",
         "torch 2.2.2+rocm5.7 (--index-url rocm5.7)": "torch 2.13.0+cpu from local disk (this machine's pip configuration)",
     })
 
@@ -263,15 +265,19 @@ def cirrus(root: Path) -> Twin:
     """Cirrus: python/3.12.1-gpu (Python, NVHPC paths: CUDA and NCCL locations), cmake/3.25.2, Open MPI."""
     tree = stand_ins("cirrus", _cirrus) / "modules"
     (root / "work").mkdir(parents=True, exist_ok=True)
-    facts = {**common_overlay(root, tree),
+    common = common_overlay(root, tree)
+    facts = {**common,
              "marker": str(root / "work"),
              "prefix": str(root / "work/{account}/shared/sitestack"),
-             "gpu": {"vendor": "none", "per_node": 0, "cores_per_gpu": 0, "cpu_bind": None},
              "mpi": {"flavour": "mpich", "cc": "mpicc", "cxx": "mpicxx", "library_match": "MPICH"},
-             "cuda": None}
+             "cuda": None,
+             # --qos=gpu names a QOS the test cluster has not; --exclusive stays: legacy Cirrus jobs set no
+             # --ntasks in sbatch, and the job's srun gets the node's cores through it
+             "scheduler": {**common["scheduler"], "options": ["--exclusive"]}}
     return Twin("cirrus", root, facts, stand_ins={
         "python/3.12.1-gpu": "Debian's Python 3.11, MPICH for NVHPC's Open MPI; NVHPC_ROOT with the libcuda stub only",
         "GPUs": "none: gpu.vendor none (no CUDA toolkit of sm_70 here), gloo collectives, Horovod for CPU",
+        "--qos=gpu": "left out: the test cluster has no QOS",
         "torch 2.3.1+cu121": "torch 2.13.0+cpu from local disk (this machine's pip configuration)",
     })
 
