@@ -9,7 +9,7 @@ whatis("URL: https://github.com/aws/aws-ofi-nccl")
 
 help([[
 libfabric network plugin for RCCL (Slingshot cxi); net plugin API v5.
-The libfabric network plugin for NCCL/RCCL (aws-ofi-rccl 1.4.0+17d41cb), installed in /tmp/h-twins/tmp/ft/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1.
+The libfabric network plugin for NCCL/RCCL (aws-ofi-rccl 1.4.0+17d41cb), installed in /tmp/pytest-of-root/pytest-258/frontier-twin0/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1.
 Without it NCCL/RCCL falls back to TCP sockets. This module names the plugin's
 library (NCCL_NET_PLUGIN). On two or more nodes, export NCCL_NET="$SITESTACK_NCCL_NET"
 so that a plugin that does not load is an error instead; not on one node, where the
@@ -31,7 +31,7 @@ depends_on("libtool")
 -- one aws-ofi-rccl at a time
 family("aws-ofi-rccl")
 
-prepend_path("LD_LIBRARY_PATH", "/tmp/h-twins/tmp/ft/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1/lib")
+prepend_path("LD_LIBRARY_PATH", "/tmp/pytest-of-root/pytest-258/frontier-twin0/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1/lib")
 
 -- settings (pushenv: unloading puts back a value set before)
 pushenv("FI_CXI_ATS", "0")
@@ -40,7 +40,7 @@ pushenv("FI_CXI_DEFAULT_TX_SIZE", "2048")
 pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")
 pushenv("NCCL_CROSS_NIC", "1")
 pushenv("NCCL_NET_GDR_LEVEL", "3")
-pushenv("NCCL_NET_PLUGIN", "/tmp/h-twins/tmp/ft/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1/lib/librccl-net.so")
+pushenv("NCCL_NET_PLUGIN", "/tmp/pytest-of-root/pytest-258/frontier-twin0/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1/lib/librccl-net.so")
 pushenv("NCCL_SOCKET_IFNAME", "hsn0")
 pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")
 pushenv("SITESTACK_NCCL_NET_PLUGIN_APIS", "v5")
