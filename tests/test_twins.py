@@ -84,6 +84,11 @@ def test_provision_applies_every_step(provisioned):
     assert [n for _, n in outcomes] == names, outcomes
     skipped = os.environ.get("SITESTACK_TEST_TWIN_SKIP_TAGS")
     assert all(o in ("ok", "changed") or (skipped and o == "skipped") for o, _ in outcomes), outcomes
+    # every file under the prefix: the plugin's module file once went to a relative "{prefix}/modules"
+    assert not (REPO / "{prefix}").exists()
+    if provisioned.name == "frontier" and not skipped:
+        prefix = Path(str(provisioned.twin.prefix).replace("{account}", "proj123"))
+        assert (prefix / "modules" / "aws-ofi-rccl" / "1.4.0+17d41cb-rocm-5.7.1.lua").is_file()
 
 
 def test_second_provision_is_all_ok(provisioned):

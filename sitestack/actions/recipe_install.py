@@ -61,7 +61,7 @@ from sitestack.installs.modulefile_specs import package_module
 from sitestack.installs.stamp import STAMP_FORMAT, install_lock, install_reason, installed_wheel, lock_path, read_stamp
 from sitestack.installs.target import Target, build_plan, check_commands, host_argv, launcher_argv
 from sitestack.installs.toolchain import Toolchain, probe_toolchain, require_tools
-from sitestack.installs.venv_stack import Built
+from sitestack.installs.venv_stack import Built, module_root
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import ModuleSettings, Recipe, load_recipe
 from sitestack.packages import HOOKS, InstallInfo, NotReady, PackageHooks, hooks_for
@@ -229,8 +229,9 @@ class RecipeInstall(Action):
 
     def module_path(self) -> str:
         assert self.module is not None
-        root = self.ctx.facts.modules.install_root or f"{self.ctx.values['prefix']}/modules"
-        return f"{root}/{self.module.relpath(self.ctx.facts.modules.format)}"
+        # facts.modules.install_root filled in: its default "{prefix}/modules" is not a path yet (unfilled,
+        # the plugin's module file went to a relative "{prefix}/modules" under the current directory)
+        return f"{module_root(self.ctx)}/{self.module.relpath(self.ctx.facts.modules.format)}"
 
     def module_text(self) -> str:
         assert self.module is not None
