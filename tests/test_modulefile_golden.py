@@ -35,7 +35,7 @@ HOROVOD = ModuleSettings(whatis="Horovod for PyTorch, built against the site MPI
                          prepend={"PYTHONPATH": ("{install}",), "PATH": ("{install}/bin",)})
 PLUGIN = ModuleSettings(whatis="libfabric network plugin for RCCL (Slingshot cxi)",
                         prepend={"LD_LIBRARY_PATH": ("{install}/lib",)},
-                        set={"NCCL_NET_PLUGIN": "{install}/lib/librccl-net.so", "NCCL_NET": "AWS Libfabric"})
+                        set={"NCCL_NET_PLUGIN": "{install}/lib/librccl-net.so", "SITESTACK_NCCL_NET": "AWS Libfabric"})
 
 
 def context(site_name: str):
@@ -120,7 +120,7 @@ def test_the_site_facts_reach_the_module_files():
     assert 'pushenv("MIOPEN_USER_DB_PATH", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-cache")' in frontier
     assert "alice-miopen" not in frontier
     plugin = rendered("frontier", "lua")["aws-ofi-rccl/1.4.0-rocm-5.7.1.lua"]
-    assert 'pushenv("NCCL_NET", "AWS Libfabric")' in plugin and 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in plugin
+    assert '"NCCL_NET"' not in plugin and 'pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")' in plugin and 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in plugin
     assert 'prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib")' in plugin
     lumi = rendered("lumi", "lua")["pytorch/2.7.1-rocm6.2.4.lua"]
     assert 'append_path("SINGULARITY_BINDPATH", "/projappl/proj123/sitestack", ",")' in lumi

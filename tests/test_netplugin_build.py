@@ -115,8 +115,9 @@ def test_the_rocm_fork_for_rocm_5(cli, tmp_path: Path, env, sources: Path):
     assert_no_system_include(build_log(tmp_path))
 
     shown = module_env(prefix / "modules", "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1", "NCCL_NET_PLUGIN", "NCCL_NET",
-                       "SITESTACK_NCCL_NET_PLUGIN_APIS", "LD_LIBRARY_PATH")
-    assert shown["NCCL_NET_PLUGIN"] == f"{dest}/lib/librccl-net.so" and shown["NCCL_NET"] == "AWS Libfabric"
+                       "SITESTACK_NCCL_NET", "SITESTACK_NCCL_NET_PLUGIN_APIS", "LD_LIBRARY_PATH")
+    assert shown["NCCL_NET_PLUGIN"] == f"{dest}/lib/librccl-net.so" and shown["SITESTACK_NCCL_NET"] == "AWS Libfabric"
+    assert shown["NCCL_NET"] == ""   # not forced: one-node jobs must work; jobs force it between nodes
     assert shown["SITESTACK_NCCL_NET_PLUGIN_APIS"] == "v5" and shown["LD_LIBRARY_PATH"].startswith(f"{dest}/lib")
     assert "net plugin API v5" in (prefix / "modules" / "aws-ofi-rccl" / "1.4.0+17d41cb-rocm-5.7.1.lua").read_text()
 
@@ -169,3 +170,36 @@ def test_aws_ofi_nccl_for_rocm_6(cli, tmp_path: Path, env, sources: Path):
     again = cli(*args, "--check", "--fail-on-change", env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "] ok       aws-ofi-rccl@1.18.0-rocm-6.2.4" in again.stdout, again.stdout
+
+
+@pytest.mark.integration
+def test_a_checked_archive_in_a_mirror_builds_offline_and_another_is_refused(cli, tmp_path: Path, env, sources: Path):
+    """No --source: the fork's git archive (its sum is one of the recipe's checked ``archives``) is
+    taken from --mirror; a tampered copy is refused before anything is built."""
+    rocm = make_rccl_header(make_rocm(tmp_path / "rocm-5.7.1"))
+    prefix = tmp_path / "prefix"
+    mirror = tmp_path / "mirror"
+    (mirror / "aws-ofi-rccl").mkdir(parents=True)
+    args = ["build-rccl-plugin", "--site", "local", "--rocm", "5.7.1", "--rocm-home", str(rocm), "--prefix", str(prefix),
+            "--mirror", str(mirror)]
+    bad = mirror / "aws-ofi-rccl" / FORK
+    bad.write_bytes((sources / FORK).read_bytes() + b"\0")
+    refused = cli(*args, env=env)
+    assert refused.returncode == 1 and "none of the checked sums of aws-ofi-rccl 1.4.0+17d41cb" in refused.stdout
+    assert not (prefix / "aws-ofi-rccl").exists()
+    bad.unlink()
+    (mirror / FORK).write_bytes((sources / FORK).read_bytes())
+    built = cli(*args, env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert exported(prefix / "aws-ofi-rccl" / "1.4.0+17d41cb-rocm-5.7.1" / "lib" / "librccl-net.so") == ["ncclNetPlugin_v5"]
+
+
+def test_without_site_the_local_site_is_used_only_when_it_has_rocm(cli, tmp_path: Path, env):
+    out = cli("build-rccl-plugin", "--rocm", "5.7.1", "--prefix", str(tmp_path / "p"), "--check", env=env)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith("error: --site: not given, and the local site (this machine, ")
+    assert "has no ROCm (facts.rocm)" in out.stderr and not (tmp_path / "p").exists()
+    rocm = make_rocm(tmp_path / "rocm-6.2.4")
+    out = cli("build-rccl-plugin", "--rocm", "6.2.4", "--rocm-home", str(rocm), "--prefix", str(tmp_path / "p"),
+              "--check", env=env)
+    assert out.stdout.startswith("build-rccl-plugin: site local (this machine, "), out.stdout + out.stderr

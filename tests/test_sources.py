@@ -152,3 +152,31 @@ def test_checksum_task_file_and_url(cli, tmp_path, server):
     assert f"    url: {server.url}/demo-1.0.tar.gz\n    sha256: {SHA}" in out.stdout
     out = cli("checksum", str(tmp_path / "missing.tar.gz"))
     assert out.returncode == 1 and "no such file, and not an http(s) or file URL" in out.stderr
+
+
+# -- provision --source NAME=PATH / --mirror DIR --------------------------------------------------------------
+def test_provision_source_options_are_checked_before_anything_runs(cli, tmp_path):
+    env = {"SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    prefix = ["--prefix", str(tmp_path / "p")]
+    for given, message in (("mpi4py", "error: --source: 'mpi4py' must be NAME=PATH"),
+                           (f"nosuch={tmp_path}", "no step of site local installs recipe nosuch (its recipe-install "
+                                                   "steps install: horovod, mpi4py)"),
+                           (f"mpi4py={tmp_path}/missing.tar.gz", "not a file or directory")):
+        out = cli("provision", "--site", "local", "--source", given, *prefix, env=env)
+        assert out.returncode == 1 and out.stdout == "" and message in out.stderr, out.stderr
+    out = cli("provision", "--site", "local", "--mirror", str(tmp_path / "none"), *prefix, env=env)
+    assert out.returncode == 1 and "error: --mirror: " in out.stderr and "not a directory" in out.stderr
+    assert not (tmp_path / "p").exists() and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.integration
+def test_provision_source_reaches_the_recipe_step(cli, tmp_path):
+    """A --source for the mpi4py step is checked against the recipe's sum even when the install needs
+    no build (the wheel is in the build cache): the wrong tarball fails that step, naming the file."""
+    wrong = tmp_path / "mpi4py-4.1.2.tar.gz"
+    wrong.write_bytes(b"not mpi4py\n")
+    out = cli("provision", "--site", "local", "--tags", "mpi4py", "--prefix", str(tmp_path / "p"),
+              "--source", f"mpi4py={wrong}", env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert out.returncode == 1
+    assert f"failed   mpi4py: sha256 mismatch for {wrong} (mpi4py 4.1.2, from --source)" in out.stdout
+    assert not (tmp_path / "p" / "mpi4py").exists()

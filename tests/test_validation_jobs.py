@@ -96,7 +96,10 @@ def test_frontier_uses_srun_closest_gpu_binding_not_torchrun():
 
 def test_dawn_derives_ranks_from_the_flat_hierarchy_and_uses_hydra():
     text = rendered("dawn")["jobs/validate-mpiexec.sbatch"][0]
-    assert 'case "${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" in' in text and "DEVICES_PER_CARD=2" in text
+    assert "ZE_HIERARCHY=${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" in text and "DEVICES_PER_CARD=2" in text
+    assert 'case "$ZE_FLAT_DEVICE_HIERARCHY" in' in text
+    # the site's FLAT is the default of the geometry, not exported again after it (facts.env)
+    assert 'export ZE_FLAT_DEVICE_HIERARCHY="FLAT"' not in text
     assert "export ZE_AFFINITY_MASK=$(seq -s, 0 $(( RANKS_PER_NODE - 1 )))" in text
     assert 'mpiexec -n "$WORLD_SIZE" -ppn "$RANKS_PER_NODE" -hosts "$NODELIST"' in text
     assert "apptainer exec \"$SIF\"" in text and "NCCL_DEBUG" not in text

@@ -49,9 +49,10 @@ from typing import Any, ClassVar
 
 from sitestack.actions.base import Action, unified_diff
 from sitestack.core import schema, versions
-from sitestack.core.errors import InputError
+from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem
+from sitestack.installs import sources as sources_mod
 from sitestack.installs.given_source import keep_source, source_file, source_sha256
 from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
 from sitestack.installs.installer import Installer
@@ -60,7 +61,7 @@ from sitestack.installs.modulefile_specs import package_module
 from sitestack.installs.stamp import STAMP_FORMAT, install_lock, install_reason, installed_wheel, lock_path, read_stamp
 from sitestack.installs.target import Target, build_plan, check_commands, host_argv, launcher_argv
 from sitestack.installs.toolchain import Toolchain, probe_toolchain, require_tools
-from sitestack.installs.venv_stack import Built
+from sitestack.installs.venv_stack import Built, module_root
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import ModuleSettings, Recipe, load_recipe
 from sitestack.packages import HOOKS, InstallInfo, NotReady, PackageHooks, hooks_for
@@ -117,6 +118,10 @@ class RecipeInstall(Action):
         options = ctx.options
         sources_dir = options.sources_dir
         recipe = load_recipe(args.recipe, Path(sources_dir) if sources_dir else None)
+        given = dict(options.recipe_sources).get(recipe.name)
+        if given:   # provision --source NAME=PATH: this recipe's source, as build-recipe's --source
+            options = dataclasses.replace(options, source=given)
+            ctx = dataclasses.replace(ctx, options=options)
         own = schema.build(hooks_for(recipe.name).Args, dict(args.package), ctx.site.path, key="args.package")
         step = SimpleNamespace(**vars(own), version=args.version, dest=args.dest, python=args.python,
                                mirror=args.mirror)
@@ -145,6 +150,7 @@ class RecipeInstall(Action):
         return self.hooks.describe(self.info(None)) or f"build and install {self.target.label} into {self.target.dest}"
 
     def pending(self, host: Host) -> str | None:
+        self.check_given_source()
         try:
             self.prepare(host)
         except NotReady as exc:
@@ -196,7 +202,9 @@ class RecipeInstall(Action):
         if self.options.source and self._given is None:
             self._given = source_file(self.base_recipe, self.version, self.options.source)
             self.options = dataclasses.replace(self.options, source=str(self._given))
-        return source_sha256(host, self.base_recipe, self.version, self.target.label, self.target.dest, self._given)
+        mirrors = [Path(m) for m in (self.options.mirror, self.args.mirror) if m] + sources_mod.env_mirrors()
+        return source_sha256(host, self.base_recipe, self.version, self.target.label, self.target.dest, self._given,
+                             mirrors)
 
     def prepare(self, host: Host) -> None:
         """The recipe (and build interpreter) with the site's part, from the hooks; once per step."""
@@ -208,10 +216,22 @@ class RecipeInstall(Action):
                                           python=prepared.python or self.target.python)
         self._prepared = True
 
+    def check_given_source(self) -> None:
+        """A --source for a recipe version with a sha256 must have that sum, even where nothing is built
+        (the install is current, or its wheel is in the build cache): a wrong file is never passed over."""
+        known = self.base_recipe.versions[self.version].sha256
+        if self.options.source and known and not self.hooks.given_source:
+            given = Path(self.options.source)
+            if not given.is_file():
+                raise SitestackError(f"--source {given}: {self.target.label} has a sha256 in {self.base_recipe.path}, "
+                                     "so its source must be that tarball, not a directory")
+            sources_mod.verify(given, known, f"{given} ({self.target.label}, from --source)")
+
     def module_path(self) -> str:
         assert self.module is not None
-        root = self.ctx.facts.modules.install_root or f"{self.ctx.values['prefix']}/modules"
-        return f"{root}/{self.module.relpath(self.ctx.facts.modules.format)}"
+        # facts.modules.install_root filled in: its default "{prefix}/modules" is not a path yet (unfilled,
+        # the plugin's module file went to a relative "{prefix}/modules" under the current directory)
+        return f"{module_root(self.ctx)}/{self.module.relpath(self.ctx.facts.modules.format)}"
 
     def module_text(self) -> str:
         assert self.module is not None

@@ -59,7 +59,7 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
     # installs module files for it, unless another Python was asked for (--python: validate that one).
     uses_module = stack is not None and python is None and any(s.action == "modulefiles" for s in ctx.site.steps)
     return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
-                     stage_env=stage_script(ctx),
+                     prefix=ctx.values["prefix"], stage_env=stage_script(ctx),
                      stack_includes=stack_includes(ctx),
                      stack_module=stack.name if stack is not None and uses_module else None,
                      module_root=module_root(ctx) if uses_module else None,
@@ -166,7 +166,12 @@ class InstallValidationJob(Action):
         if has_backend:
             pip.append("--no-build-isolation")  # scikit-build-core is already there: no download
         pip.append(src)
-        env = {"CC": self.cc(), "CMAKE_ARGS": f"-DMPI_C_COMPILER={self.cc()}"}
+        # The compiler by its absolute path (as the site modules put it on PATH): a bare name is looked
+        # up by FindMPI in the prefix of the first mpiexec it finds first, where /usr/bin/cc is the
+        # system's GCC, not the Cray driver (found on the Frontier twin).
+        found = host.probe(in_site_env(self.ctx.facts, ["sh", "-c", 'command -v "$1"', "sh", self.cc()]))
+        cc = found.stdout.strip().splitlines()[-1] if found.ok and found.stdout.strip() else self.cc()
+        env = {"CC": cc, "CMAKE_ARGS": f"-DMPI_C_COMPILER={cc}"}
         try:
             host.run(in_site_env(self.ctx.facts, pip), env=env, log=log)
         except SitestackError as exc:

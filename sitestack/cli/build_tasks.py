@@ -169,7 +169,7 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
 
 @task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
     **_COMMON_BUILD_HELP,
-    "site": SITE_HELP + " (default: local, this machine)",
+    "site": SITE_HELP + " (default: local, this machine, when it has ROCm or --rocm-home is given)",
     "rocm": "ROCm release to build for, e.g. 5.7.1 (default: the site's facts.rocm.version)",
     "version": "plugin version (default: the fork for ROCm < 6, aws-ofi-nccl from ROCm 6)",
     "source": "the plugin's source: a tarball or a directory (a checkout)",

@@ -28,6 +28,7 @@ from sitestack.engine.cli import (
     errors_to_exit,
     finish,
     playbook_path,
+    recipe_source,
     reporter,
     run_options,
     setting,
@@ -76,7 +77,7 @@ def show_site(c: Context, site: str | None = None, playbook: str | None = None, 
 @task(
     klass=SitestackTask,
     auto_shortflags=False,
-    iterable=["host"],
+    iterable=["host", "source"],
     help={
         "site": SITE_HELP,
         "check": "change nothing; report what would change",
@@ -92,6 +93,9 @@ def show_site(c: Context, site: str | None = None, playbook: str | None = None, 
         "list-steps": "list the steps (name, action, tags, whether this run would run them) and exit",
         "list-tags": "list the tags and the steps that carry them, and exit",
         "rebuild": "build these recipes again from source though installed (comma-separated recipe names)",
+        "source": ("NAME=PATH: the source tarball (or directory) of recipe NAME for its steps, instead of downloading "
+                   "(repeatable; the sha256 must match the recipe, where it has one)"),
+        "mirror": "a directory of source tarballs to use before downloading (air-gapped sites)",
         "no-cache": NO_CACHE_HELP,
         "prefix": PREFIX_HELP,
         "account": ACCOUNT_HELP,
@@ -106,12 +110,13 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
               skip_tags: str = '', fail_on_change: bool = False, host: list[str] | None = None,
               limit: str = '', forks: str | None = None, start_at: str | None = None, step: bool = False,
               list_steps: bool = False, list_tags: bool = False, rebuild: str = '', no_cache: bool = False,
-              prefix: str | None = None,
+              source: list[str] | None = None, mirror: str | None = None, prefix: str | None = None,
               account: str | None = None, accept_new_host_keys: bool = False, playbook: str | None = None,
               json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
     from sitestack.engine import playbook as pb
     from sitestack.engine import select
+    from sitestack.engine.buildtask import checked_sources
 
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
@@ -120,7 +125,9 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
                               limit=split_list(limit, "--limit"), forks=forks, start_at=start_at,
                               confirm_steps=step, verbose=verbose, rebuild=split_list(rebuild, "--rebuild"),
                               no_cache=no_cache, prefix=prefix, account=account,
-                              accept_new_host_keys=accept_new_host_keys)
+                              accept_new_host_keys=accept_new_host_keys, mirror=mirror,
+                              recipe_sources=tuple(recipe_source(s) for s in source or ()))
+        options = checked_sources(loaded, options, "--source")
         if list_steps or list_tags:
             pb.check_tags(loaded, options)
             select.check_start_at(loaded, options)

@@ -35,20 +35,38 @@ def _resolved(path: str | None) -> str | None:
 def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Reporter) -> list[HostRun]:
     """Provision ``loaded`` with ``spec`` as its only step."""
     single = dataclasses.replace(loaded, steps=(spec,), handlers=())
+    return pb.provision(single, checked_sources(single, options, spec.name), reporter)
+
+
+def checked_sources(loaded: Site, options: RunOptions, label: str) -> RunOptions:
+    """``options`` with the paths of --source (one, or NAME=PATH per recipe), --sources-dir and
+    --mirror made absolute, refused before anything connects or is written: a path that is not
+    there, an unsafe tarball, a NAME=PATH whose recipe no step of the playbook installs."""
+    sources = tuple((name, _resolved(path) or path) for name, path in options.recipe_sources)
     options = dataclasses.replace(options, source=_resolved(options.source), sources_dir=_resolved(options.sources_dir),
-                                  mirror=_resolved(options.mirror))
-    # Refused before anything connects or is written:
-    if options.source and not (Path(options.source).is_file() or Path(options.source).is_dir()):
-        raise InputError("--source", f"{options.source}: not a file or directory")
-    # An unsafe tarball is refused here; one that is no tarball at all fails its sha256 check in the step.
-    if options.source and Path(options.source).is_file() and tarfile.is_tarfile(options.source):
-        try:
-            sources_mod.check_tarball(Path(options.source), spec.name)
-        except SitestackError as exc:
-            raise InputError("--source", " ".join(str(exc).split())) from None
+                                  mirror=_resolved(options.mirror), recipe_sources=sources)
+    installed = sorted({str(s.args.get("recipe")) for s in loaded.steps if s.action == "recipe-install"})
+    for name, path in sources:
+        if name not in installed:
+            raise InputError("--source", f"{name}={path}: no step of site {loaded.name} installs recipe {name} "
+                             f"(its recipe-install steps install: {', '.join(installed) or 'nothing'})")
+        _check_source(path, name)
+    if options.source:
+        _check_source(options.source, label)
     if options.mirror and not Path(options.mirror).is_dir():
         raise InputError("--mirror", f"{options.mirror}: not a directory")
-    return pb.provision(single, options, reporter)
+    return options
+
+
+def _check_source(path: str, label: str) -> None:
+    if not (Path(path).is_file() or Path(path).is_dir()):
+        raise InputError("--source", f"{path}: not a file or directory")
+    # An unsafe tarball is refused here; one that is no tarball at all fails its sha256 check in the step.
+    if Path(path).is_file() and tarfile.is_tarfile(path):
+        try:
+            sources_mod.check_tarball(Path(path), label)
+        except SitestackError as exc:
+            raise InputError("--source", " ".join(str(exc).split())) from None
 
 
 def _sources_dir(options: RunOptions) -> Path | None:
@@ -83,8 +101,18 @@ def build_horovod(*, site: str | None, playbook: Path | None, version: str | Non
 def build_rccl_plugin(*, site: str | None, playbook: Path | None, options: RunOptions,
                       reporter: Reporter) -> list[HostRun]:
     """``invoke build-rccl-plugin``: the ROCm release and plugin checked, then one recipe-install step of
-    the aws-ofi-rccl recipe (the ROCm release reaches its hooks as the run's ``rocm`` option)."""
-    loaded = pb.load(site or "local", playbook)
+    the aws-ofi-rccl recipe (the ROCm release reaches its hooks as the run's ``rocm`` option).
+
+    Without --site (or --playbook) the site is ``local``, this machine: said on the first line, and
+    refused when this machine's site has no ROCm (facts.rocm) and no --rocm-home says where one is,
+    so that ``--rocm 5.7.1`` alone never builds for a site nobody chose."""
+    loaded = pb.load(site or ("local" if playbook is None else None), playbook)
+    if site is None and playbook is None:
+        if loaded.facts.rocm is None and not options.rocm_home:
+            raise InputError("--site", f"not given, and the local site (this machine, {loaded.path}) has no ROCm "
+                             "(facts.rocm): name the site to build for (e.g. --site frontier, --site lumi), or give "
+                             "--site local with --rocm-home")
+        reporter.note(f"build-rccl-plugin: site local (this machine, {loaded.path}); --site names another")
     recipe = load_recipe("aws-ofi-rccl", _sources_dir(options))
     data = plugin_data(recipe)
     rocm = options.rocm or (loaded.facts.rocm.version if loaded.facts.rocm else None)

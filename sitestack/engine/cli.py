@@ -115,6 +115,15 @@ def split_list(value: str | None, option: str = "") -> tuple[str, ...]:
     return items
 
 
+def recipe_source(value: str) -> tuple[str, str]:
+    """``--source NAME=PATH`` -> (NAME, PATH); anything else is an error naming the option."""
+    name, sep, path = value.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise InputError("--source", f"{value!r} must be NAME=PATH: a recipe name and its source tarball or directory "
+                         "(e.g. aws-ofi-rccl=/srv/src/aws-ofi-rccl-17d41cb.tar.gz)")
+    return name.strip(), path.strip()
+
+
 def int_option(option: str, value: object, *, low: int, high: int) -> int:
     """An integer option within [low, high]; ``--jobs abc`` is an error naming the option."""
     text = str(value)

@@ -14,6 +14,7 @@ import gzip
 import os
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from sitestack.core.errors import SitestackError
@@ -57,9 +58,11 @@ def source_file(recipe: Recipe, version: str, given: str) -> Path:
     return path
 
 
-def source_sha256(host: Host, recipe: Recipe, version: str, label: str, dest: str, given: Path | None) -> str:
+def source_sha256(host: Host, recipe: Recipe, version: str, label: str, dest: str, given: Path | None,
+                  mirrors: Sequence[Path] = ()) -> str:
     """The sha256 of the source to build: the recipe's, else that of ``given`` (from :func:`source_file`),
-    else the one the install at ``dest`` recorded; refused when there is none."""
+    else the one the install at ``dest`` recorded, else that of a tarball in ``mirrors`` whose sum is
+    one of the version's checked ``archives``; refused when there is none."""
     known = recipe.versions[version].sha256
     if given is not None:
         return known or sources_mod.sha256_file(given)
@@ -69,9 +72,32 @@ def source_sha256(host: Host, recipe: Recipe, version: str, label: str, dest: st
     installed: str | None = stamp.get("inputs", {}).get("build", {}).get("source", {}).get("sha256")
     if installed:
         return installed
+    mirrored = mirrored_archive(recipe, version, mirrors)
+    if mirrored:
+        return mirrored
     url = sources_mod.url_of(recipe, version)
-    raise SitestackError(f"{recipe.path} has no sha256 for {label} ({url}): pass the tarball or a checkout with "
-                         f"--source, or check it (`invoke checksum {url}`) and write its sha256 into the recipe")
+    where = f" (none in --mirror {', '.join(map(str, mirrors))} has one of its checked sums)" if mirrors else ""
+    raise SitestackError(f"{recipe.path} has no sha256 for {label} ({url}){where}: pass the tarball or a checkout with "
+                         f"--source, put a checked archive in --mirror, or check it (`invoke checksum {url}`) and write "
+                         "its sha256 into the recipe")
+
+
+def mirrored_archive(recipe: Recipe, version: str, mirrors: Sequence[Path]) -> str | None:
+    """The sum of the version's tarball in a mirror (``<mirror>/<recipe>/<file>`` or ``<mirror>/<file>``)
+    when it is one of the version's checked ``archives``; a tarball with another sum is refused."""
+    name = sources_mod.filename_of(recipe, version)
+    archives = recipe.versions[version].archives
+    for mirror in mirrors:
+        for candidate in (Path(mirror) / recipe.name / name, Path(mirror) / name):
+            if not candidate.is_file():
+                continue
+            sha = sources_mod.sha256_file(candidate)
+            if sha not in archives:
+                raise SitestackError(f"{candidate} (--mirror) has sha256 {sha}, which is none of the checked sums of "
+                                     f"{recipe.name} {version} in {recipe.path} ({', '.join(archives) or 'none'}): "
+                                     "refused")
+            return sha
+    return None
 
 
 def keep_source(recipe: Recipe, version: str, given: Path, sha256: str | None) -> None:

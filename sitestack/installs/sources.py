@@ -86,6 +86,11 @@ def check_tarball(path: Path, label: str) -> None:
         raise SitestackError(f"{label}: {path.name} is not a readable tarball: {exc}") from None
 
 
+def verify(path: Path, want: str, what: str) -> None:
+    """Refuse ``path`` unless its sha256 is ``want`` (``what`` names it in the message)."""
+    _verify(path, want, what)
+
+
 def _verify(path: Path, want: str, what: str) -> None:
     have = sha256_file(path)
     if have != want:

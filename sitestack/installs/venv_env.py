@@ -73,13 +73,26 @@ class EnvTools:
         return self.base.env_python(root, ["-m", "pip"])
 
     def pip_install(self, root: str, requirements: Sequence[str], report: str, *extra: str) -> str | None:
-        """``pip install`` ``requirements`` into ``root``; the text of pip's ``--report`` (then removed)."""
+        """``pip install`` ``requirements`` into ``root``; the text of pip's ``--report`` (then removed).
+
+        The torch line (the stack's pinned requirements) comes from facts.torch.index_url: as an extra
+        index, or, with facts.torch.index ``only``, as the only one (pip ``--index-url``, seed 001's
+        line), in a pip run of its own before the rest, which then comes from the default index."""
+        url = self.stack.index_url
+        if not (url and self.stack.index_only):
+            return self._pip_install(root, requirements, report, ["--extra-index-url", url] if url else [], extra)
+        own = [r for r in requirements if r in self.stack.requirements]
+        rest = [r for r in requirements if r not in own]
+        texts = [self._pip_install(root, own, report, ["--index-url", url], extra) if own else None,
+                 self._pip_install(root, rest, report, [], extra) if rest else None]
+        return merge_reports(texts)
+
+    def _pip_install(self, root: str, requirements: Sequence[str], report: str, index: Sequence[str],
+                     extra: Sequence[str]) -> str | None:
         argv = [*self.pip(root), "install", "--no-input", "--disable-pip-version-check", "--progress-bar", "off",
-                "--retries", "2", "--timeout", "60", "--report", report, *extra]
+                "--retries", "2", "--timeout", "60", "--report", report, *extra, *index]
         if not self.stack.compile:
             argv.append("--no-compile")
-        if self.stack.index_url:
-            argv += ["--extra-index-url", self.stack.index_url]
         if self.log is None or self.report is None:
             self.run([*argv, *requirements])
         else:
@@ -114,3 +127,15 @@ def list_dists(host: Host, stack: Stack) -> tuple[bool, set[str]]:
     out = host.probe(["sh", "-c", script, "sh", stack.path, stack.site_packages])
     lines = out.stdout.split()
     return "NOPYTHON" not in lines, {n for n in lines if n != "NOPYTHON"}
+
+
+def merge_reports(texts: Sequence[str | None]) -> str | None:
+    """One ``pip install --report`` text with the ``install`` items of several (None: no run)."""
+    items: list[Any] = []
+    given = [t for t in texts if t]
+    for text in given:
+        try:
+            items += json.loads(text).get("install", [])
+        except ValueError:
+            continue
+    return json.dumps({"install": items}) if given else None

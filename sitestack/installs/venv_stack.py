@@ -46,6 +46,7 @@ class Stack:
     index_url: str | None
     system_site_packages: bool
     compile: bool
+    index_only: bool = False        # facts.torch.index == "only": the torch line with --index-url
 
     @property
     def site_packages(self) -> str:
@@ -110,6 +111,7 @@ def stack_for(ctx: RunContext, name: str | None = None, *, system_site_packages:
         index_url=None if container else facts.torch.index_url,
         system_site_packages=True if container else ssp,
         compile=compile,
+        index_only=facts.torch.index == "only",
     )
 
 

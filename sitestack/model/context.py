@@ -20,6 +20,9 @@ from sitestack.core.errors import InputError
 from sitestack.core.quoting import control_problem
 from sitestack.model.site import Facts, Site
 
+#: A recipe's name (the stem of its file in sources/).
+RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
 
 def _env_str(name: str) -> str | None:
     return os.environ.get(name) or None
@@ -111,6 +114,8 @@ class RunOptions:
     install_lock_wait: float = 6 * 3600.0  # seconds to wait for one install's lock (builds take long)
     # -- builds ------------------------------------------------------------------------------
     source: str | None = None  # a source tarball to use instead of downloading (--source)
+    #: provision --source NAME=PATH: the source of recipe NAME for every step that installs it
+    recipe_sources: tuple[tuple[str, str], ...] = ()
     sources_dir: str | None = None  # recipes from this directory instead of sources/
     mirror: str | None = None  # a controller directory of source tarballs
     jobs: int | None = None  # parallel build jobs
@@ -161,6 +166,11 @@ class RunOptions:
             problem = control_problem(value) if value is not None else None
             if problem:
                 raise InputError(option, problem)
+        for name, path in self.recipe_sources:
+            problem = control_problem(name) or control_problem(path)
+            if problem or not RECIPE_NAME.fullmatch(name):
+                raise InputError("--source", problem or f"{name!r} is not a recipe name (NAME=PATH, e.g. "
+                                 "aws-ofi-rccl=/path/aws-ofi-rccl-17d41cb.tar.gz)")
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,10 @@ class Torch:
     version: str = field(metadata=_doc("torch version, e.g. 2.2.2 (PEP 440)"))
     variant: str = field(metadata=_doc("wheel variant: cu121, rocm5.7, xpu, cpu"))
     index_url: str | None = field(default=None, metadata=_doc("pip index for the wheels; none for PyPI"))
+    index: Literal["extra", "only"] = field(default="extra", metadata=_doc(
+        "how index_url is used for torch and its companions: extra (pip --extra-index-url: PyPI too) or only "
+        "(--index-url: every package of that install from index_url, as OLCF's Frontier line does); "
+        "the other packages always come from the default index"))
     packages: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
         "companion packages pinned with torch, e.g. torchvision: 0.17.2"))
     extras: tuple[str, ...] = field(default=(), metadata=_doc("further pip requirements (tensorboard, ...)"))

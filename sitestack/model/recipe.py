@@ -130,6 +130,10 @@ class Source:
         "sha256 of the tarball (`invoke checksum URL` prints it); null where it is not known yet: "
         "downloads are then refused until a site fills it in"))
     filename: str | None = field(default=None, metadata=_doc("file name in caches and mirrors (default: the URL's last part)"))
+    archives: tuple[str, ...] = field(default=(), metadata=_doc(
+        "sha256 sums of other tarballs of the same source tree that were checked (e.g. a `git archive` of the tag), "
+        "where the URL's own sum is not known: such a tarball under the version's file name is accepted from "
+        "--mirror (and named as known from --source); nothing is downloaded on their strength"))
     requires: Requires = field(default_factory=Requires, metadata=_doc("site facts this version needs"))
     args: tuple[str, ...] = field(default=(), metadata=_doc("build arguments added for this version only"))
     env: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
@@ -138,8 +142,9 @@ class Source:
     def check(self) -> str | None:
         if self.filename is not None and not (FILE_NAME.fullmatch(self.filename) and ".." not in self.filename):
             return f"filename: {self.filename!r} must be a plain file name (letters, digits, . _ + -; no /, no ..)"
-        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
-            return f"sha256: must be 64 lower-case hex digits, not {self.sha256!r}"
+        for sha in (self.sha256, *self.archives):
+            if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
+                return f"sha256: must be 64 lower-case hex digits, not {sha!r}"
         if not re.match(r"^(https?|file)://", self.url):
             return f"url: must start with https://, http:// or file://, not {self.url!r}"
         return None

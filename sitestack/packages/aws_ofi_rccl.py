@@ -15,7 +15,7 @@ What differs per ROCm release is data in ``sources/aws-ofi-rccl.yml``:
 Before building, the host must have HIP (``include/hip/hip_runtime.h`` and libamdhip64) and, for
 the fork, RCCL's header (:class:`PluginHooks`). After building, ``nm -D --defined-only`` must show
 exactly the plugin symbols the recipe lists (:func:`symbol_checks`). The module file sets
-``NCCL_NET_PLUGIN`` and ``NCCL_NET`` and records the interface versions the plugin offers
+``NCCL_NET_PLUGIN`` (and the ``NCCL_NET`` name in ``SITESTACK_NCCL_NET``) and records the interface versions the plugin offers
 (``SITESTACK_NCCL_NET_PLUGIN_APIS``, :func:`module_settings`).
 """
 
@@ -263,13 +263,15 @@ def api_list(row: PluginRow) -> str:
 
 def module_settings(recipe: Recipe, row: PluginRow) -> ModuleSettings:
     """The recipe's module settings plus the plugin's own: NCCL_NET_PLUGIN (the library's absolute
-    path) and NCCL_NET, so that RCCL fails instead of falling back to sockets when it cannot load it;
-    SITESTACK_NCCL_NET_PLUGIN_APIS and the whatis line say which plugin interface versions it offers
-    (checked with nm after the build), so a site can tell which RCCL can load it."""
+    path), so that RCCL loads this library and no other; SITESTACK_NCCL_NET, the name to force it with
+    (``NCCL_NET``) between nodes; SITESTACK_NCCL_NET_PLUGIN_APIS and the whatis line say which plugin
+    interface versions it offers (checked with nm after the build), so a site can tell which RCCL can
+    load it. NCCL_NET itself is not set: on one node the plugin does not initialise, and a forced
+    network then stops every single-node job (the validation job forces it only on two or more nodes)."""
     base = recipe.module or ModuleSettings()
     whatis = f"{(base.whatis or recipe.description).rstrip('.')}; net plugin API {api_list(row)}"
     return dataclasses.replace(base, whatis=whatis, set={
-        **base.set, "NCCL_NET_PLUGIN": "{install}/" + row.library, "NCCL_NET": row.net_name,
+        **base.set, "NCCL_NET_PLUGIN": "{install}/" + row.library, "SITESTACK_NCCL_NET": row.net_name,
         "SITESTACK_NCCL_NET_PLUGIN_APIS": api_list(row)})
 
 

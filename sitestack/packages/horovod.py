@@ -18,6 +18,7 @@ the host (:class:`Probed`); the probing itself and the hooks are in
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import shlex
@@ -143,6 +144,7 @@ class Plan:
     gpu_operations: str                 # NCCL | MPI | none
     gpu: str | None                     # CUDA | ROCM | None
     cuda_cc: int | None = None
+    cpu_operations: str | None = None   # HOROVOD_CPU_OPERATIONS (MPI | GLOO | CCL), None: Horovod's default
 
     def expected_check_build(self) -> dict[str, dict[str, bool]]:
         """What ``horovodrun --check-build`` must show, section by section."""
@@ -154,11 +156,17 @@ class Plan:
         }
 
 
-def plan_for(recipe: Recipe, facts: Facts, asked_ops: str | None, site: str) -> Plan:
-    """Check the version rules that need only the facts; say what will be built."""
+def plan_for(recipe: Recipe, facts: Facts, asked_ops: str | None, site: str, cpu_ops: str | None = None) -> Plan:
+    """Check the version rules that need only the facts; say what will be built (``cpu_ops``: the
+    step's HOROVOD_CPU_OPERATIONS, kept as given)."""
     data = horovod_data(recipe)
     cxx_standard(data, facts.torch.version)  # torch too old / too new for the patches
     ops = gpu_operations(data, facts, asked_ops, site)
+    plan = _plan(facts, ops, site, data)
+    return dataclasses.replace(plan, cpu_operations=cpu_ops) if cpu_ops else plan
+
+
+def _plan(facts: Facts, ops: str, site: str, data: HorovodData) -> Plan:
     if ops == "none":
         return Plan("none", None)
     gpu = GPU_NAMES.get(facts.gpu.vendor)
@@ -233,11 +241,13 @@ def build_env_marker(facts: Facts) -> str:
 
 def build_env_commands(base_python: str, env_dir: str, facts: Facts) -> list[list[str]]:
     """Commands that make the build environment: a venv of the site's Python with the site's torch."""
-    index = ["--extra-index-url", facts.torch.index_url] if facts.torch.index_url else []
     pip = [f"{env_dir}/bin/python", "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check"]
-    return [["rm", "-rf", "--", env_dir],
-            [base_python, "-m", "venv", env_dir],
-            pip + [*index, f"torch=={facts.torch.version}", *BUILD_ENV_PACKAGES]]
+    make = [["rm", "-rf", "--", env_dir], [base_python, "-m", "venv", env_dir]]
+    url, torch = facts.torch.index_url, f"torch=={facts.torch.version}"
+    if url and facts.torch.index == "only":
+        # torch from that index alone (pip --index-url, as the site's own line), the rest from the default one
+        return [*make, pip + ["--index-url", url, torch], pip + list(BUILD_ENV_PACKAGES)]
+    return [*make, pip + [*(["--extra-index-url", url] if url else []), torch, *BUILD_ENV_PACKAGES]]
 
 
 @dataclass(frozen=True)
@@ -266,6 +276,9 @@ def build_env(plan: Plan, facts: Facts, data: HorovodData, probed: Probed) -> di
         # Not read by the build: recorded so that another torch gives another digest (and wheel).
         "SITESTACK_BUILD_TORCH": probed.torch.torch,
     }
+    if plan.cpu_operations:
+        # The default operations for CPU tensors (seed 004: HOROVOD_CPU_OPERATIONS=MPI); Gloo is built anyway.
+        env["HOROVOD_CPU_OPERATIONS"] = plan.cpu_operations
     if facts.mpi.flavour == "cray-mpich":
         # Read by Horovod's old setup.py builds (< 0.20), not by 0.28.1's CMake, where CXX=CC does it;
         # kept because site recipes (LUMI) set it and it documents the wrapper.

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sitestack.core import versions
 from sitestack.core.errors import SitestackError
@@ -91,6 +91,11 @@ class HorovodArgs:
     nccl_home: str | None = field(default=None, metadata={"doc": (
         "NCCL with include/nccl.h and lib/ (CUDA sites; may use $VARIABLES set by the site modules; "
         "default: the nvidia-nccl wheel of the interpreter)")})
+    cpu_operations: Literal["MPI", "GLOO", "CCL"] | None = field(default=None, metadata={"doc": (
+        "HOROVOD_CPU_OPERATIONS: the default for CPU tensors, MPI, GLOO or CCL (default: Horovod's choice)")})
+    cuda_stubs: str | None = field(default=None, metadata={"doc": (
+        "directory with the CUDA driver stub libcuda.so, for hosts without a GPU driver (CUDA sites; may use "
+        "$VARIABLES set by the site modules; default: <facts.cuda.home>/lib64/stubs)")})
 
 
 class HorovodHooks(PackageHooks):
@@ -101,7 +106,8 @@ class HorovodHooks(PackageHooks):
     def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
         super().__init__(ctx, recipe, args)
         self.data = horovod_data(recipe)
-        self.plan = plan_for(recipe, ctx.facts, self.option("gpu_operations"), ctx.site.name)
+        self.plan = plan_for(recipe, ctx.facts, self.option("gpu_operations"), ctx.site.name,
+                             cpu_ops=self.option("cpu_operations"))
         self.given_python: str | None = self.option("python")
         self.links: list[tuple[str, str]] = []   # (link path, target) to make before building
         self.env_dir: str | None = None
@@ -238,11 +244,29 @@ class HorovodHooks(PackageHooks):
             raise SitestackError(f"no libnccl.so in {nccl}/lib")
         # Login nodes have no GPU driver. Horovod links the CUDA runtime, not the driver, but libraries
         # it links (NVHPC's, seed 004) may need libcuda.so.1: offer the toolkit's stub under both names.
+        given = getattr(self.args, "cuda_stubs", None)
+        stub = cuda_stub(host, resolve_refs(given, env, "cuda_stubs") if given else f"{home}/lib64/stubs",
+                         "the step's cuda_stubs" if given else "facts.cuda.home + /lib64/stubs")
         stubs = None
-        driver = host.probe(["bash", "-c", "ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1 '"])
-        stub = f"{home}/lib64/stubs/libcuda.so"
-        if not driver.ok and host.exists(stub):
+        if stub:
             stubs = link_dir(links_root, "cuda-stubs", stub)
             self.links += [(f"{stubs}/libcuda.so", stub), (f"{stubs}/libcuda.so.1", stub)]
         return dataclasses.replace(probed, cuda_home=home, nccl_home=nccl, nccl_include=f"{nccl}/include", nccl_lib=lib,
                                    cuda_stubs=stubs)
+
+
+def cuda_stub(host: Host, directory: str, given_by: str) -> str | None:
+    """The libcuda stub to link against on a host without a GPU driver (login nodes), None where the
+    driver's libcuda.so.1 is installed. Seed 004 asks for ``libcuda.so.1 -> libcuda.so`` in
+    ``${NVHPC_ROOT}/cuda/lib64/stubs``; sitestack makes that link itself, beside the build cache, so
+    only ``libcuda.so`` must be there. Neither driver nor stub: an error naming the directory, because
+    the build would otherwise fail late, or link a library that cannot load."""
+    driver = host.probe(["bash", "-c", "ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1 '"])
+    if driver.ok:
+        return None
+    stub = f"{directory.rstrip('/')}/libcuda.so"
+    if not host.exists(stub):
+        raise SitestackError(f"{host.name} has no GPU driver (no libcuda.so.1 known to ldconfig) and no CUDA driver stub "
+                             f"{stub} ({given_by}): Horovod's CUDA build links against libcuda; give the directory "
+                             "that has it (the step's cuda_stubs)")
+    return stub

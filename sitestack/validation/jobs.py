@@ -41,6 +41,10 @@ PORT_SPAN = 10000
 #: OLCF's Frontier guide; research/peers.md s5.3).
 NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
 
+#: Intel's Level Zero device hierarchy (FLAT: each stack of a card is a root device; COMPOSITE: each
+#: card), which decides a Dawn node's ranks and cores per rank (seed 003, setup_mpi.sh).
+HIERARCHY = "ZE_FLAT_DEVICE_HIERARCHY"
+
 #: The built packages the check program imports when the stack includes them (their import names).
 IMPORTED = ("mpi4py",)
 
@@ -131,6 +135,7 @@ class JobInputs:
     module_root: str | None = None  # where that module file is (facts.modules.install_root)
     manifest: str | None = None  # the stack's manifest, which `invoke validate` checks the job's imports against
     checks_need: tuple[str, ...] = ()  # what the checks import besides torch (venv_stack.CHECK_NEEDS)
+    prefix: str | None = None  # the site's install prefix (default: the parent of dir), bound into a container
 
 
 def script_name(launcher: str) -> str:
@@ -152,9 +157,12 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
             sbatch.append(f"--{key}={value}")
     sbatch.append(f"--time={sched.time}")
     sbatch.extend(sched.options)
+    stacks = 2 if facts.gpu.unit == "stack" else 0
     env_items = []
     miopen = []
     for key, value in inputs.env.items():
+        if stacks and key == HIERARCHY:
+            continue  # the default of the geometry below, which a hierarchy chosen at submission overrides
         env_items.append((key, sh_expanding(value)))
         if key.startswith("MIOPEN_") and (key.endswith("_PATH") or key.endswith("_DIR")):
             miopen.append(key)
@@ -167,7 +175,9 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
     if facts.container:
         runtime = runtime_of(facts.container)
         container = {"runtime": runtime.name, "image": facts.container.image or "", "bind_var": runtime.bind_var,
-                     "binds": sh_expanding(",".join((*facts.container.bind, "$VALIDATION_DIR", "$OUT")))}
+                     # the prefix holds the stack's Python (PYTHON) and everything it installed
+                     "binds": sh_expanding(",".join((*facts.container.bind, inputs.prefix or str(Path(inputs.dir).parent),
+                                                     "$VALIDATION_DIR", "$OUT")))}
         exec_prefix = f'{runtime.command} exec "$SIF" '
     srun_mpi = " --mpi=pmi2" if facts.mpi.flavour in ("mpich", "intel-mpi") else ""
     mpi_launcher = facts.mpi.launcher
@@ -182,7 +192,6 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         probe = 'mpiexec -n 2 -ppn "$PROBE_PER_NODE" -hosts "$NODELIST"'
     nccl = facts.collectives in ("nccl", "rccl")
     plugin = facts.network.net_plugin
-    stacks = 2 if facts.gpu.unit == "stack" else 0
     job_seconds = slurm_seconds(sched.time)
     return {
         "site": inputs.site,
@@ -199,6 +208,8 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "ranks_per_node": v.ranks_per_node,
         "stacks": stacks,
         "cards": (facts.gpu.per_node // stacks) if stacks else 0,
+        "hierarchy": inputs.env.get(HIERARCHY) or "FLAT",
+        "node_cores": facts.node.cores or 1,
         "cores_per_rank": facts.gpu.cores_per_gpu or 0,
         "port_base": PORT_BASE,
         "port_span": PORT_SPAN,
@@ -212,6 +223,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "exec_prefix": exec_prefix,
         "probe_command": probe,
         "srun_mpi": srun_mpi,
+        "srun_used": launcher == "srun" or mpi_launcher == "srun",
         "mpi_flavour": facts.mpi.flavour,
         "bind": v.bind,
         "masks": masks,

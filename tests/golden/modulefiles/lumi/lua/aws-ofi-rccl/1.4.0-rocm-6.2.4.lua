@@ -10,8 +10,10 @@ whatis("URL: https://github.com/ROCm/aws-ofi-rccl")
 help([[
 libfabric network plugin for RCCL (Slingshot cxi).
 The libfabric network plugin for RCCL (aws-ofi-rccl 1.4.0), installed in /projappl/proj123/sitestack/aws-ofi-rccl/1.4.0-rocm-6.2.4.
-Without it RCCL falls back to TCP sockets; this module names the plugin
-explicitly so that a missing plugin is an error instead.
+Without it RCCL falls back to TCP sockets. This module names the plugin's
+library (NCCL_NET_PLUGIN). On two or more nodes, export NCCL_NET="$SITESTACK_NCCL_NET"
+so that a plugin that does not load is an error instead; not on one node, where the
+plugin does not initialise.
 
 Check that it loads: run a job with NCCL_DEBUG=INFO and look for "NET/OFI" and
 "Using network AWS Libfabric" (not "NET/Socket").
@@ -34,7 +36,7 @@ pushenv("FI_CXI_DEFAULT_CQ_SIZE", "131072")
 pushenv("FI_CXI_DEFAULT_TX_SIZE", "2048")
 pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")
 pushenv("NCCL_CROSS_NIC", "1")
-pushenv("NCCL_NET", "AWS Libfabric")
 pushenv("NCCL_NET_GDR_LEVEL", "3")
 pushenv("NCCL_NET_PLUGIN", "/projappl/proj123/sitestack/aws-ofi-rccl/1.4.0-rocm-6.2.4/lib/librccl-net.so")
 pushenv("NCCL_SOCKET_IFNAME", "hsn0,hsn1,hsn2,hsn3")
+pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")
