@@ -23,7 +23,7 @@ from sitestack.builders.base import venv_commands
 from sitestack.core.errors import CommandFailed, SitestackError
 from sitestack.core.host import Completed, Host, LocalHost
 from sitestack.core.swap import swap_argv
-from sitestack.installs import checkcache
+from sitestack.installs import checkcache, wheel_cache
 from sitestack.installs import sources as sources_mod
 from sitestack.installs.inputs import digest
 from sitestack.installs.progress import Progress
@@ -149,20 +149,12 @@ class Installer:
 
     def cached_artefact(self) -> str | None:
         """The cache entry's artefact when its sha256 is the manifest's; a damaged entry is removed."""
-        text = self.host.read_text(f"{self.cache_entry}/artefact.json")
-        if text is None:
+        if not self.host.exists(f"{self.cache_entry}/artefact.json"):
             return None
-        try:
-            manifest = json.loads(text)
-            path = f"{self.cache_entry}/{manifest['file']}"
-        except (ValueError, KeyError, TypeError):
-            manifest, path = {}, ""
-        out = self.host.probe(["sha256sum", "--", path]) if path else None
-        if out is not None and out.ok and out.stdout.split()[0] == manifest.get("sha256"):
-            return path
-        self.progress.note(f"cache entry {self.cache_entry} is damaged; rebuilding")
-        self.host.run(["rm", "-rf", "--", self.cache_entry])
-        return None
+        path = wheel_cache.cached_file(self.host, self.cache_entry)
+        if path is None:
+            self.progress.note(f"cache entry {self.cache_entry} is damaged; rebuilding")
+        return path
 
     def build(self) -> str:
         t = self.target
