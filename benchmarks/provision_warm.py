@@ -4,7 +4,9 @@ The build cache already holds what the playbook builds (mpi4py's and Horovod's w
 stack's venv template (made by the first stack built with pip; see sitestack/installs/
 venv_template.py). A fresh prefix is provisioned with the whole playbook; the figure is the whole
 CLI process, with each step's time from ``--json``. The first run of this benchmark on a machine
-may build the template (a pip install); it is run once untimed when no template exists.
+may build the template (a pip install); it is run once untimed when no template exists. A run
+after the check results or the MPI probe's wheel left the cache (a new Horovod artefact, another
+toolchain, ``invoke gc``) runs the checks and builds the probe, and stores them for the next.
 Afterwards the new stack is checked: the same distributions as the template's stack, and every
 script's ``#!`` names the new prefix. Target: at most 20 s.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -230,6 +231,46 @@ def test_python_sdist_wheel_is_shared_between_prefixes(tmp_path, tarballs):
     assert "phase build" not in build_log(out) and "(no build needed)" in build_log(out)
     assert project.stamp()["artefact"]["from_cache"] is True
     assert project.stamp()["checks"][0]["output"] == "hello from hipy"
+
+
+def test_check_results_kept_in_the_cache_serve_a_new_prefix(tmp_path, tarballs):
+    """A cached install into another prefix keeps the checks' result stored with the cache entry when
+    everything they depend on is the same; a changed check, or --rebuild, runs them again."""
+    project = Project(tmp_path, tarballs, name="hipy")
+    project.version = "0.1"
+    project.recipe(hipy_recipe(tarballs["hipy"]))
+    assert project.run().returncode == 0
+    assert project.stamp()["checks"] == [{"name": "imports", "ok": True, "output": "hello from hipy"}]
+    entry = Path(project.stamp()["artefact"]["cache"])
+    kept = list(entry.glob("checks-*.json"))
+    assert len(kept) == 1, sorted(p.name for p in entry.iterdir())
+
+    project.prefix = tmp_path / "second-prefix"
+    out = project.run()
+    assert out.returncode == 0, out.stdout + out.stderr
+    log = build_log(out)
+    assert "(no build needed)" in log and "vouched for by" in log
+    checks = project.stamp()["checks"]
+    assert [(c["name"], c["ok"], c["output"]) for c in checks] == [("imports", True, "hello from hipy")]
+    assert checks[0]["vouched"]["by"] == str(kept[0])
+    assert checks[0]["vouched"]["checked"]["tree"].startswith(str(tmp_path / "prefix"))
+
+    # a changed input of the checks (here the check itself; the artefact stays cached) runs them again
+    recipe = project.sources / "hipy.yml"
+    recipe.write_text(recipe.read_text().replace("expect: hello from hipy", "expect: hello from"))
+    project.prefix = tmp_path / "third-prefix"
+    out = project.run()
+    assert out.returncode == 0, out.stdout + out.stderr
+    log = build_log(out)
+    assert "(no build needed)" in log and "vouched for by" not in log and re.search(r"phase check \(\+\d+s\): imports\n", log)
+    assert "vouched" not in project.stamp()["checks"][0]
+    assert len(list(entry.glob("checks-*.json"))) == 2
+
+    # --rebuild never takes a kept result
+    project.prefix = tmp_path / "fourth-prefix"
+    out = project.run("--rebuild")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "vouched" not in project.stamp()["checks"][0] and "vouched for by" not in build_log(out)
 
 
 def test_bootstrap_runs_when_there_is_no_configure(project):

@@ -20,14 +20,23 @@ from sitestack.engine.playbook import offline_context
 from sitestack.packages.horovod import build_env, build_env_commands, horovod_data, plan_for
 from sitestack.packages.horovod_hooks import cuda_stub
 from sitestack.validation import jobs
-from tests.twins import sites
+from tests.twins import runtime, sites
 
 
-def job_text(site: str, launcher: str, playbook: Path | None = None, prefix: str | None = None) -> str:
+def inputs_of(site: str, playbook: Path | None = None, prefix: str | None = None,
+              python: str | None = None) -> jobs.JobInputs:
+    """The site's job inputs; with ``python``, a job that validates that Python instead of loading
+    the stack's module (as ``install-validation-job --python`` does)."""
     loaded = pb.load(None if playbook else site, path=playbook)
     ctx = offline_context(loaded, home="/home/alice", user="alice", account="proj123", prefix=prefix)
     from sitestack.actions.validation_job import job_inputs
-    return jobs.render_job(job_inputs(ctx, f"{ctx.values['prefix']}/validation", None), launcher)
+    return job_inputs(ctx, f"{ctx.values['prefix']}/validation", python)
+
+
+def job_text(site: str, launcher: str, playbook: Path | None = None, prefix: str | None = None,
+             python: str | None = None) -> str:
+    """The site's batch script (see inputs_of)."""
+    return jobs.render_job(inputs_of(site, playbook, prefix, python), launcher)
 
 
 # -- Frontier --------------------------------------------------------------------------------------------
@@ -103,7 +112,8 @@ def make_wheel(where: Path, name: str, version: str) -> Path:
 def test_jobs_that_use_srun_unset_slurm_export_env_before_it(site, launcher):
     text = job_text(site, launcher)
     unset = text.index("unset SLURM_EXPORT_ENV\n")
-    first_srun = min(m.start() for m in re.finditer(r"^\s*srun ", text, re.M))
+    # the first srun command line, also behind the guard ("${GUARD[@]}" srun ...); comments do not count
+    first_srun = min(m.start() for m in re.finditer(r"^[^#\n]*\bsrun --", text, re.M))
     assert unset < first_srun
 
 
@@ -123,15 +133,24 @@ def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp
     the apptainer stand-in): 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12 with FLAT (seed 003),
     and every rank sees the hierarchy the job chose."""
     job = tmp_path / "job.sbatch"
-    job.write_text(job_text("dawn", "mpiexec", dawn_twin.playbook()))
     report = tmp_path / "report.sh"
+    # the geometry alone: the job runs report.sh as its Python, not the stack module's (not installed here)
+    inputs = inputs_of("dawn", dawn_twin.playbook(), python=str(report))
+    job.write_text(jobs.render_job(inputs, "mpiexec"))
     report.write_text('#!/bin/sh\necho "rank ${PMI_RANK:-?} of ${PMI_SIZE:-?}: $ZE_FLAT_DEVICE_HIERARCHY '
                       'omp=$OMP_NUM_THREADS mask=$ZE_AFFINITY_MASK"\n')
     report.chmod(0o755)
     image = Path(dawn_twin.facts["container"]["image"])
     image.parent.mkdir(parents=True, exist_ok=True)
-    image.write_text("stand-in image\n")
-    (Path(dawn_twin.facts["prefix"]) / "validation").mkdir(parents=True, exist_ok=True)
+    if not image.exists():   # the stand-in runtime's image: an empty tree laid over the host's /
+        (tmp_path / "rootfs").mkdir()
+        runtime.make_image(tmp_path / "rootfs", image)
+    # the installed job's files: the guard around the launcher is the real check program
+    for rel, (text, mode) in jobs.job_files(inputs).items():
+        path = Path(inputs.dir) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(mode)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "USER": "alice", "SLURM_GPUS_ON_NODE": "4",
            "SLURM_CPUS_ON_NODE": "96", "SITESTACK_PYTHON": str(report), "SITESTACK_VALIDATION_OUT": str(tmp_path / "out"),
            "SLURM_JOB_ID": "4242"}   # no SLURM_JOB_NODELIST: the job falls back to this host
@@ -150,7 +169,8 @@ def test_dawn_binds_the_install_prefix_into_the_container():
     text = job_text("dawn", "mpiexec")
     binds = re.search(r'^export APPTAINER_BINDPATH="([^"]*)"$', text, re.M)
     assert binds and "/home/alice/sitestack/dawn" in binds.group(1).split(",")
-    assert "PYTHON=${SITESTACK_PYTHON:-/home/alice/sitestack/dawn/pytorch/" in text   # what needs it
+    # what needs it: the job loads the stack's module, whose Python (first on PATH) is in the prefix
+    assert re.search(r"^module load .*pytorch/", text, re.M) and "PYTHON=${SITESTACK_PYTHON:-python}" in text
 
 
 # -- Cirrus ----------------------------------------------------------------------------------------------

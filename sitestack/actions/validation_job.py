@@ -3,7 +3,9 @@
 One step makes true: ``<dir>/`` holds the check program (``ddp_check.py``, ``ddp_report.py``),
 ``check-config.json``, one batch script per launcher in ``jobs/``, a ``README.md`` for the
 site's users, and the MPI probe built against the site MPI in ``mpi-probe/`` (CMake through
-scikit-build-core, by ``pip install --prefix``, inside the site's modules). Files are compared
+scikit-build-core, a wheel built by ``pip wheel`` inside the site's modules and kept in the host's
+build cache by source and toolchain digest, :mod:`sitestack.installs.wheel_cache`, then installed
+by ``pip install --prefix``: another prefix needs no build). Files are compared
 before they are written; the probe is rebuilt only when the digest of its sources, compiler
 and Python changes (``mpi-probe/.sitestack-stamp``), into a staging directory renamed into
 place, so a failed build leaves the previous probe (or none), never half of one.
@@ -14,12 +16,15 @@ from __future__ import annotations
 import hashlib
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sitestack.actions.base import Action, files_diff, files_pending, log_name, write_files
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.paths import SOURCES_DIR
 from sitestack.core.quoting import in_prefix_problem
+from sitestack.installs import wheel_cache
+from sitestack.installs.installer import build_cache
 from sitestack.installs.venv_stack import Stack, module_root, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
@@ -151,18 +156,47 @@ class InstallValidationJob(Action):
                 self.build_probe(host)
 
     def build_probe(self, host: Host) -> None:
-        """Copy the probe's sources to the host and build them there, inside the site's modules."""
+        """Install the probe from its wheel in the host's build cache, built first (inside the site's
+        modules) when no wheel for these sources and this toolchain is there yet (or under --no-cache)."""
         base = self.args.dir
-        src = f"{base}/src/mpi_probe"
-        for name in PROBE_FILES:
-            host.put_file(PROBE_SOURCES / name, f"{src}/{name}", 0o644)
+        for name in PROBE_FILES:   # the sources are part of the job (its README points to them)
+            host.put_file(PROBE_SOURCES / name, f"{base}/src/mpi_probe/{name}", 0o644)
         staging = f"{base}/mpi-probe.new"
         log = self.ctx.log_dir / log_name(self.name) if self.ctx.log_dir else None
         host.run(["rm", "-rf", "--", staging])
         py = self.args.build_python
+        identity = wheel_cache.toolchain_identity(host, self.ctx.facts, [self.cc(), py])
+        entry = (f"{build_cache(host, self.ctx.options)}/mpi-probe/"
+                 f"{wheel_cache.entry_key(probe_digest(self.cc(), py, self.ctx.facts.mpi.flavour), identity)}")
+        wheel = None if self.ctx.options.no_cache else wheel_cache.cached_file(host, entry)
+        if wheel is None:
+            wheel = wheel_cache.store_wheel(host, entry, self.build_wheel(host, log), identity,
+                                            replace=self.ctx.options.no_cache)
+        else:
+            self.ctx.note(f"    [{host.name}] MPI probe: from the build cache ({wheel}, no build needed)")
+        pip = [py, "-m", "pip", "install", "--no-deps", "--no-index", "--no-cache-dir", "--disable-pip-version-check",
+               "--prefix", staging, wheel]
+        host.run(in_site_env(self.ctx.facts, pip), log=log)
+        host.run(["rm", "-rf", "--", f"{base}/mpi-probe.wheel"])
+        if not host.exists(f"{staging}/bin/sitestack-mpi-probe"):
+            raise SitestackError(f"the MPI probe build left no {staging}/bin/sitestack-mpi-probe")
+        old = f"{base}/mpi-probe.old"
+        host.run(["rm", "-rf", "--", old])
+        if host.exists(f"{base}/mpi-probe"):
+            host.run(["mv", "--", f"{base}/mpi-probe", old])
+        host.run(["mv", "--", staging, f"{base}/mpi-probe"])
+        host.run(["rm", "-rf", "--", old])
+        host.write_text(f"{base}/{STAMP}", self.digest() + "\n", 0o644)
+
+    def build_wheel(self, host: Host, log: Path | None) -> str:
+        """Build the probe's wheel from its sources on the host (``src/mpi_probe``), inside the site's modules."""
+        base = self.args.dir
+        src, out = f"{base}/src/mpi_probe", f"{base}/mpi-probe.wheel"
+        host.run(["rm", "-rf", "--", out])
+        py = self.args.build_python
         has_backend = host.probe(in_site_env(self.ctx.facts, [py, "-c", "import scikit_build_core"])).ok
-        pip = [py, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
-               "--prefix", staging]
+        pip = [py, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
+               "--wheel-dir", out]
         if has_backend:
             pip.append("--no-build-isolation")  # scikit-build-core is already there: no download
         pip.append(src)
@@ -177,12 +211,8 @@ class InstallValidationJob(Action):
         except SitestackError as exc:
             raise SitestackError(f"building the MPI probe against {self.ctx.facts.mpi.flavour} ({self.cc()}) "
                                  f"failed: {exc}") from None
-        if not host.exists(f"{staging}/bin/sitestack-mpi-probe"):
-            raise SitestackError(f"the MPI probe build left no {staging}/bin/sitestack-mpi-probe")
-        old = f"{base}/mpi-probe.old"
-        host.run(["rm", "-rf", "--", old])
-        if host.exists(f"{base}/mpi-probe"):
-            host.run(["mv", "--", f"{base}/mpi-probe", old])
-        host.run(["mv", "--", staging, f"{base}/mpi-probe"])
-        host.run(["rm", "-rf", "--", old])
-        host.write_text(f"{base}/{STAMP}", self.digest() + "\n", 0o644)
+        listing = host.probe(["bash", "-c", 'ls -1 "$1"/*.whl', "sitestack", out])
+        wheels = listing.stdout.split() if listing.ok else []
+        if len(wheels) != 1:
+            raise SitestackError(f"the MPI probe build made {len(wheels)} wheels in {out}, expected one")
+        return wheels[0]

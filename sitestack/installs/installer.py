@@ -23,6 +23,7 @@ from sitestack.builders.base import venv_commands
 from sitestack.core.errors import CommandFailed, SitestackError
 from sitestack.core.host import Completed, Host, LocalHost
 from sitestack.core.swap import swap_argv
+from sitestack.installs import checkcache, wheel_cache
 from sitestack.installs import sources as sources_mod
 from sitestack.installs.inputs import digest
 from sitestack.installs.progress import Progress
@@ -148,20 +149,12 @@ class Installer:
 
     def cached_artefact(self) -> str | None:
         """The cache entry's artefact when its sha256 is the manifest's; a damaged entry is removed."""
-        text = self.host.read_text(f"{self.cache_entry}/artefact.json")
-        if text is None:
+        if not self.host.exists(f"{self.cache_entry}/artefact.json"):
             return None
-        try:
-            manifest = json.loads(text)
-            path = f"{self.cache_entry}/{manifest['file']}"
-        except (ValueError, KeyError, TypeError):
-            manifest, path = {}, ""
-        out = self.host.probe(["sha256sum", "--", path]) if path else None
-        if out is not None and out.ok and out.stdout.split()[0] == manifest.get("sha256"):
-            return path
-        self.progress.note(f"cache entry {self.cache_entry} is damaged; rebuilding")
-        self.host.run(["rm", "-rf", "--", self.cache_entry])
-        return None
+        path = wheel_cache.cached_file(self.host, self.cache_entry)
+        if path is None:
+            self.progress.note(f"cache entry {self.cache_entry} is damaged; rebuilding")
+        return path
 
     def build(self) -> str:
         t = self.target
@@ -291,7 +284,23 @@ class Installer:
         if missing:
             raise SitestackError(f"{t.label}: sanity paths missing after install: {', '.join(missing)} "
                                  f"(staged in {self.tree}; {t.dest} left as it was; log: {self.log})")
-        self.checks = self.run_checks()
+        self.checks = self.checks_for(artefact)
+
+    def checks_for(self, artefact: str) -> list[dict[str, Any]]:
+        """The checks' results: kept with the cache entry for identical inputs (:mod:`sitestack.installs.
+        checkcache`; never under --rebuild/--no-cache), else run now and kept for the next prefix."""
+        entry = os.path.dirname(artefact)
+        manifest = json.loads(self.host.read_text(f"{entry}/artefact.json") or "{}")
+        key = checkcache.check_key(self.host, self.target, self.inputs, str(manifest.get("sha256")))
+        kept = None if self.fresh else checkcache.vouched(self.host, entry, key)
+        if kept is not None:
+            self.progress.phase("check", f"vouched for by {checkcache.check_file(entry, key)} (same artefact, "
+                                         "toolchain, interpreter, launcher and architecture)")
+            return kept
+        results = self.run_checks()
+        checkcache.keep(self.host, entry, key, results, {"host": self.host.name, "tree": self.tree,
+                                                          "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        return results
 
     def run_checks(self) -> list[dict[str, Any]]:
         t = self.target

@@ -1,0 +1,76 @@
+"""A built wheel kept in the host's build cache under a key, so another prefix installs it without a build.
+
+Used for the validation job's MPI probe (:mod:`sitestack.actions.validation_job`): its wheel links
+the site MPI, so the key is the digest of its sources and of the toolchain that built it
+(:func:`toolchain_identity`: the site modules, the compiler wrapper's and the interpreter's path and
+``--version`` line, the host's architecture). An entry is ``<cache>/<name>/<key>/`` holding the wheel
+and an ``artefact.json`` (its sha256, checked on every use; ``invoke gc`` trims these entries like
+the recipes' artefacts). Entries are stored whole with one rename, so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Sequence
+
+from sitestack.core.host import Host
+from sitestack.installs.inputs import digest
+from sitestack.installs.toolchain import PROBE_SCRIPT, vouchers
+from sitestack.model.site import Facts
+from sitestack.model.siteenv import probe_in_site_env
+
+
+def toolchain_identity(host: Host, facts: Facts, tools: Sequence[str]) -> dict[str, object]:
+    """The site modules, each tool's "path | --version line" (probed with the modules loaded, kept in
+    the probe cache while its files stay the same) and ``uname -m``: what a built binary depends on."""
+    out = probe_in_site_env(host, facts, ["bash", "-c", PROBE_SCRIPT, "sitestack", *dict.fromkeys(tools)],
+                            vouchers=vouchers)
+    found = {}
+    for line in out.stdout.splitlines():
+        parts = line.split("\t")
+        if parts[0] in ("TOOL", "MISSING") and len(parts) >= 2:
+            found[parts[1]] = " | ".join(p.strip() for p in parts[2:]) if parts[0] == "TOOL" else "missing"
+    arch = host.probe(["uname", "-m"])
+    return {"modules": list(facts.modules.load), "module_use": list(facts.modules.use), "tools": found,
+            "arch": arch.stdout.strip() if arch.ok else ""}
+
+
+def entry_key(sources: str, identity: dict[str, object]) -> str:
+    """The cache key of a wheel built from ``sources`` (their digest) with ``identity``."""
+    return digest({"sources": sources, "toolchain": identity})
+
+
+def cached_file(host: Host, entry: str) -> str | None:
+    """The entry's file (wheel, tarred tree) when its sha256 is the recorded one; a damaged entry is removed."""
+    text = host.read_text(f"{entry}/artefact.json")
+    if text is None:
+        return None
+    try:
+        manifest = json.loads(text)
+        path = f"{entry}/{os.path.basename(manifest['file'])}"
+    except (ValueError, KeyError, TypeError):
+        manifest, path = {}, ""
+    out = host.probe(["sha256sum", "--", path]) if path else None
+    if out is not None and out.ok and out.stdout.split()[0] == manifest.get("sha256"):
+        return path
+    host.run(["rm", "-rf", "--", entry])
+    return None
+
+
+def store_wheel(host: Host, entry: str, wheel: str, identity: dict[str, object], *, replace: bool = False) -> str:
+    """Store ``wheel`` as the entry (another run's equal entry is kept unless ``replace``); its path there."""
+    parent, name = os.path.split(entry)
+    tmp = f"{parent}/.{name}.tmp-{secrets.token_hex(4)}"
+    host.run(["mkdir", "-p", tmp])
+    file = os.path.basename(wheel)
+    host.run(["cp", "--", wheel, f"{tmp}/{file}"])
+    sha = host.probe(["sha256sum", "--", f"{tmp}/{file}"]).stdout.split()[0]
+    manifest = {"kind": "wheel", "file": file, "sha256": sha, "toolchain": identity}
+    host.write_text(f"{tmp}/artefact.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if replace:
+        host.probe(["rm", "-rf", "--", entry])
+    host.probe(["mv", "-T", "--", tmp, entry])   # fails when another run stored it first: keep theirs
+    host.probe(["rm", "-rf", "--", tmp])
+    return cached_file(host, entry) or wheel
