@@ -289,7 +289,7 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                     "nccl_expect": nccl_expectation(facts)},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
         "stack": {"includes": sorted(inputs.stack_includes), "module": inputs.stack_module,
-                  "manifest": inputs.manifest, "needs": ["torch", *inputs.checks_need, *sorted(
+                  "manifest": inputs.manifest, "launch_env": inputs.launch_env, "needs": ["torch", *inputs.checks_need, *sorted(
                       r for r in inputs.stack_includes if r in IMPORTED)]},
     }
 
