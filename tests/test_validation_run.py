@@ -255,7 +255,7 @@ def test_the_job_sources_the_users_launch_helper_under_sbatch_and_srun(local_sta
     env = {**local_stack.env, **slurm_cluster.env, "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
     install_job_with_helper(local_stack, env)
     script = (local_stack.prefix / "validation" / "jobs" / "validate-srun.sbatch").read_text()
-    assert f". \"$LAUNCH_ENV\"" in script and "MASTER_PORT=" not in script
+    assert ". \"$LAUNCH_ENV\"" in script and "MASTER_PORT=" not in script
     result = run_invoke("validate", "--site", "local", "--prefix", str(local_stack.prefix), "--results", str(tmp_path),
                         "--timeout", "600", env=env, timeout=700)
     assert result.returncode == 0, result.stdout + result.stderr + slurm_cluster.logs()
