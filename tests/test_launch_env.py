@@ -178,6 +178,21 @@ def test_two_ranks_under_srun(shell: str, local_helpers: Path, slurm_cluster):
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("asked, tasks", [((), "2"), (("--ntasks=3",), "3"), (("--ntasks-per-node=1",), "1")])
+def test_tasks_per_node_in_a_batch_script(local_helpers: Path, slurm_cluster, tmp_path: Path, asked, tasks):
+    """sbatch sets SLURM_TASKS_PER_NODE (1) for a job that asked for no task count too: the helper then
+    gives the site's ranks per node (the validation job's, tests/test_job_launch_env.py), as the job asked otherwise."""
+    script = tmp_path / "job.sh"
+    script.write_text(f'#!/bin/sh\n. {local_helpers / "bin" / "sitestack-launch-env"}\n'
+                      f'echo "$TASKS_PER_NODE ${{SLURM_TASKS_PER_NODE:-unset}}" > {tmp_path}/tasks\n')
+    out = slurm_cluster.run("sbatch", "--wait", "--nodes=1", *asked, f"--output={tmp_path}/out-%j", str(script),
+                            timeout=120)
+    assert out.returncode == 0, out.stderr + slurm_cluster.logs()
+    got, slurm_value = (tmp_path / "tasks").read_text().split()
+    assert got == tasks and slurm_value != "unset", (got, slurm_value)
+
+
+@pytest.mark.integration
 def test_two_concurrent_jobs_get_different_master_ports(local_helpers: Path, slurm_cluster, tmp_path: Path):
     helper = local_helpers / "bin" / "sitestack-launch-env"
     script = tmp_path / "job.sh"

@@ -73,8 +73,10 @@ def test_batch_scripts_are_valid_bash_without_timestamps(name, launcher):
     assert out.returncode == 0, out.stderr
     assert not re.search(r"\d\d:\d\d:\d\d", re.sub(r"#SBATCH --time=\S+", "", text)), "timestamp"
     assert "{" + "{" not in text and "{%" not in text
-    assert "MASTER_PORT=$(( 20000 + JOB_ID % 10000 ))" in text and "MASTER_PORT=29500" not in text
-    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
+    # one implementation of the geometry, port and host list: the users' launch helper, which every
+    # site's playbook installs (install-launch-env)
+    assert ". \"$LAUNCH_ENV\"" in text and "MASTER_PORT=" not in text and "scontrol" not in text
+    assert "LAUNCH_ENV=" + f"{context(name).values['prefix']}/bin/sitestack-launch-env" in text
 
 
 def test_lumi_job_uses_srun_with_the_derived_masks_and_forces_the_plugin_between_nodes():
@@ -83,8 +85,9 @@ def test_lumi_job_uses_srun_with_the_derived_masks_and_forces_the_plugin_between
     assert "--cpu-bind=mask_cpu:$CPU_MASKS" in text and "--cpus-per-task" not in text
     assert "if [ \"$NNODES\" -gt 1 ]; then" in text and "export NCCL_NET='AWS Libfabric'" in text
     assert 'export NCCL_DEBUG_FILE="$OUT/nccl/%h.%p.log"' in text
-    assert 'export MIOPEN_USER_DB_PATH="/tmp/${USER}-miopen-cache"' in text  # the job's user, not the installer
-    assert 'export MIOPEN_USER_DB_PATH="${MIOPEN_USER_DB_PATH}-$JOB_ID"' in text
+    # the MIOpen caches are the helper's (per node and job), made on every node by the job
+    assert 'mkdir -p "${MIOPEN_USER_DB_PATH}" "${MIOPEN_CUSTOM_CACHE_DIR}"' in text
+    assert "export MIOPEN_USER_DB_PATH" not in text
     assert "singularity exec \"$SIF\"" in text and "torchrun" not in text
 
 
@@ -96,8 +99,9 @@ def test_frontier_uses_srun_closest_gpu_binding_not_torchrun():
 
 def test_dawn_derives_ranks_from_the_flat_hierarchy_and_uses_hydra():
     text = rendered("dawn")["jobs/validate-mpiexec.sbatch"][0]
-    assert "ZE_HIERARCHY=${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" in text and "DEVICES_PER_CARD=2" in text
-    assert 'case "$ZE_FLAT_DEVICE_HIERARCHY" in' in text
+    assert "ZE_HIERARCHY=${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" in text
+    # the hierarchy chosen at submission is exported before the helper derives the ranks from it
+    assert text.index("export ZE_FLAT_DEVICE_HIERARCHY=$ZE_HIERARCHY") < text.index('. "$LAUNCH_ENV"')
     # the site's FLAT is the default of the geometry, not exported again after it (facts.env)
     assert 'export ZE_FLAT_DEVICE_HIERARCHY="FLAT"' not in text
     assert "export ZE_AFFINITY_MASK=$(seq -s, 0 $(( RANKS_PER_NODE - 1 )))" in text

@@ -233,14 +233,47 @@ def test_a_single_rank_without_a_launcher_still_runs_the_collectives(installed_l
     assert checks["collectives"]["status"] == "passed" and checks["ddp"]["status"] == "passed"
 
 
+def install_job_with_helper(stack, env: dict) -> None:
+    """The job installed without --python, after the users' launch helper (the install-launch-env step,
+    tag launch) that it sources; without the helper `invoke validate` refuses before submitting."""
+    install = run_invoke("install-validation-job", "--site", "local", "--prefix", str(stack.prefix), env=env,
+                         timeout=900)
+    assert install.returncode == 0, install.stdout + install.stderr
+    helper = stack.prefix / "bin" / "sitestack-launch-env"
+    if not helper.exists():
+        refused = run_invoke("validate", "--site", "local", "--prefix", str(stack.prefix), "--scheduler", "none",
+                             "--launcher", "mpiexec", env=env, timeout=120)
+        assert refused.returncode == 1 and f"sources the launch helper {helper}, missing" in refused.stderr, refused.stderr
+        launch = run_invoke("provision", "--site", "local", "--prefix", str(stack.prefix), "--tags", "launch", env=env,
+                            timeout=600)
+        assert launch.returncode == 0 and helper.exists(), launch.stdout + launch.stderr
+
+
+def test_the_job_sources_the_users_launch_helper_under_sbatch_and_srun(local_stack, slurm_cluster, tmp_path):
+    """The job as users get it on the Slurm cluster: the stack module, then the launch helper's geometry,
+    hosts and MASTER_PORT (the same constants as the job's own), through `invoke validate`."""
+    env = {**local_stack.env, **slurm_cluster.env, "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    install_job_with_helper(local_stack, env)
+    script = (local_stack.prefix / "validation" / "jobs" / "validate-srun.sbatch").read_text()
+    assert ". \"$LAUNCH_ENV\"" in script and "MASTER_PORT=" not in script
+    result = run_invoke("validate", "--site", "local", "--prefix", str(local_stack.prefix), "--results", str(tmp_path),
+                        "--timeout", "600", env=env, timeout=700)
+    assert result.returncode == 0, result.stdout + result.stderr + slurm_cluster.logs()
+    assert "submitted validate-srun.sbatch to Slurm as job" in result.stdout
+    out = sorted(p for p in tmp_path.glob("sitestack-validation-*") if p.is_dir())[-1]
+    data = json.loads((out / "result.json").read_text())
+    assert data["verdict"] == "passed" and data["launcher"] == "srun" and data["world_size"] == 2
+    job_id = int(data["job_id"])
+    assert all(r["master"].endswith(f":{20000 + job_id % 10000}") for r in data["ranks"])
+    assert local_stack.name in data["job_environment"]["modules"]
+
+
 def test_the_job_validates_the_stack_as_users_load_it(local_stack, tmp_path):
     """Installed without --python, the job loads the stack's module (`module load pytorch/2.13.0-cpu`)
     and runs the Python it puts first on PATH; `invoke validate` first checks the job's imports
     against the stack's manifest. The report records the modules the ranks ran with."""
     env = {**local_stack.env, "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
-    install = run_invoke("install-validation-job", "--site", "local", "--prefix", str(local_stack.prefix), env=env,
-                         timeout=900)
-    assert install.returncode == 0, install.stdout + install.stderr
+    install_job_with_helper(local_stack, env)
     script = (local_stack.prefix / "validation" / "jobs" / "validate-mpiexec.sbatch").read_text()
     assert f"module load {local_stack.name}" in script and "PYTHON=${SITESTACK_PYTHON:-python}" in script
     result = run_invoke("validate", "--site", "local", "--prefix", str(local_stack.prefix), "--results", str(tmp_path),

@@ -65,6 +65,7 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
     uses_module = stack is not None and python is None and any(s.action == "modulefiles" for s in ctx.site.steps)
     return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
                      prefix=ctx.values["prefix"], stage_env=stage_script(ctx),
+                     launch_env=launch_helper(ctx) if python is None else None,
                      stack_includes=stack_includes(ctx),
                      stack_module=stack.name if stack is not None and uses_module else None,
                      module_root=module_root(ctx) if uses_module else None,
@@ -72,12 +73,25 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
                      checks_need=stack.checks if stack is not None else ())
 
 
+def launch_dir(ctx: RunContext) -> str | None:
+    """Where the playbook's install-launch-env step installs the users' launch helpers, if it has one."""
+    spec = next((s for s in ctx.site.steps if s.action == "install-launch-env"), None)
+    return None if spec is None else str(ctx.actions[spec.action].from_spec(spec, ctx).args.dir).rstrip("/")
+
+
+def launch_helper(ctx: RunContext) -> str | None:
+    """``sitestack-launch-env`` as the install-launch-env step installs it: the job sources it for its
+    geometry, host list, master address and port and MIOpen cache, as users do."""
+    directory = launch_dir(ctx)
+    return None if directory is None else f"{directory}/{launch_env.HELPER}"
+
+
 def stage_script(ctx: RunContext) -> str | None:
     """``sitestack-stage-env`` as the install-launch-env step installs it, where the site stages its env."""
-    spec = next((s for s in ctx.site.steps if s.action == "install-launch-env"), None)
-    if spec is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
+    directory = launch_dir(ctx)
+    if directory is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
         return None
-    return f"{ctx.actions[spec.action].from_spec(spec, ctx).args.dir.rstrip('/')}/{launch_env.STAGE}"
+    return f"{directory}/{launch_env.STAGE}"
 
 
 def stack_includes(ctx: RunContext) -> tuple[str, ...]:

@@ -172,6 +172,7 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
                              f"`invoke install-validation-job --site {site.name}` first")
     if not options.python:
         check_imports(host, directory, site.name)
+    check_launch_env(host, directory, site.name)
     host.run(["mkdir", "-p", root])
     env: dict[str, str] = {}
     if options.ranks_per_node:
@@ -227,6 +228,16 @@ def check_imports(host: Host, directory: str, site_name: str) -> None:
     if missing:
         raise SitestackError(f"the stack {stack.get('module') or path} lacks {', '.join(missing)}, which the validation "
                              f"job imports (its manifest {path}): re-run `invoke install-venv --site {site_name}`")
+
+
+def check_launch_env(host: Host, directory: str, site_name: str) -> None:
+    """Before submitting: the users' launch helper the job sources (check-config.json ``stack.launch_env``)
+    is installed, so a job installed before the install-launch-env step ran fails here, by name."""
+    text = host.read_text(f"{directory}/check-config.json")
+    helper = ((json.loads(text) if text else {}).get("stack") or {}).get("launch_env")
+    if helper and not host.exists(helper):
+        raise SitestackError(f"the validation job sources the launch helper {helper}, missing on {host.name}: "
+                             f"install it first (`invoke provision --site {site_name} --tags launch`)")
 
 
 def collect(site: Site, job_id: str, root: str, options: ValidateOptions, reporter: Reporter,

@@ -45,6 +45,9 @@ NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
 #: card), which decides a Dawn node's ranks and cores per rank (seed 003, setup_mpi.sh).
 HIERARCHY = "ZE_FLAT_DEVICE_HIERARCHY"
 
+#: The MIOpen caches the users' launch helper puts on node-local storage per node and job (AMD sites).
+MIOPEN_KEYS = ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR")
+
 #: The built packages the check program imports when the stack includes them (their import names).
 IMPORTED = ("mpi4py",)
 
@@ -100,6 +103,11 @@ def nccl_expectation(facts: Facts) -> dict[str, str | None] | None:
     return {"transport": "socket", "provider": None, "plugin": None}
 
 
+def uses_miopen(facts: Facts) -> bool:
+    """Whether the site runs MIOpen (AMD GPUs, or ROCm), whose caches the launch helper places."""
+    return facts.gpu.vendor == "amd" or facts.rocm is not None
+
+
 def validation_of(facts: Facts) -> Validation:
     """The site's validation facts with defaults filled in."""
     given = facts.validation or Validation()
@@ -136,6 +144,7 @@ class JobInputs:
     manifest: str | None = None  # the stack's manifest, which `invoke validate` checks the job's imports against
     checks_need: tuple[str, ...] = ()  # what the checks import besides torch (venv_stack.CHECK_NEEDS)
     prefix: str | None = None  # the site's install prefix (default: the parent of dir), bound into a container
+    launch_env: str | None = None  # sitestack-launch-env, sourced for the geometry, port, hosts, MIOpen and facts.env
 
 
 def script_name(launcher: str) -> str:
@@ -160,12 +169,16 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
     stacks = 2 if facts.gpu.unit == "stack" else 0
     env_items = []
     miopen = []
-    for key, value in inputs.env.items():
+    # With the users' launch helper, facts.env and the MIOpen caches (already per job) are its; the job
+    # only makes those caches on every node. Without it (--python, no install-launch-env step) the job's own.
+    for key, value in ({} if inputs.launch_env else inputs.env).items():
         if stacks and key == HIERARCHY:
             continue  # the default of the geometry below, which a hierarchy chosen at submission overrides
         env_items.append((key, sh_expanding(value)))
         if key.startswith("MIOPEN_") and (key.endswith("_PATH") or key.endswith("_DIR")):
             miopen.append(key)
+    if inputs.launch_env and uses_miopen(facts):
+        miopen = list(MIOPEN_KEYS)
     binding = masks_mod.Binding.from_facts(facts)
     masks = ",".join(masks_mod.rank_masks(binding)) if binding else ""
     if v.bind == "mask" and not binding:
@@ -230,6 +243,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "per_node": facts.gpu.per_node or v.ranks_per_node,
         "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
         "stage_env": inputs.stage_env or "",
+        "launch_env": inputs.launch_env or "",
         "job_seconds": job_seconds,
         "time_limit": time_limit(job_seconds),
         "guard_grace": GUARD_GRACE,
@@ -275,7 +289,7 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                     "nccl_expect": nccl_expectation(facts)},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
         "stack": {"includes": sorted(inputs.stack_includes), "module": inputs.stack_module,
-                  "manifest": inputs.manifest, "needs": ["torch", *inputs.checks_need, *sorted(
+                  "manifest": inputs.manifest, "launch_env": inputs.launch_env, "needs": ["torch", *inputs.checks_need, *sorted(
                       r for r in inputs.stack_includes if r in IMPORTED)]},
     }
 

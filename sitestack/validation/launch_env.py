@@ -34,7 +34,7 @@ LAUNCH = "sitestack-launch"
 STAGE = "sitestack-stage-env"
 #: MIOpen's cache directory where facts.env names none (seed 000: /tmp, per user).
 MIOPEN_DEFAULT = "/tmp/${USER}-miopen"
-MIOPEN_KEYS = ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR")
+MIOPEN_KEYS = jobs.MIOPEN_KEYS
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,7 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
     binding = masks_mod.Binding.from_facts(facts)
     stacks = 2 if facts.gpu.unit == "stack" else 0
     env = [(k, sh_expanding(value)) for k, value in inputs.env.items() if k not in MIOPEN_KEYS]
-    amd = facts.gpu.vendor == "amd" or facts.rocm is not None
-    miopen = sh_expanding(inputs.env.get("MIOPEN_USER_DB_PATH") or MIOPEN_DEFAULT) if amd else ""
+    miopen = sh_expanding(inputs.env.get("MIOPEN_USER_DB_PATH") or MIOPEN_DEFAULT) if jobs.uses_miopen(facts) else ""
     return {
         "site": inputs.site,
         "description": facts.description,
