@@ -30,12 +30,13 @@ import pytest
 
 from sitestack.engine import playbook as pb
 from tests.conftest import REPO, run_invoke
-from tests.twins import sites
+from tests.twins import runtime, sites
 from tests.twins.rocm import have_debian_hip, shared_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TWINS = ("frontier", "cirrus")
+TWINS = ("frontier", "cirrus", "lumi", "dawn")
+CONTAINED = ("lumi", "dawn")   # stacks in container images: the runtime stand-in (tests/twins/runtime.py)
 STEP_LINE = re.compile(r"^\[login\] (ok|changed|failed|skipped|unprobed)\s+(.+?)(?::|$)", re.M)
 
 
@@ -54,10 +55,22 @@ def provisioned(request, tmp_path_factory):
     if name == "frontier" and not have_debian_hip():
         pytest.skip("needs Debian's HIP (hipcc, libamdhip64-dev) for the ROCm twin")
     root = tmp_path_factory.mktemp(f"{name}-twin")
-    twin = getattr(sites, name)(root)
     builds = os.environ.get("SITESTACK_TEST_BUILD_CACHE") or str(Path.home() / ".cache" / "sitestack" / "builds")
     env = {"SITESTACK_LOG_DIR": str(root / "logs"), "SITESTACK_BUILD_CACHE": builds,
            "SITESTACK_PROGRESS_INTERVAL": "120"}
+    if name in CONTAINED:
+        why = runtime.available()
+        if why:
+            pytest.skip(f"the container runtime stand-in cannot run here: {why}")
+        python, _ = request.getfixturevalue("validation_python")   # the torch the stand-in images carry
+        twin = getattr(sites, name)(root, python)
+        # the image build runs as a batch job (Dawn: facts.container.build.where slurm); the runtime
+        # stand-in takes its docker bases from this directory (no registry can be reached)
+        env.update(request.getfixturevalue("slurm_cluster").env, RUNTIME_TWIN_DOCKER_DIR=str(root / "docker"))
+    else:
+        twin = getattr(sites, name)(root)
+    if twin.path:
+        env["PATH"] = os.pathsep.join([*twin.path, env.get("PATH") or os.environ["PATH"]])
     args = ["provision", "--playbook", str(twin.playbook()), "--account", "proj123"]
     if name == "frontier":
         args += ["--mirror", str(shared_sources(REPO))]   # the plugin's checked git archive (no --source)
@@ -102,11 +115,16 @@ def test_second_provision_is_all_ok(provisioned):
 def test_validate_passes_on_the_test_cluster(provisioned, slurm_cluster, tmp_path):
     """Submitted with `sbatch --export=NONE` (SBATCH_EXPORT=NONE), as OLCF advises for Frontier: the
     job must `unset SLURM_EXPORT_ENV` or its srun tasks get none of its settings (seed 001)."""
+    env = {**provisioned.env, **slurm_cluster.env}
+    if not provisioned.twin.path:
+        # a twin's system commands (Dawn's apptainer) reach the job through the submitting environment
+        # only: under --export=NONE a job has the node's default PATH, where no stand-in may be installed
+        env["SBATCH_EXPORT"] = "NONE"
     out = run_invoke("validate", "--playbook", provisioned.args[2], "--account", "proj123", "--results",
-                     str(tmp_path), "--timeout", "900", env={**provisioned.env, **slurm_cluster.env, "SBATCH_EXPORT": "NONE"},
-                     timeout=1000)
+                     str(tmp_path), "--timeout", "900", env=env, timeout=1000)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr + slurm_cluster.logs()
-    assert "submitted validate-srun.sbatch to Slurm as job" in out.stdout
+    launcher = "mpiexec" if provisioned.name == "dawn" else "srun"   # Dawn: Intel MPI's Hydra (seed 003)
+    assert f"submitted validate-{launcher}.sbatch to Slurm as job" in out.stdout
     (result,) = tmp_path.glob("sitestack-validation-*/result.json")
     checks = {c["name"]: c for c in json.loads(result.read_text())["checks"]}
     assert checks["mpi4py"]["status"] == ("passed" if provisioned.name == "frontier" else "skipped"), checks["mpi4py"]
