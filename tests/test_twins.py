@@ -17,6 +17,7 @@ a few minutes each (the stack env), and the second runs a few seconds. SITESTACK
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -52,7 +53,7 @@ def provisioned(request, tmp_path_factory):
     for need, why in ((sites.LMOD_INIT, "Lmod"), ("/usr/bin/mpicc", "MPICH")):
         if not Path(need).exists():
             pytest.skip(f"needs {why} (scripts/test.sh installs it)")
-    if name == "frontier" and not have_debian_hip():
+    if name in ("frontier", "lumi") and not have_debian_hip():
         pytest.skip("needs Debian's HIP (hipcc, libamdhip64-dev) for the ROCm twin")
     root = tmp_path_factory.mktemp(f"{name}-twin")
     builds = os.environ.get("SITESTACK_TEST_BUILD_CACHE") or str(Path.home() / ".cache" / "sitestack" / "builds")
@@ -72,7 +73,7 @@ def provisioned(request, tmp_path_factory):
     if twin.path:
         env["PATH"] = os.pathsep.join([*twin.path, env.get("PATH") or os.environ["PATH"]])
     args = ["provision", "--playbook", str(twin.playbook()), "--account", "proj123"]
-    if name == "frontier":
+    if name in ("frontier", "lumi"):
         args += ["--mirror", str(shared_sources(REPO))]   # the plugin's checked git archive (no --source)
     skip = os.environ.get("SITESTACK_TEST_TWIN_SKIP_TAGS")   # e.g. horovod: a cold CI run without its builds
     if skip:
@@ -115,7 +116,8 @@ def test_second_provision_is_all_ok(provisioned):
 def test_validate_passes_on_the_test_cluster(provisioned, slurm_cluster, tmp_path):
     """Submitted with `sbatch --export=NONE` (SBATCH_EXPORT=NONE), as OLCF advises for Frontier: the
     job must `unset SLURM_EXPORT_ENV` or its srun tasks get none of its settings (seed 001)."""
-    env = {**provisioned.env, **slurm_cluster.env}
+    # a login shell sets USER (facts.env's {user} is $USER in the job); this machine's test runs may lack it
+    env = {"USER": os.environ.get("USER") or getpass.getuser(), **provisioned.env, **slurm_cluster.env}
     if not provisioned.twin.path:
         # a twin's system commands (Dawn's apptainer) reach the job through the submitting environment
         # only: under --export=NONE a job has the node's default PATH, where no stand-in may be installed

@@ -52,7 +52,7 @@ def scan(sp: str) -> "list[dict[str, str | None]]":
 def base(sp: str) -> "list[dict[str, str | None]]":
     """Name and version of each distribution in the ``sys.path`` directories other than ``sp``
     (the first found of a name wins, as for imports)."""
-    seen: "dict[str, dict[str, str | None]]" = {}
+    seen: dict[str, dict[str, str | None]] = {}  # not evaluated: any Python 3 runs this
     for entry in sys.path:
         if not entry or not os.path.isdir(entry) or os.path.realpath(entry) == os.path.realpath(sp):
             continue

@@ -115,15 +115,17 @@ def link_tree(root: Path, include: Mapping[str, str], libs: str) -> Path:
     return root
 
 
-def cray_pe(root: Path, tree: Path, *, mpich: str, prgenv: str = "8.5.0") -> dict[str, str]:
+def cray_pe(root: Path, tree: Path, *, mpich: str, prgenv: str = "8.5.0", loads_mpich: bool = False) -> dict[str, str]:
     """Cray PE stand-ins: ``PrgEnv-gnu`` (the ``cc``/``CC`` drivers over GCC) and ``cray-mpich/<mpich>``
-    (MPICH_DIR, and the drivers then compile and link MPI, as craype does with cray-mpich loaded)."""
+    (MPICH_DIR, and the drivers then compile and link MPI, as craype does with cray-mpich loaded);
+    ``loads_mpich``: PrgEnv-gnu loads cray-mpich, as on LUMI (its playbook loads no cray-mpich)."""
     bindir = root / "opt/cray/pe/craype/bin"
     why = "this machine has no Cray PE; the drivers add MPI only with cray-mpich loaded, as craype does"
     for name, plain, mpi in (("cc", "gcc", "mpicc"), ("CC", "g++", "mpicxx"), ("ftn", "gfortran", "mpifort")):
         command(bindir, name, f'[ -n "${{SITESTACK_TWIN_CRAY_MPICH:-}}" ] && exec {mpi} "$@"\nexec {plain} "$@"\n',
                 what=f"Cray's {name} compiler driver (craype)", why=why)
-    module(tree, f"PrgEnv-gnu/{prgenv}", f'prepend_path("PATH", "{bindir}")\nsetenv("PE_ENV", "GNU")\n',
+    load = f'load("cray-mpich/{mpich}")\n' if loads_mpich else ""
+    module(tree, f"PrgEnv-gnu/{prgenv}", f'prepend_path("PATH", "{bindir}")\nsetenv("PE_ENV", "GNU")\n{load}',
            what="Cray's PrgEnv-gnu", why=why)
     mpich_dir = link_tree(root / f"opt/cray/pe/mpich/{mpich}/ofi/gnu/12.3", {"mpi.h": f"{MPICH_INCLUDE}/mpi.h",
                           "mpio.h": f"{MPICH_INCLUDE}/mpio.h", "mpicxx.h": f"{MPICH_INCLUDE}/mpicxx.h",
@@ -306,7 +308,7 @@ def apptainer(root: Path) -> Path:
     return runtime.install(root / "opt/apptainer/bin")
 
 
-def torch_image(tree: Path, python: str, image: Path) -> Path:
+def torch_image(tree: Path, python: str, image: Path, *, interpreter: str = "/usr/local/bin/python") -> Path:
     """A stand-in image of a PyTorch container: the host's ``/`` (the stand-in runtime lays an image over
     it) plus ``python`` on the container's PATH with torch 2.13.0 CPU: the site-packages of the test venv
     whose interpreter is ``python`` (tests/conftest.py validation_python), linked entry by entry into the
@@ -320,8 +322,9 @@ def torch_image(tree: Path, python: str, image: Path) -> Path:
     for entry in packages.iterdir():
         if not entry.name.startswith("mpi4py"):   # the test venv's mpi4py (built here) is no image's
             (target / entry.name).symlink_to(entry)
-    (tree / "usr/local/bin").mkdir(parents=True)
-    (tree / "usr/local/bin/python").symlink_to(f"/usr/bin/{packages.parent.name}")
+    # the image's interpreter: the host's Python, whose prefix (found through the link) is /usr
+    (tree / interpreter.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (tree / interpreter.lstrip("/")).symlink_to(f"/usr/bin/{packages.parent.name}")
     (tree / ".singularity.d/env").mkdir(parents=True)
     (tree / "STAND-IN").write_text(STAND_IN.format(what=f"a PyTorch container image ({image.name})", why=(
         "no image can be pulled here; the host's Python with the test venv's torch 2.13.0 CPU")) + "\n")
@@ -373,6 +376,62 @@ def dawn(root: Path, python: str) -> Twin:
                                                                    "into the image",
         "container.bind (InfiniBand, oneAPI)": "the twin's marker tree only: the host libraries do not exist here",
         "GPUs": "none: gloo collectives, 2 ranks; --gres=gpu:1 of the image build left out",
+    })
+
+
+LUMI_SIF = "lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
+
+
+def _lumi(stands: Path) -> None:
+    tree = stands / "modules"
+    cray_pe(stands, tree, mpich="8.1.29", loads_mpich=True)
+    rocm(stands, tree, "6.2.4", "amd-gfx90a")
+    module(tree, "rocm/6.0.3", "", what="rocm/6.0.3, the host ROCm of LUMI/24.03", why="the plugin builds against "
+           "the container's ROCm (facts.rocm 6.2.4, the twin's tree of Debian's HIP)")
+    plain(tree, {"LUMI/24.03": "the LUMI/24.03 software stack", "partition/G": "LUMI's GPU partition of the stack"})
+    libfabric(stands, "/opt/cray/libfabric/1.15.2.0")
+    apptainer(stands)
+
+
+def lumi(root: Path, python: str) -> Twin:
+    """LUMI: LUMI/24.03, partition/G, PrgEnv-gnu (cc/CC, cray-mpich 8.1.29), rocm, the PyTorch SIF copied
+    from the central area (a stand-in image, :func:`torch_image`, whose conda env python has torch)."""
+    stands = stand_ins("lumi", _lumi)
+    tree = stands / "modules"
+    central = root / "appl/local/containers"
+    image_tree = root / "lumi-image"
+    (image_tree / "opt/miniconda3/bin").mkdir(parents=True)
+    # seed 000's $WITH_CONDA: `source /opt/miniconda3/bin/activate pytorch`
+    (image_tree / "opt/miniconda3/bin/activate").write_text(
+        f"# {STAND_IN.format(what='conda activate of the LUMI image', why='the stand-in image has no conda')}\n"
+        'export PATH=/opt/miniconda3/envs/pytorch/bin:"$PATH"\n')
+    sif = torch_image(image_tree, python, central / "sif-images" / LUMI_SIF,
+                      interpreter="/opt/miniconda3/envs/pytorch/bin/python")
+    import hashlib
+    digest = hashlib.sha256(sif.read_bytes()).hexdigest()
+    fabric = stands / "opt/cray/libfabric/1.15.2.0"
+    common = common_overlay(root, tree)
+    facts = {**common,
+             "marker": str(central),
+             "prefix": str(root / "projappl/{account}/sitestack"),
+             "rocm": {"version": "6.2.4", "home": str(stands / "opt/rocm-{rocm_version}")},
+             "mpi": {"flavour": "mpich", "library_match": "MPICH"},
+             "container": {
+                 "source": str(sif), "sha256": digest,
+                 # LUMI's bind list names the site's Slurm, Cray and file-system paths, which do not exist
+                 # here (the runtime refuses a missing bind source, as singularity does): the twin's
+                 "bind": [str(stands / "opt/cray"), str(root / "appl")]},
+             }
+    # singularity is a system command on LUMI (no module loads it)
+    return Twin("lumi", root, facts, path=[str(stands / "opt/apptainer/bin")],
+                step_args={"rccl network plugin": {"libfabric": str(fabric)}}, stand_ins={
+        "PrgEnv-gnu, cray-mpich/8.1.29, cc/CC": f"Debian's GCC 12 and MPICH 4.0.2 ({stands}/opt/cray/pe)",
+        "rocm 6.2.4 (the plugin's), rocm/6.0.3": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
+        "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
+        "singularity": "tests/twins/runtime.py (bubblewrap + squashfuse)",
+        LUMI_SIF: "the host's / with /opt/miniconda3/envs/pytorch/bin/python: Python 3.11, torch 2.13.0 CPU",
+        "container.bind (Slurm, Cray, CXI, file systems)": "the twin's /opt/cray and /appl",
+        "GPUs": "none: gloo collectives, 2 ranks, Horovod for CPU; --gpus-per-node=8 --mem=480G left out",
     })
 
 
