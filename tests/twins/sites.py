@@ -340,15 +340,17 @@ def _dawn(root: Path) -> None:
                  "intel-oneapi-ccl/2021.15.0": "Intel oneCCL 2021.15.0 (collectives are gloo on the twin)"})
 
 
-def dawn(root: Path, python: str) -> Twin:
+def dawn(root: Path, python: str | None = None) -> Twin:
     """Dawn: rhel9/default-dawn and intel-oneapi-ccl (Intel MPI, oneCCL), the image built by apptainer from
     a stand-in of intel/intel-extension-for-pytorch:2.8.10-xpu (:func:`torch_image` over ``python``);
-    the test gives ``RUNTIME_TWIN_DOCKER_DIR=<root>/docker`` to the runtime stand-in."""
+    the test gives ``RUNTIME_TWIN_DOCKER_DIR=<root>/docker`` to the runtime stand-in. Without ``python``
+    there is no base image (a twin for the job alone, tests/test_site_fixes.py)."""
     stands = stand_ins("dawn", _dawn)
     tree = stands / "modules"
     software = root / "usr/local/dawn/software"
     software.mkdir(parents=True, exist_ok=True)
-    torch_image(root / "docker-tree", python, root / "docker" / "intel_intel-extension-for-pytorch_2.8.10-xpu.sif")
+    if python:
+        torch_image(root / "docker-tree", python, root / "docker" / "intel_intel-extension-for-pytorch_2.8.10-xpu.sif")
     common = common_overlay(root, tree)
     facts = {**common,
              "marker": str(software),
