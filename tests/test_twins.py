@@ -6,8 +6,13 @@ The builds share the default build cache (~/.cache/sitestack/builds, or SITESTAC
 with the other tests, so a CI run compiles each package once per compiler/MPI: Frontier's mpi4py
 (`cc -shared`, the Cray driver) and Horovod (`CC`) and Cirrus' Horovod (HOROVOD_CPU_OPERATIONS=MPI)
 are builds of their own (their inputs differ from the local site's); the plugin is built from the
-checked git archive in shared/sources, given as --mirror. torch is 2.13.0+cpu from this machine's pip
+checked archives in shared/sources, given as --mirror. torch is 2.13.0+cpu from this machine's pip
 configuration (local disk), as for the local site. The timings of each provision are printed.
+
+LUMI's and Dawn's stacks are venvs inside their images, run by the container runtime stand-in
+(tests/twins/runtime.py: bubblewrap + squashfuse, root only); their stand-in images carry the test venv's
+torch (tests/conftest.py validation_python). LUMI's Horovod is a build of its own (cray-mpich 8.1.29's
+drivers); Dawn's playbook builds neither Horovod nor mpi4py, and its image is built in a batch job.
 
 Measured on the 2-core development machine: cold (nothing in the build cache) the Frontier twin's first
 provision takes about 20 min (mpi4py 5.5 min, Horovod 12 min), Cirrus' about 14 min (Horovod); warm,
