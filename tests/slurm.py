@@ -50,6 +50,9 @@ class SlurmCluster:
         self.node = socket.gethostname().split(".")[0]
         self.conf = self.root / "slurm.conf"
         self.env = {"SLURM_CONF": str(self.conf)}
+        # Clusters of concurrent test runs on one machine number their jobs apart: the validation job's
+        # MASTER_PORT is 20000 + job id % 10000, and two clusters' job 2 clashed on port 20002.
+        self.first_job_id = 1 + (os.getpid() * 7919 + _free_port()) % 9000
 
     def write_config(self) -> None:
         for sub in ("state", "spool", "log"):
@@ -82,6 +85,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SlurmdParameters=config_overrides
 MinJobAge=600
+FirstJobId={self.first_job_id}
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
 PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)

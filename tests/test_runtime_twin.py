@@ -88,3 +88,16 @@ def test_build_from_directory_and_docker_dir(twin: Path, tmp_path: Path) -> None
     (docker / "example_base_1.0.sif").write_bytes((twin / "test.sif").read_bytes())
     ok = run(twin, "apptainer", "build", "d.sif", "d.def", env={"RUNTIME_TWIN_DOCKER_DIR": str(docker)})
     assert ok.returncode == 0, ok.stderr
+
+
+def test_open_descriptors_pass_into_the_container(twin: Path) -> None:
+    """As with the real runtimes: MPICH's PMI client in the container talks to srun/Hydra over the
+    inherited PMI_FD (found on the LUMI twin: Horovod's MPI_Init failed, "PMI_Get_appnum returned -1")."""
+    read, write = os.pipe()
+    try:
+        out = subprocess.run([str(twin / "bin" / "singularity"), "exec", str(twin / "test.sif"), "sh", "-c",
+                              f"echo through > /dev/fd/{write}"], capture_output=True, text=True, timeout=120, pass_fds=(write,))
+    finally:
+        os.close(write)
+    with os.fdopen(read) as pipe:
+        assert out.returncode == 0 and pipe.read() == "through\n", out.stderr

@@ -20,7 +20,8 @@ from sitestack.engine.playbook import offline_context
 from sitestack.packages.horovod import build_env, build_env_commands, horovod_data, plan_for
 from sitestack.packages.horovod_hooks import cuda_stub
 from sitestack.validation import jobs
-from tests.twins import runtime, sites
+from tests.conftest import REPO
+from tests.twins import sites
 
 
 def inputs_of(site: str, playbook: Path | None = None, prefix: str | None = None,
@@ -112,8 +113,8 @@ def make_wheel(where: Path, name: str, version: str) -> Path:
 def test_jobs_that_use_srun_unset_slurm_export_env_before_it(site, launcher):
     text = job_text(site, launcher)
     unset = text.index("unset SLURM_EXPORT_ENV\n")
-    # the first srun command line, also behind the guard ("${GUARD[@]}" srun ...); comments do not count
-    first_srun = min(m.start() for m in re.finditer(r"^[^#\n]*\bsrun --", text, re.M))
+    # srun runs behind `timeout` (the MPI probe) or the guard ("${GUARD[@]}" srun ...): any command line
+    first_srun = min(m.start() for m in re.finditer(r"^(?!\s*#).*?\bsrun --", text, re.M))
     assert unset < first_srun
 
 
@@ -122,8 +123,16 @@ def test_jobs_that_use_srun_unset_slurm_export_env_before_it(site, launcher):
 def dawn_twin(tmp_path_factory):
     if not shutil.which("mpiexec") or not Path(sites.LMOD_INIT).exists():
         pytest.skip("needs MPICH's mpiexec and Lmod (scripts/test.sh installs them)")
+    from tests.twins import runtime
+    why = runtime.available()
+    if why:
+        pytest.skip(f"the container runtime stand-in cannot run here: {why}")
     root = tmp_path_factory.mktemp("dawn-twin")
-    return sites.dawn(root)
+    twin = sites.dawn(root)
+    # the site's geometry, not the 2-rank node of the provisioned twin: 4 cards of 2 stacks, 96 cores
+    twin.facts["node"] = {"cores": 96, "local_scratch": "/tmp"}
+    twin.facts["gpu"] = {"vendor": "none", "unit": "stack", "per_node": 8, "cores_per_gpu": 12, "cpu_bind": None}
+    return twin
 
 
 @pytest.mark.integration
@@ -140,18 +149,20 @@ def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp
     report.write_text('#!/bin/sh\necho "rank ${PMI_RANK:-?} of ${PMI_SIZE:-?}: $ZE_FLAT_DEVICE_HIERARCHY '
                       'omp=$OMP_NUM_THREADS mask=$ZE_AFFINITY_MASK"\n')
     report.chmod(0o755)
-    image = Path(dawn_twin.facts["container"]["image"])
+    from tests.twins import runtime
+    image = Path(dawn_twin.facts["prefix"]) / "apptainer" / "pytorch2.8.sif"   # facts.container.image
     image.parent.mkdir(parents=True, exist_ok=True)
-    if not image.exists():   # the stand-in runtime's image: an empty tree laid over the host's /
-        (tmp_path / "rootfs").mkdir()
-        runtime.make_image(tmp_path / "rootfs", image)
-    # the installed job's files: the guard around the launcher is the real check program
-    for rel, (text, mode) in jobs.job_files(inputs).items():
-        path = Path(inputs.dir) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        path.chmod(mode)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "USER": "alice", "SLURM_GPUS_ON_NODE": "4",
+    (tmp_path / "empty").mkdir()
+    runtime.make_image(tmp_path / "empty", image)   # the host's / is the container's
+    validation = Path(dawn_twin.facts["prefix"]) / "validation"
+    validation.mkdir(parents=True, exist_ok=True)
+    for name in ("ddp_check.py", "ddp_report.py", "nccl_log.py"):   # the job's guard around the launcher runs the check program
+        shutil.copyfile(REPO / "sitestack" / "validation" / name, validation / name)
+    (validation / "check-config.json").write_text("{}\n")
+    # the job loads the stack's module as users do; this job runs without a provisioned stack
+    sites.module(Path(dawn_twin.facts["prefix"]) / "modules", "pytorch/2.13.0-cpu", "", what="the stack's module",
+                 why="the job runs here without a provisioned stack (the twin's provision: tests/test_twins.py)")
+    env = {"PATH": ":".join([*dawn_twin.path, "/usr/local/bin:/usr/bin:/bin"]), "HOME": str(tmp_path), "USER": "alice", "SLURM_GPUS_ON_NODE": "4",
            "SLURM_CPUS_ON_NODE": "96", "SITESTACK_PYTHON": str(report), "SITESTACK_VALIDATION_OUT": str(tmp_path / "out"),
            "SLURM_JOB_ID": "4242"}   # no SLURM_JOB_NODELIST: the job falls back to this host
     if hierarchy:
@@ -169,8 +180,8 @@ def test_dawn_binds_the_install_prefix_into_the_container():
     text = job_text("dawn", "mpiexec")
     binds = re.search(r'^export APPTAINER_BINDPATH="([^"]*)"$', text, re.M)
     assert binds and "/home/alice/sitestack/dawn" in binds.group(1).split(",")
-    # what needs it: the job loads the stack's module, whose Python (first on PATH) is in the prefix
-    assert re.search(r"^module load .*pytorch/", text, re.M) and "PYTHON=${SITESTACK_PYTHON:-python}" in text
+    # what needs it: the stack, whose module the job loads (its Python first on the container's PATH)
+    assert "module use /home/alice/sitestack/dawn/modules" in text and "module load pytorch/" in text
 
 
 # -- Cirrus ----------------------------------------------------------------------------------------------

@@ -6,8 +6,13 @@ The builds share the default build cache (~/.cache/sitestack/builds, or SITESTAC
 with the other tests, so a CI run compiles each package once per compiler/MPI: Frontier's mpi4py
 (`cc -shared`, the Cray driver) and Horovod (`CC`) and Cirrus' Horovod (HOROVOD_CPU_OPERATIONS=MPI)
 are builds of their own (their inputs differ from the local site's); the plugin is built from the
-checked git archive in shared/sources, given as --mirror. torch is 2.13.0+cpu from this machine's pip
+checked archives in shared/sources, given as --mirror. torch is 2.13.0+cpu from this machine's pip
 configuration (local disk), as for the local site. The timings of each provision are printed.
+
+LUMI's and Dawn's stacks are venvs inside their images, run by the container runtime stand-in
+(tests/twins/runtime.py: bubblewrap + squashfuse, root only); their stand-in images carry the test venv's
+torch (tests/conftest.py validation_python). LUMI's Horovod is a build of its own (cray-mpich 8.1.29's
+drivers); Dawn's playbook builds neither Horovod nor mpi4py, and its image is built in a batch job.
 
 Measured on the 2-core development machine: cold (nothing in the build cache) the Frontier twin's first
 provision takes about 20 min (mpi4py 5.5 min, Horovod 12 min), Cirrus' about 14 min (Horovod); warm,
@@ -17,6 +22,7 @@ a few minutes each (the stack env), and the second runs a few seconds. SITESTACK
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -30,12 +36,13 @@ import pytest
 
 from sitestack.engine import playbook as pb
 from tests.conftest import REPO, run_invoke
-from tests.twins import sites
+from tests.twins import runtime, sites
 from tests.twins.rocm import have_debian_hip, shared_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TWINS = ("frontier", "cirrus")
+TWINS = ("frontier", "cirrus", "lumi", "dawn")
+CONTAINED = ("lumi", "dawn")   # stacks in container images: the runtime stand-in (tests/twins/runtime.py)
 STEP_LINE = re.compile(r"^\[login\] (ok|changed|failed|skipped|unprobed)\s+(.+?)(?::|$)", re.M)
 
 
@@ -51,15 +58,27 @@ def provisioned(request, tmp_path_factory):
     for need, why in ((sites.LMOD_INIT, "Lmod"), ("/usr/bin/mpicc", "MPICH")):
         if not Path(need).exists():
             pytest.skip(f"needs {why} (scripts/test.sh installs it)")
-    if name == "frontier" and not have_debian_hip():
+    if name in ("frontier", "lumi") and not have_debian_hip():
         pytest.skip("needs Debian's HIP (hipcc, libamdhip64-dev) for the ROCm twin")
     root = tmp_path_factory.mktemp(f"{name}-twin")
-    twin = getattr(sites, name)(root)
     builds = os.environ.get("SITESTACK_TEST_BUILD_CACHE") or str(Path.home() / ".cache" / "sitestack" / "builds")
     env = {"SITESTACK_LOG_DIR": str(root / "logs"), "SITESTACK_BUILD_CACHE": builds,
            "SITESTACK_PROGRESS_INTERVAL": "120"}
+    if name in CONTAINED:
+        why = runtime.available()
+        if why:
+            pytest.skip(f"the container runtime stand-in cannot run here: {why}")
+        python, _ = request.getfixturevalue("validation_python")   # the torch the stand-in images carry
+        twin = getattr(sites, name)(root, python)
+        # the image build runs as a batch job (Dawn: facts.container.build.where slurm); the runtime
+        # stand-in takes its docker bases from this directory (no registry can be reached)
+        env.update(request.getfixturevalue("slurm_cluster").env, RUNTIME_TWIN_DOCKER_DIR=str(root / "docker"))
+    else:
+        twin = getattr(sites, name)(root)
+    if twin.path:
+        env["PATH"] = os.pathsep.join([*twin.path, env.get("PATH") or os.environ["PATH"]])
     args = ["provision", "--playbook", str(twin.playbook()), "--account", "proj123"]
-    if name == "frontier":
+    if name in ("frontier", "lumi"):
         args += ["--mirror", str(shared_sources(REPO))]   # the plugin's checked git archive (no --source)
     skip = os.environ.get("SITESTACK_TEST_TWIN_SKIP_TAGS")   # e.g. horovod: a cold CI run without its builds
     if skip:
@@ -102,11 +121,17 @@ def test_second_provision_is_all_ok(provisioned):
 def test_validate_passes_on_the_test_cluster(provisioned, slurm_cluster, tmp_path):
     """Submitted with `sbatch --export=NONE` (SBATCH_EXPORT=NONE), as OLCF advises for Frontier: the
     job must `unset SLURM_EXPORT_ENV` or its srun tasks get none of its settings (seed 001)."""
+    # a login shell sets USER (facts.env's {user} is $USER in the job); this machine's test runs may lack it
+    env = {"USER": os.environ.get("USER") or getpass.getuser(), **provisioned.env, **slurm_cluster.env}
+    if not provisioned.twin.path:
+        # a twin's system commands (Dawn's apptainer) reach the job through the submitting environment
+        # only: under --export=NONE a job has the node's default PATH, where no stand-in may be installed
+        env["SBATCH_EXPORT"] = "NONE"
     out = run_invoke("validate", "--playbook", provisioned.args[2], "--account", "proj123", "--results",
-                     str(tmp_path), "--timeout", "900", env={**provisioned.env, **slurm_cluster.env, "SBATCH_EXPORT": "NONE"},
-                     timeout=1000)
+                     str(tmp_path), "--timeout", "900", env=env, timeout=1000)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr + slurm_cluster.logs()
-    assert "submitted validate-srun.sbatch to Slurm as job" in out.stdout
+    launcher = "mpiexec" if provisioned.name == "dawn" else "srun"   # Dawn: Intel MPI's Hydra (seed 003)
+    assert f"submitted validate-{launcher}.sbatch to Slurm as job" in out.stdout
     (result,) = tmp_path.glob("sitestack-validation-*/result.json")
     checks = {c["name"]: c for c in json.loads(result.read_text())["checks"]}
     assert checks["mpi4py"]["status"] == ("passed" if provisioned.name == "frontier" else "skipped"), checks["mpi4py"]

@@ -564,3 +564,9 @@ def test_imports_are_checked_against_the_stack_manifest():
     check_imports(host, "/p/validation", "local")
     host.files["/p/validation/check-config.json"] = json.dumps({"stack": {"includes": []}})  # --python: no stack
     check_imports(host, "/p/validation", "local")
+    # a container stack (Dawn, LUMI): torch and numpy are the image's, seen through --system-site-packages
+    # (found on the Dawn twin: validate refused a working stack)
+    host.files["/p/validation/check-config.json"] = json.dumps(config)
+    host.files[config["stack"]["manifest"]] = json.dumps({"packages": [{"name": "mpi4py"}],
+                                                          "base_packages": [{"name": "torch"}, {"name": "numpy"}]})
+    check_imports(host, "/p/validation", "local")

@@ -370,3 +370,23 @@ exec "$@"
     assert f'pushenv("SIF", "{image}")' in text
     assert f'prepend_path("SINGULARITYENV_PREPEND_PATH", "{prefix}/pytorch/2.13.0-cpu/bin")' in text
     assert f'append_path("SINGULARITY_BINDPATH", "{prefix}", ",")' in text
+
+
+def test_a_container_stacks_interpreter_is_its_link_to_the_image(tmp_path):
+    """A container stack's bin/python links to the image's interpreter, which the host lacks: the link
+    counts as present (found on the Dawn twin, where every provision rebuilt the stack and then failed
+    with "bin/python missing"); a host stack's dangling link does not."""
+    from sitestack.core.host import LocalHost
+    from sitestack.installs.venv_env import list_dists
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    (tmp_path / "env" / "bin" / "python").symlink_to("/opt/miniconda3/envs/pytorch/bin/python-not-on-this-host")
+    (tmp_path / "env" / "lib" / "python3.12" / "site-packages" / "six-1.0.dist-info").mkdir(parents=True)
+
+    def stack(source: str) -> venv_stack.Stack:
+        return venv_stack.Stack(site="lumi", name="pytorch/2.7.1-rocm", path=str(tmp_path / "env"), source=source,
+                                python_version="3.12", requirements=(), extras=(), checks=(), index_url=None,
+                                system_site_packages=True, compile=False)
+
+    host = LocalHost()
+    assert list_dists(host, stack("container")) == (True, {"six-1.0.dist-info"})
+    assert list_dists(host, stack("venv")) == (False, {"six-1.0.dist-info"})

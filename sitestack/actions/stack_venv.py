@@ -183,6 +183,8 @@ class StackVenv(Action):
             return f"{self.stack.manifest} missing"
         if manifest.get("plan") != plan:
             return explain(manifest.get("plan", {}), plan)
+        if "base_packages" not in manifest:   # written before the manifest listed the base's packages
+            return f"{self.stack.manifest} does not list the packages of the base Python"
         has_python, dists = list_dists(host, self.stack)
         if not has_python:
             return f"{self.stack.path}/bin/python missing"

@@ -223,7 +223,9 @@ def check_imports(host: Host, directory: str, site_name: str) -> None:
     if manifest is None:
         raise SitestackError(f"the stack the job validates has no manifest ({path} missing on {host.name}): "
                              f"provision it first (`invoke install-venv --site {site_name}`)")
-    have = {normalize(str(p.get("name", ""))) for p in json.loads(manifest).get("packages", [])}
+    data = json.loads(manifest)
+    # the environment's own packages, and its base's where it sees them (a container stack's torch)
+    have = {normalize(str(p.get("name", ""))) for p in [*data.get("packages", []), *data.get("base_packages", [])]}
     missing = [name for name in stack.get("needs") or [] if normalize(name) not in have]
     if missing:
         raise SitestackError(f"the stack {stack.get('module') or path} lacks {', '.join(missing)}, which the validation "

@@ -121,8 +121,13 @@ class EnvTools:
 
 
 def list_dists(host: Host, stack: Stack) -> tuple[bool, set[str]]:
-    """(interpreter present, dist-info names) of the environment at the stable path."""
-    script = ('[ -x "$1/bin/python" ] || echo NOPYTHON; cd "$2" 2>/dev/null || exit 0; '
+    """(interpreter present, dist-info names) of the environment at the stable path.
+
+    In a container stack, ``bin/python`` links to the image's interpreter (LUMI:
+    /opt/miniconda3/envs/pytorch/bin/python), which the host does not have: there the link itself is
+    the interpreter's presence (found on the Dawn twin: every provision rebuilt the stack, then failed)."""
+    present = '[ -L "$1/bin/python" ]' if stack.source == "container" else '[ -x "$1/bin/python" ]'
+    script = (present + ' || echo NOPYTHON; cd "$2" 2>/dev/null || exit 0; '
               'for d in *.dist-info *.egg-info; do [ -e "$d" ] && echo "$d"; done; exit 0')
     out = host.probe(["sh", "-c", script, "sh", stack.path, stack.site_packages])
     lines = out.stdout.split()

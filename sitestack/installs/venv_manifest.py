@@ -124,6 +124,9 @@ def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any],
         "site_packages": stack.site_packages,
         "plan": dict(plan),
         "packages": sorted(packages, key=lambda p: normalize(p["name"])),
+        # what the interpreter sees from outside the environment (a container's or a system Python's
+        # torch, with --system-site-packages): the validation job's imports may come from there
+        "base_packages": sorted(scan.get("base", []), key=lambda p: normalize(p["name"])),
     }
 
 

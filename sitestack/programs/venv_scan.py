@@ -2,8 +2,11 @@
 
 Run by the stack environment's own interpreter (``python -c <this file's text> SITE_PACKAGES``),
 so it uses the standard library only and imports nothing of sitestack. Output: one line,
-``{"python": "3.11.7", "packages": [{"name", "version", "dist_info", "record_sha256"}, ...]}``;
-the RECORD digest lets the manifest notice a distribution whose files were replaced in place.
+``{"python": "3.11.7", "packages": [{"name", "version", "dist_info", "record_sha256"}, ...],
+"base": [{"name", "version"}, ...]}``; the RECORD digest lets the manifest notice a distribution
+whose files were replaced in place. ``base`` lists what the interpreter sees from outside the
+environment (its other ``sys.path`` directories): a container stack's torch and numpy come from the
+image (``--system-site-packages``), and the validation job imports them all the same.
 """
 
 import hashlib
@@ -46,5 +49,21 @@ def scan(sp: str) -> "list[dict[str, str | None]]":
     return out
 
 
+def base(sp: str) -> "list[dict[str, str | None]]":
+    """Name and version of each distribution in the ``sys.path`` directories other than ``sp``
+    (the first found of a name wins, as for imports)."""
+    seen: dict[str, dict[str, str | None]] = {}  # not evaluated: any Python 3 runs this
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry) or os.path.realpath(entry) == os.path.realpath(sp):
+            continue
+        for n in sorted(os.listdir(entry)):
+            if n.endswith(".dist-info") or n.endswith(".egg-info"):
+                d = os.path.join(entry, n)
+                name, version = read_name_version(os.path.join(d, "METADATA" if n.endswith(".dist-info") else "PKG-INFO"))
+                seen.setdefault((name or n.split("-")[0]).lower(), {"name": name or n.split("-")[0], "version": version})
+    return [seen[k] for k in sorted(seen)]
+
+
 if __name__ == "__main__":
-    print(json.dumps({"python": "{}.{}.{}".format(*sys.version_info[:3]), "packages": scan(sys.argv[1])}))
+    print(json.dumps({"python": "{}.{}.{}".format(*sys.version_info[:3]), "packages": scan(sys.argv[1]),
+                      "base": base(sys.argv[1])}))

@@ -190,7 +190,9 @@ def do_exec(runtime: str, args: list[str]) -> int:
                   + "\n".join(lines) + '\nexec "$@"\n')
         argv = ["bwrap", "--die-with-parent", *view.argv(), "--dev-bind", "/dev", "/dev", "--proc", "/proc",
                 "--ro-bind", "/sys", "/sys", "--chdir", os.getcwd(), "--", "/bin/sh", "-c", script, "sh", *command]
-        child = subprocess.Popen(argv, env=env)
+        # open descriptors pass into the container, as with the real runtimes: MPICH's PMI client talks to
+        # srun/Hydra over the inherited PMI_FD (closed, MPI_Init fails: "PMI_Get_appnum returned -1")
+        child = subprocess.Popen(argv, env=env, close_fds=False)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda s, _f: child.send_signal(s))
         code = child.wait()

@@ -51,6 +51,7 @@ class Twin:
     facts: dict[str, Any]
     step_args: dict[str, dict[str, Any]] = field(default_factory=dict)   # step name -> package args merged
     stand_ins: dict[str, str] = field(default_factory=dict)
+    path: list[str] = field(default_factory=list)   # system commands of the site (on its default PATH)
 
     @property
     def prefix(self) -> Path:
@@ -114,15 +115,17 @@ def link_tree(root: Path, include: Mapping[str, str], libs: str) -> Path:
     return root
 
 
-def cray_pe(root: Path, tree: Path, *, mpich: str, prgenv: str = "8.5.0") -> dict[str, str]:
+def cray_pe(root: Path, tree: Path, *, mpich: str, prgenv: str = "8.5.0", loads_mpich: bool = False) -> dict[str, str]:
     """Cray PE stand-ins: ``PrgEnv-gnu`` (the ``cc``/``CC`` drivers over GCC) and ``cray-mpich/<mpich>``
-    (MPICH_DIR, and the drivers then compile and link MPI, as craype does with cray-mpich loaded)."""
+    (MPICH_DIR, and the drivers then compile and link MPI, as craype does with cray-mpich loaded);
+    ``loads_mpich``: PrgEnv-gnu loads cray-mpich, as on LUMI (its playbook loads no cray-mpich)."""
     bindir = root / "opt/cray/pe/craype/bin"
     why = "this machine has no Cray PE; the drivers add MPI only with cray-mpich loaded, as craype does"
     for name, plain, mpi in (("cc", "gcc", "mpicc"), ("CC", "g++", "mpicxx"), ("ftn", "gfortran", "mpifort")):
         command(bindir, name, f'[ -n "${{SITESTACK_TWIN_CRAY_MPICH:-}}" ] && exec {mpi} "$@"\nexec {plain} "$@"\n',
                 what=f"Cray's {name} compiler driver (craype)", why=why)
-    module(tree, f"PrgEnv-gnu/{prgenv}", f'prepend_path("PATH", "{bindir}")\nsetenv("PE_ENV", "GNU")\n',
+    load = f'load("cray-mpich/{mpich}")\n' if loads_mpich else ""
+    module(tree, f"PrgEnv-gnu/{prgenv}", f'prepend_path("PATH", "{bindir}")\nsetenv("PE_ENV", "GNU")\n{load}',
            what="Cray's PrgEnv-gnu", why=why)
     mpich_dir = link_tree(root / f"opt/cray/pe/mpich/{mpich}/ofi/gnu/12.3", {"mpi.h": f"{MPICH_INCLUDE}/mpi.h",
                           "mpio.h": f"{MPICH_INCLUDE}/mpio.h", "mpicxx.h": f"{MPICH_INCLUDE}/mpicxx.h",
@@ -191,7 +194,7 @@ def stand_ins(site: str, make: Callable[[Path], None]) -> Path:
     import fcntl
     import hashlib
     here = Path(__file__).resolve().parent
-    key = hashlib.sha256(b"".join((here / n).read_bytes() for n in ("sites.py", "rocm.py"))).hexdigest()[:12]
+    key = hashlib.sha256(b"".join((here / n).read_bytes() for n in ("sites.py", "rocm.py", "runtime.py"))).hexdigest()[:12]
     base = Path(os.environ.get("SITESTACK_TEST_TWINS") or Path.home() / ".cache" / "sitestack" / "twins")
     final = base / site
     base.mkdir(parents=True, exist_ok=True)
@@ -298,60 +301,139 @@ def _cirrus(root: Path) -> None:
 
 
 def apptainer(root: Path) -> Path:
-    """The container runtime: the containers work's stand-in (tests/twins/runtime.py) when this checkout
-    has it, else a directory with an ``apptainer`` whose ``exec IMAGE CMD...`` runs CMD on the host
-    (no image here; it checks that every bound host path exists, as apptainer does)."""
-    try:
-        from tests.twins import runtime  # type: ignore[attr-defined]
-    except ImportError:
-        runtime = None
-    if runtime is not None and hasattr(runtime, "install"):
-        return Path(runtime.install(root / "opt/apptainer/bin", "apptainer"))
-    return command(root / "opt/apptainer/bin", "apptainer", r'''set -eu
-[ "${1:-}" = exec ] || { echo "apptainer stand-in: only 'exec' is provided" >&2; exit 2; }
-shift
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --bind|-B) APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$2"; shift 2 ;;
-    -*) shift ;;
-    *) break ;;
-  esac
-done
-shift  # the image
-old_ifs=$IFS; IFS=,
-for bind in ${APPTAINER_BINDPATH:-}; do
-  [ -e "${bind%%:*}" ] || { echo "apptainer stand-in: bind source ${bind%%:*} does not exist" >&2; exit 255; }
-done
-IFS=$old_ifs
-exec "$@"
-''', what="apptainer exec", why="no container runtime here; runs the command on the host").parent
+    """The container runtime stand-in (tests/twins/runtime.py: bubblewrap + squashfuse): ``apptainer``
+    and ``singularity`` in ``root/opt/apptainer/bin``. Its ``build`` takes docker bases from
+    ``$RUNTIME_TWIN_DOCKER_DIR`` (see :func:`torch_image`)."""
+    from tests.twins import runtime
+    return runtime.install(root / "opt/apptainer/bin")
+
+
+def torch_image(tree: Path, python: str, image: Path, *, interpreter: str = "/usr/local/bin/python") -> Path:
+    """A stand-in image of a PyTorch container: the host's ``/`` (the stand-in runtime lays an image over
+    it) plus ``python`` on the container's PATH with torch 2.13.0 CPU: the site-packages of the test venv
+    whose interpreter is ``python`` (tests/conftest.py validation_python), linked entry by entry into the
+    host Python's ``/usr/local/lib/python3.X/dist-packages``, and a marker saying what it stands for."""
+    from tests.twins import runtime
+    site = Path(python).parent.parent / "lib"
+    (packages,) = site.glob("python3.*/site-packages")
+    shutil.rmtree(tree, ignore_errors=True)
+    target = tree / "usr/local/lib" / packages.parent.name / "dist-packages"
+    target.mkdir(parents=True)
+    for entry in packages.iterdir():
+        if not entry.name.startswith("mpi4py"):   # the test venv's mpi4py (built here) is no image's
+            (target / entry.name).symlink_to(entry)
+    # the image's interpreter: the host's Python, whose prefix (found through the link) is /usr
+    (tree / interpreter.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (tree / interpreter.lstrip("/")).symlink_to(f"/usr/bin/{packages.parent.name}")
+    (tree / ".singularity.d/env").mkdir(parents=True)
+    (tree / "STAND-IN").write_text(STAND_IN.format(what=f"a PyTorch container image ({image.name})", why=(
+        "no image can be pulled here; the host's Python with the test venv's torch 2.13.0 CPU")) + "\n")
+    image.parent.mkdir(parents=True, exist_ok=True)
+    return runtime.make_image(tree, image)
 
 
 def _dawn(root: Path) -> None:
     tree = root / "modules"
-    bindir = apptainer(root)
-    module(tree, "rhel9/default-dawn", f'prepend_path("PATH", "{bindir}")\n', what="rhel9/default-dawn (Intel MPI, "
-           "apptainer on PATH)", why="Debian's MPICH (its Hydra mpiexec takes the same -n/-ppn/-hosts) stands in")
-    plain(tree, {"intel-oneapi-ccl/2021.15.0": "Intel oneCCL 2021.15.0 (collectives are gloo on the twin)"})
+    apptainer(root)
+    plain(tree, {"rhel9/default-dawn": "rhel9/default-dawn (Intel oneAPI, Intel MPI: Debian's MPICH, whose Hydra "
+                 "mpiexec takes the same -n/-ppn/-hosts, is on PATH)",
+                 "intel-oneapi-ccl/2021.15.0": "Intel oneCCL 2021.15.0 (collectives are gloo on the twin)"})
 
 
-def dawn(root: Path) -> Twin:
-    """Dawn: rhel9/default-dawn and intel-oneapi-ccl (Intel MPI, oneCCL), an Apptainer image."""
-    tree = stand_ins("dawn", _dawn) / "modules"
+def dawn(root: Path, python: str | None = None) -> Twin:
+    """Dawn: rhel9/default-dawn and intel-oneapi-ccl (Intel MPI, oneCCL), the image built by apptainer from
+    a stand-in of intel/intel-extension-for-pytorch:2.8.10-xpu (:func:`torch_image` over ``python``);
+    the test gives ``RUNTIME_TWIN_DOCKER_DIR=<root>/docker`` to the runtime stand-in. Without ``python``
+    there is no base image (a twin for the job alone, tests/test_site_fixes.py)."""
+    stands = stand_ins("dawn", _dawn)
+    tree = stands / "modules"
     software = root / "usr/local/dawn/software"
     software.mkdir(parents=True, exist_ok=True)
-    image = root / "dawn/apptainer/pytorch2.8.sif"
-    facts = {**common_overlay(root, tree),
+    if python:
+        torch_image(root / "docker-tree", python, root / "docker" / "intel_intel-extension-for-pytorch_2.8.10-xpu.sif")
+    common = common_overlay(root, tree)
+    facts = {**common,
              "marker": str(software),
              "prefix": str(root / "dawn/sitestack"),
-             "node": {"cores": 96, "local_scratch": "/tmp"},
-             "gpu": {"per_node": 8, "cores_per_gpu": 12, "cpu_bind": None},
+             # no GPU stacks to count (ranks = GPUs in the allocation x stacks per card): 2 ranks from
+             # validation.ranks_per_node, as on the other twins
+             "gpu": {**common["gpu"], "unit": "gpu"},
              "mpi": {"flavour": "mpich", "library_match": "MPICH"},
-             "container": {"image": str(image), "bind": [str(software)]}}
-    return Twin("dawn", root, facts, stand_ins={
+             "container": {
+                 # the InfiniBand and oneAPI libraries of Dawn's bind list do not exist here (the runtime
+                 # refuses a bind whose source is missing, as apptainer does); the marker tree stands in
+                 "bind": [str(software)],
+                 # the stand-in runtime's %post writes only into directories the host lacks, and the stand-in
+                 # image's Python is the host's (its site-packages is a host directory): extra packages
+                 # could not land in the image; the test cluster's node has no GPU gres
+                 "build": {"packages": [], "slurm_options": []}},
+             }
+    # apptainer is a system command on Dawn (build_image.sh runs it with no module loaded, peers s2.1)
+    return Twin("dawn", root, facts, path=[str(stands / "opt/apptainer/bin")], stand_ins={
         "rhel9/default-dawn, Intel MPI": "Debian's MPICH (Hydra mpiexec)",
-        "apptainer": "tests/twins/runtime.py when present, else a runner of the command on the host",
-        "GPUs": "none: gloo collectives; the geometry (4 cards, 2 stacks each, 96 cores) is kept",
+        "apptainer": "tests/twins/runtime.py (bubblewrap + squashfuse)",
+        "intel/intel-extension-for-pytorch:2.8.10-xpu": "the host's / with Python 3.11 and torch 2.13.0 CPU "
+                                                         "(tests/twins/sites.py torch_image)",
+        "container.build.packages (matplotlib, pandas, seaborn)": "left out: the stand-in's %post cannot install "
+                                                                   "into the image",
+        "container.bind (InfiniBand, oneAPI)": "the twin's marker tree only: the host libraries do not exist here",
+        "GPUs": "none: gloo collectives, 2 ranks; --gres=gpu:1 of the image build left out",
+    })
+
+
+LUMI_SIF = "lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
+
+
+def _lumi(stands: Path) -> None:
+    tree = stands / "modules"
+    cray_pe(stands, tree, mpich="8.1.29", loads_mpich=True)
+    rocm(stands, tree, "6.2.4", "amd-gfx90a")
+    module(tree, "rocm/6.0.3", "", what="rocm/6.0.3, the host ROCm of LUMI/24.03", why="the plugin builds against "
+           "the container's ROCm (facts.rocm 6.2.4, the twin's tree of Debian's HIP)")
+    plain(tree, {"LUMI/24.03": "the LUMI/24.03 software stack", "partition/G": "LUMI's GPU partition of the stack"})
+    libfabric(stands, "/opt/cray/libfabric/1.15.2.0")
+    apptainer(stands)
+
+
+def lumi(root: Path, python: str) -> Twin:
+    """LUMI: LUMI/24.03, partition/G, PrgEnv-gnu (cc/CC, cray-mpich 8.1.29), rocm, the PyTorch SIF copied
+    from the central area (a stand-in image, :func:`torch_image`, whose conda env python has torch)."""
+    stands = stand_ins("lumi", _lumi)
+    tree = stands / "modules"
+    central = root / "appl/local/containers"
+    image_tree = root / "lumi-image"
+    (image_tree / "opt/miniconda3/bin").mkdir(parents=True)
+    # seed 000's $WITH_CONDA: `source /opt/miniconda3/bin/activate pytorch`
+    (image_tree / "opt/miniconda3/bin/activate").write_text(
+        f"# {STAND_IN.format(what='conda activate of the LUMI image', why='the stand-in image has no conda')}\n"
+        'export PATH=/opt/miniconda3/envs/pytorch/bin:"$PATH"\n')
+    sif = torch_image(image_tree, python, central / "sif-images" / LUMI_SIF,
+                      interpreter="/opt/miniconda3/envs/pytorch/bin/python")
+    import hashlib
+    digest = hashlib.sha256(sif.read_bytes()).hexdigest()
+    fabric = stands / "opt/cray/libfabric/1.15.2.0"
+    common = common_overlay(root, tree)
+    facts = {**common,
+             "marker": str(central),
+             "prefix": str(root / "projappl/{account}/sitestack"),
+             "rocm": {"version": "6.2.4", "home": str(stands / "opt/rocm-{rocm_version}")},
+             "mpi": {"flavour": "mpich", "library_match": "MPICH"},
+             "container": {
+                 "source": str(sif), "sha256": digest,
+                 # LUMI's bind list names the site's Slurm, Cray and file-system paths, which do not exist
+                 # here (the runtime refuses a missing bind source, as singularity does): the twin's
+                 "bind": [str(stands / "opt/cray"), str(root / "appl")]},
+             }
+    # singularity is a system command on LUMI (no module loads it)
+    return Twin("lumi", root, facts, path=[str(stands / "opt/apptainer/bin")],
+                step_args={"rccl network plugin": {"libfabric": str(fabric)}}, stand_ins={
+        "PrgEnv-gnu, cray-mpich/8.1.29, cc/CC": f"Debian's GCC 12 and MPICH 4.0.2 ({stands}/opt/cray/pe)",
+        "rocm 6.2.4 (the plugin's), rocm/6.0.3": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
+        "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
+        "singularity": "tests/twins/runtime.py (bubblewrap + squashfuse)",
+        LUMI_SIF: "the host's / with /opt/miniconda3/envs/pytorch/bin/python: Python 3.11, torch 2.13.0 CPU",
+        "container.bind (Slurm, Cray, CXI, file systems)": "the twin's /opt/cray and /appl",
+        "GPUs": "none: gloo collectives, 2 ranks, Horovod for CPU; --gpus-per-node=8 --mem=480G left out",
     })
 
 
