@@ -252,7 +252,10 @@ def frontier(root: Path) -> Twin:
              "rocm": {"version": "5.7.1", "home": str(home.parent / "rocm-{rocm_version}")},
              # Debian's MPICH under cray-mpich's name: srun starts it through Slurm's PMI-2 (--mpi=pmi2),
              # which cray-mpich does not need; the Cray drivers (mpi.cc "cc -shared", mpi.cxx CC) are kept.
-             "mpi": {"flavour": "mpich", "library_match": "MPICH"}}
+             "mpi": {"flavour": "mpich", "library_match": "MPICH"},
+             # conda-pack packs only what conda made (conda-meta/); the stand-in's "conda env" is a venv, so
+             # the twin does not stage its env (node-local staging is tested for real in tests/test_staging.py)
+             "node": {"stage_env": False}}
     return Twin("frontier", root, facts, step_args={"rccl network plugin": {"libfabric": str(fabric)}}, stand_ins={
         "PrgEnv-gnu, cray-mpich/8.1.28, cc/CC": f"Debian's GCC 12 and MPICH 4.0.2 ({stands}/opt/cray/pe)",
         "rocm/5.7.1": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
@@ -260,6 +263,7 @@ def frontier(root: Path) -> Twin:
         "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
         "GPUs": "none: gloo collectives, 2 ranks, Horovod for CPU",
         "--constraint=nvme": "left out: the test cluster's node has no NVMe feature",
+        "node.stage_env": "false: conda-pack needs a real conda env (conda-meta/), which the conda stand-in is not",
         "torch 2.2.2+rocm5.7 (--index-url rocm5.7)": "torch 2.13.0+cpu from local disk (this machine's pip configuration)",
     })
 
