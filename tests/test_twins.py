@@ -138,9 +138,8 @@ def test_validate_passes_on_the_test_cluster(provisioned, slurm_cluster, tmp_pat
     assert checks["ddp"]["status"] == "passed"
 
 
+@pytest.mark.parametrize("provisioned", ["frontier"], indirect=True)   # the one twin whose playbook builds mpi4py
 def test_frontier_mpi4py_is_built_with_the_cray_driver_against_the_twins_mpi(provisioned):
-    if provisioned.name != "frontier":
-        pytest.skip("Frontier only")
     prefix = Path(str(provisioned.twin.prefix).replace("{account}", "proj123"))
     dest = prefix / "mpi4py" / "4.1.2"
     stamp = json.loads((dest / ".sitestack" / "install.json").read_text())
