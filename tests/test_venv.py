@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -65,8 +66,15 @@ def test_manifest_lists_exactly_what_is_installed(local_stack):
         assert p["version"] and p["source"]["kind"] in ("index", "built", "environment")
     torch = by_name["torch"]
     assert torch["version"] == "2.13.0+cpu" and torch["source"]["requested"]
-    wheel = Path(torch["source"]["url"].replace("file://", "").replace("%2B", "+"))
-    assert wheel.is_file() and torch["source"]["sha256"] == sha256(wheel)  # the wheel pip installed, by hash
+    # pip's report names the file and its hash; uv leaves only the installed metadata (tests/test_venv_uv.py)
+    installers = {p["source"]["installer"] for p in manifest["packages"]}
+    assert installers in ({"pip"}, {"uv"}), installers
+    if installers == {"pip"}:
+        wheel = Path(torch["source"]["url"].replace("file://", "").replace("%2B", "+"))
+        assert wheel.is_file() and torch["source"]["sha256"] == sha256(wheel)  # the wheel pip installed, by hash
+    else:
+        assert torch["source"] == {"kind": "index", "index_url": None, "requested": True, "installer": "uv"}
+    assert not by_name["filelock"]["source"]["requested"]  # a dependency of torch
     mpi4py = by_name["mpi4py"]
     stamp = json.loads((local_stack.prefix / "mpi4py" / "4.1.2" / ".sitestack" / "install.json").read_text())
     assert mpi4py["source"]["kind"] == "built" and mpi4py["source"]["sha256"] == stamp["artefact"]["sha256"]
@@ -111,15 +119,18 @@ def test_changed_pin_updates_only_what_changed(local_stack, tmp_path: Path):
         assert run.returncode == 0, run.stdout + run.stderr
         assert "changed  stack-venv: extras: +six" in run.stdout
         # the pip install under a provision-like task reports its progress, console and provision.log alike
-        assert "[localhost] pytorch/2.13.0-cpu: pip install (+0s): six" in run.stdout, run.stdout
+        tool = "uv pip" if shutil.which("uv") else "pip"  # facts.python.installer auto: uv where on the PATH
+        assert f"[localhost] pytorch/2.13.0-cpu: {tool} install (+0s): six" in run.stdout, run.stdout
         logs = sorted(Path(local_stack.env["SITESTACK_LOG_DIR"]).rglob("provision.log"), key=os.path.getmtime)
-        assert "pytorch/2.13.0-cpu: pip install" in logs[-1].read_text()
+        assert f"pytorch/2.13.0-cpu: {tool} install" in logs[-1].read_text()
         assert os.readlink(v) == generation  # updated in place, not rebuilt
         after = (sp / "torch-2.13.0+cpu.dist-info" / "RECORD").stat()
         assert (after.st_ino, after.st_mtime_ns) == (torch_record.st_ino, torch_record.st_mtime_ns)  # torch untouched
         manifest = json.loads(local_stack.manifest.read_text())
         six = next(p for p in manifest["packages"] if p["name"] == "six")
-        assert six["source"]["kind"] == "index" and six["source"]["requested"] and six["source"]["sha256"]
+        assert six["source"]["kind"] == "index" and six["source"]["requested"]
+        assert six["source"]["installer"] == tool.split()[0]
+        assert six["source"]["sha256"] if tool == "pip" else "sha256" not in six["source"]  # pip's report has it
         assert {p["name"] for p in manifest["packages"]} == {p["name"] for p in original["packages"]} | {"six"}
         assert run_invoke("install-venv", "--playbook", str(added), "--prefix", str(prefix), "--check",
                           "--fail-on-change", env=local_stack.env).returncode == 0

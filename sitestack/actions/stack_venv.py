@@ -14,9 +14,13 @@ site's base Python:
   recipe sitestack built for the site (``recipe-install``: mpi4py, Horovod, ...), taken from
   that install, never recompiled. A recipe that is not built is left out (said in the
   step's message).
+- pip installs them, or uv where the host has it (facts.python.installer;
+  :mod:`sitestack.installs.venv_uv`), with the same indexes and the same resolution.
 - ``<prefix>/<name>.manifest.json`` lists every distribution in the environment (name,
   version, dist-info, sha256 of its RECORD) and where it came from (index URL and wheel
-  sha256, the sitestack build, or the environment's creation), with the plan it realises.
+  sha256, the sitestack build, or the environment's creation), with the plan it realises: from
+  the installed metadata (direct_url.json, INSTALLER, REQUESTED), with pip's report adding the
+  index URL and the wheel's sha256 where pip installed.
 
 The path is a symlink to a hidden generation directory beside it. A new environment is built
 in a fresh generation and switched to with one rename, so nothing half-built is ever visible
@@ -209,10 +213,12 @@ class StackVenv(Action):
         has_python, dists = list_dists(host, self.stack)
         fresh = (manifest is None or needs_new_generation(manifest.get("plan", {}), plan) or not has_python
                  or dists != {p["dist_info"] for p in manifest.get("packages", [])})
+        builder = Builder(self, host, plan, built, manifest)
+        builder.uv()  # installer: uv without uv on the host is refused here, before anything is made
         if fresh:
-            Builder(self, host, plan, built, manifest).build_generation()
+            builder.build_generation()
         else:
-            Builder(self, host, plan, built, manifest).update()
+            builder.update()
 
 
 class Builder(EnvTools):
@@ -243,6 +249,8 @@ class Builder(EnvTools):
         try:
             for argv in self.base.create(gen):
                 self.run(argv)
+            # what the environment's creation put there (conda's python and pip): not installed by sitestack
+            created = list_dists(self.host, self.stack, gen)[1]
             requirements = [*self.stack.requirements, *self.stack.extras, *self.stack.checks, *self.wheels()]
             install = self.facts.install
             templates = VenvTemplates(self, self.plan, self.options, {b.recipe: b.wheel for b in self.built if b.wheel},
@@ -253,7 +261,8 @@ class Builder(EnvTools):
                 templates.store(gen, text)
             scan = self.scan(gen)
             origins = origins_from_report(text, self.built)
-            manifest = manifest_for(self.stack, self.plan, scan, origins, None, os.path.basename(gen))
+            manifest = manifest_for(self.stack, self.plan, scan, origins, None, os.path.basename(gen), self.built,
+                                    created)
             # the scan saw gen's paths; the manifest describes the stable path
             self._switch(gen)
         except BaseException:
@@ -308,11 +317,11 @@ exit 0
         # A rebuilt wheel keeps its version: pip must be told to replace it (and nothing else).
         text_b = self.pip_install(root, rebuilt, report, "--force-reinstall", "--no-deps") if rebuilt else None
         if removed:
-            self.run([*self.pip(root), "uninstall", "--yes", *removed])
+            self.uninstall(root, removed)
         origins = {**origins_from_report(text_a, self.built), **origins_from_report(text_b, self.built)}
         scan = self.scan(root)
         manifest = manifest_for(self.stack, self.plan, scan, origins, self.manifest,
-                                self.manifest.get("generation", ""))
+                                self.manifest.get("generation", ""), self.built)
         self.host.write_text(self.stack.manifest, dump(manifest), 0o644)
 
 

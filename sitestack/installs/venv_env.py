@@ -16,6 +16,7 @@ from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
 from sitestack.installs.progress import Progress
 from sitestack.installs.venv_stack import Base, Stack
+from sitestack.installs.venv_uv import PipSettings, uv_install_argv, uv_uninstall_argv
 
 #: pip >= 22.3 can install into another interpreter's environment (``--python``).
 PIP_PYTHON_OPTION = (22, 3)
@@ -30,6 +31,8 @@ def program(name: str) -> str:
 SCAN = program("venv_scan")
 #: Run by a python3 on the host: can the index be reached? (stdlib only; any Python 3)
 INDEX_PROBE = program("index_probe")
+#: Run by the interpreter pip runs with: where pip would look for packages (given to uv).
+PIP_SETTINGS = program("pip_settings")
 
 
 def check_index(host: Host, url: str | None, timeout: float = 15) -> None:
@@ -59,6 +62,51 @@ class EnvTools:
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Completed:
         return self.host.run(argv, env=env, log=self.log)
 
+    def uv(self) -> str | None:
+        """The uv to install with (its path on the host), or None for pip: facts.python.installer
+        ``auto`` takes uv where the site's environment (modules loaded, or the image) has it on its
+        PATH and the stack does not see the base's packages; ``uv`` requires both; ``pip`` never
+        looks. Asked once per step."""
+        if "_uv" in self.__dict__:
+            return self.__dict__["_uv"]  # type: ignore[no-any-return]
+        found: str | None = None
+        if self.stack.system_site_packages:
+            # uv does not count what the base's site-packages hold as installed (astral-sh/uv#4466,
+            # #7358): it would put a second torch in a container's or a module's stack
+            if self.stack.installer == "uv":
+                raise SitestackError(f"[{self.host.name}] facts.python.installer is uv, but this stack sees the base "
+                                     "Python's packages (system_site_packages), which uv ignores and would install "
+                                     "again: use installer auto or pip; nothing was installed")
+        elif self.stack.installer != "pip":
+            out = self.host.probe(self.base.base(["sh", "-c", "command -v uv"]))
+            lines = out.stdout.strip().splitlines() if out.ok else []
+            found = lines[-1] if lines and lines[-1].startswith("/") else None
+            if found is None and self.stack.installer == "uv":
+                raise SitestackError(f"[{self.host.name}] facts.python.installer is uv, but uv is not on the PATH "
+                                     f"of {self.host.name} (in the site's environment): install it (pip install uv) "
+                                     "or set installer: auto or pip; nothing was installed")
+        self.__dict__["_uv"] = found
+        return found
+
+    def pip_settings(self, root: str) -> PipSettings:
+        """pip's index settings on the host, read by the interpreter pip would run with."""
+        python = ["-c", PIP_SETTINGS]
+        argv = self.base.env_python(root, python) if self.stack.source == "conda" else self.base.base(["python", *python])
+        out = self.host.probe(argv)
+        if not out.ok:
+            raise SitestackError(f"[{self.host.name}] cannot read pip's index settings for uv: "
+                                 f"{(out.stderr or out.stdout).strip()[-300:]}")
+        return PipSettings.parse(out.stdout, self.host.name)
+
+    def installer_name(self) -> str:
+        """"uv pip" or "pip": what installs into this stack's environments."""
+        return "uv pip" if self.uv() else "pip"
+
+    def uninstall(self, root: str, names: Sequence[str]) -> None:
+        uv = self.uv()
+        self.run(self.base.base(uv_uninstall_argv(uv, root, names)) if uv else
+                 [*self.pip(root), "uninstall", "--yes", *names])
+
     def pip(self, root: str) -> list[str]:
         """How to run pip for the environment at ``root``."""
         if self.stack.source == "conda":
@@ -73,7 +121,8 @@ class EnvTools:
         return self.base.env_python(root, ["-m", "pip"])
 
     def pip_install(self, root: str, requirements: Sequence[str], report: str, *extra: str) -> str | None:
-        """``pip install`` ``requirements`` into ``root``; the text of pip's ``--report`` (then removed).
+        """``pip install`` ``requirements`` into ``root``; the text of pip's ``--report`` (then removed),
+        or None when uv installed them (:meth:`uv`; uv writes no report).
 
         The torch line (the stack's pinned requirements) comes from facts.torch.index_url: as an extra
         index, or, with facts.torch.index ``only``, as the only one (pip ``--index-url``, seed 001's
@@ -89,18 +138,24 @@ class EnvTools:
 
     def _pip_install(self, root: str, requirements: Sequence[str], report: str, index: Sequence[str],
                      extra: Sequence[str]) -> str | None:
-        argv = [*self.pip(root), "install", "--no-input", "--disable-pip-version-check", "--progress-bar", "off",
-                "--retries", "2", "--timeout", "60", "--report", report, *extra, *index]
-        if not self.stack.compile:
-            argv.append("--no-compile")
+        uv = self.uv()
+        if uv:
+            argv = self.base.base(uv_install_argv(uv, root, self.pip_settings(root), index, extra, self.stack.compile))
+        else:
+            argv = [*self.pip(root), "install", "--no-input", "--disable-pip-version-check", "--progress-bar", "off",
+                    "--retries", "2", "--timeout", "60", "--report", report, *extra, *index]
+            if not self.stack.compile:
+                argv.append("--no-compile")
         if self.log is None or self.report is None:
             self.run([*argv, *requirements])
         else:
             with Progress(self.log, self.stack.name, self.report, self.interval,
                           shown=f"[{self.host.name}] {self.stack.name}") as progress:
-                progress.phase("pip install", ", ".join(requirements)[:200])
+                progress.phase(f"{self.installer_name()} install", ", ".join(requirements)[:200])
                 self.run([*argv, *requirements])
                 progress.phase("installed")
+        if uv:
+            return None
         text = self.host.read_text(report)
         self.host.probe(["rm", "-f", "--", report])
         return text
@@ -120,8 +175,8 @@ class EnvTools:
         return data
 
 
-def list_dists(host: Host, stack: Stack) -> tuple[bool, set[str]]:
-    """(interpreter present, dist-info names) of the environment at the stable path.
+def list_dists(host: Host, stack: Stack, root: str | None = None) -> tuple[bool, set[str]]:
+    """(interpreter present, dist-info names) of the environment at the stable path (or at ``root``).
 
     In a container stack, ``bin/python`` links to the image's interpreter (LUMI:
     /opt/miniconda3/envs/pytorch/bin/python), which the host does not have: there the link itself is
@@ -129,7 +184,9 @@ def list_dists(host: Host, stack: Stack) -> tuple[bool, set[str]]:
     present = '[ -L "$1/bin/python" ]' if stack.source == "container" else '[ -x "$1/bin/python" ]'
     script = (present + ' || echo NOPYTHON; cd "$2" 2>/dev/null || exit 0; '
               'for d in *.dist-info *.egg-info; do [ -e "$d" ] && echo "$d"; done; exit 0')
-    out = host.probe(["sh", "-c", script, "sh", stack.path, stack.site_packages])
+    root = root or stack.path
+    site_packages = f"{root}/lib/python{stack.python_version}/site-packages"
+    out = host.probe(["sh", "-c", script, "sh", root, site_packages])
     lines = out.stdout.split()
     return "NOPYTHON" not in lines, {n for n in lines if n != "NOPYTHON"}
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+import urllib.parse
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sitestack.core.host import Host
@@ -104,16 +105,58 @@ def origins_from_report(text: str | None, built: Sequence[Built]) -> dict[str, d
     return out
 
 
+#: What the scan says of each distribution besides what the manifest lists: it becomes the origin.
+METADATA_KEYS = ("installer", "requested", "direct_url")
+
+
+def origin_from_metadata(p: Mapping[str, Any], stack: Stack, wheels: Mapping[str, Built],
+                         asked: set[str]) -> dict[str, Any]:
+    """Where one scanned distribution came from, from its installed metadata alone (PEP 610's
+    direct_url.json, INSTALLER): what uv leaves, which writes no report. ``requested`` is whether
+    the plan names it (``asked``), not the REQUESTED file: uv writes one for every package it
+    installs, dependencies too (astral-sh/uv#13278)."""
+    installer = p.get("installer")
+    requested = normalize(str(p.get("name", ""))) in asked
+    direct = p.get("direct_url") or {}
+    url = str(direct.get("url") or "")
+    if url:
+        b = wheels.get(os.path.basename(urllib.parse.unquote(url.split("#", 1)[0])))
+        if b is not None:
+            return {"kind": "built", "recipe": b.recipe, "install": b.dest, "wheel": b.wheel, "sha256": b.wheel_sha256,
+                    "requested": True, "installer": installer}
+        return {"kind": "url", "url": url, "sha256": direct.get("sha256"), "requested": requested,
+                "installer": installer}
+    if installer in ("pip", "uv"):
+        # pip and uv record neither the index nor the file's hash in the metadata
+        return {"kind": "index", "index_url": stack.index_url, "requested": requested, "installer": installer}
+    return {"kind": "environment", "detail": "created with the environment", "installer": installer}
+
+
 def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any], origins: Mapping[str, Any],
-                 previous: Mapping[str, Any] | None, generation: str) -> dict[str, Any]:
-    """The manifest: the plan, and every distribution in the environment with its origin."""
-    before = {normalize(p["name"]): p.get("source") for p in (previous or {}).get("packages", [])}
+                 previous: Mapping[str, Any] | None, generation: str, built: Sequence[Built] = (),
+                 created: Collection[str] = ()) -> dict[str, Any]:
+    """The manifest: the plan, and every distribution in the environment with its origin.
+
+    The origin of a distribution is, first, what this run's pip report says (``origins``: the index
+    URL and the wheel's sha256); else the previous manifest's, where the distribution is the same
+    (dist-info and RECORD digest); else, for a dist-info in ``created`` (there once the environment
+    was made, before anything was installed), the environment's creation; else its installed metadata
+    (:func:`origin_from_metadata`)."""
+    before = {p.get("dist_info"): p for p in (previous or {}).get("packages", [])}
+    wheels = {os.path.basename(b.wheel): b for b in built if b.wheel}
+    asked = {requirement_name(r) for key in ("requirements", "extras", "checks") for r in plan.get(key, [])}
     packages = []
     for p in scan["packages"]:
         key = normalize(p["name"])
-        source = origins.get(key) or before.get(key) or {"kind": "environment",
-                                                          "detail": "created with the environment"}
-        packages.append({**p, "source": source})
+        old = before.get(p.get("dist_info"))
+        same = old is not None and old.get("record_sha256") == p.get("record_sha256") and old.get("source")
+        source = origins.get(key) or (old["source"] if same and old else None)
+        if source is None and p.get("dist_info") in created:
+            source = {"kind": "environment", "detail": "created with the environment"}
+        source = source or origin_from_metadata(p, stack, wheels, asked)
+        if p.get("installer") and "installer" not in source:
+            source = {**source, "installer": p["installer"]}
+        packages.append({**{k: v for k, v in p.items() if k not in METADATA_KEYS}, "source": source})
     return {
         "format": MANIFEST_FORMAT,
         "site": stack.site,

@@ -47,6 +47,7 @@ class Stack:
     system_site_packages: bool
     compile: bool
     index_only: bool = False        # facts.torch.index == "only": the torch line with --index-url
+    installer: str = "auto"         # facts.python.installer: auto, pip or uv (not part of the plan)
 
     @property
     def site_packages(self) -> str:
@@ -112,6 +113,7 @@ def stack_for(ctx: RunContext, name: str | None = None, *, system_site_packages:
         system_site_packages=True if container else ssp,
         compile=compile,
         index_only=facts.torch.index == "only",
+        installer=facts.python.installer,
     )
 
 

@@ -156,6 +156,10 @@ class Python:
     version: str = field(metadata=_doc("major.minor, e.g. 3.11"))
     module: str | None = field(default=None, metadata=_doc("module providing it (source: module or conda)"))
     executable: str = field(default="python3", metadata=_doc("interpreter name or path once loaded"))
+    installer: Literal["auto", "pip", "uv"] = field(default="auto", metadata=_doc(
+        "what installs the stack's packages: uv where the host has it on its PATH (with the index settings "
+        "pip would use) and the stack does not see the base's packages, else pip (auto); or always pip; or "
+        "always uv (refused where uv is missing or the stack uses system site packages)"))
 
     def check(self) -> str | None:
         if not re.fullmatch(r"3\.[0-9]+", self.version):

@@ -2,9 +2,12 @@
 
 Run by the stack environment's own interpreter (``python -c <this file's text> SITE_PACKAGES``),
 so it uses the standard library only and imports nothing of sitestack. Output: one line,
-``{"python": "3.11.7", "packages": [{"name", "version", "dist_info", "record_sha256"}, ...],
-"base": [{"name", "version"}, ...]}``; the RECORD digest lets the manifest notice a distribution
-whose files were replaced in place. ``base`` lists what the interpreter sees from outside the
+``{"python": "3.11.7", "packages": [{"name", "version", "dist_info", "record_sha256", "installer",
+"requested", "direct_url"}, ...], "base": [{"name", "version"}, ...]}``; the RECORD digest lets the
+manifest notice a distribution whose files were replaced in place. ``installer`` (the INSTALLER
+file: pip, uv, conda), ``requested`` (a REQUESTED file: asked for, not a dependency) and
+``direct_url`` (``{"url", "sha256"}`` from direct_url.json, PEP 610: installed from a file or URL,
+not an index) are the installed metadata the manifest's origins come from. ``base`` lists what the interpreter sees from outside the
 environment (its other ``sys.path`` directories): a container stack's torch and numpy come from the
 image (``--system-site-packages``), and the validation job imports them all the same.
 """
@@ -32,9 +35,9 @@ def read_name_version(meta: str) -> "tuple[str | None, str | None]":
     return name, version
 
 
-def scan(sp: str) -> "list[dict[str, str | None]]":
+def scan(sp: str) -> "list[dict[str, object]]":
     """One entry per ``*.dist-info``/``*.egg-info`` directory in ``sp``, sorted by directory name."""
-    out: list[dict[str, str | None]] = []  # not evaluated: any Python 3 runs this
+    out: list[dict[str, object]] = []  # not evaluated: any Python 3 runs this
     names = sorted(n for n in os.listdir(sp) if n.endswith(".dist-info") or n.endswith(".egg-info"))
     for n in names:
         d = os.path.join(sp, n)
@@ -45,8 +48,35 @@ def scan(sp: str) -> "list[dict[str, str | None]]":
         if os.path.isfile(record):
             with open(record, "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()
-        out.append({"name": name or n.split("-")[0], "version": version, "dist_info": n, "record_sha256": digest})
+        out.append({"name": name or n.split("-")[0], "version": version, "dist_info": n, "record_sha256": digest,
+                    "installer": read_first_line(os.path.join(d, "INSTALLER")),
+                    "requested": os.path.exists(os.path.join(d, "REQUESTED")), "direct_url": direct_url(d)})
     return out
+
+
+def read_first_line(path: str) -> "str | None":
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def direct_url(d: str) -> "dict[str, str | None] | None":
+    """``{"url", "sha256"}`` of the dist-info's direct_url.json (PEP 610), or None."""
+    try:
+        with open(os.path.join(d, "direct_url.json"), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        return None
+    archive = data.get("archive_info")
+    archive = archive if isinstance(archive, dict) else {}
+    hashes = archive.get("hashes")
+    hashes = hashes if isinstance(hashes, dict) else {}
+    sha = hashes.get("sha256") or (str(archive.get("hash", "")).partition("=")[2] or None)
+    return {"url": data["url"], "sha256": sha}
 
 
 def base(sp: str) -> "list[dict[str, str | None]]":
