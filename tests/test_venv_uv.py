@@ -79,7 +79,9 @@ def test_uv_gets_pips_indexes_and_pips_resolution():
                            compile=True)
     assert argv[:4] == ["/usr/bin/uv", "pip", "install", "--python"] and argv[4] == "/p/env/bin/python"
     assert argv[argv.index("--index-strategy"):][:2] == ["--index-strategy", "unsafe-best-match"]
-    assert argv[argv.index("--link-mode"):][:2] == ["--link-mode", "copy"]
+    assert argv[argv.index("--link-mode"):][:2] == ["--link-mode", "hardlink"]  # as uv links every venv
+    shared = uv_install_argv("uv", "/p", PipSettings(), [], [], compile=False, shared=True)
+    assert shared[shared.index("--link-mode"):][:2] == ["--link-mode", "copy"]  # modes and group of its own
     assert {"--no-index", "--reinstall", "--no-deps", "--compile-bytecode"} <= set(argv)
     with pytest.raises(ValueError):
         uv_install_argv("uv", "/p", PipSettings(), [], ["--upgrade"], compile=False)

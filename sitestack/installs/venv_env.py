@@ -140,7 +140,9 @@ class EnvTools:
                      extra: Sequence[str]) -> str | None:
         uv = self.uv()
         if uv:
-            argv = self.base.base(uv_install_argv(uv, root, self.pip_settings(root), index, extra, self.stack.compile))
+            install = self.base.facts.install
+            argv = self.base.base(uv_install_argv(uv, root, self.pip_settings(root), index, extra, self.stack.compile,
+                                                  shared=install.mode == "group-write" or bool(install.group)))
         else:
             argv = [*self.pip(root), "install", "--no-input", "--disable-pip-version-check", "--progress-bar", "off",
                     "--retries", "2", "--timeout", "60", "--report", report, *extra, *index]
