@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sitestack.core import templates
 from sitestack.core.quoting import sh_expanding
 from sitestack.installs.container import runtime_of
 from sitestack.model.site import Facts
@@ -84,14 +85,22 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
     }
 
 
+def _render(name: str, inputs: LaunchInputs) -> str:
+    """Template ``name`` with the inputs' context, or its text from an earlier run with the same
+    context (:func:`sitestack.core.templates.cached_text`: a no-op run then imports no Jinja2)."""
+    context = _context(inputs)
+    return templates.cached_text([jobs.TEMPLATES], repr((name, sorted(context.items()))),
+                                 lambda: jobs.environment().get_template(name).render(**context))
+
+
 def render_helper(inputs: LaunchInputs) -> str:
     """``sitestack-launch-env``."""
-    return jobs.environment().get_template("launch-env.sh.j2").render(**_context(inputs))
+    return _render("launch-env.sh.j2", inputs)
 
 
 def render_launch(inputs: LaunchInputs) -> str:
     """``sitestack-launch``."""
-    return jobs.environment().get_template("launch.sh.j2").render(**_context(inputs))
+    return _render("launch.sh.j2", inputs)
 
 
 def render_stage(inputs: LaunchInputs) -> str:
