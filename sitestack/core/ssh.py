@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import io
 import os
 import secrets
 import select
 import socket
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from typing import Any
 from sitestack.core.errors import ConnectionLost, InputError, SitestackError
 from sitestack.core.hostbase import Host, shell_line, with_umask
 from sitestack.core.redact import redact
+from sitestack.core.sshfiles import known_hosts, ssh_config
 
 
 @dataclass(frozen=True)
@@ -190,95 +188,28 @@ def _accept_for_this_run() -> Any:
 def _verify_host_keys(connection: Any, accept_unknown_hosts: bool) -> None:
     """Check host keys against ~/.ssh/known_hosts and the config's UserKnownHostsFile (as
     paramiko's ``load_system_host_keys`` and ``load_host_keys``; each file parsed once per run,
-    :func:`_known_hosts`), refusing an unknown key unless ``accept_unknown_hosts``."""
+    :func:`~sitestack.core.sshfiles.known_hosts`), refusing an unknown key unless ``accept_unknown_hosts``."""
     import paramiko
 
     client = connection.client
-    client._system_host_keys = _known_hosts([os.path.expanduser("~/.ssh/known_hosts")])
+    # paramiko's SSHClient takes host keys only from files (load_system_host_keys, load_host_keys):
+    # its attributes are set here as those two methods set them.
+    client._system_host_keys = known_hosts([os.path.expanduser("~/.ssh/known_hosts")])
     known = [path for path in (os.path.expanduser(p) for p in str(connection.ssh_config.get("userknownhostsfile", "")).split())
              if os.path.exists(path)]
-    client._host_keys = _known_hosts(known)
+    client._host_keys = known_hosts(known)
     client._host_keys_filename = known[-1] if known else None
     client.set_missing_host_key_policy(_accept_for_this_run() if accept_unknown_hosts else paramiko.RejectPolicy())
 
 
-def _known_hosts(paths: list[str]) -> Any:
-    """A fresh ``paramiko.HostKeys`` with the keys of the readable ``paths`` (later files' keys
-    win, as repeated ``HostKeys.load``). Each file is parsed once while it is unchanged (its
-    inode, size and mtime): paramiko's load checks every line against all the lines before it,
-    and a run connects to every host. The copy is the connection's own: the
-    ``--accept-new-host-keys`` policy adds to it."""
-    import paramiko
-    from paramiko.hostkeys import HostKeyEntry
-
-    keys: Any = paramiko.HostKeys()
-    for path in paths:
-        template = _cached(("known_hosts", path), [path], functools.partial(_load_host_keys, path))
-        for entry in template._entries if template is not None else ():
-            keys._entries.append(HostKeyEntry(list(entry.hostnames), entry.key))
-    return keys
-
-
-def _load_host_keys(path: str) -> Any:
-    import paramiko
-
-    keys: Any = paramiko.HostKeys()
-    try:
-        keys.load(path)
-    except OSError:  # as load_system_host_keys: an unreadable file has no keys
-        return None
-    return keys
-
-
-_CACHE: dict[tuple[str, ...], tuple[tuple[Any, ...], Any]] = {}
-_CACHE_LOCK = threading.Lock()
-
-
-def _cached(key: tuple[str, ...], files: list[str], load: Callable[[], Any]) -> Any:
-    """``load()``, kept while each of ``files`` is unchanged (inode, size, mtime; missing counts).
-    A run connects to every host from many threads: the SSH config and known_hosts are read once."""
-    stamp = tuple(_stat_key(path) for path in files)
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        value = load()
-        _CACHE[key] = (stamp, value)
-        return value
-
-
-def _stat_key(path: str) -> tuple[int, ...]:
-    with contextlib.suppress(OSError):
-        st = os.stat(path)
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
-    return ()
-
-
-def _ssh_config(paths: list[str]) -> Any:
-    """One ``paramiko.SSHConfig`` of the existing ``paths``, parsed in order into one object as
-    Fabric's ``Config`` does (the runtime file alone, or the user's then the system's), cached while
-    the files are unchanged: lookups only read it."""
-    import paramiko
-
-    def load() -> Any:
-        config = paramiko.SSHConfig()
-        for path in paths:
-            if os.path.isfile(path):
-                with open(path) as handle:
-                    config.parse(handle)
-        return config
-
-    return _cached(("ssh_config", *paths), paths, load)
-
-
 def _fabric_config(config_path: str | None) -> Any:
-    """The Fabric ``Config`` of a connection, with the SSH config files read once (:func:`_ssh_config`).
-    Where Fabric's own settings would pick other files (``ssh_config_path``, ``load_ssh_configs:
+    """The Fabric ``Config`` of a connection, with the SSH config files read once
+    (:func:`~sitestack.core.sshfiles.ssh_config`). Where Fabric's own settings would pick other files (``ssh_config_path``, ``load_ssh_configs:
     false`` in a fabric.yaml), Fabric reads them itself, as it always did."""
     import fabric
 
     paths = [config_path] if config_path else [os.path.expanduser("~/.ssh/config"), "/etc/ssh/ssh_config"]
-    config = fabric.Config(ssh_config=_ssh_config(paths), runtime_ssh_path=config_path)
+    config = fabric.Config(ssh_config=ssh_config(paths), runtime_ssh_path=config_path)
     if config.ssh_config_path or not config.load_ssh_configs:
         return fabric.Config(runtime_ssh_path=config_path)
     return config
@@ -295,7 +226,7 @@ def check_ssh_config(target: str) -> None:
     if not os.path.isfile(path):
         return
     try:
-        found = _ssh_config([path]).lookup(target.rsplit("@", 1)[-1].split(":")[0])
+        found = ssh_config([path]).lookup(target.rsplit("@", 1)[-1].split(":")[0])
     except Exception as exc:  # paramiko raises assorted errors for a malformed file
         raise InputError(path, f"cannot read the SSH config: {exc}") from None
     port = found.get("port")
