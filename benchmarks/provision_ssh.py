@@ -23,6 +23,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,14 +88,31 @@ def self_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cpu_split(fn: Callable[[], None], repeat: int) -> dict[str, float]:
+def servers_cpu(servers: list[sshd.Sshd]) -> float:
+    """CPU seconds the sshd servers and every session they served have spent (``/proc/PID/stat``:
+    utime, stime and the reaped children's cutime, cstime), once each server has reaped its
+    sessions (an ended connection's sshd exits a moment after the client closes it)."""
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(
+            Path(f"/proc/{s.process.pid}/task/{s.process.pid}/children").read_text().strip() for s in servers):
+        time.sleep(0.01)
+    ticks = 0
+    for server in servers:
+        fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime (fields 14-17 of proc(5))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split(fn: Callable[[], None], repeat: int, servers: list[sshd.Sshd]) -> dict[str, float]:
     """The median wall time of ``repeat`` calls of ``fn``, and the CPU per call (the mean over all
-    calls: /proc/stat counts in clock ticks): the machine's, this process's and the rest (the sshd
-    servers, and whatever else runs on the shared machine meanwhile)."""
-    machine, own = machine_cpu(), self_cpu()
+    calls: /proc counts in clock ticks): the machine's, this process's, the rest (the sshd servers
+    and whatever else runs on the shared machine meanwhile), and the sshd servers' own."""
+    machine, own, served = machine_cpu(), self_cpu(), servers_cpu(servers)
     walls = timed(fn, repeat)
+    served = (servers_cpu(servers) - served) / repeat
     machine, own = (machine_cpu() - machine) / repeat, (self_cpu() - own) / repeat
-    return {**summary(walls), "machine_cpu_s": machine, "self_cpu_s": own, "rest_cpu_s": max(machine - own, 0.0)}
+    return {**summary(walls), "machine_cpu_s": machine, "self_cpu_s": own, "rest_cpu_s": max(machine - own, 0.0),
+            "sshd_cpu_s": served}
 
 
 def scale_out(site: pb.Site, tmp: Path) -> tuple[dict[str, object], list[dict[str, object]]]:
@@ -109,8 +127,8 @@ def scale_out(site: pb.Site, tmp: Path) -> tuple[dict[str, object], list[dict[st
 
         run(names, first=True)  # makes each home's prefix; then every run is a no-op
         run(names)
-        one = cpu_split(lambda: run(names[:1]), REPEAT)
-        many = cpu_split(lambda: run(names), REPEAT)
+        one = cpu_split(lambda: run(names[:1]), REPEAT, servers)
+        many = cpu_split(lambda: run(names), REPEAT, servers)
 
         def cli(hosts: list[str]) -> dict[str, float]:
             argv = [sys.executable, "-m", "invoke", "provision", "--site", "local", "--tags", ",".join(CORE),
@@ -125,12 +143,13 @@ def scale_out(site: pb.Site, tmp: Path) -> tuple[dict[str, object], list[dict[st
     ratio = many["median_s"] / one["median_s"]
     cli_ratio = cli_many["median_s"] / cli_one["median_s"]
     cores = len(os.sched_getaffinity(0))
-    floor = many["rest_cpu_s"] / cores
+    floor = many["sshd_cpu_s"] / cores
     print(f"scale-out, core steps ({', '.join(CORE)}), no-op, median of {REPEAT}")
     print(f"  1 host {one['median_s']:.3f} s; {HOSTS} hosts {many['median_s']:.3f} s; ratio {ratio:.2f}")
     for label, figures in (("1 host", one), (f"{HOSTS} hosts", many)):
         print(f"  CPU per run, {label}: machine {figures['machine_cpu_s']:.3f} s = this process "
-              f"{figures['self_cpu_s']:.3f} s + the rest (sshd servers, other load) {figures['rest_cpu_s']:.3f} s")
+              f"{figures['self_cpu_s']:.3f} s + the rest {figures['rest_cpu_s']:.3f} s, of which the sshd servers "
+              f"{figures['sshd_cpu_s']:.3f} s (the others: other work on this machine)")
     print(f"  floor: the servers' CPU of {HOSTS} hosts on this machine's {cores} cores {floor:.3f} s "
           f"(2x one host {2 * one['median_s']:.3f} s; on a site the servers are {HOSTS} other machines)")
     print(f"  whole CLI process: 1 host {cli_one['median_s']:.3f} s; {HOSTS} hosts {cli_many['median_s']:.3f} s; "
