@@ -109,6 +109,8 @@ def test_shell_signature_matches_itself(tmp_path: Path):
     paths = [str(tmp_path / "missing"), str(data), str(tmp_path / "dangling"), str(tmp_path / "a dir\nb"), str(tmp_path / "-x")]
     assert shell(paths)["files"] == host.file_signature(paths)["files"] and shell(paths)["files"][0] == []
     assert shell([str(tmp_path / "missing")])["files"] == [[]]
+    assert "_signature_env" in host.__dict__  # read once: the later signatures have only files
+    assert LocalHost().file_signature([])["env"] and super(LocalHost, LocalHost()).file_signature([])["files"] == []
 
 
 def test_run_local_streams_times_out_and_kills_the_group():
