@@ -129,8 +129,29 @@ def test_unknown_host_key_is_refused_unless_accepted(tmp_path: Path, monkeypatch
         with pytest.raises(SitestackError, match="not in known_hosts: refusing to connect"):
             ssh_host("stranger")
         assert ssh_host("stranger", accept_unknown_hosts=True).probe(["true"]).ok
+        with pytest.raises(SitestackError, match="not in known_hosts"):  # accepted for that connection only
+            ssh_host("stranger")
+        with open(tmp_path / "known_hosts", "a") as handle:  # known_hosts is read again once it changes
+            handle.write(srv.host_key_line + "\n")
+        assert ssh_host("stranger").probe(["true"]).ok
+        (tmp_path / "known_hosts").write_text(srv.host_key_line.replace("[127.0.0.1]", "elsewhere") + "\n")
+        with pytest.raises(SitestackError, match="not in known_hosts"):
+            ssh_host("stranger")
     finally:
         srv.stop()
+
+
+def test_ssh_config_is_read_again_once_it_changes(tmp_path: Path):
+    from sitestack.core.sshfiles import ssh_config
+
+    path = tmp_path / "ssh_config"
+    path.write_text("Host a\n  Port 2201\n")
+    first = ssh_config([str(path)]).lookup("a")
+    first["port"] = "9"  # a caller's copy: the next lookup is not changed by it
+    assert ssh_config([str(path)]).lookup("a")["port"] == "2201"
+    path.write_text("Host a\n  Port 2202\nHost b\n  Port 2203\n")
+    assert ssh_config([str(path)]).lookup("a")["port"] == "2202"
+    assert ssh_config([str(path)]).lookup("b")["port"] == "2203"
 
 
 def test_secrets_stay_out_of_logs_and_errors(tmp_path: Path):

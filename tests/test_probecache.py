@@ -103,6 +103,14 @@ def test_shell_signature_matches_itself(tmp_path: Path):
     assert one == shell([str(data), str(tmp_path / "missing")]) and one["files"][1] == []
     data.write_text("bb")
     assert shell([str(data), str(tmp_path / "missing")]) != one
+    # missing paths anywhere (a dangling symlink is missing: stat -L), odd names: the same files as os.stat sees
+    (tmp_path / "a dir\nb").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    paths = [str(tmp_path / "missing"), str(data), str(tmp_path / "dangling"), str(tmp_path / "a dir\nb"), str(tmp_path / "-x")]
+    assert shell(paths)["files"] == host.file_signature(paths)["files"] and shell(paths)["files"][0] == []
+    assert shell([str(tmp_path / "missing")])["files"] == [[]]
+    assert "_signature_env" in host.__dict__  # read once: the later signatures have only files
+    assert LocalHost().file_signature([])["env"] and super(LocalHost, LocalHost()).file_signature([])["files"] == []
 
 
 def test_run_local_streams_times_out_and_kills_the_group():

@@ -22,10 +22,10 @@ from sitestack.core.host import Host, LocalHost, local_host, private_dir, ssh_ho
 from sitestack.core.hostbase import GROUP_UMASK
 from sitestack.core.report import HostRun, Reporter
 from sitestack.core.ssh import check_ssh_config
-from sitestack.core.step import Result, converge
+from sitestack.core.step import Result, Step, converge, selected
 from sitestack.engine import select
 from sitestack.model.context import RunContext, RunOptions
-from sitestack.model.site import HostSpec, Site, load_site
+from sitestack.model.site import HostSpec, Site, StepSpec, load_site
 
 #: The run options (one typed object from the CLI down to every step).
 Options = RunOptions
@@ -108,7 +108,11 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
         not_probed = None
         if ctx.facts.marker and not host.exists(ctx.facts.marker):
             not_probed = f"{host.name} is not a {site.name} host ({ctx.facts.marker} missing)"
-        steps = [ACTIONS[s.action].from_spec(s, ctx) for s in site.steps]
+        # A step --tags/--skip-tags leave out is only reported skipped: it is not built for the host
+        # (a recipe install loads and checks its recipe and plans its build: most of a no-op's CPU
+        # per host when only the core steps run).
+        steps = [ACTIONS[s.action].from_spec(s, ctx) if selected(_Unbuilt(s), options.tags, options.skip_tags)
+                 else _Unbuilt(s) for s in site.steps]
         handlers = [ACTIONS[s.action].from_spec(s, ctx) for s in site.handlers]
 
         def go() -> list[Result]:
@@ -135,6 +139,13 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
             host.close()
     run.elapsed = time.perf_counter() - start
     return run
+
+
+class _Unbuilt(Step):
+    """A step of the playbook as :func:`converge` sees one it does not run: its name, tags and notify."""
+
+    def __init__(self, spec: StepSpec) -> None:
+        self.name, self.tags, self.notify = spec.name, frozenset(spec.tags), spec.notify
 
 
 def facts_using(node: Any, placeholder: str, key: str = "") -> list[str]:
