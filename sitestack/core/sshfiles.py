@@ -26,7 +26,13 @@ def known_hosts(paths: list[str]) -> Any:
     keys: Any = paramiko.HostKeys()
     for path in paths:
         template = cached(("known_hosts", path), [path], functools.partial(_load_host_keys, path))
-        for entry in template._entries if template is not None else ():
+        if template is None:
+            continue
+        entries = getattr(template, "_entries", None)  # paramiko's own list (paramiko 2.x-3.x)
+        if entries is None:  # another paramiko: parse the file for this connection, as it would
+            keys.load(path)
+            continue
+        for entry in entries:
             keys._entries.append(HostKeyEntry(list(entry.hostnames), entry.key))
     return keys
 
@@ -80,7 +86,9 @@ def ssh_config(paths: list[str]) -> Any:
                     config.parse(handle)
         # A lookup walks every block and asks getpass.getuser() for each (a run looks each host up
         # twice): answers are kept unless a block's answer may change (Match exec, DNS canonicalization).
-        if not any("matches" in block or "canonicalizehostname" in block["config"] for block in config._config):
+        blocks = getattr(config, "_config", None)  # paramiko's parsed blocks; unknown layout: no memo
+        if blocks is not None and not any("matches" in block or "canonicalizehostname" in block["config"]
+                                          for block in blocks):
             answers: dict[str, Any] = {}
             lookup = config.lookup
             config.lookup = lambda host: copy.deepcopy(answers[host] if host in answers else
