@@ -6,9 +6,11 @@ does not force NCCL_NET on one node."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,9 +68,11 @@ def test_frontier_takes_its_torch_line_from_the_rocm_index_only():
     assert "--extra-index-url" in cirrus[-1]   # seed 004 uses --extra-index-url
 
 
-def test_the_stack_env_installs_the_torch_line_with_index_url_alone(tmp_path):
-    """EnvTools runs pip for real here: a file:// index holding one wheel, the torch line from it
-    alone, the rest in a second run without it."""
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_the_stack_env_installs_the_torch_line_with_index_url_alone(tmp_path, installer, monkeypatch):
+    """EnvTools runs pip (or uv: the test extras install it beside this interpreter) for real here:
+    a file:// index holding one wheel, the torch line from it alone, the rest in a second run
+    without it."""
     from sitestack.installs.venv_env import EnvTools
     from sitestack.installs.venv_stack import Base, Stack
 
@@ -80,16 +84,28 @@ def test_the_stack_env_installs_the_torch_line_with_index_url_alone(tmp_path):
     subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
     stack = Stack(site="t", name="pytorch/t", path=str(venv), source="system", python_version="3.11",
                   requirements=("sitestack-twin-torch==1.0",), extras=(), checks=(), index_url=f"file://{index}",
-                  system_site_packages=False, compile=False, index_only=True)
+                  system_site_packages=False, compile=False, index_only=True, installer=installer)
+    if installer == "uv":
+        uv = shutil.which("uv", path=os.path.dirname(sys.executable))
+        assert uv, "uv is missing: install the test extras (pip install -e '.[test]')"
+        monkeypatch.setenv("PATH", f"{os.path.dirname(uv)}{os.pathsep}{os.environ['PATH']}")
     facts = pb.load("local").facts
     log = tmp_path / "pip.log"
     tools = EnvTools(local_host(), stack, Base(facts, stack, str(tmp_path)), log)
     other = make_wheel(tmp_path / "wheels", "sitestack_twin_other", "2.0")
     text = tools.pip_install(str(venv), ["sitestack-twin-torch==1.0", str(other)], str(tmp_path / "report.json"))
-    installed = re.findall(r'"name": "([^"]+)"', text or "")
-    assert sorted(installed) == ["sitestack-twin-other", "sitestack-twin-torch"] or \
-        sorted(installed) == ["sitestack_twin_other", "sitestack_twin_torch"]
-    runs = [line for line in log.read_text().splitlines() if " install " in line and "--report" in line]
+    site_packages = venv / "lib" / "python3.11" / "site-packages"
+    assert sorted(p.name for p in site_packages.glob("sitestack_twin_*.dist-info")) == [
+        "sitestack_twin_other-2.0.dist-info", "sitestack_twin_torch-1.0.dist-info"]
+    if installer == "pip":  # pip's report lists both; uv writes none
+        installed = re.findall(r'"name": "([^"]+)"', text or "")
+        assert sorted(installed) == ["sitestack-twin-other", "sitestack-twin-torch"] or \
+            sorted(installed) == ["sitestack_twin_other", "sitestack_twin_torch"]
+    else:
+        assert text is None
+    tag = "uv pip install" if installer == "uv" else "--report"
+    runs = [line for line in log.read_text().splitlines() if " install " in line and tag in line]
+    assert len(runs) == 2, log.read_text()
     assert any("--index-url" in r and "sitestack-twin-torch==1.0" in r for r in runs), runs
     assert any("--index-url" not in r and "sitestack_twin_other" in r for r in runs), runs
 
