@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, summary, timed, write
+from _common import ROOT, loadavg, summary, target, timed, write
 
 REPEAT = 5
 IMPORT = ["-c", "import torch"]
@@ -40,6 +40,7 @@ def main() -> int:
     if missing or not os.path.exists("/dev/fuse"):
         print(f"skipped: needs {', '.join(missing) or '/dev/fuse'}")
         return 0
+    load_before = loadavg()
     with tempfile.TemporaryDirectory(prefix="bench-packed-") as tmp:
         root = Path(tmp)
         req = root / "requirements.txt"
@@ -74,7 +75,8 @@ def main() -> int:
             "import_torch_unpacked": summary(plain_times),
             "note": "warm page cache, local disk; the packed run includes the wrapper's bash and mountpoint check",
         }
-    path = write("packed_env", data)
+    path = write("packed_env", data, [target("files in the packed prefix", data["files_in_packed_prefix"], 60, "")],
+                 load_before)
     print(f"files: {data['files_unpacked']} unpacked -> {data['files_in_packed_prefix']} in the packed prefix "
           f"(image {data['image_bytes'] / 1e6:.0f} MB)")
     print(f"import torch: packed {data['import_torch_packed']['median_s']:.2f}s, "
