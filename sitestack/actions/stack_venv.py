@@ -63,6 +63,7 @@ from sitestack.installs.venv_stack import (
     module_root,
     normalize,
     require_module_system,
+    shared_with_group,
     stack_for,
 )
 from sitestack.installs.venv_template import VenvTemplates
@@ -252,9 +253,8 @@ class Builder(EnvTools):
             # what the environment's creation put there (conda's python and pip): not installed by sitestack
             created = list_dists(self.host, self.stack, gen)[1]
             requirements = [*self.stack.requirements, *self.stack.extras, *self.stack.checks, *self.wheels()]
-            install = self.facts.install
             templates = VenvTemplates(self, self.plan, self.options, {b.recipe: b.wheel for b in self.built if b.wheel},
-                                      shared=install.mode == "group-write" or bool(install.group))
+                                      shared=shared_with_group(self.facts))
             text = templates.clone(gen) if requirements else None
             if text is None and requirements:
                 text = self.pip_install(gen, requirements, f"{gen}/.sitestack-pip-report.json")

@@ -15,7 +15,7 @@ from typing import Any
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
 from sitestack.installs.progress import Progress
-from sitestack.installs.venv_stack import Base, Stack
+from sitestack.installs.venv_stack import Base, Stack, shared_with_group
 from sitestack.installs.venv_uv import PipSettings, uv_install_argv, uv_uninstall_argv
 
 #: pip >= 22.3 can install into another interpreter's environment (``--python``).
@@ -89,14 +89,18 @@ class EnvTools:
         return found
 
     def pip_settings(self, root: str) -> PipSettings:
-        """pip's index settings on the host, read by the interpreter pip would run with."""
+        """pip's index settings on the host, read by the interpreter pip would run with (once per step:
+        with facts.torch.index ``only`` uv runs twice)."""
+        if "_pip_settings" in self.__dict__:
+            return self.__dict__["_pip_settings"]  # type: ignore[no-any-return]
         python = ["-c", PIP_SETTINGS]
         argv = self.base.env_python(root, python) if self.stack.source == "conda" else self.base.base(["python", *python])
         out = self.host.probe(argv)
         if not out.ok:
             raise SitestackError(f"[{self.host.name}] cannot read pip's index settings for uv: "
                                  f"{(out.stderr or out.stdout).strip()[-300:]}")
-        return PipSettings.parse(out.stdout, self.host.name)
+        settings = self.__dict__["_pip_settings"] = PipSettings.parse(out.stdout, self.host.name)
+        return settings
 
     def installer_name(self) -> str:
         """"uv pip" or "pip": what installs into this stack's environments."""
@@ -140,9 +144,8 @@ class EnvTools:
                      extra: Sequence[str]) -> str | None:
         uv = self.uv()
         if uv:
-            install = self.base.facts.install
             argv = self.base.base(uv_install_argv(uv, root, self.pip_settings(root), index, extra, self.stack.compile,
-                                                  shared=install.mode == "group-write" or bool(install.group)))
+                                                  shared=shared_with_group(self.base.facts)))
         else:
             argv = [*self.pip(root), "install", "--no-input", "--disable-pip-version-check", "--progress-bar", "off",
                     "--retries", "2", "--timeout", "60", "--report", report, *extra, *index]

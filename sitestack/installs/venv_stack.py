@@ -117,6 +117,12 @@ def stack_for(ctx: RunContext, name: str | None = None, *, system_site_packages:
     )
 
 
+def shared_with_group(facts: Facts) -> bool:
+    """The site gives its installs to a group (facts.install: mode group-write, or a group): the
+    stack's files get their own modes and group, so they are never links to a cache's files."""
+    return facts.install.mode == "group-write" or bool(facts.install.group)
+
+
 def module_root(ctx: RunContext) -> str:
     """Where sitestack installs module files on this host (facts.modules.install_root, filled in)."""
     return expand(ctx.facts.modules.install_root, ctx.values).rstrip("/")
