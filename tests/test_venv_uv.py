@@ -98,16 +98,16 @@ def test_origins_come_from_installed_metadata():
                               wheel="/p/mpi4py/4.1.2/wheels/mpi4py-4.1.2-cp311-cp311-linux_x86_64.whl", wheel_sha256="ab")]
     scan = {"python": "3.11.7", "base": [], "packages": [
         {"name": "torch", "version": "2.13.0+cpu", "dist_info": "torch-2.13.0+cpu.dist-info", "record_sha256": "1",
-         "installer": "uv", "requested": True, "direct_url": None},
+         "installer": "uv", "direct_url": None},
         {"name": "filelock", "version": "3", "dist_info": "filelock-3.dist-info", "record_sha256": "2",
-         "installer": "uv", "requested": True, "direct_url": None},   # uv marks dependencies REQUESTED too
+         "installer": "uv", "direct_url": None},   # a dependency (uv would mark it REQUESTED too)
         {"name": "mpi4py", "version": "4.1.2", "dist_info": "mpi4py-4.1.2.dist-info", "record_sha256": "3",
-         "installer": "uv", "requested": True,
+         "installer": "uv",
          "direct_url": {"url": "file:///p/mpi4py/4.1.2/wheels/mpi4py-4.1.2-cp311-cp311-linux_x86_64.whl", "sha256": None}},
         {"name": "six", "version": "1", "dist_info": "six-1.dist-info", "record_sha256": "4", "installer": "pip",
-         "requested": True, "direct_url": {"url": "https://x.example/six-1-py3-none-any.whl", "sha256": "cd"}},
+         "direct_url": {"url": "https://x.example/six-1-py3-none-any.whl", "sha256": "cd"}},
         {"name": "pip", "version": "24", "dist_info": "pip-24.dist-info", "record_sha256": "5", "installer": "conda",
-         "requested": False, "direct_url": None},
+         "direct_url": None},
     ]}
     plan = venv_manifest.plan_for(stack, _facts(), built)
     m = venv_manifest.manifest_for(stack, plan, scan, {}, None, "gen", built)

@@ -19,7 +19,7 @@ site's base Python:
 - ``<prefix>/<name>.manifest.json`` lists every distribution in the environment (name,
   version, dist-info, sha256 of its RECORD) and where it came from (index URL and wheel
   sha256, the sitestack build, or the environment's creation), with the plan it realises: from
-  the installed metadata (direct_url.json, INSTALLER, REQUESTED), with pip's report adding the
+  the installed metadata (direct_url.json, INSTALLER), with pip's report adding the
   index URL and the wheel's sha256 where pip installed.
 
 The path is a symlink to a hidden generation directory beside it. A new environment is built

@@ -111,8 +111,9 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
         # A step --tags/--skip-tags leave out is only reported skipped: it is not built for the host
         # (a recipe install loads and checks its recipe and plans its build: most of a no-op's CPU
         # per host when only the core steps run).
-        steps = [ACTIONS[s.action].from_spec(s, ctx) if selected(_Unbuilt(s), options.tags, options.skip_tags)
-                 else _Unbuilt(s) for s in site.steps]
+        unbuilt = [_Unbuilt(s) for s in site.steps]
+        steps = [ACTIONS[s.action].from_spec(s, ctx) if selected(u, options.tags, options.skip_tags) else u
+                 for s, u in zip(site.steps, unbuilt, strict=True)]
         handlers = [ACTIONS[s.action].from_spec(s, ctx) for s in site.handlers]
 
         def go() -> list[Result]:

@@ -80,6 +80,21 @@ def read_manifest(host: Host, stack: Stack) -> dict[str, Any] | None:
     return data if data is not None and data.get("format") == MANIFEST_FORMAT else None
 
 
+def by_wheel(built: Sequence[Built]) -> dict[str, Built]:
+    """The packages sitestack built, by their wheel's file name."""
+    return {os.path.basename(b.wheel): b for b in built if b.wheel}
+
+
+def built_origin(url: str, wheels: Mapping[str, Built]) -> dict[str, Any] | None:
+    """The origin of a distribution installed from ``url`` when that is the wheel of a package
+    sitestack built (:func:`by_wheel`), else None."""
+    b = wheels.get(os.path.basename(urllib.parse.unquote(url.split("#", 1)[0])))
+    if b is None:
+        return None
+    return {"kind": "built", "recipe": b.recipe, "install": b.dest, "wheel": b.wheel, "sha256": b.wheel_sha256,
+            "requested": True}
+
+
 def origins_from_report(text: str | None, built: Sequence[Built]) -> dict[str, dict[str, Any]]:
     """name -> where pip took it from, from a ``pip install --report`` file."""
     out: dict[str, dict[str, Any]] = {}
@@ -89,24 +104,20 @@ def origins_from_report(text: str | None, built: Sequence[Built]) -> dict[str, d
         report = json.loads(text)
     except ValueError:
         return out
-    wheels = {os.path.basename(b.wheel): b for b in built if b.wheel}
+    wheels = by_wheel(built)
     for item in report.get("install", []):
         meta = item.get("metadata", {})
         info = item.get("download_info", {})
         url = info.get("url", "")
         sha = (info.get("archive_info", {}).get("hashes") or {}).get("sha256") or \
             (info.get("archive_info", {}).get("hash", "").partition("=")[2] or None)
-        origin: dict[str, Any] = {"kind": "index", "url": url, "sha256": sha, "requested": bool(item.get("requested"))}
-        b = wheels.get(os.path.basename(url.split("#", 1)[0]).replace("%2B", "+"))
-        if b is not None:
-            origin = {"kind": "built", "recipe": b.recipe, "install": b.dest, "wheel": b.wheel, "sha256": b.wheel_sha256,
-                      "requested": True}
-        out[normalize(meta.get("name", ""))] = origin
+        out[normalize(meta.get("name", ""))] = built_origin(url, wheels) or \
+            {"kind": "index", "url": url, "sha256": sha, "requested": bool(item.get("requested"))}
     return out
 
 
 #: What the scan says of each distribution besides what the manifest lists: it becomes the origin.
-METADATA_KEYS = ("installer", "requested", "direct_url")
+METADATA_KEYS = ("installer", "direct_url")
 
 
 def origin_from_metadata(p: Mapping[str, Any], stack: Stack, wheels: Mapping[str, Built],
@@ -120,10 +131,9 @@ def origin_from_metadata(p: Mapping[str, Any], stack: Stack, wheels: Mapping[str
     direct = p.get("direct_url") or {}
     url = str(direct.get("url") or "")
     if url:
-        b = wheels.get(os.path.basename(urllib.parse.unquote(url.split("#", 1)[0])))
-        if b is not None:
-            return {"kind": "built", "recipe": b.recipe, "install": b.dest, "wheel": b.wheel, "sha256": b.wheel_sha256,
-                    "requested": True, "installer": installer}
+        built = built_origin(url, wheels)
+        if built is not None:
+            return {**built, "installer": installer}
         return {"kind": "url", "url": url, "sha256": direct.get("sha256"), "requested": requested,
                 "installer": installer}
     if installer in ("pip", "uv"):
@@ -143,7 +153,7 @@ def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any],
     was made, before anything was installed), the environment's creation; else its installed metadata
     (:func:`origin_from_metadata`)."""
     before = {p.get("dist_info"): p for p in (previous or {}).get("packages", [])}
-    wheels = {os.path.basename(b.wheel): b for b in built if b.wheel}
+    wheels = by_wheel(built)
     asked = {requirement_name(r) for key in ("requirements", "extras", "checks") for r in plan.get(key, [])}
     packages = []
     for p in scan["packages"]:

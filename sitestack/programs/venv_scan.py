@@ -3,11 +3,11 @@
 Run by the stack environment's own interpreter (``python -c <this file's text> SITE_PACKAGES``),
 so it uses the standard library only and imports nothing of sitestack. Output: one line,
 ``{"python": "3.11.7", "packages": [{"name", "version", "dist_info", "record_sha256", "installer",
-"requested", "direct_url"}, ...], "base": [{"name", "version"}, ...]}``; the RECORD digest lets the
-manifest notice a distribution whose files were replaced in place. ``installer`` (the INSTALLER
-file: pip, uv, conda), ``requested`` (a REQUESTED file: asked for, not a dependency) and
-``direct_url`` (``{"url", "sha256"}`` from direct_url.json, PEP 610: installed from a file or URL,
-not an index) are the installed metadata the manifest's origins come from. ``base`` lists what the interpreter sees from outside the
+"direct_url"}, ...], "base": [{"name", "version"}, ...]}``; the RECORD digest lets the manifest
+notice a distribution whose files were replaced in place. ``installer`` (the INSTALLER file: pip,
+uv, conda) and ``direct_url`` (``{"url", "sha256"}`` from direct_url.json, PEP 610: installed from
+a file or URL, not an index) are the installed metadata the manifest's origins come from (not the
+REQUESTED file: uv writes one for dependencies too, astral-sh/uv#13278). ``base`` lists what the interpreter sees from outside the
 environment (its other ``sys.path`` directories): a container stack's torch and numpy come from the
 image (``--system-site-packages``), and the validation job imports them all the same.
 """
@@ -49,8 +49,7 @@ def scan(sp: str) -> "list[dict[str, object]]":
             with open(record, "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()
         out.append({"name": name or n.split("-")[0], "version": version, "dist_info": n, "record_sha256": digest,
-                    "installer": read_first_line(os.path.join(d, "INSTALLER")),
-                    "requested": os.path.exists(os.path.join(d, "REQUESTED")), "direct_url": direct_url(d)})
+                    "installer": read_first_line(os.path.join(d, "INSTALLER")), "direct_url": direct_url(d)})
     return out
 
 
