@@ -498,7 +498,8 @@ def test_the_fault_result_keeps_rank_0s_checks(tmp_path):
                else "not run", "details": {}, "seconds": 1.0} for n in dc.CHECKS]
     for rank, phase in ((0, "ddp"), (1, "ddp")):
         (tmp_path / "ranks").mkdir(exist_ok=True)
-        (tmp_path / "ranks" / f"rank-{rank}.json").write_text(json.dumps({**_rank(rank, phase), "checks": checks}))
+        (tmp_path / "ranks" / f"rank-{rank}.json").write_text(json.dumps({**_rank(rank, phase), "checks": checks,
+                                                                                  "backend": "gloo", "device": "cpu"}))
     assert dc.report_fault(str(tmp_path), {"kind": "timeout", "cause": "the time limit passed", "phase": "ddp"})
     assert not dc.report_fault(str(tmp_path), {"kind": "killed", "cause": "second", "phase": "ddp"})  # first wins
     result = json.loads((tmp_path / "result.json").read_text())
@@ -506,7 +507,20 @@ def test_the_fault_result_keeps_rank_0s_checks(tmp_path):
     assert result["verdict"] == "failed" and result["cause"] == "the time limit passed"
     assert by_name["environment"]["status"] == "passed" and by_name["ddp"]["status"] == "failed"
     assert by_name["bandwidth"]["summary"] == "not run: the run ended early (timeout)"
-    assert (tmp_path / "summary.md").read_text().startswith("# sitestack validation: unknown — FAILED")
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary.startswith("# sitestack validation: unknown — FAILED")
+    # rank 0 had picked its device when the time ran out: the header names the backend
+    assert result["backend"] == "gloo" and result["device"] == "cpu" and "backend gloo on cpu" in summary
+
+
+def test_a_fault_before_the_device_is_picked_says_so(tmp_path):
+    (tmp_path / "ranks").mkdir()
+    (tmp_path / "ranks" / "rank-0.json").write_text(json.dumps(_rank(0, "MPI_Init")))
+    assert dc.report_fault(str(tmp_path), {"kind": "timeout", "cause": "the time limit passed", "phase": "MPI_Init"})
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["backend"] is None and result["torch"] is None
+    summary = (tmp_path / "summary.md").read_text()
+    assert "backend not chosen (the run ended before torch picked a device)" in summary and "None" not in summary
 
 
 @pytest.mark.parametrize("seconds, slow", [([0.01, 0.011], None), ([0.01, 0.1], 1), ([0.2, 0.01, 0.012, 0.011], 0)])

@@ -602,6 +602,9 @@ class Run:
             "setting": job_environment(self.env, (self.config.get("network") or {}).get("net_plugin")),
         }
         self.me = me
+        if self.progress is not None:  # a result a watchdog writes later names them (fault_result)
+            self.progress.data.update(backend=self.device.backend, device=self.device.name, torch=torch.__version__)
+            self.progress.save()
         self.log(f"launcher {self.info.launcher} ({self.info.source}), local rank {self.info.local_rank}, "
                  f"device {self.device.name} ({self.device.library}), CPUs {cpu_list(affinity)}, torch {torch.__version__}")
         problems = []
@@ -1692,12 +1695,12 @@ def fault_result(out: str, fault: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "site": first.get("site") or fault.get("site") or "unknown",
         "job_id": first.get("job_id") or fault.get("job_id"), "launcher": first.get("launcher"),
-        "job_launcher": first.get("job_launcher"), "backend": None, "device": None,
+        "job_launcher": first.get("job_launcher"), "backend": first.get("backend"), "device": first.get("device"),
         "world_size": max([int(d.get("world_size") or 0) for d in ranks.values()] + [fault.get("expected") or 0]),
-        "nodes": len(hosts), "hosts": hosts, "torch": None, "verdict": FAILED, "cause": fault["cause"],
+        "nodes": len(hosts), "hosts": hosts, "torch": first.get("torch"), "verdict": FAILED, "cause": fault["cause"],
         "fault": fault, "checks": checks,
         "ranks": [{k: v for k, v in d.items() if k != "checks"} for _, d in sorted(ranks.items())],
-        "bandwidth": {}, "mpi": {}, "elapsed_s": round(time.time() - float(first.get("started") or time.time()), 2),
+        "bandwidth": {}, "mpi": {}, "elapsed_s": max(0.0, round(time.time() - float(first.get("started") or time.time()), 2)),
         "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None,
                       "plot_note": "the run did not finish"},
     }

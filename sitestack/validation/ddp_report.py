@@ -55,6 +55,11 @@ def latency_text(stats: dict[str, Any]) -> str:
     return text
 
 
+def _known(value: Any) -> str:
+    """A table cell: the value, or a dash where the run ended before it was known."""
+    return "—" if value is None else str(value)
+
+
 def one_line(text: Any) -> str:
     """``text`` with every run of whitespace (tabs, newlines: MPI libraries print both) as one space."""
     return " ".join(str(text).split())
@@ -66,8 +71,10 @@ def markdown(result: dict[str, Any]) -> str:
     hosts = result.get("hosts") or []
     out = [f"# sitestack validation: {result.get('site', '?')} — {verdict}", ""]
     facts = [f"job {result['job_id']}" if result.get("job_id") else None,
-             f"launcher {result.get('launcher')}" + (f" (script: {result['job_launcher']})" if result.get("job_launcher") else ""),
-             f"backend {result.get('backend')} on {result.get('device')}",
+             (f"launcher {result.get('launcher')}" if result.get("launcher") else "launcher unknown")
+             + (f" (script: {result['job_launcher']})" if result.get("job_launcher") else ""),
+             f"backend {result.get('backend')} on {result.get('device')}" if result.get("backend")
+             else "backend not chosen (the run ended before torch picked a device)",
              f"{result.get('world_size')} ranks on {result.get('nodes')} node{'s' if result.get('nodes') != 1 else ''}"
              + (f" ({', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''})" if hosts else ""),
              f"torch {result['torch']}" if result.get("torch") else None,
@@ -88,7 +95,8 @@ def markdown(result: dict[str, Any]) -> str:
         out += ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs |", "|---|---|---|---|---|---|"]
         for r in sorted(ranks, key=lambda r: r.get("rank", 0)):
             cpus = cpu_list(r.get("affinity") or [])
-            out.append(f"| {r.get('rank')} | {r.get('local_rank')} | {r.get('host')} | {r.get('device')}"
+            # a rank a watchdog reported early may not know its local rank or device yet
+            out.append(f"| {r.get('rank')} | {_known(r.get('local_rank'))} | {_known(r.get('host'))} | {_known(r.get('device'))}"
                        f"{' (' + r['device_name'] + ')' if r.get('device_name') else ''} | {cpus} | "
                        f"{r.get('expected_cpus') or '—'} |")
         out.append("")
