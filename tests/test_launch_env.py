@@ -341,3 +341,18 @@ def test_hostile_scratch_and_prefix_stay_inert_in_the_stage_script(tmp_path: Pat
         assert out.stdout == f"1|{evil_prefix}/packs/p.tar.gz" and "not in a Slurm job" in out.stderr, out
     assert not marker.exists()
     assert f'_sitestack_dir="{tmp_path}/nvme/\\$(touch {marker})\\`touch {marker}\\`"' in stage.read_text()
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("    local_scratch: /tmp\n", "    local_scratch: scratch\n", "local_scratch: 'scratch' must be an absolute path"),
+    ("  marker: /lustre/orion ", "  marker: lustre/orion ", "marker: 'lustre/orion' must be an absolute path"),
+])
+def test_facts_paths_that_jobs_and_probes_use_are_absolute(tmp_path: Path, old: str, new: str, message: str):
+    site = "local" if "scratch" in old else "frontier"
+    text = (PLAYBOOK_DIR / f"{site}.yml").read_text()
+    assert old in text
+    bad = tmp_path / f"{site}.yml"
+    bad.write_text(text.replace(old, new))
+    result = run_invoke("job-template", "--playbook", str(bad))
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert f"{site}.yml:" in result.stderr and "Traceback" not in result.stderr

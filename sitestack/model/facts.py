@@ -70,6 +70,9 @@ class Node:
         "2 s to import torch instead of 51 s from Lustre); the pack-stack-env step makes the pack"))
 
     def check(self) -> str | None:
+        # jobs cd and copy into it on every node, from whatever directory the job starts in
+        if self.local_scratch is not None and not self.local_scratch.startswith(("/", "{")):
+            return f"local_scratch: {self.local_scratch!r} must be an absolute path (e.g. /tmp or /mnt/bb/{{user}})"
         if self.stage_env and not (self.local_scratch or "").startswith(("/", "{")):
             return "stage_env needs local_scratch: an absolute node-local directory"
         return None
@@ -332,6 +335,9 @@ class Facts:
     def check(self) -> str | None:
         if not self.prefix.startswith(("/", "{")):
             return f"prefix: {self.prefix!r} must be an absolute path (or start with a placeholder such as {{home}})"
+        # a relative marker would be looked up from the remote shell's working directory
+        if self.marker is not None and not self.marker.startswith(("/", "{")):
+            return f"marker: {self.marker!r} must be an absolute path (e.g. /opt/cray/pe)"
         if self.gpu.vendor == "amd" and self.rocm is None:
             return "an AMD GPU site needs rocm: {version, home}"
         if self.gpu.vendor == "nvidia" and self.cuda is None:
