@@ -119,6 +119,9 @@ def test_ssh_host_probes_runs_and_writes_atomically(server, tmp_path: Path):
     view = host.read_only_view()
     with pytest.raises(MutationRefused):
         view.write_text(target, "x")
+    # a file's text is its bytes, the same locally and over SSH: a CRLF file is not read as the LF one
+    Path(target).write_bytes(b"a\r\nb\rc\n\xff")
+    assert host.read_text(target) == LocalHost().read_text(target) == "a\r\nb\rc\n\ufffd"
 
 
 @needs_sshd

@@ -71,6 +71,18 @@ def test_drift_shows_as_diff_and_is_repaired(cli, scratch: Path):
     assert (scratch / "modules").stat().st_mode & 0o777 == 0o755
 
 
+def test_a_diff_shows_control_characters_escaped(cli, scratch: Path):
+    """A file on the host may hold terminal escape sequences (planted, or a hand edit): --diff
+    prints them as \\xNN, never raw to the admin's terminal."""
+    assert provision(cli, scratch).returncode == 0
+    facts = scratch / "share" / "sitestack" / "site.json"
+    facts.write_text(facts.read_text().replace('"site": "local"', '"site": "\x1b]0;owned\x07\x1b[2J\rlocal"'))
+    drift = provision(cli, scratch, "--check", "--diff")
+    assert drift.returncode == 0, drift.stdout + drift.stderr
+    assert '-  "site": "\\x1b]0;owned\\x07\\x1b[2J\\x0dlocal"' in drift.stdout, drift.stdout
+    assert not set(drift.stdout) & {"\x1b", "\x07", "\r"}
+
+
 def test_tags_run_only_the_selected_steps(cli, scratch: Path):
     result = cli("provision", "--site", "local", "--prefix", str(scratch), "--tags", "layout", "--skip-tags", "site-facts")
     assert result.returncode == 0, result.stderr

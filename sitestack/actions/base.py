@@ -57,11 +57,28 @@ class Action(Step):
 
 
 
+#: Control characters but tab and newline (and DEL, C1): shown escaped in a diff.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters as ``\\xNN``: a file on a host may hold terminal escape
+    sequences (a hand edit, a hostile user), and ``--diff`` prints it to the admin's terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` as lines split on newlines alone, each keeping its newline (``str.splitlines``
+    splits on carriage returns and form feeds too, which would break a line of the diff in two)."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def unified_diff(old: str | None, new: str, path: str) -> str:
-    """A unified diff from ``old`` (None: no file) to ``new``."""
-    return "".join(difflib.unified_diff(
-        (old or "").splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile="/dev/null" if old is None else f"{path} (on host)", tofile=f"{path} (new)"))
+    """A unified diff from ``old`` (None: no file) to ``new``, printable (:func:`printable`)."""
+    return printable("".join(difflib.unified_diff(
+        _lines(old or ""), _lines(new),
+        fromfile="/dev/null" if old is None else f"{path} (on host)", tofile=f"{path} (new)")))
 
 
 def log_name(step_name: str) -> str:

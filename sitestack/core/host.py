@@ -70,7 +70,9 @@ class LocalHost(Host):
 
     def read_text(self, path: str) -> str | None:
         try:
-            return Path(path).read_text(encoding="utf-8")
+            # bytes, not Path.read_text: its universal newlines would read a CRLF file as the LF one
+            # sitestack renders and hide the drift (a remote host's `cat` keeps them)
+            return Path(path).read_bytes().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return None
         except OSError as exc:
