@@ -538,6 +538,38 @@ def test_a_group_shared_install_is_owned_by_the_group_and_group_writable(tmp_pat
     assert second.returncode == 0 and " changed " not in second.stdout.split("RECAP")[0], second.stdout
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the tree to another group: needs root")
+def test_a_group_shared_prefix_behind_a_symlink_is_shared_and_links_inside_are_not_followed(tmp_path: Path):
+    """Sites often reach the prefix through a symlink (/appl/local/x -> /pfs/...): the group goes
+    to the tree behind it; a symlink inside the prefix to somewhere else changes nothing there."""
+    import grp
+
+    group = grp.getgrgid(65534).gr_name  # Debian's nogroup: not the caller's group
+    data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
+    data["facts"]["install"] = {"group": group, "mode": "group-write"}
+    book = tmp_path / "book" / "local.yml"
+    book.parent.mkdir()
+    book.write_text(yaml.safe_dump(data, sort_keys=False))
+    real, outside = tmp_path / "pfs" / "prefix", tmp_path / "outside"
+    real.mkdir(parents=True)
+    outside.mkdir()
+    (outside / "f").write_text("x")
+    (real / "elsewhere").symlink_to(outside)
+    prefix = tmp_path / "prefix"
+    prefix.symlink_to(real)
+    argv = [sys.executable, "-m", "invoke", "provision", "--playbook", str(book), "--tags", "layout",
+            "--prefix", str(prefix)]
+    env = {**os.environ, "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    run = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    inside = [real, *(p for p in real.rglob("*") if p.name != "elsewhere")]
+    assert len(inside) > 3 and all(p.lstat().st_gid == 65534 for p in inside), \
+        [(str(p), p.lstat().st_gid) for p in inside if p.lstat().st_gid != 65534]
+    assert all(p.lstat().st_mode & 0o2000 for p in inside if p.is_dir() and p.name != "lock.d")
+    for p in (outside, outside / "f"):
+        assert p.stat().st_gid == os.getgid() and not p.stat().st_mode & 0o2000, p
+
+
 def test_hostile_paths_stay_inert_in_the_activate_script(tmp_path: Path):
     """Quotes, $(...) and backticks in the module system's paths and the prefix reach
     extend-venv-activate's configuration; sourcing the extended activate in real bash (and

@@ -115,3 +115,30 @@ def test_full_playbook_twice(cli, scratch: Path):
     second = provision(cli, scratch, core=False)
     counts = recap_row(second.stdout)
     assert second.returncode == 0 and counts["changed"] == 0 and counts["failed"] == 0, second.stdout
+
+
+def test_a_prefix_behind_a_symlink_is_the_directory_it_names(cli, tmp_path: Path):
+    """/appl/x -> /pfs/...: the layout goes into the directory behind the link, the link stays; a
+    link to nothing or to a file is refused, naming the path, with nothing written."""
+    real = tmp_path / "pfs" / "stack"
+    real.mkdir(parents=True)
+    prefix = tmp_path / "prefix"
+    prefix.symlink_to(real)
+    first = provision(cli, prefix)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert prefix.is_symlink() and (real / "modules").is_dir() and (real / "share" / "sitestack" / "site.json").is_file()
+    again = provision(cli, prefix, "--check", "--fail-on-change")
+    assert again.returncode == 0, again.stdout
+    # the run's lock under the prefix is the first thing made there: that names the path and why
+    for target, why in ((tmp_path / "gone", "No such file or directory"), (tmp_path / "file", "Not a directory")):
+        if target.name == "file":
+            target.write_text("x")
+        bad = tmp_path / f"to-{target.name}"
+        bad.symlink_to(target)
+        out = provision(cli, bad)
+        text = out.stdout + out.stderr
+        assert out.returncode == 1 and f"cannot create lock {bad}/.sitestack/provision.lock" in text and why in text, text
+        assert "Traceback" not in text and not (tmp_path / "gone").exists()
+    # in check mode (no lock) the layout step says what is wrong with the path
+    out = provision(cli, tmp_path / "to-gone", "--check")
+    assert out.returncode == 1 and f"{tmp_path / 'to-gone'} is a symbolic link to nothing" in out.stdout, out.stdout

@@ -59,7 +59,9 @@ class Directory(Action):
 
     def pending(self, host: Host) -> str | None:
         want = self.wanted_mode()
-        out = host.probe(["stat", "-c", "%F|%a|%n", "--", *self.args.paths])
+        # -L: a symlink to a directory is that directory (sites often reach a prefix on a parallel
+        # file system through one, /appl/x -> /pfs/...), as Ansible's file module with follow=yes
+        out = host.probe(["stat", "-L", "-c", "%F|%a|%n", "--", *self.args.paths])
         found = {}
         for line in out.stdout.splitlines():
             kind, mode, name = line.split("|", 2)
@@ -67,6 +69,8 @@ class Directory(Action):
         problems = []
         for path in self.args.paths:
             if path not in found:
+                if host.probe(["test", "-L", path]).ok:
+                    raise SitestackError(f"{path} is a symbolic link to nothing (its target is missing)")
                 problems.append(f"{path} missing")
             elif found[path][0] != "directory":
                 raise SitestackError(f"{path} exists and is a {found[path][0]}, not a directory")

@@ -159,9 +159,13 @@ def facts_using(node: Any, placeholder: str, key: str = "") -> list[str]:
 
 
 def share_with_group(host: Host, prefix: str, group: str) -> None:
-    """Give ``group`` what was installed under ``prefix``; directories setgid so later files keep it."""
-    host.run(["chgrp", "-R", "--no-dereference", "--", group, prefix])
-    host.run(["find", prefix, "-type", "d", "!", "-perm", "-2000", "-exec", "chmod", "g+s", "--", "{}", "+"])
+    """Give ``group`` what was installed under ``prefix``; directories setgid so later files keep it.
+    A prefix that is a symlink is followed (the trailing slash names the directory behind it);
+    symlinks below it are not: their targets stay as they are (``--no-dereference`` changes the
+    link itself, and find does not descend them)."""
+    tree = prefix.rstrip("/") + "/"
+    host.run(["chgrp", "-R", "--no-dereference", "--", group, tree])
+    host.run(["find", tree, "-type", "d", "!", "-perm", "-2000", "-exec", "chmod", "g+s", "--", "{}", "+"])
 
 
 def require_account(site: Site, options: Options) -> None:
