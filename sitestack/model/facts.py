@@ -64,7 +64,7 @@ class Node:
 
     cores: int = field(metadata=_doc("physical CPU cores per node", min=1, max=65536))
     memory_gb: int | None = field(default=None, metadata=_doc("memory per node in GB"))
-    local_scratch: str | None = field(default=None, metadata=_doc("node-local scratch directory, e.g. /tmp or /mnt/bb/$USER"))
+    local_scratch: str | None = field(default=None, metadata=_doc("node-local scratch directory, an absolute path, e.g. /tmp or /mnt/bb/{user}"))
     stage_env: bool = field(default=False, metadata=_doc(
         "jobs copy the packed stack env to local_scratch with sbcast and run from there (Frontier's NVMe: "
         "2 s to import torch instead of 51 s from Lustre); the pack-stack-env step makes the pack"))
@@ -304,7 +304,7 @@ class Facts:
 
     description: str = field(metadata=_doc("one line: system, GPUs, interconnect"))
     marker: str | None = field(metadata=_doc(
-        "a path that exists on every host of the site (e.g. /opt/cray/pe); on a host without it "
+        "an absolute path that exists on every host of the site (e.g. /opt/cray/pe); on a host without it "
         "check mode plans without probing and apply mode refuses; null where any host will do"))
     prefix: str = field(metadata=_doc("install prefix for the stack; may use {home}, {user}, {account}, {site}"))
     node: Node
