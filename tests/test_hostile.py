@@ -538,6 +538,22 @@ def test_a_group_shared_install_is_owned_by_the_group_and_group_writable(tmp_pat
     assert second.returncode == 0 and " changed " not in second.stdout.split("RECAP")[0], second.stdout
 
 
+def test_a_missing_install_group_is_refused_before_anything_is_made(tmp_path: Path):
+    data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
+    data["facts"]["install"] = {"group": "no-such-group-here", "mode": "group-write"}
+    book = tmp_path / "book" / "local.yml"
+    book.parent.mkdir()
+    book.write_text(yaml.safe_dump(data, sort_keys=False))
+    prefix = tmp_path / "prefix"
+    for extra in ((), ("--check",)):
+        run = subprocess.run([sys.executable, "-m", "invoke", "provision", "--playbook", str(book), "--prefix", str(prefix),
+                              *extra], cwd=REPO, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+        text = run.stdout + run.stderr
+        assert run.returncode == 1 and "facts.install.group: there is no group 'no-such-group-here' on localhost" in text, text
+        assert "Traceback" not in text and not prefix.exists()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives the tree to another group: needs root")
 def test_a_group_shared_prefix_behind_a_symlink_is_shared_and_links_inside_are_not_followed(tmp_path: Path):
     """Sites often reach the prefix through a symlink (/appl/local/x -> /pfs/...): the group goes

@@ -108,6 +108,8 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
         not_probed = None
         if ctx.facts.marker and not host.exists(ctx.facts.marker):
             not_probed = f"{host.name} is not a {site.name} host ({ctx.facts.marker} missing)"
+        if ctx.facts.install.group and not not_probed:
+            check_group(host, ctx.facts.install.group)  # before anything is built, not at the end
         # A step --tags/--skip-tags leave out is only reported skipped: it is not built for the host
         # (a recipe install loads and checks its recipe and plans its build: most of a no-op's CPU
         # per host when only the core steps run).
@@ -156,6 +158,22 @@ def facts_using(node: Any, placeholder: str, key: str = "") -> list[str]:
     if isinstance(node, list):
         return [k for i, value in enumerate(node) for k in facts_using(value, placeholder, f"{key}[{i}]")]
     return [key] if isinstance(node, str) and "{" + placeholder + "}" in node else []
+
+
+#: Exit 3: no such group; 4: the user may not give files to it (not root, not a member).
+_GROUP_CHECK = ('getent group "$1" >/dev/null || exit 3; [ "$(id -u)" = 0 ] && exit 0; '
+                'for g in $(id -Gn); do [ "$g" = "$1" ] && exit 0; done; exit 4')
+
+
+def check_group(host: Host, group: str) -> None:
+    """Refuse a run whose ``facts.install.group`` the host lacks or the user cannot give files to
+    (``chgrp`` needs membership unless root), before any step runs."""
+    rc = host.probe(["sh", "-c", _GROUP_CHECK, "sh", group]).rc
+    if rc == 3:
+        raise SitestackError(f"facts.install.group: there is no group {group!r} on {host.name} (getent group)")
+    if rc == 4:
+        raise SitestackError(f"facts.install.group: {host.user()} is not a member of group {group!r} on {host.name}, "
+                             "so cannot give it the installed files (id -Gn)")
 
 
 def share_with_group(host: Host, prefix: str, group: str) -> None:
