@@ -110,6 +110,16 @@ def test_bad_values_of_the_new_options(tmp_path, option, value):
     assert not (tmp_path / "prefix").exists()
 
 
+@pytest.mark.parametrize("task", [("provision", "--site", "local", "--tags", "layout"), ("install-venv", "--site", "local"),
+                                  ("build-mpi4py", "--site", "local")])
+def test_fail_on_change_without_check_is_refused_before_anything_runs(tmp_path, task):
+    """It judges a plan (exit 2 when anything would change): an applying run has none left."""
+    out = run_invoke(*task, "--prefix", str(tmp_path / "prefix"), "--fail-on-change",
+                     env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")}, timeout=300)
+    assert "works with --check only" in bad(out, "--fail-on-change")
+    assert not (tmp_path / "prefix").exists() and not (tmp_path / "logs").exists()
+
+
 # -- 2. machine-readable results -------------------------------------------------------------------
 
 def check_document(doc: dict, command: str) -> None:

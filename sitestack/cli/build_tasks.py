@@ -70,7 +70,8 @@ def _build(recipe: str, site: str | None, version: str | None, source: str | Non
     from sitestack.engine import buildtask
 
     with errors_to_exit(debug):
-        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+        options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
+                              hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
                               sources_dir=sources_dir, mirror=mirror, verbose=verbose, jobs=jobs_option(jobs),
                               rebuild=(recipe,) if rebuild else (), no_cache=no_cache)
@@ -156,7 +157,8 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
     from sitestack.engine import buildtask
 
     with errors_to_exit(debug):
-        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+        options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
+                              hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
                               sources_dir=sources_dir, mirror=mirror, jobs=jobs_option(jobs), python=python,
                               gpu_operations=gpu_operations, verbose=verbose, rebuild=("horovod",) if rebuild else (),
@@ -191,7 +193,8 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
     from sitestack.engine import buildtask
 
     with errors_to_exit(debug):
-        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+        options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
+                              hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
                               sources_dir=sources_dir, mirror=mirror, jobs=jobs_option(jobs), rocm=rocm,
                               rocm_home=rocm_home, rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home,

@@ -30,7 +30,8 @@ def pack_env(c: Context, site: str | None = None, name: str | None = None, requi
     from sitestack.engine import buildtask  # imported by the task that uses it: the CLI starts light
 
     with errors_to_exit(debug):
-        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+        options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
+                              hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, verbose=verbose)
         report = reporter(diff, debug, json)
         runs = buildtask.pack_env(site=site, playbook=playbook_path(playbook), name=name, requirements=requirements,

@@ -120,7 +120,7 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
 
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
-        options = run_options(c, check=check, diff=diff, tags=split_list(tags, "--tags"),
+        options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change, tags=split_list(tags, "--tags"),
                               skip_tags=split_list(skip_tags, "--skip-tags"), hosts=tuple(host or ()),
                               limit=split_list(limit, "--limit"), forks=forks, start_at=start_at,
                               confirm_steps=step, verbose=verbose, rebuild=split_list(rebuild, "--rebuild"),

@@ -140,7 +140,8 @@ def _stack_steps(run: StackRun, site: str | None, check: bool, diff: bool, fail_
                  prefix: str | None, account: str | None, playbook: str | None, accept_new_host_keys: bool,
                  debug: bool, c: Context, command: str, json: str | None, verbose: bool) -> None:
     with errors_to_exit(debug):
-        options = run_options(c, check=check, diff=diff, hosts=tuple(host or ()), prefix=prefix, account=account,
+        options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
+                              hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, verbose=verbose)
         report = reporter(diff, debug, json)
         runs = run(site=site, playbook=playbook_path(playbook), options=options, reporter=report)

@@ -66,9 +66,13 @@ def setting(c: Context, key: str, value: Any = None) -> Any:
 
 def run_options(c: Context, **fields: Any) -> RunOptions:
     """The :class:`RunOptions` of a task: ``fields`` from its options, with the configured defaults
-    (account, prefix, sources_dir, mirror, log_dir, forks) where an option was not given."""
+    (account, prefix, sources_dir, mirror, log_dir, forks) where an option was not given.
+    ``fail_on_change`` (not a run option) is only checked: it needs ``check``."""
     from sitestack.model.context import RunOptions
 
+    if fields.pop("fail_on_change", False) and not fields.get("check"):
+        # it judges a plan; after an applying run there is nothing left that would change
+        raise InputError("--fail-on-change", "works with --check only (exit 2 when anything would change): add --check")
     for key in ("prefix", "sources_dir", "mirror"):  # every task: provision's recipe installs use them too
         fields[key] = setting(c, key, fields.get(key))
     fields["account"] = account_option(setting(c, "account", fields.get("account")))
