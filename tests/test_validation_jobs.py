@@ -219,8 +219,47 @@ def test_a_scheduler_time_that_is_not_slurms_is_refused_at_load(tmp_path):
 
 def test_the_local_job_derives_its_time_limit_and_loads_the_stack_module():
     text = rendered("local")["jobs/validate-mpiexec.sbatch"][0]
-    assert "#SBATCH --time=00:10:00" in text and "SITESTACK_TIME_LIMIT=${SITESTACK_TIME_LIMIT:-520}" in text
+    assert "#SBATCH --time=00:10:00" in text and "  SITESTACK_TIME_LIMIT=520\n" in text
     assert "module load pytorch/2.13.0-cpu" in text and "PYTHON=${SITESTACK_PYTHON:-python}" in text
     assert '"${GUARD[@]}" mpiexec' in text
     config = json.loads(rendered("local")["check-config.json"][0])
     assert config["stack"]["includes"] == ["horovod", "mpi4py"] and config["stack"]["needs"] == ["torch", "numpy", "mpi4py"]
+
+
+def time_limit_block(text: str) -> str:
+    """The batch script's lines that set SITESTACK_TIME_LIMIT (from the job's time left) and the deadline."""
+    start = text.index('if [ -n "${SITESTACK_TIME_LIMIT:-}" ]; then')
+    end = text.index("\n", text.index("export SITESTACK_DEADLINE="))
+    return text[start:end + 1]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("submit, want, source", [
+    ([], 520, "this script's --time (600s)"),                               # no scheduler: the script's --time
+    (["--time=4"], 160, "the job's time left (3:5|the job's time left (4:00"),  # M:SS; 240 s - 60 - 20
+    (["--time=1-0"], 77740, "the job's time left (23:59:5|the job's time left (1-00:00:00"),  # 86400 - 8640 - 20
+    (["--time=1"], 60, "the job's time left (0:5|the job's time left (1:00"),   # never below a minute
+    (["--time=5", "--export=ALL,SITESTACK_TIME_LIMIT=33"], 33, "$SITESTACK_TIME_LIMIT"),  # the user's own
+])
+def test_the_time_limit_is_the_jobs_time_left(slurm_cluster, tmp_path, submit, want, source):
+    """sbatch --time (or SBATCH_TIMELIMIT) overrides the script's #SBATCH --time: the checks' limit
+    follows what Slurm says is left of the job (squeue %L), so the result is written before Slurm
+    ends the job. Real sbatch and squeue on the test cluster."""
+    script = tmp_path / "limit.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --time=00:10:00\n" + time_limit_block(rendered("local")["jobs/validate-mpiexec.sbatch"][0])
+                      + 'echo "limit=$SITESTACK_TIME_LIMIT deadline_in=$(( SITESTACK_DEADLINE - $(date +%s) )) '
+                      'from=$SITESTACK_TIME_LIMIT_FROM"\n')
+    if not submit:
+        out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                             env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
+        log = out.stdout
+    else:
+        out = slurm_cluster.run("sbatch", "--wait", f"--output={tmp_path}/job.out", f"--chdir={tmp_path}", *submit,
+                                str(script), timeout=120)
+        assert out.returncode == 0, out.stderr + slurm_cluster.logs()
+        log = (tmp_path / "job.out").read_text()
+    found = re.search(r"limit=(\d+) deadline_in=(\d+) from=(.*)", log)
+    assert found, log
+    limit, left, said = int(found[1]), int(found[2]), found[3]
+    assert want - 5 <= limit <= want and want - 10 <= left <= want, log  # squeue's %L counts down in seconds
+    assert said.startswith(tuple(source.split("|"))), log  # %L: [D-][HH:]MM:SS, counting down from the start

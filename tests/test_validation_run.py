@@ -138,6 +138,8 @@ def test_sbatch_and_srun_on_the_slurm_cluster(installed_local_job, slurm_cluster
     checks = checks_of(data)
     assert data["launcher"] == "srun" and data["world_size"] == ranks and data["job_id"] == out.name.split("-")[-1]
     assert all(r["source"].startswith("SLURM_PROCID") for r in data["ranks"])
+    limit = data["time_limit"]  # from what Slurm says is left of the job, unless the caller set it
+    assert limit["from"].startswith(("the job's time left (", "$SITESTACK_TIME_LIMIT")) and limit["seconds"] >= 60, limit
     assert checks["mpi4py"]["status"] == "passed" and f"{ranks} ranks" in checks["mpi4py"]["summary"]
     assert checks["mpi-probe"]["status"] == "passed"
     rows = data["bandwidth"]["rows"]

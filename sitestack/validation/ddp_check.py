@@ -55,7 +55,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -1218,6 +1218,7 @@ class Run:
             "startup": read_startup(self.args.startup_result),
             "job_environment": first.get("setting") or job_environment(self.env, (self.config.get("network") or {}).get("net_plugin")),
             "elapsed_s": round(time.time() - self.start, 2),
+            "time_limit": time_limit_record(self.args.time_limit, self.env),
             "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": "bandwidth.png"},
         }
         note = ddp_report.write_plot(result, os.path.join(self.args.out, "bandwidth.png"))
@@ -1528,6 +1529,12 @@ def read_fault(out: str) -> dict[str, Any] | None:
         fault: dict[str, Any] = json.load(f)
         return fault
     return None
+
+
+def time_limit_record(limit: float, env: Mapping[str, str]) -> dict[str, Any]:
+    """The checks' time limit and where it came from (the batch script says: the job's time left
+    from squeue, its own --time, or $SITESTACK_TIME_LIMIT), for result.json."""
+    return {"seconds": limit, "from": env.get("SITESTACK_TIME_LIMIT_FROM") or "--time-limit"}
 
 
 def deadline_from_env(env: dict[str, str] | os._Environ[str], limit: float) -> float:

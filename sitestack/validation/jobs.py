@@ -328,7 +328,8 @@ def render_readme(inputs: JobInputs) -> str:
             "GPUs per node from the allocation and ZE_FLAT_DEVICE_HIERARCHY" if ctx["stacks"] else str(v.ranks_per_node)),
         library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
         nccl_log_args=nccl_log_args,
-        mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"])
+        mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"],
+        guard_grace=GUARD_GRACE)
     return templates.cached_text([TEMPLATES], repr(("README.md.j2", sorted(variables.items()))),
                                  lambda: environment().get_template("README.md.j2").render(**variables))
 
