@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -552,6 +553,18 @@ def test_a_missing_install_group_is_refused_before_anything_is_made(tmp_path: Pa
         text = run.stdout + run.stderr
         assert run.returncode == 1 and "facts.install.group: there is no group 'no-such-group-here' on localhost" in text, text
         assert "Traceback" not in text and not prefix.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="runs the check as another user")
+def test_the_group_check_knows_members_from_others():
+    """The check run before any step: root may give files to any group, another user only to its own."""
+    from sitestack.engine.playbook import _GROUP_CHECK
+
+    def rc(group: str, *as_nobody: str) -> int:
+        return subprocess.run([*as_nobody, "sh", "-c", _GROUP_CHECK, "sh", group], timeout=30).returncode
+
+    nobody = ("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups")
+    assert (rc("nogroup", *nobody), rc("root", *nobody), rc("root"), rc("no-such-group-here")) == (0, 4, 0, 3)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives the tree to another group: needs root")
