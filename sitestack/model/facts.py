@@ -64,7 +64,8 @@ class Node:
 
     cores: int = field(metadata=_doc("physical CPU cores per node", min=1, max=65536))
     memory_gb: int | None = field(default=None, metadata=_doc("memory per node in GB"))
-    local_scratch: str | None = field(default=None, metadata=_doc("node-local scratch directory, an absolute path, e.g. /tmp or /mnt/bb/{user}"))
+    local_scratch: str | None = field(default=None, metadata=_doc(
+        "node-local scratch directory, an absolute path, e.g. /tmp or /mnt/bb/{user}"))
     stage_env: bool = field(default=False, metadata=_doc(
         "jobs copy the packed stack env to local_scratch with sbcast and run from there (Frontier's NVMe: "
         "2 s to import torch instead of 51 s from Lustre); the pack-stack-env step makes the pack"))
@@ -73,7 +74,7 @@ class Node:
         # jobs cd and copy into it on every node, from whatever directory the job starts in
         if self.local_scratch is not None and not self.local_scratch.startswith(("/", "{")):
             return f"local_scratch: {self.local_scratch!r} must be an absolute path (e.g. /tmp or /mnt/bb/{{user}})"
-        if self.stage_env and not (self.local_scratch or "").startswith(("/", "{")):
+        if self.stage_env and self.local_scratch is None:
             return "stage_env needs local_scratch: an absolute node-local directory"
         return None
 
