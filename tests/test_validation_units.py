@@ -493,7 +493,9 @@ def test_an_earlier_finding_leads_a_timeout_cause():
     assert "was stopped and continued in turns" in cause
 
 
-def test_the_fault_result_keeps_rank_0s_checks(tmp_path):
+def test_the_fault_result_keeps_rank_0s_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("SITESTACK_TIME_LIMIT", "160")
+    monkeypatch.setenv("SITESTACK_TIME_LIMIT_FROM", "the job's time left (4:00, squeue %L)")
     checks = [{"name": n, "status": "passed" if n == "environment" else "skipped", "summary": "ok" if n == "environment"
                else "not run", "details": {}, "seconds": 1.0} for n in dc.CHECKS]
     for rank, phase in ((0, "ddp"), (1, "ddp")):
@@ -511,6 +513,7 @@ def test_the_fault_result_keeps_rank_0s_checks(tmp_path):
     assert summary.startswith("# sitestack validation: unknown — FAILED")
     # rank 0 had picked its device when the time ran out: the header names the backend
     assert result["backend"] == "gloo" and result["device"] == "cpu" and "backend gloo on cpu" in summary
+    assert result["time_limit"] == {"seconds": 160.0, "from": "the job's time left (4:00, squeue %L)"}
 
 
 def test_a_fault_before_the_device_is_picked_says_so(tmp_path):

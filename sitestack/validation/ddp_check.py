@@ -1708,6 +1708,9 @@ def fault_result(out: str, fault: dict[str, Any]) -> dict[str, Any]:
         "fault": fault, "checks": checks,
         "ranks": [{k: v for k, v in d.items() if k != "checks"} for _, d in sorted(ranks.items())],
         "bandwidth": {}, "mpi": {}, "elapsed_s": max(0.0, round(time.time() - float(first.get("started") or time.time()), 2)),
+        # the watchdogs and the guard run in the job's environment: the limit the batch script set
+        "time_limit": time_limit_record(float(os.environ.get("SITESTACK_TIME_LIMIT") or fault.get("limit_s") or 0),
+                                        os.environ),
         "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None,
                       "plot_note": "the run did not finish"},
     }
