@@ -44,12 +44,4 @@ echo "scripts/test.sh: ruff"
 .venv/bin/ruff check sitestack tasks.py tests benchmarks
 echo "scripts/test.sh: mypy --strict"
 .venv/bin/mypy
-# Budget: on a machine whose cache has never held the site twins (tests/twins/sites.py keeps them in
-# ~/.cache/sitestack/twins), their Horovod builds would all be cold (about 35 min on 2 cores, beyond
-# the suite's 60): the twins then skip their horovod steps, and say so; Horovod itself is still built
-# and tested for the local site. Set SITESTACK_TEST_TWIN_SKIP_TAGS yourself to choose.
-if [ -z "${SITESTACK_TEST_TWIN_SKIP_TAGS+x}" ] && [ ! -d "${SITESTACK_TEST_TWINS:-$HOME/.cache/sitestack/twins}" ]; then
-  export SITESTACK_TEST_TWIN_SKIP_TAGS=horovod
-  echo "scripts/test.sh: no site twins cached yet: the twins skip their horovod steps this run"
-fi
 exec .venv/bin/python -m pytest "$@"

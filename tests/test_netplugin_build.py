@@ -1,8 +1,8 @@
 """`invoke build-rccl-plugin` builds the real upstream plugins, through the product, on this machine.
 
 The sources are git archives of ROCm/aws-ofi-rccl (branch cxi at 17d41cb, the plugin for ROCm < 6)
-and aws/aws-ofi-nccl v1.18.0 (ROCm >= 6) in ``shared/sources/`` beside the checkout (GitHub cannot be
-reached from CI); without them these tests fail, they are not skipped. ROCm is a twin made from
+and aws/aws-ofi-nccl v1.18.0 (ROCm >= 6), carried in ``tests/data/upstream/`` (GitHub cannot be
+reached from the test machines); without them these tests fail, they are not skipped. ROCm is a twin made from
 Debian's HIP (tests/twins/rocm.py); RCCL's header is a stand-in written by the test, as Debian
 packages no RCCL. The builds take about 10 s and 20 to 40 s on 2 cores.
 
@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.installs.sources import sha256_file
-from tests.conftest import REPO
-from tests.twins.rocm import make_rccl_header, make_rocm, shared_sources
+from tests.twins.rocm import make_rccl_header, make_rocm, upstream_sources
 
 GOLDEN = Path(__file__).parent / "golden" / "netplugin"
 FORK = "aws-ofi-rccl-17d41cb.tar.gz"
@@ -34,14 +33,7 @@ NCCL_APIS = ",".join(f"v{v}" for v in range(2, 12))
 
 @pytest.fixture(scope="module")
 def sources() -> Path:
-    try:
-        found = shared_sources(REPO)
-    except FileNotFoundError as exc:
-        pytest.fail(str(exc))
-    missing = [name for name in (FORK, UPSTREAM) if not (found / name).is_file()]
-    if missing:
-        pytest.fail(f"{found} lacks {', '.join(missing)}: the upstream plugin sources the real builds need")
-    return found
+    return upstream_sources()   # raises (an error, not a skip) where an archive is missing or changed
 
 
 @pytest.fixture

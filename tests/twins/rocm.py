@@ -14,8 +14,8 @@ version macros and the enums ``ncclResult_t``, ``ncclRedOp_t``, ``ncclDataType_t
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
-import subprocess
 from pathlib import Path
 
 HIP_INCLUDE = "/usr/include/hip"
@@ -74,18 +74,23 @@ def make_rccl_header(prefix: Path) -> Path:
     return prefix
 
 
-def shared_sources(repo: Path) -> Path:
-    """``shared/sources/`` beside the checkout (in a git worktree: beside the main checkout), which
-    holds git archives of the upstream plugin sources (GitHub cannot be reached from CI). Missing, it
-    is an error: the tests that build the real plugins must not pass without building them."""
-    candidates = [repo.parent / "shared" / "sources"]
-    common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=repo,
-                            capture_output=True, text=True)
-    if common.returncode == 0 and common.stdout.strip():
-        candidates.append(Path(common.stdout.strip()).parent.parent / "shared" / "sources")
-    for path in candidates:
-        if path.is_dir():
-            return path
-    raise FileNotFoundError(
-        f"no shared/sources beside the checkout (looked in {', '.join(map(str, candidates))}): it holds the "
-        "upstream plugin sources (aws-ofi-rccl-17d41cb.tar.gz, aws-ofi-nccl-1.18.0.tar.gz) the real builds need")
+#: The upstream plugin sources the repository carries (tests/data/upstream/README.md), with their sums.
+UPSTREAM_SOURCES = {
+    "aws-ofi-nccl-1.18.0.tar.gz": "12fd67f05872600c485d74b8e3c3a640d063322371170f3a9c17d67a5a2ca681",
+    "aws-ofi-rccl-17d41cb.tar.gz": "f5a56f4cbac08ac6c352cdd77b5b9d45006d5567e1b75681a743f99c07ccf1e3",
+}
+
+
+def upstream_sources() -> Path:
+    """``tests/data/upstream/``: git archives of the upstream plugin sources, carried in the repository
+    (GitHub cannot be reached from the test machines), each checked against its sum. A missing or
+    changed archive is an error: the tests that build the real plugins must not pass without them."""
+    folder = Path(__file__).resolve().parent.parent / "data" / "upstream"
+    for name, digest in UPSTREAM_SOURCES.items():
+        path = folder / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: the repository carries it (tests/data/upstream/README.md)")
+        got = hashlib.sha256(path.read_bytes()).hexdigest()
+        if got != digest:
+            raise ValueError(f"{path}: sha256 {got}, not {digest} (tests/data/upstream/README.md)")
+    return folder
