@@ -14,8 +14,8 @@ import pytest
 
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook as pb
-from sitestack.installs.container import Runtime
 from sitestack.installs.image_def import build_job
+from sitestack.model.container_facts import Runtime
 from tests.conftest import playbook_copy, run_invoke
 from tests.test_packed_env import golden
 from tests.twins import runtime as twin

@@ -177,7 +177,7 @@ def test_run_scripts_under_srun(lumi: dict, slurm_cluster) -> None:
 
 def test_unknown_runtime_is_one_clear_error(tmp_path: Path) -> None:
     from sitestack.core.errors import SitestackError
-    from sitestack.installs.container import runtime_named
+    from sitestack.model.container_facts import runtime_named
     bad = playbook_copy(tmp_path, "lumi", facts={"container": {"runtime": "docker"}})
     out = run_invoke("provision", "--site", "lumi", "--playbook", str(bad), "--check", "--account", "x")
     text = out.stdout + out.stderr

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.installs.container import Runtime
 from sitestack.installs.squashfs_env import PackedEnv, commands_of, parse_requirements, wrapper
+from sitestack.model.container_facts import Runtime
 from tests.conftest import REPO, playbook_copy, run_invoke
 from tests.twins import runtime as twin
 

@@ -32,7 +32,7 @@ def inputs_of(site: str, playbook: Path | None = None, prefix: str | None = None
     the stack's module (as ``install-validation-job --python`` does)."""
     loaded = pb.load(None if playbook else site, path=playbook)
     ctx = offline_context(loaded, home="/home/alice", user="alice", account="proj123", prefix=prefix)
-    from sitestack.actions.validation_job import job_inputs
+    from sitestack.installs.site_stack import job_inputs
     return job_inputs(ctx, f"{ctx.values['prefix']}/validation", python)
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sitestack.actions.base import Action, files_diff, files_pending, write_files
-from sitestack.actions.validation_job import job_inputs, site_stack
 from sitestack.core import placeholders
 from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem
+from sitestack.installs.site_stack import job_inputs, site_stack
 from sitestack.installs.staging import StageArchive
 from sitestack.installs.venv_stack import module_root
 from sitestack.model.context import RunContext

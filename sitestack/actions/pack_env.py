@@ -28,7 +28,6 @@ import yaml
 from sitestack.actions.base import Action, log_name
 from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
-from sitestack.installs.container import runtime_of
 from sitestack.installs.squashfs_env import (
     MKSQUASHFS_OPTIONS,
     PackedEnv,
@@ -37,6 +36,7 @@ from sitestack.installs.squashfs_env import (
     parse_requirements,
     wrapper,
 )
+from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand
 

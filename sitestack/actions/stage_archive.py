@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sitestack.actions.base import Action, log_name
-from sitestack.actions.validation_job import site_stack
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
+from sitestack.installs.site_stack import site_stack
 from sitestack.installs.staging import CONDA_PACK, PACK_RECORD, UNPACK_PROGRAM, StageArchive, stamp_text
 from sitestack.installs.venv_stack import Base
 

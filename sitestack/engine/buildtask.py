@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.actions.pack_env import read_requirements
-from sitestack.actions.stack_venv import require_module_system
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import playbook as pb
 from sitestack.installs import sources as sources_mod
+from sitestack.installs.venv_stack import require_module_system
 from sitestack.model.context import RunOptions
 from sitestack.model.recipe import load_recipe
 from sitestack.model.site import Site, StepSpec, Toolkit

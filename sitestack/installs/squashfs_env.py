@@ -32,7 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from sitestack.core.errors import InputError
 from sitestack.core.quoting import sh
-from sitestack.installs.container import Runtime
+from sitestack.model.container_facts import Runtime
 
 #: Bump when the layout or the wrappers change, so existing packs are rebuilt.
 FORMAT = 1
