@@ -11,7 +11,8 @@ import pytest
 
 from sitestack.actions import ACTIONS
 from sitestack.core.errors import CommandFailed, LockHeld, MutationRefused, SitestackError
-from sitestack.core.host import LocalHost, atomic_write, shell_line, ssh_host
+from sitestack.core.files import atomic_write
+from sitestack.core.host import LocalHost, shell_line, ssh_host
 from tests import sshd
 
 AWKWARD = "a b'c\"d $HOME `x` ;|&"
