@@ -61,3 +61,11 @@ class FakeHost(Host):
 
 
 __all__ = ["FakeHost", "MutationRefused"]
+
+
+def read_only_view(host: Host) -> Host:
+    """A view of a real host that probes but refuses every mutation, as check mode's hosts do."""
+    view = object.__new__(type(host))
+    view.__dict__.update(host.__dict__)
+    view.read_only = True
+    return view

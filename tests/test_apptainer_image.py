@@ -14,8 +14,8 @@ import pytest
 
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook as pb
-from sitestack.installs.container import Runtime
 from sitestack.installs.image_def import build_job
+from sitestack.model.container_facts import Runtime
 from tests.conftest import playbook_copy, run_invoke
 from tests.test_packed_env import golden
 from tests.twins import runtime as twin
@@ -91,7 +91,7 @@ def test_build_on_the_host_is_idempotent_and_rebuilds_on_change(dawn: dict) -> N
     assert "the image it runs in" in check.stdout and "is missing" in check.stdout  # the stack venv sees it
     assert not dawn["prefix"].exists()
     first = provision(dawn, playbook, "--tags", "container")
-    assert first.returncode == 0 and "changed  apptainer image" in first.stdout, first.stdout
+    assert first.returncode == 0 and "changed  container-image" in first.stdout, first.stdout
     image = dawn["image"]
     run_env = {**os.environ, **dawn["env"]}
     out = subprocess.run(["apptainer", "exec", str(image), "sh", "-c", 'cat /opt/record/pip-calls; echo "$ZE_FLAT_DEVICE_HIERARCHY"'],
@@ -100,7 +100,7 @@ def test_build_on_the_host_is_idempotent_and_rebuilds_on_change(dawn: dict) -> N
     assert sorted(p.name for p in image.parent.iterdir()) == ["pytorch2.8.def", "pytorch2.8.sif"]
     mtime = image.stat().st_mtime_ns
     again = provision(dawn, playbook, "--tags", "container")
-    assert again.returncode == 0 and "ok       apptainer image" in again.stdout and image.stat().st_mtime_ns == mtime
+    assert again.returncode == 0 and "ok       container-image" in again.stdout and image.stat().st_mtime_ns == mtime
     changed = dawn["copy"](where="login", packages=["six", "wheel"])
     stale = provision(dawn, changed, "--check", "--tags", "container")
     assert stale.returncode == 0 and "was built from another definition" in stale.stdout, stale.stdout

@@ -55,7 +55,7 @@ def test_list_steps_and_tags_run_nothing(tmp_path):
     table = {r.split()[0]: r.split() for r in rows[1:]}
     assert table["prefix-layout"][1:3] == ["directory", "layout"] and "before --start-at" in rows[4]
     assert table["site-facts"][-1] == "run" and table["mpi4py"][-2:] == ["skip", "(tags)"]
-    assert [r.split()[0] for r in rows[1:]][:3] == ["system-packages", "tools", "module-system"]  # playbook order
+    assert [r.split()[0] for r in rows[1:]][:3] == ["system-packages", "site-tools", "site-modules"]  # playbook order
     tags = run_invoke("provision", "--site", "local", "--list-tags")
     assert tags.returncode == 0 and "layout      prefix-layout, site-facts" in tags.stdout
     assert not (tmp_path / "prefix").exists() and not (tmp_path / "logs").exists()

@@ -77,13 +77,13 @@ def test_container_image_copy_link_and_sha256(lumi: dict) -> None:
     assert not (prefix / "container" / "lumi.sif").exists()
     good = lumi["copy"](sha256=digest)
     first = provision(good, prefix)
-    assert first.returncode == 0 and "changed  container image" in first.stdout, first.stdout
+    assert first.returncode == 0 and "changed  container-image" in first.stdout, first.stdout
     image = prefix / "container" / "lumi.sif"
     assert image.is_file() and not image.is_symlink() and image.read_bytes() == source.read_bytes()
     assert sorted(p.name for p in (prefix / "runscripts").iterdir()) == [
         "conda-python-distributed", "conda-python-simple", "get-master"]
     again = provision(good, prefix)
-    assert again.returncode == 0 and "ok       container image" in again.stdout, again.stdout
+    assert again.returncode == 0 and "ok       container-image" in again.stdout, again.stdout
     linked = provision(lumi["copy"](install="link"), prefix)
     assert linked.returncode == 0 and os.readlink(image) == str(source), linked.stdout
     for script in (prefix / "runscripts").iterdir():
@@ -177,7 +177,7 @@ def test_run_scripts_under_srun(lumi: dict, slurm_cluster) -> None:
 
 def test_unknown_runtime_is_one_clear_error(tmp_path: Path) -> None:
     from sitestack.core.errors import SitestackError
-    from sitestack.installs.container import runtime_named
+    from sitestack.model.container_facts import runtime_named
     bad = playbook_copy(tmp_path, "lumi", facts={"container": {"runtime": "docker"}})
     out = run_invoke("provision", "--site", "lumi", "--playbook", str(bad), "--check", "--account", "x")
     text = out.stdout + out.stderr

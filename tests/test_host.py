@@ -11,8 +11,10 @@ import pytest
 
 from sitestack.actions import ACTIONS
 from sitestack.core.errors import CommandFailed, LockHeld, MutationRefused, SitestackError
-from sitestack.core.host import LocalHost, atomic_write, shell_line, ssh_host
+from sitestack.core.files import atomic_write
+from sitestack.core.host import LocalHost, shell_line, ssh_host
 from tests import sshd
+from tests.fakehost import read_only_view
 
 AWKWARD = "a b'c\"d $HOME `x` ;|&"
 
@@ -38,7 +40,7 @@ def test_run_raises_with_the_tail_of_its_log(tmp_path: Path):
 
 
 def test_read_only_host_refuses_mutations(tmp_path: Path):
-    view = LocalHost().read_only_view()
+    view = read_only_view(LocalHost())
     target = tmp_path / "f"
     for attempt in (lambda: view.run(["touch", str(target)]), lambda: view.write_text(str(target), "x"),
                     lambda: view.lock(str(tmp_path / "lock")).__enter__()):
@@ -116,7 +118,7 @@ def test_ssh_host_probes_runs_and_writes_atomically(server, tmp_path: Path):
             ssh_host("testhost").lock(str(tmp_path / "remote" / "lock"), wait=0):
         pass
     assert not (tmp_path / "remote" / "lock.d").exists()
-    view = host.read_only_view()
+    view = read_only_view(host)
     with pytest.raises(MutationRefused):
         view.write_text(target, "x")
     # a file's text is its bytes, the same locally and over SSH: a CRLF file is not read as the LF one

@@ -406,8 +406,8 @@ def hostile_book(tmp_path: Path, mark: Path) -> Path:
 
 
 def test_hostile_env_values_stay_inert_in_the_batch_script(tmp_path: Path):
-    from sitestack.actions.validation_job import job_inputs
     from sitestack.engine import playbook as pb
+    from sitestack.installs.site_stack import job_inputs
     from sitestack.validation.jobs import render_job
 
     mark = tmp_path / MARK

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.actions.launch_env import launch_inputs
-from sitestack.actions.validation_job import job_inputs
+from sitestack.installs.site_stack import job_inputs
 from sitestack.validation import jobs
 from sitestack.validation.launch_env import HELPER, helper_files
 from tests.test_validation_jobs import SITES, context

@@ -309,11 +309,11 @@ def test_frontier_stages_a_conda_pack(tmp_path: Path):
     assert f"SITESTACK_PACK={tmp_path}/packs/pytorch-2.2.2-rocm5.7.tar.gz" in stage
     assert '_sitestack_dir="/mnt/bb/${USER}"' in stage  # {user} is the job's user, bound when it runs
     assert "sbcast --force --preserve" in stage and "bin/conda-unpack" in stage and "CONDA_PREFIX=" in stage
-    from sitestack.installs.env_pack import Pack
+    from sitestack.installs.staging import StageArchive
     from sitestack.installs.venv_stack import stack_for
     ctx = RunContext.resolve(pb.load("frontier"), home="/home/u", user="u", account="proj", prefix=str(tmp_path),
                              options=RunOptions(), actions=ACTIONS)
-    pack = Pack(stack_for(ctx), str(tmp_path))
+    pack = StageArchive(stack_for(ctx), str(tmp_path))
     assert pack.kind == "conda" and pack.conda_pack_argv("/env", "/out.tar.gz") == [
         f"{tmp_path}/tools/conda-pack/bin/conda-pack", "--prefix", "/env", "--output", "/out.tar.gz",
         "--format", "tar.gz", "--n-threads", "-1", "--force", "--quiet"]

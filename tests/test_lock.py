@@ -16,6 +16,7 @@ import pytest
 from sitestack.core import lock
 from sitestack.core.errors import LockHeld
 from sitestack.core.host import Host, LocalHost
+from tests.fakehost import read_only_view
 
 
 def shell_host() -> Host:
@@ -111,7 +112,7 @@ def test_works_where_flock_is_absent(tmp_path: Path, monkeypatch):
 
 def test_read_only_host_takes_no_lock(tmp_path: Path):
     from sitestack.core.errors import MutationRefused
-    with pytest.raises(MutationRefused), LocalHost().read_only_view().lock(str(tmp_path / "lock")):
+    with pytest.raises(MutationRefused), read_only_view(LocalHost()).lock(str(tmp_path / "lock")):
         pass
     assert list(tmp_path.iterdir()) == []
 

@@ -19,11 +19,11 @@ import jinja2
 import pytest
 
 from sitestack.actions import ACTIONS
-from sitestack.actions.stack_venv import recipe_targets
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.engine import playbook as pb
 from sitestack.installs import modulefile_render as mf
 from sitestack.installs import modulefile_text as mt
+from sitestack.installs.site_stack import recipe_targets
 from sitestack.installs.venv_stack import Built
 from sitestack.model.recipe import ModuleSettings
 

@@ -133,8 +133,8 @@ def test_provision_local_installs_mpi4py(mpi4py_build, tmp_path):
     again = run_invoke(*argv, env=env)
     assert "[localhost] ok       mpi4py" in again.stdout
 
-    from sitestack.actions.recipe_install import installed_wheel
     from sitestack.core.host import local_host
+    from sitestack.installs.stamp import installed_wheel
     wheel = installed_wheel(local_host(), str(tmp_path / "stack" / "mpi4py" / "4.1.2"))
     assert wheel and wheel.endswith(f"-cp{sys.version_info.major}{sys.version_info.minor}-linux_x86_64.whl")
     assert os.path.isfile(wheel)

@@ -1,4 +1,4 @@
-"""Packed environments (`invoke pack-env`, the packed-env action): a real venv packed with mksquashfs,
+"""Packed environments (`invoke pack-env`, the pack-env action): a real venv packed with mksquashfs,
 run through its wrappers: with squashfuse on the local site (torch CPU), and in a container through the
 runtime stand-in (tests/twins/runtime.py). Idempotence, re-pack on change, atomic swap, bad input."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.installs.container import Runtime
-from sitestack.installs.packed import Packed, commands_of, parse_requirements, wrapper
+from sitestack.installs.squashfs_env import PackedEnv, commands_of, parse_requirements, wrapper
+from sitestack.model.container_facts import Runtime
 from tests.conftest import REPO, playbook_copy, run_invoke
 from tests.twins import runtime as twin
 
@@ -26,8 +26,8 @@ def golden(name: str, text: str) -> None:
     assert text == path.read_text(), f"{name} differs from its golden file"
 
 
-def packed(runtime: str | None) -> Packed:
-    return Packed(name="tools", dest="/proj/sitestack/envs/tools", requirements=("torch==2.13.0",),
+def packed(runtime: str | None) -> PackedEnv:
+    return PackedEnv(name="tools", dest="/proj/sitestack/envs/tools", requirements=("torch==2.13.0",),
                   python="/opt/miniconda3/envs/pytorch/bin/python", system_site_packages=runtime is not None,
                   runtime=Runtime(runtime) if runtime else None, image="/proj/sitestack/pytorch.sif" if runtime else None,
                   binds=("/proj/sitestack", "/var/spool/slurmd", "/opt/cray") if runtime else ())
@@ -104,7 +104,7 @@ def test_pack_torch_with_squashfuse(tmp_path: Path) -> None:
         torchrun = subprocess.run([str(dest / "bin" / "torchrun"), "--help"], capture_output=True, text=True, timeout=300)
         assert torchrun.returncode == 0 and "usage: torchrun" in torchrun.stdout
         again = pack("local", prefix, req)
-        assert again.returncode == 0 and "ok       packed-env tools" in again.stdout, again.stdout
+        assert again.returncode == 0 and "ok       pack-env tools" in again.stdout, again.stdout
         req.write_text("torch==2.13.0\nsix\n")
         check = pack("local", prefix, req, "--check", "--fail-on-change")
         assert check.returncode == 2 and "inputs changed (requirements)" in check.stdout, check.stdout
@@ -181,7 +181,7 @@ def test_bad_env_files(tmp_path: Path, name: str, text: str, message: str) -> No
 def test_playbook_step_with_a_relative_requirements_file(tmp_path: Path) -> None:
     import yaml
     data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
-    data["steps"].append({"name": "packed tools", "action": "packed-env", "tags": ["packed"],
+    data["steps"].append({"name": "packed-tools", "action": "pack-env", "tags": ["packed"],
                           "args": {"name": "tools", "requirements": "envs/tools.txt"}})
     (tmp_path / "pb" / "envs").mkdir(parents=True)
     (tmp_path / "pb" / "envs" / "tools.txt").write_text("six==1.16.0\n")
@@ -191,11 +191,11 @@ def test_playbook_step_with_a_relative_requirements_file(tmp_path: Path) -> None
     try:
         out = run_invoke("pack-env", "--site", "local", "--playbook", str(playbook), "--prefix", str(prefix),
                          env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")}, timeout=900)
-        assert out.returncode == 0 and "changed  packed tools" in out.stdout, out.stdout + out.stderr
+        assert out.returncode == 0 and "changed  packed-tools" in out.stdout, out.stdout + out.stderr
         run = subprocess.run([str(prefix / "envs" / "tools" / "bin" / "python"), "-c", "import six; print(six.__version__)"],
                              capture_output=True, text=True)
         assert run.stdout == "1.16.0\n", run.stderr
         missing = run_invoke("pack-env", "--site", "local", "--playbook", str(playbook), "--name", "other")
-        assert missing.returncode == 1 and "no packed-env step named 'other'" in missing.stdout + missing.stderr
+        assert missing.returncode == 1 and "no pack-env step named 'other'" in missing.stdout + missing.stderr
     finally:
         unmount_all(tmp_path)

@@ -32,7 +32,7 @@ def inputs_of(site: str, playbook: Path | None = None, prefix: str | None = None
     the stack's module (as ``install-validation-job --python`` does)."""
     loaded = pb.load(None if playbook else site, path=playbook)
     ctx = offline_context(loaded, home="/home/alice", user="alice", account="proj123", prefix=prefix)
-    from sitestack.actions.validation_job import job_inputs
+    from sitestack.installs.site_stack import job_inputs
     return job_inputs(ctx, f"{ctx.values['prefix']}/validation", python)
 
 
@@ -48,7 +48,7 @@ def test_frontier_builds_mpi4py_with_the_cray_driver_before_the_stack(cli, tmp_p
     names = [s.name for s in site.steps]
     step = next(s for s in site.steps if s.name == "mpi4py")
     assert step.action == "recipe-install" and step.args["recipe"] == "mpi4py"
-    assert names.index("mpi4py") < names.index("stack env")   # the stack installs its wheel
+    assert names.index("mpi4py") < names.index("stack-venv")   # the stack installs its wheel
     assert site.facts.mpi.cc == "cc -shared"                    # MPICC of the recipe (seed 001)
     out = cli("provision", "--site", "frontier", "--check", "--account", "proj123", "--tags", "mpi4py",
               env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sitestack.core.errors import InputError
+from sitestack.core.paths import PLAYBOOK_DIR
 from sitestack.engine import playbook as pb
-from sitestack.model.site import PLACEHOLDERS, list_sites
+from sitestack.model.site import PLACEHOLDERS, RENAMED_ACTIONS, STEP_NAME, list_sites
 
 SITES = list_sites()
 REMOTE_SITES = [s for s in SITES if s != "local"]
@@ -98,3 +100,46 @@ def test_resolve_derives_values_plain_data_and_typed_facts_together(name):
     assert "{home}" not in resolved.facts.prefix and "{account}" not in resolved.facts.prefix
     ctx = RunContext.resolve(site, home="/home/alice", user="alice", account="proj1", prefix=None)
     assert ctx.facts == resolved.facts and ctx.resolved == resolved.data and ctx.values == resolved.values
+
+
+#: Step kinds that more than one site has, with the one name every site gives them.
+SHARED_STEP_NAMES = {"modules-available": "site-modules", "require-tools": "site-tools", "directory": "prefix-layout",
+                     "site-facts": "site-facts", "install-validation-job": "validation-job", "stack-venv": "stack-venv",
+                     "venv-hook": "venv-hook", "modulefiles": "modulefiles", "stage-archive": "stage-archive",
+                     "install-launch-env": "launch-helpers", "container-image": "container-image",
+                     "apptainer-image": "container-image"}
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_step_names_are_kebab_case_and_the_same_across_sites(name):
+    """``--start-at stack-venv`` means the same step at every site."""
+    site = pb.load(name)
+    for step in site.steps:
+        assert STEP_NAME.fullmatch(step.name), f"{name}: step {step.name!r} is not kebab-case"
+        if step.action in SHARED_STEP_NAMES:
+            assert step.name == SHARED_STEP_NAMES[step.action], f"{name}: {step.action} step is called {step.name!r}"
+        if step.action == "recipe-install":
+            recipe = step.args["recipe"]
+            assert step.name == {"aws-ofi-rccl": "rccl-net-plugin"}.get(recipe, recipe), f"{name}: {step.name!r}"
+
+
+def edited_playbook(tmp_path: Path, edit) -> Path:
+    data = yaml.safe_load((PLAYBOOK_DIR / "local.yml").read_text())
+    edit(data)
+    path = tmp_path / "local.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("bad", ["Stack venv", "stack venv", "stack_venv", "-stack", "stack--venv"])
+def test_loading_refuses_a_step_name_that_is_not_kebab_case(tmp_path: Path, bad: str):
+    path = edited_playbook(tmp_path, lambda d: d["steps"][0].update(name=bad))
+    with pytest.raises(InputError, match=r"local.yml:\d+: steps\[0\]: name: .* is not a step name \(kebab-case"):
+        pb.load(None, path)
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(RENAMED_ACTIONS.items()))
+def test_a_renamed_action_is_refused_naming_the_new_name(tmp_path: Path, old: str, new: str):
+    path = edited_playbook(tmp_path, lambda d: d["steps"][0].update(action=old))
+    with pytest.raises(InputError, match=rf"local.yml:\d+.*steps\[0\]\.action.*{old!r} is now called {new!r}"):
+        pb.load(None, path)

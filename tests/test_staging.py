@@ -1,4 +1,4 @@
-"""NVMe staging for real on the test Slurm cluster: the stack env packed once (pack-stack-env), broadcast
+"""NVMe staging for real on the test Slurm cluster: the stack env packed once (stage-archive), broadcast
 with sbcast to node-local storage, unpacked, fixed up and used (sitestack-stage-env), and the validation
 job's two `import torch` times (shared prefix, node-local) in its report.
 
@@ -56,7 +56,7 @@ def sbatch(cluster, script: Path, out: Path, env: dict[str, str] | None = None) 
 
 def test_pack_is_made_once(staged):
     pack = staged["prefix"] / "packs" / "pytorch-2.13.0-cpu.tar.gz"
-    assert "changed  pack-stack-env" in staged["first"], staged["first"]
+    assert "changed  stage-archive" in staged["first"], staged["first"]
     with tarfile.open(pack) as tar:
         names = set(tar.getnames())
     assert {".sitestack-unpack.py", ".sitestack-pack.json", "./bin/python", "./pyvenv.cfg"} <= names

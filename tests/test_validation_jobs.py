@@ -13,11 +13,12 @@ import jinja2
 import pytest
 
 from sitestack.actions import ACTIONS
-from sitestack.actions.validation_job import InstallValidationJob, job_inputs
+from sitestack.actions.validation_job import InstallValidationJob
 from sitestack.core import schema
 from sitestack.core.errors import InputError
 from sitestack.core.step import converge
 from sitestack.engine import playbook as pb
+from sitestack.installs.site_stack import job_inputs
 from sitestack.model.context import RunContext
 from sitestack.model.site import Facts
 from sitestack.validation import jobs

@@ -15,12 +15,12 @@ from sitestack.actions.directory import Directory
 from sitestack.actions.launch_env import InstallLaunchEnv
 from sitestack.actions.modulefiles import ModuleFiles
 from sitestack.actions.modules_available import ModulesAvailable
-from sitestack.actions.pack_env import PackStackEnv
-from sitestack.actions.packed_env import PackedEnv
+from sitestack.actions.pack_env import PackEnv
 from sitestack.actions.recipe_install import RecipeInstall
 from sitestack.actions.require_tools import RequireTools
 from sitestack.actions.site_facts import SiteFacts
 from sitestack.actions.stack_venv import StackVenv
+from sitestack.actions.stage_archive import MakeStageArchive
 from sitestack.actions.validation_job import InstallValidationJob
 from sitestack.actions.venv_hook import VenvHook
 
@@ -28,8 +28,8 @@ from sitestack.actions.venv_hook import VenvHook
 ACTIONS: dict[str, type[Action]] = {cls.action: cls for cls in (
     Directory, RequireTools, ModulesAvailable, SiteFacts, AptPackages, Command,
     RecipeInstall,
-    StackVenv, VenvHook, ModuleFiles, InstallValidationJob, PackStackEnv, InstallLaunchEnv,
-    PackedEnv, ContainerImage, ApptainerImage,
+    StackVenv, VenvHook, ModuleFiles, InstallValidationJob, MakeStageArchive, InstallLaunchEnv,
+    PackEnv, ContainerImage, ApptainerImage,
 )}
 
 __all__ = ["ACTIONS", "Action"]

@@ -24,8 +24,9 @@ from typing import Any
 from sitestack.actions.base import Action, log_name, unified_diff
 from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
-from sitestack.installs.container import container_of, parse_labels, runtime_of
+from sitestack.installs.container import container_of, parse_labels
 from sitestack.installs.image_def import DIGEST_LABEL, build_job, definition
+from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sitestack.actions.base import Action, files_diff, files_pending, write_files
-from sitestack.actions.validation_job import job_inputs, site_stack
 from sitestack.core import placeholders
 from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem
-from sitestack.installs.env_pack import Pack
+from sitestack.installs.site_stack import job_inputs, site_stack
+from sitestack.installs.staging import StageArchive
 from sitestack.installs.venv_stack import module_root
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
@@ -32,7 +32,7 @@ def launch_inputs(ctx: RunContext, bin_dir: str) -> LaunchInputs:
     raw = ((ctx.site.raw_facts or {}).get("node") or {}).get("local_scratch")
     scratch = expand(placeholders.bind_early(str(raw), ctx.values, ("home", "user")), RUNTIME) if raw else None
     stack = site_stack(ctx)
-    pack = Pack(stack, ctx.values["prefix"]) if stack else None
+    pack = StageArchive(stack, ctx.values["prefix"]) if stack else None
     return LaunchInputs(
         site=ctx.site.name, facts=ctx.facts, bin=bin_dir.rstrip("/"), env=env, scratch=scratch,
         pack=pack.path if pack else None, pack_kind=pack.kind if pack else "venv",

@@ -38,12 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sitestack.actions.base import Action, unified_diff
-from sitestack.actions.stack_venv import find_built, recipe_targets
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
-from sitestack.installs.modulefile_render import ModuleSpec, environment, render, render_all
-from sitestack.installs.modulefile_specs import package_module, site_modules, stack_module
-from sitestack.installs.modulefile_text import Text, literal, text_of
+from sitestack.installs.modulefile_render import render_all
+from sitestack.installs.modulefile_specs import site_modules
+from sitestack.installs.site_stack import find_built
 from sitestack.installs.venv_stack import DEFAULT_RECIPES, Built, module_root, require_module_system, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import Facts, StepSpec
@@ -179,5 +178,4 @@ class ModuleFiles(Action):
 
 #: The rendering names are re-exported: other actions (the network plugin's) and the build task import
 #: them from here.
-__all__ = ["ModuleSpec", "ModuleFiles", "Text", "text_of", "literal", "environment", "render", "render_all",
-           "site_modules", "stack_module", "package_module", "recipe_targets", "require_module_system"]
+__all__ = ["ModuleFiles"]

@@ -32,7 +32,6 @@ arguments under ``package:``, checked against the hooks' ``Args`` when the playb
 
 This module is the action only; the machinery is :mod:`sitestack.installs` (target, inputs,
 toolchain, stamp and lock, installer) and the build systems are :data:`sitestack.builders.BUILDERS`.
-The names other modules used to import from here are re-exported (``__all__``).
 """
 
 from __future__ import annotations
@@ -54,12 +53,12 @@ from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem
 from sitestack.installs import sources as sources_mod
 from sitestack.installs.given_source import keep_source, source_file, source_sha256
-from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
+from sitestack.installs.inputs import build_inputs, install_inputs
 from sitestack.installs.installer import Installer
 from sitestack.installs.modulefile_render import ModuleSpec, render
 from sitestack.installs.modulefile_specs import package_module
-from sitestack.installs.stamp import STAMP_FORMAT, install_lock, install_reason, installed_wheel, lock_path, read_stamp
-from sitestack.installs.target import Target, build_plan, check_commands, host_argv, launcher_argv
+from sitestack.installs.stamp import STAMP_FORMAT, install_lock, install_reason, lock_path
+from sitestack.installs.target import Target
 from sitestack.installs.toolchain import Toolchain, probe_toolchain, require_tools
 from sitestack.installs.venv_stack import Built, module_root
 from sitestack.model.context import RunContext
@@ -77,6 +76,7 @@ class RecipeInstall(Action):
     """
 
     action = "recipe-install"
+    installs_recipe = True  # sitestack.installs.site_stack finds the installs of a site by this
     #: recipe name -> its hooks (the `package:` arguments each accepts are their ``Args``).
     hooks_table: ClassVar[Mapping[str, type[PackageHooks]]] = HOOKS
 
@@ -283,6 +283,4 @@ def module_spec(ctx: RunContext, recipe: Recipe, settings: ModuleSettings, versi
     return package_module(ctx, built)
 
 
-__all__ = ["InputError", "RecipeInstall", "Target", "Toolchain", "build_inputs", "build_plan", "check_commands",
-           "digest", "explain_change", "host_argv", "install_inputs", "installed_wheel", "launcher_argv",
-           "module_spec", "read_stamp"]
+__all__ = ["RecipeInstall", "module_spec"]

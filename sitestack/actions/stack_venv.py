@@ -33,16 +33,15 @@ dist-info directories: no pip, no index.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sitestack.actions.base import Action, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
+from sitestack.installs.site_stack import find_built
 from sitestack.installs.venv_env import EnvTools, check_index, list_dists
 from sitestack.installs.venv_manifest import (
     dump,
@@ -59,8 +58,6 @@ from sitestack.installs.venv_stack import (
     NAME,
     Base,
     Built,
-    Stack,
-    module_root,
     normalize,
     require_module_system,
     shared_with_group,
@@ -69,66 +66,6 @@ from sitestack.installs.venv_stack import (
 from sitestack.installs.venv_template import VenvTemplates
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec
-
-
-# -- what sitestack built for the site ---------------------------------------------------------
-def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built], list[str]]:
-    """The installs of ``recipes`` this site's playbook makes (its ``recipe-install`` steps, else each
-    recipe's default version at ``{prefix}/<recipe>/<version>``), without looking at a host.
-
-    Returns (packages, notes): a recipe without ``sources/<name>.yml``, or one the site's facts
-    rule out, is a note, not an error.
-    """
-    from sitestack.actions.recipe_install import RecipeInstall
-
-    # The playbook's install steps (recipe-install and any action built on it) say where each goes.
-    targets: dict[str, Any] = {}
-    for spec in ctx.site.steps:
-        cls = ctx.actions.get(spec.action)
-        if cls is None or not issubclass(cls, RecipeInstall):
-            continue
-        try:
-            step = cls.from_spec(spec, ctx)
-        except SitestackError:
-            continue
-        if not isinstance(step, RecipeInstall):
-            continue
-        if step.target.recipe.name in recipes:
-            targets.setdefault(step.target.recipe.name, step.target)
-    out: list[Built] = []
-    notes: list[str] = []
-    for recipe in recipes:
-        target = targets.get(recipe)
-        if target is None:
-            spec = StepSpec(name=f"{recipe} (default install)", action="recipe-install", args={"recipe": recipe})
-            try:
-                default = RecipeInstall.from_spec(spec, ctx)
-            except SitestackError as exc:
-                notes.append(f"{recipe} (not for this site: {getattr(exc, 'detail', exc)})")
-                continue
-            assert isinstance(default, RecipeInstall)  # from_spec makes an instance of the class it is called on
-            target = default.target
-        out.append(Built(recipe=recipe, version=target.version, dest=target.dest,
-                         description=target.recipe.description, homepage=target.recipe.homepage,
-                         settings=target.recipe.module, values=target.values(install=target.dest)))
-    return out, notes
-
-
-def find_built(host: Host, ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built], list[str]]:
-    """The packages of :func:`recipe_targets` that are installed on ``host``, with their wheels."""
-    from sitestack.actions.recipe_install import installed_wheel, read_stamp
-
-    candidates, notes = recipe_targets(ctx, recipes)
-    found = []
-    for b in candidates:
-        stamp = read_stamp(host, b.dest)
-        if not stamp:
-            notes.append(f"{b.recipe} {b.version} (not built yet)")
-            continue
-        artefact = stamp.get("artefact") or {}
-        wheel = installed_wheel(host, b.dest)
-        found.append(dataclasses.replace(b, installed=True, wheel=wheel, wheel_sha256=artefact.get("sha256")))
-    return found, notes
 
 
 # -- the step ---------------------------------------------------------------------------------------
@@ -325,5 +262,4 @@ exit 0
         self.host.write_text(self.stack.manifest, dump(manifest), 0o644)
 
 
-__all__ = ["Stack", "Built", "StackVenv", "Builder", "stack_for", "find_built", "recipe_targets", "plan_for",
-           "module_root", "require_module_system", "DEFAULT_RECIPES"]
+__all__ = ["StackVenv"]

@@ -25,82 +25,15 @@ from sitestack.core.paths import SOURCES_DIR
 from sitestack.core.quoting import in_prefix_problem
 from sitestack.installs import wheel_cache
 from sitestack.installs.installer import build_cache
-from sitestack.installs.venv_stack import Stack, module_root, stack_for
-from sitestack.model.context import RunContext
-from sitestack.model.site import expand
+from sitestack.installs.site_stack import job_inputs
 from sitestack.model.siteenv import in_site_env
-from sitestack.validation import launch_env
-from sitestack.validation.jobs import JobInputs, job_files
+from sitestack.validation.jobs import job_files
 
 PROBE_SOURCES = SOURCES_DIR / "mpi_probe"
 PROBE_FILES = ("pyproject.toml", "CMakeLists.txt", "probe.c", "src/sitestack_mpi_probe/__init__.py",
                "src/sitestack_mpi_probe/__main__.py")
 PROBE_EXE = "mpi-probe/bin/sitestack-mpi-probe"
 STAMP = "mpi-probe/.sitestack-stamp"
-
-
-def site_stack(ctx: RunContext) -> Stack | None:
-    """The site's stack environment, where the playbook makes one (a stack-venv step)."""
-    spec = next((s for s in ctx.site.steps if s.action == "stack-venv"), None)
-    if spec is None:
-        return None
-    args = ctx.actions[spec.action].from_spec(spec, ctx).args  # placeholders filled
-    return stack_for(ctx, getattr(args, "name", None))
-
-
-def stack_python(ctx: RunContext) -> str | None:
-    """The Python of the site's stack environment, where the playbook makes one (a stack-venv step)."""
-    stack = site_stack(ctx)
-    return f"{stack.bin}/python" if stack else None
-
-
-def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs:
-    """The job's inputs for a run context: facts.env keeps ``{user}``/``{home}`` for the job's user;
-    the checks run with ``python``, else the stack's Python, else facts.python.executable."""
-    runtime = {"user": "${USER}", "home": "${HOME}"}
-    env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
-    stack = site_stack(ctx)
-    # The job validates what users get: the stack's module, loaded as they load it, where the playbook
-    # installs module files for it, unless another Python was asked for (--python: validate that one).
-    uses_module = stack is not None and python is None and any(s.action == "modulefiles" for s in ctx.site.steps)
-    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
-                     prefix=ctx.values["prefix"], stage_env=stage_script(ctx),
-                     launch_env=launch_helper(ctx) if python is None else None,
-                     stack_includes=stack_includes(ctx),
-                     stack_module=stack.name if stack is not None and uses_module else None,
-                     module_root=module_root(ctx) if uses_module else None,
-                     manifest=stack.manifest if stack is not None and python is None else None,
-                     checks_need=stack.checks if stack is not None else ())
-
-
-def launch_dir(ctx: RunContext) -> str | None:
-    """Where the playbook's install-launch-env step installs the users' launch helpers, if it has one."""
-    spec = next((s for s in ctx.site.steps if s.action == "install-launch-env"), None)
-    return None if spec is None else str(ctx.actions[spec.action].from_spec(spec, ctx).args.dir).rstrip("/")
-
-
-def launch_helper(ctx: RunContext) -> str | None:
-    """``sitestack-launch-env`` as the install-launch-env step installs it: the job sources it for its
-    geometry, host list, master address and port and MIOpen cache, as users do."""
-    directory = launch_dir(ctx)
-    return None if directory is None else f"{directory}/{launch_env.HELPER}"
-
-
-def stage_script(ctx: RunContext) -> str | None:
-    """``sitestack-stage-env`` as the install-launch-env step installs it, where the site stages its env."""
-    directory = launch_dir(ctx)
-    if directory is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
-        return None
-    return f"{directory}/{launch_env.STAGE}"
-
-
-def stack_includes(ctx: RunContext) -> tuple[str, ...]:
-    """The built packages the site's stack includes (the recipes of its recipe-install steps, where a
-    stack-venv step makes the stack): the job fails when one of them is missing or broken."""
-    if not any(s.action == "stack-venv" for s in ctx.site.steps):
-        return ()
-    return tuple(sorted({str(s.args["recipe"]) for s in ctx.site.steps
-                         if s.action == "recipe-install" and s.args.get("recipe")}))
 
 
 def probe_digest(cc: str, build_python: str, flavour: str) -> str:

@@ -11,7 +11,7 @@ from sitestack.engine.cli import SitestackTask, errors_to_exit, finish, playbook
 
 @task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
     "site": common.SITE_HELP,
-    "name": "the environment's name (default: the playbook's packed-env steps, all of them)",
+    "name": "the environment's name (default: the playbook's pack-env steps, all of them)",
     "requirements": "a requirements.txt to pack (with --name; overrides the playbook step's)",
     "dest": "where it goes (default: <prefix>/envs/<name>); put <dest>/bin on PATH",
     "check": "change nothing; report whether it would pack and why",

@@ -2,7 +2,7 @@
 :class:`LocalHost` (this machine) here, and the SSH host (:mod:`sitestack.core.ssh`).
 
 Every name callers use is importable from here: ``Host``, ``Completed``, ``shell_line``,
-``LocalHost``, ``local_host``, ``atomic_write``, ``SshHost``, ``ssh_host``.
+``LocalHost``, ``local_host``, ``SshHost``, ``ssh_host``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,10 +23,11 @@ from typing import IO, Any
 from invoke.context import Context
 
 from sitestack.core.errors import SitestackError
+from sitestack.core.files import atomic_write
 from sitestack.core.hostbase import UMASK, VOLATILE_ENV, Completed, Host, shell_line, with_umask
 from sitestack.core.ssh import SshHost, ssh_host
 
-__all__ = ["Completed", "Host", "LocalHost", "SshHost", "atomic_write", "local_host", "private_dir", "shell_line",
+__all__ = ["Completed", "Host", "LocalHost", "SshHost", "local_host", "private_dir", "shell_line",
            "ssh_host"]
 
 
@@ -200,23 +200,6 @@ def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> Non
     """Signal the command and what it started (its own process group), so no child keeps the pipes open."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def local_host(name: str = "localhost", *, read_only: bool = False) -> LocalHost:

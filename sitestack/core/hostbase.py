@@ -281,13 +281,6 @@ class Host:
         if self.read_only:
             raise MutationRefused(f"[{self.name}] check mode: refusing to {what}")
 
-    def read_only_view(self) -> Host:
-        """A view of this host that probes but refuses every mutation (for check mode)."""
-        view = object.__new__(type(self))
-        view.__dict__.update(self.__dict__)
-        view.read_only = True
-        return view
-
 
 class _Tee(io.TextIOBase):
     """Copies command output to a buffer (for errors) and to a log file, line by line,

@@ -32,7 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sitestack.core.host import atomic_write, private_dir
+from sitestack.core.files import atomic_write
+from sitestack.core.host import private_dir
 from sitestack.core.hostbase import Completed, Host, shell_line, with_umask
 from sitestack.core.paths import derived_cache
 

@@ -91,18 +91,7 @@ def _convert(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any] = _NO_M
     constrain the keys of a mapping."""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
-        options = [a for a in get_args(tp) if a is not type(None)]
-        if value is None and len(options) < len(get_args(tp)):
-            return None
-        if len(options) == 1:
-            return _convert(options[0], value, where, meta)
-        errors = []
-        for option in options:
-            try:
-                return _convert(option, value, where, meta)
-            except InputError as exc:
-                errors.append(exc.detail)
-        raise where.error(" or ".join(errors))
+        return _convert_union(tp, value, where, meta)
     if origin is Literal:
         choices = get_args(tp)
         if value not in choices:
@@ -119,25 +108,54 @@ def _convert(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any] = _NO_M
             for i, item in enumerate(value)
         )
     if origin in (Mapping, typing.Mapping, dict) or tp is Mapping:
-        key_type, value_type = get_args(tp)
-        if not isinstance(value, dict):
-            raise where.error(f"expected a mapping, got {_describe(value)}")
-        lines = getattr(value, "lines", {})
-        out = {}
-        for k, v in value.items():
-            child = where.child(str(k), lines.get(k))
-            if not isinstance(k, str):
-                raise child.error(f"keys must be strings, got {_describe(k)}")
-            problem = control_problem(k)
-            if problem:
-                raise child.error(f"key {problem}")
-            pattern = meta.get("key_pattern")
-            if pattern is not None and not re.fullmatch(pattern, k):
-                raise child.error(f"{k!r} is not {meta.get('key_doc', 'a valid key')}")
-            out[k] = _convert(value_type, v, child, meta)
-        return types.MappingProxyType(out)
+        return _convert_mapping(get_args(tp)[1], value, where, meta)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build_dataclass(tp, value, where)
+    if tp in (bool, int, float, str):
+        return _convert_scalar(tp, value, where, meta)
+    if tp is Any:
+        return value
+    raise TypeError(f"schema: unsupported field type {tp!r}")  # a bug in a dataclass, not bad input
+
+
+def _convert_union(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any]) -> Any:
+    """``value`` as the first option of the union ``tp`` it fits (None where the union allows it)."""
+    options = [a for a in get_args(tp) if a is not type(None)]
+    if value is None and len(options) < len(get_args(tp)):
+        return None
+    if len(options) == 1:
+        return _convert(options[0], value, where, meta)
+    errors = []
+    for option in options:
+        try:
+            return _convert(option, value, where, meta)
+        except InputError as exc:
+            errors.append(exc.detail)
+    raise where.error(" or ".join(errors))
+
+
+def _convert_mapping(value_type: Any, value: Any, where: _Where, meta: Mapping[str, Any]) -> Any:
+    """A read-only mapping of string keys (one line each, matching ``key_pattern``) to ``value_type``."""
+    if not isinstance(value, dict):
+        raise where.error(f"expected a mapping, got {_describe(value)}")
+    lines = getattr(value, "lines", {})
+    out = {}
+    for k, v in value.items():
+        child = where.child(str(k), lines.get(k))
+        if not isinstance(k, str):
+            raise child.error(f"keys must be strings, got {_describe(k)}")
+        problem = control_problem(k)
+        if problem:
+            raise child.error(f"key {problem}")
+        pattern = meta.get("key_pattern")
+        if pattern is not None and not re.fullmatch(pattern, k):
+            raise child.error(f"{k!r} is not {meta.get('key_doc', 'a valid key')}")
+        out[k] = _convert(value_type, v, child, meta)
+    return types.MappingProxyType(out)
+
+
+def _convert_scalar(tp: type, value: Any, where: _Where, meta: Mapping[str, Any]) -> Any:
+    """A bool, int, float (finite) or str (one line unless ``multiline``; ``pattern``) checked against ``meta``."""
     if tp is bool:
         if not isinstance(value, bool):
             raise where.error(f"expected true or false, got {_describe(value)}")
@@ -154,19 +172,15 @@ def _convert(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any] = _NO_M
             raise where.error(f"expected a finite number, got {value!r}")
         _bounds(value, meta, where)
         return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise where.error(f"expected a string, got {_describe(value)}")
-        if not meta.get("multiline"):
-            problem = control_problem(value)
-            if problem:
-                raise where.error(problem)
-        if meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
-            raise where.error(f"{value!r} is not {meta.get('pattern_doc', 'in the expected form')}")
-        return value
-    if tp is Any:
-        return value
-    raise TypeError(f"schema: unsupported field type {tp!r}")  # a bug in a dataclass, not bad input
+    if not isinstance(value, str):
+        raise where.error(f"expected a string, got {_describe(value)}")
+    if not meta.get("multiline"):
+        problem = control_problem(value)
+        if problem:
+            raise where.error(problem)
+    if meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
+        raise where.error(f"{value!r} is not {meta.get('pattern_doc', 'in the expected form')}")
+    return value
 
 
 @functools.cache

@@ -114,13 +114,7 @@ def converge(
             on_result(result)
 
     for step in steps:
-        if not selected(step, tags, skip_tags):
-            emit(Result(step.name, "skipped", "not selected by tags"))
-            continue
-        if stopped:
-            emit(Result(step.name, "skipped", "not run: an earlier step failed"))
-            continue
-        reason = gate(step) if gate is not None else None
+        reason = _skip_reason(step, tags, skip_tags, stopped=stopped, gate=gate)
         if reason is not None:
             emit(Result(step.name, "skipped", reason))
             continue
@@ -142,6 +136,16 @@ def converge(
                           forced=f"notified by {notified[handler.name]}")
         emit(Result(**{**result.__dict__, "handler": True}))
     return results
+
+
+def _skip_reason(step: Step, tags: Sequence[str], skip_tags: Sequence[str], *, stopped: bool,
+                 gate: Callable[[Step], str | None] | None) -> str | None:
+    """Why ``step`` is skipped (tags, an earlier failure, the gate), or None: it runs."""
+    if not selected(step, tags, skip_tags):
+        return "not selected by tags"
+    if stopped:
+        return "not run: an earlier step failed"
+    return gate(step) if gate is not None else None
 
 
 def _run_one(step: Step, host: Host, *, check: bool, want_diff: bool, not_probed: str | None,

@@ -18,11 +18,11 @@ import contextlib
 import functools
 import hashlib
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sitestack.core.files import atomic_write, signature
 from sitestack.core.paths import derived_cache
 
 if TYPE_CHECKING:
@@ -64,15 +64,7 @@ def cached_text(search_path: Sequence[str | Path], inputs: str, render: Callable
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.parent.chmod(0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(path, text.encode("utf-8"), 0o600)
     return text
 
 
@@ -83,10 +75,9 @@ def _tree(directory: str, suffix: str = "") -> str:
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(f for f in files if f.endswith(suffix)):
-            with contextlib.suppress(OSError):
-                st = os.stat(os.path.join(root, name))
-                lines.append(f"{os.path.relpath(os.path.join(root, name), directory)}|{st.st_ino}|{st.st_size}|"
-                             f"{st.st_mtime_ns}|{st.st_ctime_ns}")
+            sig = signature(os.path.join(root, name))
+            if sig is not None:
+                lines.append(f"{os.path.relpath(os.path.join(root, name), directory)}|" + "|".join(map(str, sig)))
     return "\n".join(lines)
 
 

@@ -19,7 +19,6 @@ import hashlib
 import os
 import pickle
 import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import yaml
 
 from sitestack.core.errors import InputError
+from sitestack.core.files import atomic_write, signature_of
 from sitestack.core.paths import derived_cache
 
 
@@ -178,7 +178,7 @@ RACY = 2.0
 def _cache_key(path: Path, info: os.stat_result) -> str | None:
     if os.environ.get("SITESTACK_PARSE_CACHE", "").lower() in ("off", "0", "no", "false"):
         return None
-    ident = f"{PARSE_FORMAT}|{path.resolve()}|{info.st_ino}|{info.st_size}|{info.st_mtime_ns}|{info.st_ctime_ns}"
+    ident = f"{PARSE_FORMAT}|{path.resolve()}|" + "|".join(map(str, signature_of(info)))
     return hashlib.sha256(ident.encode()).hexdigest()[:40]
 
 
@@ -205,15 +205,7 @@ def _keep(key: str | None, data: MarkedDict, info: os.stat_result) -> None:
     with contextlib.suppress(OSError):
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(0o700)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{key}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                pickle.dump(data, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, directory / f"{key}.pickle")
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(directory / f"{key}.pickle", pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL), 0o600)
 
 
 def _kind(value: Any) -> str:

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sitestack.actions.packed_env import read_requirements
-from sitestack.actions.stack_venv import require_module_system
+from sitestack.actions.pack_env import read_requirements
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import playbook as pb
 from sitestack.installs import sources as sources_mod
+from sitestack.installs.venv_stack import require_module_system
 from sitestack.model.context import RunOptions
 from sitestack.model.recipe import load_recipe
 from sitestack.model.site import Site, StepSpec, Toolkit
@@ -160,21 +160,21 @@ def install_modulefiles(*, site: str | None, playbook: Path | None, options: Run
 
 def pack_env(*, site: str | None, playbook: Path | None, name: str | None, requirements: str | None,
              dest: str | None, options: RunOptions, reporter: Reporter) -> list[HostRun]:
-    """``invoke pack-env``: the playbook's ``packed-env`` steps (``name``: only that one), or one step
+    """``invoke pack-env``: the playbook's ``pack-env`` steps (``name``: only that one), or one step
     made from ``requirements`` (and ``name``, ``dest``) on top of the playbook's step of that name."""
     loaded = pb.load(site, playbook)
-    steps = [s for s in loaded.steps if s.action == "packed-env" and (name is None or s.args.get("name") == name)]
+    steps = [s for s in loaded.steps if s.action == "pack-env" and (name is None or s.args.get("name") == name)]
     if requirements is None and dest is None:
         if not steps:
             raise InputError(loaded.path if name is None else "--name",
-                             "the playbook has no packed-env step" + (f" named {name!r}" if name else "") +
+                             "the playbook has no pack-env step" + (f" named {name!r}" if name else "") +
                              ": give --requirements FILE and --name NAME")
         return pb.provision(dataclasses.replace(loaded, steps=tuple(steps), handlers=()), options, reporter)
     args: dict[str, Any] = dict(steps[0].args) if steps else {}
     if name is not None:
         args["name"] = name
     if "name" not in args:
-        raise InputError("--name", "give the environment's name (the playbook has no packed-env step to take it from)")
+        raise InputError("--name", "give the environment's name (the playbook has no pack-env step to take it from)")
     if requirements is not None:
         if not Path(requirements).is_file():
             raise InputError("--requirements", f"{requirements}: no such file")
@@ -184,5 +184,5 @@ def pack_env(*, site: str | None, playbook: Path | None, name: str | None, requi
         raise InputError("--requirements", "give the requirements file")
     if dest is not None:
         args["dest"] = dest
-    spec = StepSpec(name=f"packed-env {args['name']}", action="packed-env", args=args, tags=("packed-env",))
+    spec = StepSpec(name=f"pack-env {args['name']}", action="pack-env", args=args, tags=("pack-env",))
     return run_step(loaded, spec, options, reporter)

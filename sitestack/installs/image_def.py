@@ -20,8 +20,7 @@ import hashlib
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.quoting import sh, sh_expanding
-from sitestack.installs.container import Runtime
-from sitestack.model.container_facts import IMAGE_BASES, ImageBuild
+from sitestack.model.container_facts import IMAGE_BASES, ImageBuild, Runtime
 
 DIGEST_LABEL = "org.sitestack.definition-sha256"
 

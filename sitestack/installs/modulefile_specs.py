@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sitestack.installs.container import runtime_of
 from sitestack.installs.modulefile_render import ModuleSpec, PathOp
 from sitestack.installs.modulefile_text import Text, literal, text_of
 from sitestack.installs.venv_stack import Built, Stack
+from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import expand
 from sitestack.model.site import Container, Facts, Site

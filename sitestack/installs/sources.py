@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sitestack.core.errors import SitestackError
-from sitestack.core.host import atomic_write, private_dir
+from sitestack.core.files import atomic_write
+from sitestack.core.host import private_dir
 from sitestack.model.recipe import FILE_NAME, Recipe, expand
 
 

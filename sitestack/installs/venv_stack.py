@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.installs.container import runtime_of
+from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
 from sitestack.model.site import Facts, Site, expand
 from sitestack.model.siteenv import in_site_env

@@ -68,7 +68,7 @@ class Node:
         "node-local scratch directory, an absolute path, e.g. /tmp or /mnt/bb/{user}"))
     stage_env: bool = field(default=False, metadata=_doc(
         "jobs copy the packed stack env to local_scratch with sbcast and run from there (Frontier's NVMe: "
-        "2 s to import torch instead of 51 s from Lustre); the pack-stack-env step makes the pack"))
+        "2 s to import torch instead of 51 s from Lustre); the stage-archive step makes the pack"))
 
     def check(self) -> str | None:
         # jobs cd and copy into it on every node, from whatever directory the job starts in

@@ -62,6 +62,14 @@ SITE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+#: A step name: kebab-case (``stack-venv``), the same spelling at every site, so ``--start-at``,
+#: ``--tags`` and ``--skip-tags`` name a step the same way whichever playbook runs.
+STEP_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+#: Actions that were renamed: a playbook naming the old name is told the new one.
+RENAMED_ACTIONS: Mapping[str, str] = {"pack-stack-env": "stage-archive", "packed-env": "pack-env"}
+
+
 def host_name_problem(name: str, what: str = "name") -> str | None:
     """Why ``name`` is not a host name (None: it is one)."""
     if not HOST_NAME.fullmatch(name or ""):
@@ -100,6 +108,9 @@ class StepSpec:
     def check(self) -> str | None:
         if not self.name.strip():
             return "name: a step needs a name"
+        if not STEP_NAME.fullmatch(self.name):
+            return (f"name: {self.name!r} is not a step name (kebab-case: lower-case letters and digits "
+                    "joined by '-', e.g. stack-venv)")
         for tag in self.tags:
             if not tag.strip() or "," in tag:
                 return f"tags: {tag!r} is not a tag (no empty tags, no commas)"
@@ -254,6 +265,9 @@ def _build_list(cls: type[Any], data: MarkedDict, key: str, shown: str, *, uniqu
 
 def _check_action(spec: StepSpec, raw_args: Any, actions: Mapping[str, Any], shown: str, key: str) -> None:
     action = actions.get(spec.action)
+    if action is None and spec.action in RENAMED_ACTIONS:
+        raise InputError(f"{shown}:{spec.line}", f"action {spec.action!r} is now called "
+                         f"{RENAMED_ACTIONS[spec.action]!r}: rename it in the playbook", key=f"{key}.action")
     if action is None:
         raise InputError(f"{shown}:{spec.line}", f"unknown action {spec.action!r} (known actions: {', '.join(sorted(actions))})", key=f"{key}.action")
     line = getattr(raw_args, "line", spec.line)

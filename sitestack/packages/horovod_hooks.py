@@ -42,16 +42,9 @@ from sitestack.packages.horovod import (
 TORCH_PROBE = Path(__file__).resolve().parent.parent / "programs" / "torch_probe.py"
 
 
-def probe_torch(host: Host, facts: Facts, python: str) -> TorchInfo:
-    """What ``python`` (run with the site's modules loaded) has: torch, its CUDA/HIP, its C++ standard."""
-    info, problem = try_probe_torch(host, facts, python)
-    if info is None:
-        raise SitestackError(problem)
-    return info
-
-
 def try_probe_torch(host: Host, facts: Facts, python: str) -> tuple[TorchInfo | None, str]:
-    """:func:`probe_torch`, or (None, why not)."""
+    """What ``python`` (run with the site's modules loaded) has: torch, its CUDA/HIP, its C++ standard;
+    or (None, why not)."""
     out = probe_in_site_env(host, facts, [python, "-c", TORCH_PROBE.read_text()], vouchers=_torch_vouchers)
     if out.rc != 0:
         return None, (f"cannot run {python} on {host.name} (with the site modules loaded): "

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_expanding
-from sitestack.installs.container import runtime_of
+from sitestack.model.container_facts import runtime_of
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.validation import masks as masks_mod

@@ -24,7 +24,7 @@ from typing import Any
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh_expanding
-from sitestack.installs.container import runtime_of
+from sitestack.model.container_facts import runtime_of
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
 from sitestack.validation import jobs

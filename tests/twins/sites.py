@@ -256,7 +256,7 @@ def frontier(root: Path) -> Twin:
              # conda-pack packs only what conda made (conda-meta/); the stand-in's "conda env" is a venv, so
              # the twin does not stage its env (node-local staging is tested for real in tests/test_staging.py)
              "node": {"stage_env": False}}
-    return Twin("frontier", root, facts, step_args={"rccl network plugin": {"libfabric": str(fabric)}}, stand_ins={
+    return Twin("frontier", root, facts, step_args={"rccl-net-plugin": {"libfabric": str(fabric)}}, stand_ins={
         "PrgEnv-gnu, cray-mpich/8.1.28, cc/CC": f"Debian's GCC 12 and MPICH 4.0.2 ({stands}/opt/cray/pe)",
         "rocm/5.7.1": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
         "miniforge3/23.11.0-0": "conda create by Python's venv (conda cannot be had here)",
@@ -430,7 +430,7 @@ def lumi(root: Path, python: str) -> Twin:
              }
     # singularity is a system command on LUMI (no module loads it)
     return Twin("lumi", root, facts, path=[str(stands / "opt/apptainer/bin")],
-                step_args={"rccl network plugin": {"libfabric": str(fabric)}}, stand_ins={
+                step_args={"rccl-net-plugin": {"libfabric": str(fabric)}}, stand_ins={
         "PrgEnv-gnu, cray-mpich/8.1.29, cc/CC": f"Debian's GCC 12 and MPICH 4.0.2 ({stands}/opt/cray/pe)",
         "rocm 6.2.4 (the plugin's), rocm/6.0.3": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
         "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",

@@ -1,5 +1,5 @@
 #!/bin/bash
-# torchrun of the packed environment tools, written by sitestack (packed-env):
+# torchrun of the packed environment tools, written by sitestack (pack-env):
 # runs /proj/sitestack/envs/.tools.gen-0123abcd/root/bin/torchrun with /proj/sitestack/envs/.tools.gen-0123abcd/env.sqfs mounted at /proj/sitestack/envs/.tools.gen-0123abcd/root.
 root=/proj/sitestack/envs/.tools.gen-0123abcd/root
 image=/proj/sitestack/envs/.tools.gen-0123abcd/env.sqfs

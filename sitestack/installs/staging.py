@@ -4,7 +4,7 @@ OLCF's ``sbcast_conda`` guide (research/peers.md s4.2; seed 001, "Environment Lo
 conda env once with ``conda-pack``, broadcasts the tarball to every node's NVMe with ``sbcast``,
 unpacks it there and runs ``conda-unpack`` to rewrite the prefixes. Start-up drops from 51 s
 (Orion) to 2 s. This module says where the pack lives and which commands make it; nothing here
-runs (the ``pack-stack-env`` action does).
+runs (the ``stage-archive`` action does).
 
 - conda envs: ``conda-pack`` (0.9.2, from PyPI into a small tools venv beside the stack, so the
   stack itself is not changed), which puts ``bin/conda-unpack`` into the tarball.
@@ -32,7 +32,7 @@ PACK_RECORD = ".sitestack-pack.json"
 
 
 @dataclass(frozen=True)
-class Pack:
+class StageArchive:
     """Where a stack's pack lives and how it is made."""
 
     stack: Stack

@@ -17,7 +17,7 @@ A wrapper runs its command with the image mounted at ``root``: in the site's con
 where the site uses no container, with ``squashfuse`` (the mount is made once per node, under a
 lock, and stays). Inside a container that already has the image mounted it runs the command
 directly (Tykky's nesting rule). This module renders the texts and parses the inputs; the
-``packed-env`` action (sitestack/actions/packed_env.py) runs the build.
+``pack-env`` action (sitestack/actions/pack_env.py) runs the build.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from sitestack.core.errors import InputError
 from sitestack.core.quoting import sh
-from sitestack.installs.container import Runtime
+from sitestack.model.container_facts import Runtime
 
 #: Bump when the layout or the wrappers change, so existing packs are rebuilt.
 FORMAT = 1
@@ -74,7 +74,7 @@ def parse_requirements(text: str, where: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Packed:
+class PackedEnv:
     """One packed environment: where it goes and what it is built from."""
 
     name: str
@@ -111,10 +111,10 @@ class Packed:
         return self.runtime.exec_argv(self.image, argv, self.binds)
 
 
-def wrapper(packed: Packed, gen_dir: str, command: str) -> str:
+def wrapper(packed: PackedEnv, gen_dir: str, command: str) -> str:
     """The text of ``bin/<command>``: run the venv's command with the image mounted."""
     root, image = f"{gen_dir}/root", f"{gen_dir}/env.sqfs"
-    head = (f"#!/bin/bash\n# {command} of the packed environment {packed.name}, written by sitestack (packed-env):\n"
+    head = (f"#!/bin/bash\n# {command} of the packed environment {packed.name}, written by sitestack (pack-env):\n"
             f"# runs {root}/bin/{command} with {image} mounted at {root}.\n"
             f"root={sh(root)}\nimage={sh(image)}\n")
     if packed.runtime is not None and packed.image is not None:
@@ -163,5 +163,5 @@ exit 0
 """
 
 
-def clean_argv(packed: Packed, keep: str) -> list[str]:
+def clean_argv(packed: PackedEnv, keep: str) -> list[str]:
     return ["bash", "-c", CLEAN_SCRIPT, "sitestack", packed.parent, packed.leaf, keep]

@@ -1,0 +1,95 @@
+"""The ``stage-archive`` action: the stack environment packed once into ``{prefix}/packs/``, for
+jobs that stage it on node-local storage (``facts.node.stage_env``; :mod:`sitestack.installs.staging`).
+
+On a site that does not stage (``stage_env: false``) the step has nothing to do. Otherwise the
+pack is made again when the stack changes: ``<pack>.json`` records the digest of the stack's
+manifest and the generation that was packed. The tarball is written beside its final name and
+renamed into place, and the stamp is written last, so a failed pack leaves the old one or none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sitestack.actions.base import Action, log_name
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.installs.site_stack import site_stack
+from sitestack.installs.staging import CONDA_PACK, PACK_RECORD, UNPACK_PROGRAM, StageArchive, stamp_text
+from sitestack.installs.venv_stack import Base
+
+UNPACK_SOURCE = Path(__file__).resolve().parent.parent / "programs" / "venv_unpack.py"
+
+
+def site_archive(action: Action) -> StageArchive | None:
+    """The pack of the run's site, or None where the playbook makes no stack."""
+    stack = site_stack(action.ctx)
+    return StageArchive(stack, action.ctx.values["prefix"]) if stack else None
+
+
+class MakeStageArchive(Action):
+    """The stack environment is packed (conda-pack, or tar + fix-up for a venv) for node-local staging."""
+
+    action = "stage-archive"
+
+    @dataclass(frozen=True)
+    class Args:
+        pass
+
+    def pack(self) -> StageArchive:
+        pack = site_archive(self)
+        if pack is None:
+            raise SitestackError("stage-archive needs a stack-venv step in the playbook (the env it packs)")
+        return pack
+
+    def describe(self) -> str:
+        if not self.ctx.facts.node.stage_env:
+            return "pack the stack env (not needed: facts.node.stage_env is false)"
+        return f"pack the stack env into {self.pack().path}"
+
+    def _real(self, host: Host, pack: StageArchive) -> str | None:
+        out = host.probe(["readlink", "-e", "--", pack.stack.path])
+        return out.stdout.strip() or None if out.ok else None
+
+    def _wanted(self, host: Host, pack: StageArchive, real: str) -> str:
+        return stamp_text(host.read_text(pack.stack.manifest), real, pack.kind)
+
+    def pending(self, host: Host) -> str | None:
+        if not self.ctx.facts.node.stage_env:
+            return None
+        pack = self.pack()
+        real = self._real(host, pack)
+        if real is None:
+            return f"stack env {pack.stack.path} missing (made by the stack-venv step)"
+        stamp = host.read_text(pack.stamp)
+        if stamp is None or not host.exists(pack.path):
+            return f"{pack.path} missing"
+        return None if stamp == self._wanted(host, pack, real) else "the stack changed since it was packed"
+
+    def apply(self, host: Host) -> None:
+        pack = self.pack()
+        real = self._real(host, pack)
+        if real is None:
+            raise SitestackError(f"no stack env at {pack.stack.path} to pack: run the stack-venv step first")
+        log = self.ctx.log_dir / log_name(self.name) if self.ctx.log_dir else None
+        tmp = f"{pack.path}.new"
+        host.run(["mkdir", "-p", "--", pack.path.rsplit("/", 1)[0]])
+        host.run(["rm", "-rf", "--", tmp, f"{tmp}.d"])
+        if pack.kind == "conda":
+            if not host.exists(f"{pack.tools}/bin/conda-pack"):
+                base = Base(self.ctx.facts, pack.stack, self.ctx.values["prefix"])
+                host.run(base.base(["python", "-m", "venv", pack.tools]), log=log)
+                host.run([f"{pack.tools}/bin/python", "-m", "pip", "install", "--disable-pip-version-check",
+                          CONDA_PACK], log=log)
+            host.run(pack.conda_pack_argv(real, tmp), log=log)
+        else:
+            extra = f"{tmp}.d"
+            host.put_file(UNPACK_SOURCE, f"{extra}/{UNPACK_PROGRAM}", 0o755)
+            host.write_text(f"{extra}/{PACK_RECORD}", pack.record(real), 0o644)
+            self.ctx.note(f"packing {real} into {pack.path}")
+            host.run(pack.tar_argv(real, extra, tmp), log=log)
+            host.run(["rm", "-rf", "--", extra])
+        host.run(["mv", "-f", "--", tmp, pack.path])
+        host.write_text(pack.stamp, self._wanted(host, pack, real), 0o644)
+

@@ -1,0 +1,70 @@
+"""Two file helpers every cache and writer uses: a file's signature and an atomic write.
+
+- :func:`signature`: inode, size, mtime and ctime (ns) of a file, following symlinks, or None when
+  it is missing. Derived data (parsed YAML, rendered text, probe answers) is kept only while the
+  signature of every file it was made from is the same (docs/design.md, "Derived data is cached").
+- :func:`atomic_write`: readers see the old file or the new one, never a part of one. The data
+  goes to a temporary file in the target's own directory (a rename is atomic only within one
+  file system), is flushed and fsynced, gets its mode, and is renamed over the target.
+
+One rule for what the target path names (it is looked up following symlinks):
+
+- nothing, a regular file, or a symlink to one: replaced atomically by a new regular file
+  (a symlink itself is replaced, as ``mv`` does on a remote host);
+- a stream (character or block device, FIFO, socket; ``--json /dev/stdout``): written in place,
+  never replaced, so the device stays and the reader gets the bytes;
+- a directory: refused (:class:`IsADirectoryError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+Signature = tuple[int, int, int, int]
+
+
+def signature(path: str | os.PathLike[str]) -> Signature | None:
+    """(inode, size, mtime_ns, ctime_ns) of ``path`` (symlinks followed); None when it cannot be read."""
+    try:
+        return signature_of(os.stat(path))
+    except OSError:
+        return None
+
+
+def signature_of(st: os.stat_result) -> Signature:
+    """The signature of a file already stat'ed (a caller that checked its type keeps one ``stat``)."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part
+    (the rule for streams, symlinks and directories is in the module docstring)."""
+    path = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        kind = os.stat(path).st_mode
+        if stat.S_ISDIR(kind):
+            raise IsADirectoryError(f"{path} is a directory, not a file to write")
+        if not stat.S_ISREG(kind):
+            with open(path, "wb") as stream:
+                stream.write(data)
+            return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["Signature", "atomic_write", "signature", "signature_of"]

@@ -1,0 +1,149 @@
+"""What a site's playbook makes, as other steps need to know it: the stack environment, the packages
+built for it, and the inputs of the validation job and the users' launch helpers.
+
+Each is read from the playbook's steps through the run's action table (``ctx.actions``), never by
+importing an action module, so actions share these helpers without importing one another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.installs.stamp import installed_wheel, read_stamp
+from sitestack.installs.venv_stack import Built, Stack, module_root, stack_for
+from sitestack.model.context import RunContext
+from sitestack.model.site import StepSpec, expand
+from sitestack.validation import launch_env
+from sitestack.validation.jobs import JobInputs
+
+#: The action that builds a recipe; an action class with ``installs_recipe = True`` builds one too.
+RECIPE_INSTALL = "recipe-install"
+
+
+def site_stack(ctx: RunContext) -> Stack | None:
+    """The site's stack environment, where the playbook makes one (a stack-venv step)."""
+    spec = next((s for s in ctx.site.steps if s.action == "stack-venv"), None)
+    if spec is None:
+        return None
+    args = ctx.actions[spec.action].from_spec(spec, ctx).args  # placeholders filled
+    return stack_for(ctx, getattr(args, "name", None))
+
+
+def stack_python(ctx: RunContext) -> str | None:
+    """The Python of the site's stack environment, where the playbook makes one (a stack-venv step)."""
+    stack = site_stack(ctx)
+    return f"{stack.bin}/python" if stack else None
+
+
+def stack_includes(ctx: RunContext) -> tuple[str, ...]:
+    """The built packages the site's stack includes (the recipes of its recipe-install steps, where a
+    stack-venv step makes the stack): the job fails when one of them is missing or broken."""
+    if not any(s.action == "stack-venv" for s in ctx.site.steps):
+        return ()
+    return tuple(sorted({str(s.args["recipe"]) for s in ctx.site.steps
+                         if s.action == RECIPE_INSTALL and s.args.get("recipe")}))
+
+
+def launch_dir(ctx: RunContext) -> str | None:
+    """Where the playbook's install-launch-env step installs the users' launch helpers, if it has one."""
+    spec = next((s for s in ctx.site.steps if s.action == "install-launch-env"), None)
+    return None if spec is None else str(ctx.actions[spec.action].from_spec(spec, ctx).args.dir).rstrip("/")
+
+
+def launch_helper(ctx: RunContext) -> str | None:
+    """``sitestack-launch-env`` as the install-launch-env step installs it: the job sources it for its
+    geometry, host list, master address and port and MIOpen cache, as users do."""
+    directory = launch_dir(ctx)
+    return None if directory is None else f"{directory}/{launch_env.HELPER}"
+
+
+def stage_script(ctx: RunContext) -> str | None:
+    """``sitestack-stage-env`` as the install-launch-env step installs it, where the site stages its env."""
+    directory = launch_dir(ctx)
+    if directory is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
+        return None
+    return f"{directory}/{launch_env.STAGE}"
+
+
+def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs:
+    """The job's inputs for a run context: facts.env keeps ``{user}``/``{home}`` for the job's user;
+    the checks run with ``python``, else the stack's Python, else facts.python.executable."""
+    runtime = {"user": "${USER}", "home": "${HOME}"}
+    env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
+    stack = site_stack(ctx)
+    # The job validates what users get: the stack's module, loaded as they load it, where the playbook
+    # installs module files for it, unless another Python was asked for (--python: validate that one).
+    uses_module = stack is not None and python is None and any(s.action == "modulefiles" for s in ctx.site.steps)
+    return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
+                     prefix=ctx.values["prefix"], stage_env=stage_script(ctx),
+                     launch_env=launch_helper(ctx) if python is None else None,
+                     stack_includes=stack_includes(ctx),
+                     stack_module=stack.name if stack is not None and uses_module else None,
+                     module_root=module_root(ctx) if uses_module else None,
+                     manifest=stack.manifest if stack is not None and python is None else None,
+                     checks_need=stack.checks if stack is not None else ())
+
+
+def _install_targets(ctx: RunContext, recipes: Sequence[str]) -> dict[str, Any]:
+    """recipe -> the install target of the playbook's first step that builds it."""
+    targets: dict[str, Any] = {}
+    for spec in ctx.site.steps:
+        cls = ctx.actions.get(spec.action)
+        if cls is None or not (spec.action == RECIPE_INSTALL or getattr(cls, "installs_recipe", False)):
+            continue
+        try:
+            step = cls.from_spec(spec, ctx)
+        except SitestackError:
+            continue
+        target = getattr(step, "target", None)
+        if target is not None and target.recipe.name in recipes:
+            targets.setdefault(target.recipe.name, target)
+    return targets
+
+
+def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built], list[str]]:
+    """The installs of ``recipes`` this site's playbook makes (its ``recipe-install`` steps, else each
+    recipe's default version at ``{prefix}/<recipe>/<version>``), without looking at a host.
+
+    Returns (packages, notes): a recipe without ``sources/<name>.yml``, or one the site's facts
+    rule out, is a note, not an error.
+    """
+    targets = _install_targets(ctx, recipes)
+    out: list[Built] = []
+    notes: list[str] = []
+    for recipe in recipes:
+        target = targets.get(recipe)
+        if target is None:
+            spec = StepSpec(name=f"{recipe} (default install)", action=RECIPE_INSTALL, args={"recipe": recipe})
+            try:
+                target = ctx.actions[RECIPE_INSTALL].from_spec(spec, ctx).target
+            except SitestackError as exc:
+                notes.append(f"{recipe} (not for this site: {getattr(exc, 'detail', exc)})")
+                continue
+        out.append(Built(recipe=recipe, version=target.version, dest=target.dest,
+                         description=target.recipe.description, homepage=target.recipe.homepage,
+                         settings=target.recipe.module, values=target.values(install=target.dest)))
+    return out, notes
+
+
+def find_built(host: Host, ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built], list[str]]:
+    """The packages of :func:`recipe_targets` that are installed on ``host``, with their wheels."""
+    candidates, notes = recipe_targets(ctx, recipes)
+    found = []
+    for b in candidates:
+        stamp = read_stamp(host, b.dest)
+        if not stamp:
+            notes.append(f"{b.recipe} {b.version} (not built yet)")
+            continue
+        artefact = stamp.get("artefact") or {}
+        wheel = installed_wheel(host, b.dest)
+        found.append(dataclasses.replace(b, installed=True, wheel=wheel, wheel_sha256=artefact.get("sha256")))
+    return found, notes
+
+
+__all__ = ["RECIPE_INSTALL", "find_built", "job_inputs", "launch_dir", "launch_helper", "recipe_targets",
+           "site_stack", "stack_includes", "stack_python", "stage_script"]
