@@ -10,7 +10,7 @@ from __future__ import annotations
 from invoke.collection import Collection
 
 from sitestack.cli import build_tasks, container_tasks, log_tasks, site_tasks, stack_tasks
-from sitestack.engine.cli import SETTINGS
+from sitestack.engine.task_glue import SETTINGS
 
 #: The root namespace: every task, with the ``sitestack:`` settings declared so Invoke reads them
 #: from its configuration files and INVOKE_SITESTACK_* variables (docs/cli.md).

@@ -23,7 +23,7 @@ from sitestack.cli.common import (
     SITE_HELP,
     VERBOSE_HELP,
 )
-from sitestack.engine.cli import (
+from sitestack.engine.task_glue import (
     SitestackTask,
     errors_to_exit,
     finish,
@@ -67,7 +67,7 @@ def _build(recipe: str, site: str | None, version: str | None, source: str | Non
            diff: bool, fail_on_change: bool, host: list[str] | None, account: str | None, sources_dir: str | None,
            mirror: str | None, jobs: str | None, playbook: str | None, accept_new_host_keys: bool, debug: bool,
            c: Context, json: str | None, verbose: bool, rebuild: bool, no_cache: bool) -> None:
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
@@ -76,7 +76,7 @@ def _build(recipe: str, site: str | None, version: str | None, source: str | Non
                               sources_dir=sources_dir, mirror=mirror, verbose=verbose, jobs=jobs_option(jobs),
                               rebuild=(recipe,) if rebuild else (), no_cache=no_cache)
         report = reporter(diff, debug, json)
-        runs = buildtask.build_recipe(recipe, site=site, playbook=playbook_path(playbook), version=version,
+        runs = partial_run.build_recipe(recipe, site=site, playbook=playbook_path(playbook), version=version,
                                       options=options, reporter=report)
         finish(f"build-recipe {recipe}", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
@@ -154,7 +154,7 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
                   json: str | None = None, verbose: bool = False, rebuild: bool = False, no_cache: bool = False,
                   debug: bool = False) -> None:
     """Build Horovod from its sdist for a site (NCCL/RCCL/CPU from the facts); check --check-build and a 2-rank allreduce."""
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
@@ -164,7 +164,7 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
                               gpu_operations=gpu_operations, verbose=verbose, rebuild=("horovod",) if rebuild else (),
                               no_cache=no_cache)
         report = reporter(diff, debug, json)
-        runs = buildtask.build_horovod(site=site, playbook=playbook_path(playbook), version=version, options=options,
+        runs = partial_run.build_horovod(site=site, playbook=playbook_path(playbook), version=version, options=options,
                                        reporter=report)
         finish("build-horovod", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
@@ -190,7 +190,7 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
                       accept_new_host_keys: bool = False, json: str | None = None, verbose: bool = False,
                       rebuild: bool = False, no_cache: bool = False, debug: bool = False) -> None:
     """Build the RCCL libfabric plugin for a ROCm release (aws-ofi-rccl / aws-ofi-nccl) and its module file."""
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
@@ -201,5 +201,5 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
                               plugin_version=version, tests=tests, verbose=verbose,
                               rebuild=("aws-ofi-rccl",) if rebuild else (), no_cache=no_cache)
         report = reporter(diff, debug, json)
-        runs = buildtask.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options, reporter=report)
+        runs = partial_run.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options, reporter=report)
         finish("build-rccl-plugin", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)

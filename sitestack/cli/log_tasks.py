@@ -7,7 +7,7 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from sitestack.cli.common import DEBUG_HELP, PLAYBOOK_HELP, SITE_HELP
-from sitestack.engine.cli import SitestackTask, errors_to_exit, playbook_path, split_list
+from sitestack.engine.task_glue import SitestackTask, errors_to_exit, playbook_path, split_list
 
 
 @task(klass=SitestackTask, auto_shortflags=False, positional=["files"], optional=["json"], help={
@@ -18,7 +18,7 @@ from sitestack.engine.cli import SitestackTask, errors_to_exit, playbook_path, s
 def nccl_log(c: Context, files: str | None = None, site: str | None = None, playbook: str | None = None,
              nodes: str | None = None, json: str | bool | None = None, debug: bool = False) -> None:
     """Name the network NCCL/RCCL used on each host of a run (OFI and its provider, IB, IBext, sockets) and, with --site, whether it is the right one."""
-    from sitestack.engine import nccllog  # lazy: the classifier is read only when this task runs
+    from sitestack.engine import log_verdict  # lazy: the classifier is read only when this task runs
     from sitestack.engine import playbook as pb
     from sitestack.engine import results as results_mod
     from sitestack.validation import nccl_log as reader
@@ -29,7 +29,7 @@ def nccl_log(c: Context, files: str | None = None, site: str | None = None, play
         target = None if json in (None, False) else ("-" if json is True else str(json))
         results_mod.check_target(target)
         loaded = pb.load(site, playbook_path(playbook)) if site or playbook else None
-        verdict = nccllog.read_logs(split_list(files, "FILE"), loaded, None if nodes is None else nodes == "multi")
+        verdict = log_verdict.read_logs(split_list(files, "FILE"), loaded, None if nodes is None else nodes == "multi")
         if target:
             results_mod.write(target, {"schema_version": results_mod.SCHEMA_VERSION, "command": "nccl-log",
                                        "site": loaded.name if loaded else None, **verdict.as_dict()})

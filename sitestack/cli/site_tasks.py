@@ -22,7 +22,7 @@ from sitestack.cli.common import (
     VERBOSE_HELP,
 )
 from sitestack.core.paths import REPO
-from sitestack.engine.cli import (
+from sitestack.engine.task_glue import (
     SitestackTask,
     account_option,
     errors_to_exit,
@@ -116,7 +116,7 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
     from sitestack.engine import playbook as pb
     from sitestack.engine import select
-    from sitestack.engine.buildtask import checked_sources
+    from sitestack.engine.partial_run import checked_sources
 
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))

@@ -25,7 +25,7 @@ from sitestack.cli.common import (
 )
 from sitestack.core.errors import InputError as _InputError
 from sitestack.core.errors import SitestackError
-from sitestack.engine.cli import (
+from sitestack.engine.task_glue import (
     SitestackTask,
     account_option,
     errors_to_exit,
@@ -118,7 +118,7 @@ def validate(c: Context, site: str | None = None, nodes: str | None = None, rank
 
 # -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
 
-#: A stack entry point of :mod:`sitestack.engine.buildtask` (``install_venv``, ``install_modulefiles``).
+#: A stack entry point of :mod:`sitestack.engine.partial_run` (``install_venv``, ``install_modulefiles``).
 StackRun = Callable[..., "list[HostRun]"]
 STACK_HELP = {
     "site": SITE_HELP,
@@ -154,9 +154,9 @@ def install_venv(c: Context, site: str | None = None, check: bool = False, diff:
                  account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
                  json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
-    _stack_steps(buildtask.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
+    _stack_steps(partial_run.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
                  accept_new_host_keys, debug, c, "install-venv", json, verbose)
 
 
@@ -166,9 +166,9 @@ def install_modulefiles(c: Context, site: str | None = None, check: bool = False
                         account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
                         json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
-    _stack_steps(buildtask.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
+    _stack_steps(partial_run.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
                  playbook, accept_new_host_keys, debug, c, "install-modulefiles", json, verbose)
 
 
