@@ -35,5 +35,5 @@ def pack_env(c: Context, site: str | None = None, name: str | None = None, requi
                               accept_new_host_keys=accept_new_host_keys, verbose=verbose)
         report = reporter(diff, debug, json)
         runs = partial_run.pack_env(site=site, playbook=playbook_path(playbook), name=name, requirements=requirements,
-                                  dest=dest, options=options, reporter=report)
+                                    dest=dest, options=options, reporter=report)
         finish("pack-env", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)

@@ -16,6 +16,7 @@ from invoke.tasks import task
 
 from sitestack.cli.common import (
     ACCOUNT_HELP,
+    DATA_JSON_HELP,
     DEBUG_HELP,
     JSON_HELP,
     PLAYBOOK_HELP,
@@ -182,7 +183,7 @@ INVENTORY_HELP = {"site": SITE_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_H
                   "debug": DEBUG_HELP}
 
 
-@task(klass=SitestackTask, auto_shortflags=False, help={**INVENTORY_HELP, "json": "print the listing as JSON to FILE ('-': stdout)"})
+@task(klass=SitestackTask, auto_shortflags=False, help={**INVENTORY_HELP, "json": DATA_JSON_HELP})
 def installed(c: Context, site: str | None = None, prefix: str | None = None, account: str | None = None,
               playbook: str | None = None, host: str | None = None, accept_new_host_keys: bool = False,
               json: str | None = None, debug: bool = False) -> None:
@@ -197,10 +198,8 @@ def installed(c: Context, site: str | None = None, prefix: str | None = None, ac
         options = run_options(c, prefix=prefix, account=account, hosts=(host,) if host else (),
                               accept_new_host_keys=accept_new_host_keys)
         found = inventory.installed(loaded, options)
-        if json is None or json != "-":
-            print("\n".join(inventory.inventory_lines(found)))
-        results_mod.write(json, {"schema_version": results_mod.SCHEMA_VERSION, "command": "installed",
-                                 "site": loaded.name, **dataclasses.asdict(found)})
+        results_mod.emit(json, "installed", {"site": loaded.name, **dataclasses.asdict(found)},
+                         inventory.inventory_lines(found))
 
 
 @task(klass=SitestackTask, auto_shortflags=False, help={**INVENTORY_HELP, "spec": "what to remove: NAME or NAME@VERSION (see `invoke installed`)"})
