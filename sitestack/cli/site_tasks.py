@@ -195,6 +195,8 @@ def benchmark(c: Context, name: str | None = None) -> None:
     """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/), then
     print every target they report, with the machine's load."""
     here = REPO / "benchmarks"
+    if not here.is_dir():
+        raise Exit(f"error: benchmark: no {here}: the benchmarks run from a checkout of sitestack", code=1)
     scripts = sorted(p for p in here.glob("*.py") if not p.name.startswith("_"))
     if name:
         wanted = split_list(name, "--name")
