@@ -1,21 +1,24 @@
-# Bash completion for sitestack's `invoke`: task names and options (Invoke's own completion,
-# `invoke --print-completion-script bash`), plus the values of --site (the playbooks, from
-# `invoke sites`) and --recipe-like task arguments left to Invoke. Load it in a shell started in
-# the checkout (docs/cli.md):
+# Bash completion for sitestack: `sitestack` (installed) and `invoke`/`inv` (in the checkout). Task
+# names and options come from the command itself (Invoke's `--complete`), the values of --site
+# from `sitestack sites` (the playbooks). docs/cli.md; load it in ~/.bashrc or a shell:
 #
 #     source scripts/completion.bash
 #
-# Invoke completes task names and flags only; a flag's value falls back to file names.
+# Another option's value falls back to file names.
 
-eval "$(invoke --print-completion-script bash)"
-
-_sitestack_complete() {
-    local prev=${COMP_WORDS[COMP_CWORD-1]}
-    if [[ $prev == --site ]]; then
-        COMPREPLY=( $(compgen -W "$(invoke sites 2>/dev/null | cut -d' ' -f1)" -- "$2") )
-        return 0
-    fi
-    _complete_invoke "$@"
+# The site names, from the command being completed (`sitestack`, `invoke` or `inv`).
+_sitestack_sites() {
+    "$1" sites 2>/dev/null | awk '{print $1}'
 }
 
-complete -F _sitestack_complete -o default invoke inv
+_sitestack_complete() {
+    local cmd=${COMP_WORDS[0]} cur=${COMP_WORDS[COMP_CWORD]}
+    local prev=${COMP_WORDS[COMP_CWORD-1]}
+    if [[ $prev == --site ]]; then
+        COMPREPLY=( $(compgen -W "$(_sitestack_sites "$cmd")" -- "$cur") )
+        return 0
+    fi
+    COMPREPLY=( $(compgen -W "$("$cmd" --complete -- "${COMP_WORDS[@]:0:COMP_CWORD+1}" 2>/dev/null)" -- "$cur") )
+}
+
+complete -F _sitestack_complete -o default sitestack invoke inv

@@ -1,6 +1,7 @@
 """The operator conventions of the CLI (Ansible's and Spack's), through the real `invoke`: choosing
 hosts and steps, --json, verbosity and the log directory, the `sitestack:` configuration, what is
-installed (installed / uninstall / gc), rebuild controls, output polish, shell completion.
+installed (installed / uninstall / gc), rebuild controls, output polish (shell completion:
+tests/test_cli_completion.py; --help and --json of every task: tests/test_cli_help_json.py).
 
 Fast: playbook runs use `--tags layout` of the local site into a scratch prefix; the install
 tests build the small autotools project of tests/recipe_projects.py (seconds)."""
@@ -252,7 +253,7 @@ def test_installed_rebuild_no_cache_uninstall_gc(tmp_path):
     assert out.returncode == 0 and not any((tmp_path / "cache" / "hello").iterdir())
 
 
-# -- 7/8. output polish, shell completion ----------------------------------------------------------------
+# -- 7. output polish ---------------------------------------------------------------------------------
 
 def test_an_unprobed_step_is_not_counted_as_changed():
     import io
@@ -278,21 +279,3 @@ def test_recipes_columns_do_not_collide():
     assert rows
     for row in rows:
         assert re.match(r"^\S+ +\S+ +", row) and "  " in row, row
-
-
-def complete(*words: str) -> list[str]:
-    """What scripts/completion.bash offers for ``words`` (the last one is being completed), in bash."""
-    import sys
-    line = " ".join(words)
-    script = (f"source scripts/completion.bash; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
-              f"_sitestack_complete invoke '{words[-1]}' '{words[-2]}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
-    out = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, text=True, capture_output=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.split()
-
-
-def test_completion_of_task_names_options_and_sites():
-    assert "provision" in complete("invoke", "prov")
-    assert "--list-steps" in complete("invoke", "provision", "--list")
-    assert complete("invoke", "provision", "--site", "l") == ["local", "lumi"]

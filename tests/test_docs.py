@@ -53,8 +53,8 @@ def test_every_task_has_a_description_and_documented_options():
 
 
 def test_every_setting_and_the_json_schema_are_in_the_cli_page():
-    from sitestack.engine.cli import SETTINGS
     from sitestack.engine.results import SCHEMA_VERSION
+    from sitestack.engine.task_glue import SETTINGS
     page = (ROOT / "docs" / "cli.md").read_text()
     assert not [key for key in SETTINGS if f"| `{key}` |" not in page]
     assert f'"schema_version": {SCHEMA_VERSION}' in page and "docs/cli.md" in README

@@ -237,8 +237,8 @@ def test_invoke_nccl_log_judges_against_the_sites_facts(cli, tmp_path):
     assert cirrus.returncode == 0 and "PASS: 2 hosts used IBext" in cirrus.stdout  # Cirrus: InfiniBand, no plugin
     doc = json.loads((tmp_path / "v.json").read_text())
     assert doc["command"] == "nccl-log" and doc["site"] == "cirrus" and doc["status"] == "PASS"
-    # several files, a glob and a directory read as one run; --json alone prints only the document
-    both = cli("nccl-log", f"{DATA}/nccl-1597-efa-p5en.log,{DATA}/aws-ofi-nccl-801-*.log", "--json")
+    # several files, a glob and a directory read as one run; --json - prints only the document
+    both = cli("nccl-log", f"{DATA}/nccl-1597-efa-p5en.log,{DATA}/aws-ofi-nccl-801-*.log", "--json", "-")
     assert both.returncode == 0 and json.loads(both.stdout)["status"] == "PASS"
     (tmp_path / "nccl").mkdir()
     (tmp_path / "nccl" / "a.log").write_text((DATA / "nccl-447-socket-gcp-2.7.8.log").read_text())

@@ -15,6 +15,7 @@ from invoke.tasks import task
 from sitestack.cli.common import (
     ACCOUNT_HELP,
     BUILD_LOCK_WAIT,
+    DATA_JSON_HELP,
     DEBUG_HELP,
     JSON_HELP,
     NO_CACHE_HELP,
@@ -23,7 +24,7 @@ from sitestack.cli.common import (
     SITE_HELP,
     VERBOSE_HELP,
 )
-from sitestack.engine.cli import (
+from sitestack.engine.task_glue import (
     SitestackTask,
     errors_to_exit,
     finish,
@@ -63,11 +64,14 @@ def jobs_option(jobs: str | None) -> int | None:
     return int_option("--jobs", jobs, low=1, high=4096) if jobs is not None else None
 
 
-def _build(recipe: str, site: str | None, version: str | None, source: str | None, prefix: str | None, check: bool,
-           diff: bool, fail_on_change: bool, host: list[str] | None, account: str | None, sources_dir: str | None,
-           mirror: str | None, jobs: str | None, playbook: str | None, accept_new_host_keys: bool, debug: bool,
-           c: Context, json: str | None, verbose: bool, rebuild: bool, no_cache: bool) -> None:
-    from sitestack.engine import buildtask
+def _build(c: Context, recipe: str, *, site: str | None, version: str | None, source: str | None, prefix: str | None,
+           check: bool, diff: bool, fail_on_change: bool, host: list[str] | None, account: str | None,
+           sources_dir: str | None, mirror: str | None, jobs: str | None, playbook: str | None,
+           accept_new_host_keys: bool, json: str | None, verbose: bool, rebuild: bool, no_cache: bool,
+           debug: bool) -> None:
+    """build-recipe and build-mpi4py: one recipe-install step of ``recipe`` on the site's hosts;
+    every option by name (they are the tasks' options)."""
+    from sitestack.engine import partial_run
 
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
@@ -76,8 +80,8 @@ def _build(recipe: str, site: str | None, version: str | None, source: str | Non
                               sources_dir=sources_dir, mirror=mirror, verbose=verbose, jobs=jobs_option(jobs),
                               rebuild=(recipe,) if rebuild else (), no_cache=no_cache)
         report = reporter(diff, debug, json)
-        runs = buildtask.build_recipe(recipe, site=site, playbook=playbook_path(playbook), version=version,
-                                      options=options, reporter=report)
+        runs = partial_run.build_recipe(recipe, site=site, playbook=playbook_path(playbook), version=version,
+                                        options=options, reporter=report)
         finish(f"build-recipe {recipe}", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
@@ -89,8 +93,10 @@ def build_recipe(c: Context, recipe: str, site: str | None = None, version: str 
                  playbook: str | None = None, accept_new_host_keys: bool = False, json: str | None = None,
                  verbose: bool = False, rebuild: bool = False, no_cache: bool = False, debug: bool = False) -> None:
     """Build a recipe from its source against a site's toolchain; install it atomically (stamped, cached)."""
-    _build(recipe, site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
-           jobs, playbook, accept_new_host_keys, debug, c, json, verbose, rebuild, no_cache)
+    _build(c, recipe, site=site, version=version, source=source, prefix=prefix, check=check, diff=diff,
+           fail_on_change=fail_on_change, host=host, account=account, sources_dir=sources_dir, mirror=mirror, jobs=jobs,
+           playbook=playbook, accept_new_host_keys=accept_new_host_keys, json=json, verbose=verbose, rebuild=rebuild,
+           no_cache=no_cache, debug=debug)
 
 
 @task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={k: v for k, v in BUILD_HELP.items() if k != "recipe"})
@@ -101,39 +107,47 @@ def build_mpi4py(c: Context, site: str | None = None, version: str | None = None
                  accept_new_host_keys: bool = False, json: str | None = None, verbose: bool = False,
                  rebuild: bool = False, no_cache: bool = False, debug: bool = False) -> None:
     """Build mpi4py from its sdist against the site's MPI (a cached wheel); install it into <prefix>/mpi4py/<version>."""
-    _build("mpi4py", site, version, source, prefix, check, diff, fail_on_change, host, account, sources_dir, mirror,
-           jobs, playbook, accept_new_host_keys, debug, c, json, verbose, rebuild, no_cache)
+    _build(c, "mpi4py", site=site, version=version, source=source, prefix=prefix, check=check, diff=diff,
+           fail_on_change=fail_on_change, host=host, account=account, sources_dir=sources_dir, mirror=mirror, jobs=jobs,
+           playbook=playbook, accept_new_host_keys=accept_new_host_keys, json=json, verbose=verbose, rebuild=rebuild,
+           no_cache=no_cache, debug=debug)
 
 
-@task(klass=SitestackTask, auto_shortflags=False, help={"target": "a URL (https, http, file) or a local file", "debug": DEBUG_HELP})
-def checksum(c: Context, target: str, debug: bool = False) -> None:
+@task(klass=SitestackTask, auto_shortflags=False, help={"target": "a URL (https, http, file) or a local file",
+                                                        "json": DATA_JSON_HELP, "debug": DEBUG_HELP})
+def checksum(c: Context, target: str, json: str | None = None, debug: bool = False) -> None:
     """Print the sha256 of a source tarball (URL or file), as a recipe's versions entry wants it."""
+    from sitestack.engine import results
     from sitestack.installs import sources as sources_mod
 
     with errors_to_exit(debug):
+        results.check_target(json)
         sha, name, size = sources_mod.checksum(target)
-    print(f"{sha}  {name}  ({size} bytes)")
-    print(f"    url: {target}" if "://" in target else f"    filename: {name}")
-    print(f"    sha256: {sha}")
+    where = f"    url: {target}" if "://" in target else f"    filename: {name}"
+    results.emit(json, "checksum", {"target": target, "filename": name, "size": size, "sha256": sha},
+                 [f"{sha}  {name}  ({size} bytes)", where, f"    sha256: {sha}"])
 
 
-@task(klass=SitestackTask, auto_shortflags=False, help={"sources-dir": "read recipes from this directory instead of sources/", "debug": DEBUG_HELP})
-def recipes(c: Context, sources_dir: str | None = None, debug: bool = False) -> None:
+@task(klass=SitestackTask, auto_shortflags=False, help={"sources-dir": "read recipes from this directory instead of sources/",
+                                                        "json": DATA_JSON_HELP, "debug": DEBUG_HELP})
+def recipes(c: Context, sources_dir: str | None = None, json: str | None = None, debug: bool = False) -> None:
     """List the recipes in sources/ with their build system and known versions."""
+    from sitestack.engine import results
     from sitestack.model import recipe as recipe_mod
 
     with errors_to_exit(debug):
+        results.check_target(json)
         directory = Path(sources_dir) if sources_dir else None
-        rows = [("recipe", "build", "versions (* default)", "description")]
+        rows, listed = [("recipe", "build", "versions (* default)", "description")], []
         for name in recipe_mod.list_recipes(directory):
             r = recipe_mod.load_recipe(name, directory)
             shown = ", ".join(f"{v}*" if v == r.default_version else v for v in r.known_versions())
             rows.append((name, r.build, shown, r.description))
+            listed.append({"name": name, "build": r.build, "versions": list(r.known_versions()),
+                           "default_version": r.default_version, "description": r.description})
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
-        for row in rows:
-            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
-
-
+        results.emit(json, "recipes", {"recipes": listed},
+                     ("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3] for row in rows))
 
 
 # -- Horovod and the RCCL network plugin -----------------------------------------------------------
@@ -154,7 +168,7 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
                   json: str | None = None, verbose: bool = False, rebuild: bool = False, no_cache: bool = False,
                   debug: bool = False) -> None:
     """Build Horovod from its sdist for a site (NCCL/RCCL/CPU from the facts); check --check-build and a 2-rank allreduce."""
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
@@ -164,8 +178,8 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
                               gpu_operations=gpu_operations, verbose=verbose, rebuild=("horovod",) if rebuild else (),
                               no_cache=no_cache)
         report = reporter(diff, debug, json)
-        runs = buildtask.build_horovod(site=site, playbook=playbook_path(playbook), version=version, options=options,
-                                       reporter=report)
+        runs = partial_run.build_horovod(site=site, playbook=playbook_path(playbook), version=version, options=options,
+                                         reporter=report)
         finish("build-horovod", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
@@ -190,7 +204,7 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
                       accept_new_host_keys: bool = False, json: str | None = None, verbose: bool = False,
                       rebuild: bool = False, no_cache: bool = False, debug: bool = False) -> None:
     """Build the RCCL libfabric plugin for a ROCm release (aws-ofi-rccl / aws-ofi-nccl) and its module file."""
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
@@ -201,5 +215,5 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
                               plugin_version=version, tests=tests, verbose=verbose,
                               rebuild=("aws-ofi-rccl",) if rebuild else (), no_cache=no_cache)
         report = reporter(diff, debug, json)
-        runs = buildtask.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options, reporter=report)
+        runs = partial_run.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options, reporter=report)
         finish("build-rccl-plugin", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)

@@ -6,7 +6,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from sitestack.cli import common
-from sitestack.engine.cli import SitestackTask, errors_to_exit, finish, playbook_path, reporter, run_options
+from sitestack.engine.task_glue import SitestackTask, errors_to_exit, finish, playbook_path, reporter, run_options
 
 
 @task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
@@ -27,13 +27,13 @@ def pack_env(c: Context, site: str | None = None, name: str | None = None, requi
              playbook: str | None = None, accept_new_host_keys: bool = False, json: str | None = None,
              verbose: bool = False, debug: bool = False) -> None:
     """Pack a Python environment (a requirements.txt) into one squashfs image with wrappers in <dest>/bin."""
-    from sitestack.engine import buildtask  # imported by the task that uses it: the CLI starts light
+    from sitestack.engine import partial_run  # imported by the task that uses it: the CLI starts light
 
     with errors_to_exit(debug):
         options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
                               hosts=tuple(host or ()), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, verbose=verbose)
         report = reporter(diff, debug, json)
-        runs = buildtask.pack_env(site=site, playbook=playbook_path(playbook), name=name, requirements=requirements,
-                                  dest=dest, options=options, reporter=report)
+        runs = partial_run.pack_env(site=site, playbook=playbook_path(playbook), name=name, requirements=requirements,
+                                    dest=dest, options=options, reporter=report)
         finish("pack-env", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)

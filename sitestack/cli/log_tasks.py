@@ -6,19 +6,19 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from sitestack.cli.common import DEBUG_HELP, PLAYBOOK_HELP, SITE_HELP
-from sitestack.engine.cli import SitestackTask, errors_to_exit, playbook_path, split_list
+from sitestack.cli.common import DATA_JSON_HELP, DEBUG_HELP, PLAYBOOK_HELP, SITE_HELP
+from sitestack.engine.task_glue import SitestackTask, errors_to_exit, playbook_path, split_list
 
 
-@task(klass=SitestackTask, auto_shortflags=False, positional=["files"], optional=["json"], help={
+@task(klass=SitestackTask, auto_shortflags=False, positional=["files"], help={
     "files": "NCCL_DEBUG=INFO log files of one run: paths or quoted globs, comma-separated (e.g. 'out/nccl/*.log')",
     "site": SITE_HELP + "; judge against what its facts expect (network plugin, libfabric provider, fabric)",
     "playbook": PLAYBOOK_HELP, "nodes": "multi (the run spanned nodes) or single; default: more than one host in the logs",
-    "json": "print the verdict as JSON (to FILE when one is given; '-' or nothing: stdout)", "debug": DEBUG_HELP})
+    "json": DATA_JSON_HELP, "debug": DEBUG_HELP})
 def nccl_log(c: Context, files: str | None = None, site: str | None = None, playbook: str | None = None,
-             nodes: str | None = None, json: str | bool | None = None, debug: bool = False) -> None:
+             nodes: str | None = None, json: str | None = None, debug: bool = False) -> None:
     """Name the network NCCL/RCCL used on each host of a run (OFI and its provider, IB, IBext, sockets) and, with --site, whether it is the right one."""
-    from sitestack.engine import nccllog  # lazy: the classifier is read only when this task runs
+    from sitestack.engine import log_verdict  # lazy: the classifier is read only when this task runs
     from sitestack.engine import playbook as pb
     from sitestack.engine import results as results_mod
     from sitestack.validation import nccl_log as reader
@@ -26,14 +26,10 @@ def nccl_log(c: Context, files: str | None = None, site: str | None = None, play
     with errors_to_exit(debug):
         if nodes not in (None, "multi", "single"):
             raise Exit("error: --nodes: must be multi or single", code=1)
-        target = None if json in (None, False) else ("-" if json is True else str(json))
-        results_mod.check_target(target)
+        results_mod.check_target(json)
         loaded = pb.load(site, playbook_path(playbook)) if site or playbook else None
-        verdict = nccllog.read_logs(split_list(files, "FILE"), loaded, None if nodes is None else nodes == "multi")
-        if target:
-            results_mod.write(target, {"schema_version": results_mod.SCHEMA_VERSION, "command": "nccl-log",
-                                       "site": loaded.name if loaded else None, **verdict.as_dict()})
-        if target != "-":
-            print(reader.render(verdict), end="")
+        verdict = log_verdict.read_logs(split_list(files, "FILE"), loaded, None if nodes is None else nodes == "multi")
+        results_mod.emit(json, "nccl-log", {"site": loaded.name if loaded else None, **verdict.as_dict()},
+                         reader.render(verdict).splitlines())
     if verdict.status == reader.FAIL:
         raise Exit(code=1)

@@ -13,6 +13,7 @@ from invoke.tasks import task
 
 from sitestack.cli.common import (
     ACCOUNT_HELP,
+    DATA_JSON_HELP,
     DEBUG_HELP,
     JSON_HELP,
     NO_CACHE_HELP,
@@ -22,7 +23,7 @@ from sitestack.cli.common import (
     VERBOSE_HELP,
 )
 from sitestack.core.paths import REPO
-from sitestack.engine.cli import (
+from sitestack.engine.task_glue import (
     SitestackTask,
     account_option,
     errors_to_exit,
@@ -36,29 +37,38 @@ from sitestack.engine.cli import (
 )
 
 
-@task(klass=SitestackTask, auto_shortflags=False)
-def sites(c: Context) -> None:
+@task(klass=SitestackTask, auto_shortflags=False, help={"json": DATA_JSON_HELP, "debug": DEBUG_HELP})
+def sites(c: Context, json: str | None = None, debug: bool = False) -> None:
     """List the sites that have a playbook."""
     from sitestack.engine import playbook as pb
+    from sitestack.engine import results
     from sitestack.model.site import list_sites
 
-    with errors_to_exit():
-        for name in list_sites():
-            site = pb.load(name)
-            print(f"{name:<10} {site.facts.description}")
+    with errors_to_exit(debug):
+        results.check_target(json)
+        found = [(name, pb.load(name).facts.description) for name in list_sites()]
+        results.emit(json, "sites", {"sites": [{"name": n, "description": d} for n, d in found]},
+                     (f"{n:<10} {d}" for n, d in found))
 
 
 @task(klass=SitestackTask, auto_shortflags=False, help={"site": SITE_HELP, "playbook": PLAYBOOK_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_HELP,
-            "format": "yaml (default) or json", "debug": DEBUG_HELP})
+            "format": "yaml (default) or json (the facts alone; --json gives the document docs/cli.md describes)",
+            "json": DATA_JSON_HELP, "debug": DEBUG_HELP})
 def show_site(c: Context, site: str | None = None, playbook: str | None = None, prefix: str | None = None,
-              account: str | None = None, format: str = 'yaml', debug: bool = False) -> None:
+              account: str | None = None, format: str = 'yaml', json: str | None = None, debug: bool = False) -> None:
     """Print a site's facts with placeholders resolved for this machine's user."""
+    import json as json_mod
+
     import yaml
 
     from sitestack.core.host import local_host
     from sitestack.engine import playbook as pb
+    from sitestack.engine import results
 
     with errors_to_exit(debug):
+        if format not in ("yaml", "json"):
+            raise Exit("error: --format: must be yaml or json", code=1)
+        results.check_target(json)
         loaded = pb.load(site, playbook_path(playbook))
         here = local_host()
         values = loaded.placeholder_values(home=here.home(), user=here.user(),
@@ -67,11 +77,10 @@ def show_site(c: Context, site: str | None = None, playbook: str | None = None, 
         data = {"site": loaded.name, "playbook": loaded.path,
                 "hosts": [h.name for h in loaded.hosts], "facts": loaded.resolved_facts(values)}
         if format == "json":
-            print(json.dumps(data, indent=2))
-        elif format == "yaml":
-            print(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), end="")
+            text = json_mod.dumps(data, indent=2, default=str)
         else:
-            raise Exit("error: --format: must be yaml or json", code=1)
+            text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip("\n")
+        results.emit(json, "show-site", data, [text])
 
 
 @task(
@@ -116,7 +125,7 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
     from sitestack.engine import playbook as pb
     from sitestack.engine import select
-    from sitestack.engine.buildtask import checked_sources
+    from sitestack.engine.partial_run import checked_sources
 
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))
@@ -138,18 +147,27 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
         finish("provision", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
-@task(klass=SitestackTask, auto_shortflags=False)
-def actions(c: Context) -> None:
+@task(klass=SitestackTask, auto_shortflags=False, help={"json": DATA_JSON_HELP, "debug": DEBUG_HELP})
+def actions(c: Context, json: str | None = None, debug: bool = False) -> None:
     """List the actions a playbook step can name, with their arguments."""
     from sitestack.actions import ACTIONS
+    from sitestack.engine import results
 
-    for name, cls in sorted(ACTIONS.items()):
-        summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())  # the whole first paragraph
-        print(f"{name}: {summary}")
-        for f in dataclasses.fields(cls.Args):
-            doc = f.metadata.get("doc", "")
-            shown = f.default is not dataclasses.MISSING and f.default is not None and "(default" not in doc
-            print(f"    {f.name}: {doc}" + (f" (default {f.default!r})" if shown else ""))
+    with errors_to_exit(debug):
+        results.check_target(json)
+        listed, lines = [], []
+        for name, cls in sorted(ACTIONS.items()):
+            summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())  # the whole first paragraph
+            lines.append(f"{name}: {summary}")
+            args = []
+            for f in dataclasses.fields(cls.Args):
+                doc = f.metadata.get("doc", "")
+                default = None if f.default is dataclasses.MISSING else f.default
+                shown = default is not None and "(default" not in doc
+                lines.append(f"    {f.name}: {doc}" + (f" (default {default!r})" if shown else ""))
+                args.append({"name": f.name, "doc": doc, "default": default})
+            listed.append({"name": name, "summary": summary, "args": args})
+        results.emit(json, "actions", {"actions": listed}, lines)
 
 
 @task(klass=SitestackTask, auto_shortflags=False, help={
@@ -177,6 +195,8 @@ def benchmark(c: Context, name: str | None = None) -> None:
     """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/), then
     print every target they report, with the machine's load."""
     here = REPO / "benchmarks"
+    if not here.is_dir():
+        raise Exit(f"error: benchmark: no {here}: the benchmarks run from a checkout of sitestack", code=1)
     scripts = sorted(p for p in here.glob("*.py") if not p.name.startswith("_"))
     if name:
         wanted = split_list(name, "--name")

@@ -16,6 +16,7 @@ from invoke.tasks import task
 
 from sitestack.cli.common import (
     ACCOUNT_HELP,
+    DATA_JSON_HELP,
     DEBUG_HELP,
     JSON_HELP,
     PLAYBOOK_HELP,
@@ -25,7 +26,7 @@ from sitestack.cli.common import (
 )
 from sitestack.core.errors import InputError as _InputError
 from sitestack.core.errors import SitestackError
-from sitestack.engine.cli import (
+from sitestack.engine.task_glue import (
     SitestackTask,
     account_option,
     errors_to_exit,
@@ -118,7 +119,7 @@ def validate(c: Context, site: str | None = None, nodes: str | None = None, rank
 
 # -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
 
-#: A stack entry point of :mod:`sitestack.engine.buildtask` (``install_venv``, ``install_modulefiles``).
+#: A stack entry point of :mod:`sitestack.engine.partial_run` (``install_venv``, ``install_modulefiles``).
 StackRun = Callable[..., "list[HostRun]"]
 STACK_HELP = {
     "site": SITE_HELP,
@@ -154,9 +155,9 @@ def install_venv(c: Context, site: str | None = None, check: bool = False, diff:
                  account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
                  json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the site's stack environment (torch, extras, the wheels sitestack built) and extend-venv-activate."""
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
-    _stack_steps(buildtask.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
+    _stack_steps(partial_run.install_venv, site, check, diff, fail_on_change, host, prefix, account, playbook,
                  accept_new_host_keys, debug, c, "install-venv", json, verbose)
 
 
@@ -166,9 +167,9 @@ def install_modulefiles(c: Context, site: str | None = None, check: bool = False
                         account: str | None = None, playbook: str | None = None, accept_new_host_keys: bool = False,
                         json: str | None = None, verbose: bool = False, debug: bool = False) -> None:
     """Install the module files (Lua or Tcl, as the site uses) of the stack and the packages sitestack built."""
-    from sitestack.engine import buildtask
+    from sitestack.engine import partial_run
 
-    _stack_steps(buildtask.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
+    _stack_steps(partial_run.install_modulefiles, site, check, diff, fail_on_change, host, prefix, account,
                  playbook, accept_new_host_keys, debug, c, "install-modulefiles", json, verbose)
 
 
@@ -182,7 +183,7 @@ INVENTORY_HELP = {"site": SITE_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_H
                   "debug": DEBUG_HELP}
 
 
-@task(klass=SitestackTask, auto_shortflags=False, help={**INVENTORY_HELP, "json": "print the listing as JSON to FILE ('-': stdout)"})
+@task(klass=SitestackTask, auto_shortflags=False, help={**INVENTORY_HELP, "json": DATA_JSON_HELP})
 def installed(c: Context, site: str | None = None, prefix: str | None = None, account: str | None = None,
               playbook: str | None = None, host: str | None = None, accept_new_host_keys: bool = False,
               json: str | None = None, debug: bool = False) -> None:
@@ -197,10 +198,8 @@ def installed(c: Context, site: str | None = None, prefix: str | None = None, ac
         options = run_options(c, prefix=prefix, account=account, hosts=(host,) if host else (),
                               accept_new_host_keys=accept_new_host_keys)
         found = inventory.installed(loaded, options)
-        if json is None or json != "-":
-            print("\n".join(inventory.inventory_lines(found)))
-        results_mod.write(json, {"schema_version": results_mod.SCHEMA_VERSION, "command": "installed",
-                                 "site": loaded.name, **dataclasses.asdict(found)})
+        results_mod.emit(json, "installed", {"site": loaded.name, **dataclasses.asdict(found)},
+                         inventory.inventory_lines(found))
 
 
 @task(klass=SitestackTask, auto_shortflags=False, help={**INVENTORY_HELP, "spec": "what to remove: NAME or NAME@VERSION (see `invoke installed`)"})

@@ -1,18 +1,46 @@
-"""Where sitestack finds its data: the checkout's playbooks/, sources/, patches/, modulefiles/, docs/.
+"""Where sitestack finds its data: playbooks/, sources/ (recipes), patches/ and modulefiles/.
 
-sitestack runs from its checkout (see README): the data directories sit beside the package.
+The data directory is, first found:
+
+1. ``$SITESTACK_DATA_DIR``: a directory with the four folders (a site's own copy, edited);
+2. the checkout: the folders beside ``sitestack/`` (running ``invoke`` in it, or an editable install);
+3. the installed package: ``sitestack/_data/``, which the wheel carries (setup.py copies the
+   checkout's folders there when it builds).
+
+docs/ and benchmarks/ are the checkout's only (the docs reference generator, ``invoke benchmark``).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-#: The checkout: the directory holding ``sitestack/``, ``playbooks/`` and ``sources/``.
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_DIR = REPO / "playbooks"
-SOURCES_DIR = REPO / "sources"
-PATCHES_DIR = REPO / "patches"
-MODULEFILE_DIR = REPO / "modulefiles"
+#: The package directory (``sitestack/``).
+PACKAGE = Path(__file__).resolve().parents[1]
+#: The checkout: the directory holding ``sitestack/``, ``playbooks/`` and ``sources/`` (in an
+#: install, the site-packages directory, which has none of them).
+REPO = PACKAGE.parent
+#: The folders of the data directory; setup.py copies them into the wheel.
+DATA_FOLDERS = ("playbooks", "sources", "patches", "modulefiles")
+#: The environment variable naming a data directory of one's own (docs/cli.md).
+DATA_ENV = "SITESTACK_DATA_DIR"
+
+
+def data_dir() -> Path:
+    """The data directory, as the module docstring orders them."""
+    configured = os.environ.get(DATA_ENV)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    if all((REPO / name).is_dir() for name in ("playbooks", "sources")):
+        return REPO
+    return PACKAGE / "_data"
+
+
+DATA_DIR = data_dir()
+PLAYBOOK_DIR = DATA_DIR / "playbooks"
+SOURCES_DIR = DATA_DIR / "sources"
+PATCHES_DIR = DATA_DIR / "patches"
+MODULEFILE_DIR = DATA_DIR / "modulefiles"
 DOCS_DIR = REPO / "docs"
 
 

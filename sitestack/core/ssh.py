@@ -18,7 +18,7 @@ from typing import Any
 from sitestack.core.errors import ConnectionLost, InputError, SitestackError
 from sitestack.core.hostbase import Host, shell_line, with_umask
 from sitestack.core.redact import redact
-from sitestack.core.sshfiles import known_hosts, ssh_config
+from sitestack.core.sshfiles import host_keys, ssh_config
 
 
 @dataclass(frozen=True)
@@ -186,19 +186,23 @@ def _accept_for_this_run() -> Any:
 
 
 def _verify_host_keys(connection: Any, accept_unknown_hosts: bool) -> None:
-    """Check host keys against ~/.ssh/known_hosts and the config's UserKnownHostsFile (as
-    paramiko's ``load_system_host_keys`` and ``load_host_keys``; each file parsed once per run,
-    :func:`~sitestack.core.sshfiles.known_hosts`), refusing an unknown key unless ``accept_unknown_hosts``."""
+    """Check host keys against ~/.ssh/known_hosts and the config's UserKnownHostsFile, refusing an
+    unknown key unless ``accept_unknown_hosts``. As paramiko's SSHClient does with
+    ``load_system_host_keys`` and ``load_host_keys``, the host's keys in ~/.ssh/known_hosts come
+    first and the other files are asked only when it has none; the keys found
+    (:func:`~sitestack.core.sshfiles.host_keys`, each file parsed once per run) go into the
+    client's own ``get_host_keys()`` table, which paramiko checks when it connects."""
     import paramiko
 
     client = connection.client
-    # paramiko's SSHClient takes host keys only from files (load_system_host_keys, load_host_keys):
-    # its attributes are set here as those two methods set them.
-    client._system_host_keys = known_hosts([os.path.expanduser("~/.ssh/known_hosts")])
+    # paramiko looks a host up by the name it connects to: "host", or "[host]:port" off port 22
+    name = connection.host if connection.port == 22 else f"[{connection.host}]:{connection.port}"
     known = [path for path in (os.path.expanduser(p) for p in str(connection.ssh_config.get("userknownhostsfile", "")).split())
              if os.path.exists(path)]
-    client._host_keys = known_hosts(known)
-    client._host_keys_filename = known[-1] if known else None
+    keys = host_keys(name, [os.path.expanduser("~/.ssh/known_hosts")]) or host_keys(name, known)
+    table = client.get_host_keys()
+    for keytype, key in keys.items():
+        table.add(name, keytype, key)
     client.set_missing_host_key_policy(_accept_for_this_run() if accept_unknown_hosts else paramiko.RejectPolicy())
 
 

@@ -1,40 +1,39 @@
 """The SSH client's files, each read once while it is unchanged: the SSH config
-(:func:`ssh_config`) and known_hosts (:func:`known_hosts`). A run connects to every host from
-many threads, each with its own Fabric Connection; parsing these per host was a good part of a
-no-op's CPU per host (paramiko's known_hosts load checks each line against all before it)."""
+(:func:`ssh_config`) and known_hosts (:func:`host_keys`), through paramiko's public API. A run
+connects to every host from many threads, each with its own Fabric Connection; parsing these per
+host was a good part of a no-op's CPU per host (paramiko's known_hosts load checks each line
+against all before it)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import functools
+import io
 import os
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
 
 
-def known_hosts(paths: list[str]) -> Any:
-    """A fresh ``paramiko.HostKeys`` with the keys of the readable ``paths`` (later files' keys
-    win, as repeated ``HostKeys.load``). Each file is parsed once while it is unchanged (its
-    inode, size, mtime and ctime): paramiko's load checks every line against all the lines before it,
-    and a run connects to every host. The copy is the connection's own: the
-    ``--accept-new-host-keys`` policy adds to it."""
-    import paramiko
-    from paramiko.hostkeys import HostKeyEntry
-
-    keys: Any = paramiko.HostKeys()
+def host_keys(hostname: str, paths: list[str]) -> dict[str, Any]:
+    """The keys (key type -> ``paramiko.PKey``) that the readable known_hosts ``paths`` hold for
+    ``hostname`` (``host``, or ``[host]:port`` off port 22, as paramiko's SSHClient looks a host
+    up), through paramiko's public ``HostKeys.lookup`` (hashed names included). Where two files
+    hold a key of the same type, the first file's wins, as in one ``HostKeys`` loaded from each
+    in turn. Each file is parsed once while it is unchanged (its inode, size, mtime and ctime):
+    paramiko's load checks every line against all the lines before it, and a run connects to
+    every host."""
+    found: dict[str, Any] = {}
     for path in paths:
         template = cached(("known_hosts", path), [path], functools.partial(_load_host_keys, path))
         if template is None:
             continue
-        entries = getattr(template, "_entries", None)  # paramiko's own list (paramiko 2.x-3.x)
-        if entries is None:  # another paramiko: parse the file for this connection, as it would
-            keys.load(path)
-            continue
-        for entry in entries:
-            keys._entries.append(HostKeyEntry(list(entry.hostnames), entry.key))
-    return keys
+        entry = template.lookup(hostname)
+        for keytype in entry or ():
+            found.setdefault(keytype, entry[keytype])
+    return found
 
 
 def _load_host_keys(path: str) -> Any:
@@ -72,6 +71,11 @@ def _stat_key(path: str) -> tuple[int, ...]:
     return ()
 
 
+#: ssh_config(5) keywords whose answer a lookup may give differently each time: ``Match`` (``exec``,
+#: ``localuser``...) and ``CanonicalizeHostname`` (DNS); a keyword may be followed by ``=`` or blanks.
+_VOLATILE = re.compile(r"^[ \t]*(match|canonicalizehostname)(?=[ \t=])", re.IGNORECASE | re.MULTILINE)
+
+
 def ssh_config(paths: list[str]) -> Any:
     """One ``paramiko.SSHConfig`` of the existing ``paths``, parsed in order into one object as
     Fabric's ``Config`` does (the runtime file alone, or the user's then the system's), cached while
@@ -80,15 +84,16 @@ def ssh_config(paths: list[str]) -> Any:
 
     def load() -> Any:
         config: Any = paramiko.SSHConfig()
+        volatile = False
         for path in paths:
             if os.path.isfile(path):
                 with open(path) as handle:
-                    config.parse(handle)
+                    text = handle.read()
+                config.parse(io.StringIO(text))
+                volatile = volatile or bool(_VOLATILE.search(text))
         # A lookup walks every block and asks getpass.getuser() for each (a run looks each host up
         # twice): answers are kept unless a block's answer may change (Match exec, DNS canonicalization).
-        blocks = getattr(config, "_config", None)  # paramiko's parsed blocks; unknown layout: no memo
-        if blocks is not None and not any("matches" in block or "canonicalizehostname" in block["config"]
-                                          for block in blocks):
+        if not volatile:
             answers: dict[str, Any] = {}
             lookup = config.lookup
             config.lookup = lambda host: copy.deepcopy(answers[host] if host in answers else

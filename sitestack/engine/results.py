@@ -1,4 +1,4 @@
-"""``--json FILE`` (or ``--json -``): a run's outcome as one JSON document, for scripts and CI.
+"""``--json FILE`` (or ``--json -``): a task's outcome or data as one JSON document, for scripts and CI.
 
 The schema is documented in docs/cli.md; :data:`SCHEMA_VERSION` changes when a field changes
 meaning or goes away (new fields may appear without a change). The file is written whole
@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +96,19 @@ def write(target: str | None, document: Mapping[str, Any]) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def data_document(command: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The document of a task that prints data (sites, recipes, actions, show-site, checksum,
+    installed, nccl-log): ``schema_version``, ``command``, then the task's own fields."""
+    return {"schema_version": SCHEMA_VERSION, "command": command, **data}
+
+
+def emit(target: str | None, command: str, data: Mapping[str, Any], human: Iterable[str]) -> None:
+    """The one way a data-printing task prints: its ``human`` lines on stdout unless ``--json -``;
+    with ``--json FILE`` (or ``-``) also :func:`data_document` there. ``target`` was checked
+    (:func:`check_target`) before the task did its work."""
+    if target != "-":
+        for line in human:
+            print(line)
+    write(target, data_document(command, data))

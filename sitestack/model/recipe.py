@@ -21,13 +21,11 @@ from typing import Any, Literal
 
 from sitestack.core import placeholders, schema, versions
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.core.paths import REPO as ROOT
+from sitestack.core.paths import SOURCES_DIR
 from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
 from sitestack.model.patches import PATCH_HEADER_KEYS, load_patches, parse_patch_header
 from sitestack.model.site import Facts
-
-SOURCES_DIR = ROOT / "sources"
 
 #: Placeholders a recipe string may use (``{{`` and ``}}`` write literal braces).
 PLACEHOLDERS: Mapping[str, str] = {

@@ -1,4 +1,4 @@
-"""``invoke nccl-log``: read NCCL/RCCL logs a user already has, against a site's expectation.
+"""The verdict of ``invoke nccl-log``: read NCCL/RCCL logs a user already has, against a site's expectation.
 
 The reading is :mod:`sitestack.validation.nccl_log` (the same code the validation job ships beside
 ``ddp_check.py``); the expectation comes from the site's facts through

@@ -35,15 +35,58 @@ SETTINGS: dict[str, Any] = {"account": None, "prefix": None, "sources_dir": None
 SETTING_ENV = {"account": "SITESTACK_ACCOUNT", "log_dir": "SITESTACK_LOG_DIR"}
 
 
+#: What asks for a task's help after its name (``invoke nccl-log --help``).
+HELP_FLAGS = ("--help", "-h")
+
+
 class SitestackTask(Task[Any]):
     """sitestack's tasks: long options only (``auto_shortflags=False``), except ``-v`` for
-    ``--verbose``, as ansible-playbook and spack have it."""
+    ``--verbose``, as ansible-playbook and spack have it.
+
+    ``TASK --help`` shows the task's help for a task with a positional argument too: Invoke's
+    parser gives a positional argument the next word before it looks for core flags, so
+    ``invoke nccl-log --help`` would read a log file named ``--help``. Such a call prints the help
+    ``invoke --help TASK`` prints and runs nothing (exit 0)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help_texts: dict[str, str] = dict(self.help)  # Invoke's get_arguments consumes self.help
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        self.help = dict(self.help_texts)
+        return list(super().get_arguments(ignore_unknown_help))
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
         opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
         if name == "verbose" and "v" not in taken_names:
             opts["names"] = [*opts["names"], "v"]
         return opts
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if any(kwargs.get(name) in HELP_FLAGS for name in self.positional):
+            print_task_help(self)
+            return None
+        return super().__call__(*args, **kwargs)
+
+
+def print_task_help(task: Task[Any]) -> None:
+    """Print ``task``'s help as Invoke's ``Program.print_task_help`` does (usage, docstring, options)."""
+    import inspect
+    import sys
+
+    from invoke.parser.context import ParserContext
+    from invoke.program import Program
+
+    binary = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "invoke"
+    program = Program(binary="invoke" if binary in ("__main__.py", "-c") else binary)
+    name = task.name.replace("_", "-")
+    tuples = ParserContext(name=name, args=task.get_arguments()).help_tuples()
+    print(f"Usage: {program.binary} [--core-opts] {name} {'[--options] ' if tuples else ''}[other tasks here ...]")
+    print("\nDocstring:")
+    for line in (inspect.getdoc(task) or "none").splitlines():
+        print(program.leading_indent + line if line.strip() else "")
+    print("\nOptions:")
+    program.print_columns(tuples)
 
 
 def setting(c: Context, key: str, value: Any = None) -> Any:
