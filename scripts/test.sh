@@ -41,7 +41,7 @@ fi
 
 export PATH="$PWD/.venv/bin:$PATH"
 echo "scripts/test.sh: ruff"
-.venv/bin/ruff check sitestack tasks.py tests benchmarks
+.venv/bin/ruff check sitestack tasks.py setup.py tests benchmarks
 echo "scripts/test.sh: mypy --strict"
 .venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"
