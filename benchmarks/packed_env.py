@@ -4,7 +4,8 @@ at start-up.
 Packs `torch==2.13.0` (CPU) for the local site (no container: the wrappers mount the image with
 squashfuse), then reports
 (a) the number of files of the environment unpacked (what a venv puts on a parallel file system)
-    against the number of files in the packed prefix (the reason the feature exists, seed 002);
+    against the number of files in the packed prefix (the reason the feature exists:
+    https://docs.lumi-supercomputer.eu/software/installing/container-wrapper/);
 (b) the wall time of `python -c "import torch"` through the wrapper (image mounted) and with the
     same environment unpacked into a plain directory, both with a warm page cache (this machine's
     local disk; on Lustre the unpacked start-up pays a metadata round trip per file).

@@ -1,4 +1,4 @@
-"""The Dawn image (seed 003): the definition rendered from facts (golden), the exact build command
+"""The Dawn image (https://github.com/kh296/dawn-containers): the definition rendered from facts (golden), the exact build command
 lines (golden), an unknown base refused at load time, check mode reporting a missing or stale image
 (and the stack venv that runs in it), and real builds through the runtime stand-in
 (tests/twins/runtime.py: Apptainer is not available here; Intel's image is a local stand-in, since

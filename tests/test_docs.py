@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook  # noqa: F401  (registers every action)
+from sitestack.engine.cli import SETTINGS
 from sitestack.model.site import PLACEHOLDERS, facts_fields
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,3 +60,116 @@ def test_every_setting_and_the_json_schema_are_in_the_cli_page():
     page = (ROOT / "docs" / "cli.md").read_text()
     assert not [key for key in SETTINGS if f"| `{key}` |" not in page]
     assert f'"schema_version": {SCHEMA_VERSION}' in page and "docs/cli.md" in README
+
+
+# -- references inside the repository -------------------------------------------------------------
+
+#: Texts that may name modules and files: the docs, README, and the code's docstrings and comments
+#: (the code itself too: a dotted path there that does not resolve would fail anyway), and the
+#: comments of the recipes and playbooks.
+TEXTS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md", *sorted((ROOT / "sitestack").rglob("*.py")),
+         *sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "tests" / "twins").glob("*.py")), ROOT / "tasks.py",
+         *sorted((ROOT / "benchmarks").glob("*.py")), *sorted((ROOT / "sources").glob("*.yml")),
+         *sorted((ROOT / "playbooks").glob("*.yml"))]
+TEXTS.remove(Path(__file__).resolve())   # this file's examples of stale paths are deliberate
+DOTTED = re.compile(r"(?<![\w./-])sitestack(?:\.[A-Za-z_]\w*)+")
+SLASHED = re.compile(r"(?<![\w./-])sitestack/[\w./*-]*[\w*]")
+
+#: ``sitestack.<name>`` strings that are not module paths: the ``sitestack:`` settings of the
+#: invoke configuration (sitestack.forks ...), the configuration file's name, the tensor name the
+#: Horovod check all-reduces, and test_layers' placeholder example.
+NOT_MODULES = {f"sitestack.{key}" for key in SETTINGS} | {"sitestack.yaml", "sitestack.check", "sitestack.x",
+                                                          "sitestack.x.y"}
+
+#: Files other branches are still changing when this check was added; each still holds a stale
+#: reference or an outside pointer listed for the integrator. Empty these sets once they are fixed
+#: (a listed file that is clean fails the test, so the lists only shrink).
+PENDING_STALE = {"sitestack/engine/cli.py"}
+PENDING_OUTSIDE = {
+    "sitestack/programs/get_master.py", "sitestack/validation/jobs.py", "sitestack/validation/launch_env.py",
+    "sitestack/validation/templates/job.sbatch.j2", "docs/validation.md", "docs/launch.md",
+    "tests/test_launch_env.py", "tests/test_container_module.py",
+    "tests/test_job_launch_env.py", "tests/golden/jobs/cirrus-srun.sbatch", "tests/golden/jobs/lumi-srun.sbatch",
+    "tests/golden/jobs/local-srun.sbatch", "tests/golden/jobs/frontier-srun.sbatch",
+    "tests/golden/jobs/cirrus-horovodrun.sbatch",
+}
+
+
+def _defines(path: Path, name: str) -> bool:
+    """Whether the module at ``path`` defines or imports ``name`` at any level."""
+    pattern = rf"^\s*(?:async\s+)?(?:def|class)\s+{name}\b|^\s*{name}\s*[:=]|^\s*(?:from\s+\S+\s+)?import\s+.*\b{name}\b"
+    return re.search(pattern, path.read_text(), re.M) is not None
+
+
+def dotted_exists(ref: str) -> bool:
+    """Whether ``sitestack.a.b.c`` names a package, a module, or something a module defines."""
+    parts, path = ref.split("."), ROOT
+    for i, part in enumerate(parts):
+        if (path / part).is_dir():
+            path = path / part
+        elif (path / f"{part}.py").is_file():
+            rest = parts[i + 1:]
+            return not rest or _defines(path / f"{part}.py", rest[0])
+        elif (path / "__init__.py").is_file():
+            return _defines(path / "__init__.py", part)
+        else:
+            return False
+    return True
+
+
+def slashed_exists(ref: str) -> bool:
+    return bool(list(ROOT.glob(ref))) if "*" in ref else (ROOT / ref).exists()
+
+
+def stale_references(path: Path) -> list[str]:
+    """``file:line: reference`` for each sitestack module path or file path in ``path`` that does not exist."""
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        refs = [(m.group(0).rstrip("."), dotted_exists) for m in DOTTED.finditer(line)]
+        refs += [(m.group(0).rstrip("."), slashed_exists) for m in SLASHED.finditer(line)]
+        found += [f"{path.relative_to(ROOT)}:{number}: {ref}" for ref, exists in refs
+                  if ref not in NOT_MODULES and not exists(ref)]
+    return found
+
+
+def test_the_reference_checker_finds_stale_paths(tmp_path):
+    """The checker itself: moved modules and attributes are caught, existing ones are not."""
+    assert dotted_exists("sitestack.core.errors.SitestackError") and dotted_exists("sitestack.packages.horovod")
+    assert dotted_exists("sitestack.installs.stamp.installed_wheel") and slashed_exists("sitestack/packages/horovod*.py")
+    assert not dotted_exists("sitestack.errors.SitestackError") and not dotted_exists("sitestack.install.installed_wheel")
+    assert not dotted_exists("sitestack.installs.stamp.no_such_function") and not slashed_exists("sitestack/horovod.py")
+
+
+def test_docs_and_docstrings_name_only_modules_and_files_that_exist():
+    """Every ``sitestack.x.y`` and ``sitestack/x/y.py`` in the docs, README and the code's texts exists."""
+    stale = [ref for path in TEXTS for ref in stale_references(path)]
+    pending = {ref.split(":")[0] for ref in stale}
+    assert not [ref for ref in stale if ref.split(":")[0] not in PENDING_STALE], "\n".join(stale)
+    assert pending >= PENDING_STALE, f"now clean, remove from PENDING_STALE: {PENDING_STALE - pending}"
+
+
+#: What points outside the repository: the site documents' local copies and our research notes.
+#: Cite the public page by URL instead. (Built from pieces, so that this file does not match itself.)
+OUTSIDE = re.compile("|".join([r"seed\s+0" + "0", r"(?<![\w.-])resea" + "rch/", r"\.\./" + "shared"]), re.I)
+OUTSIDE_DIRS = ("sitestack", "playbooks", "docs", "tests", "sources", "benchmarks", "scripts")
+BINARY = {".pyc", ".gz", ".tar", ".whl", ".so", ".sif", ".png"}
+
+
+def test_nothing_points_outside_the_repository():
+    """No file under sitestack/, playbooks/, docs/, tests/ (test data aside), sources/, benchmarks/,
+    scripts/, nor README.md or tasks.py, cites the local copies of the site documents or research
+    notes: comments and docs cite public URLs."""
+    files = [ROOT / "README.md", ROOT / "tasks.py"] + [
+        path for top in OUTSIDE_DIRS for path in sorted((ROOT / top).rglob("*"))
+        if path.is_file() and path.suffix not in BINARY and "__pycache__" not in path.parts
+        and not path.is_relative_to(ROOT / "tests" / "data")]
+    hits = {}
+    for path in files:
+        text = path.read_text(errors="replace")
+        lines = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+                 if OUTSIDE.search(line)]
+        if lines:
+            hits[str(path.relative_to(ROOT))] = lines
+    unexpected = [line for name, lines in hits.items() if name not in PENDING_OUTSIDE for line in lines]
+    assert not unexpected, "\n".join(unexpected)
+    assert set(hits) >= PENDING_OUTSIDE, f"now clean, remove from PENDING_OUTSIDE: {PENDING_OUTSIDE - set(hits)}"

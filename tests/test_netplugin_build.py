@@ -80,7 +80,7 @@ def module_env(root: Path, module: str, *names: str) -> dict[str, str]:
 
 
 def assert_no_system_include(log: str) -> None:
-    """Nothing put the system's include or library directory on a compiler line (build_facts s1.8)."""
+    """Nothing put the system's include or library directory on a compiler line: it breaks GCC's #include_next."""
     for bad in (" -I/usr/include ", " -isystem /usr/include ", " -L/usr/lib ", "--with-libfabric=/usr ",
                 "--with-hwloc=/usr "):
         assert bad not in log.replace("\n", " \n"), bad

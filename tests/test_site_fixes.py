@@ -1,5 +1,7 @@
-"""What the sites' procedures (the seeds) need and the playbooks once lacked, each checked where it
-runs: Frontier's mpi4py step and --index-url line, `unset SLURM_EXPORT_ENV` for `sbatch --export=NONE`,
+"""What the sites' documented procedures need and the playbooks once lacked, each checked where it
+runs (OLCF's Frontier guide, https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html;
+Dawn's Apptainer containers, https://github.com/kh296/dawn-containers;
+Cirrus' build instructions, https://github.com/hpc-uk/build-instructions/blob/main/pyenvs/pytorch/build_pytorch_2.3.1_cirrus_gpu.md): Frontier's mpi4py step and --index-url line, `unset SLURM_EXPORT_ENV` for `sbatch --export=NONE`,
 Dawn's COMPOSITE/FLAT geometry run for real with MPICH's Hydra on the Dawn twin, the install prefix
 bound into Dawn's container, Cirrus' HOROVOD_CPU_OPERATIONS and libcuda stub, and a plugin module that
 does not force NCCL_NET on one node."""
@@ -49,7 +51,7 @@ def test_frontier_builds_mpi4py_with_the_cray_driver_before_the_stack(cli, tmp_p
     step = next(s for s in site.steps if s.name == "mpi4py")
     assert step.action == "recipe-install" and step.args["recipe"] == "mpi4py"
     assert names.index("mpi4py") < names.index("stack-venv")   # the stack installs its wheel
-    assert site.facts.mpi.cc == "cc -shared"                    # MPICC of the recipe (seed 001)
+    assert site.facts.mpi.cc == "cc -shared"                    # MPICC of OLCF's Frontier guide
     out = cli("provision", "--site", "frontier", "--check", "--account", "proj123", "--tags", "mpi4py",
               env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
     assert out.returncode == 0 and "would build and install mpi4py 4.1.2 into /lustre/orion/proj123/" in out.stdout
@@ -65,7 +67,7 @@ def test_frontier_takes_its_torch_line_from_the_rocm_index_only():
     # the other packages of the build environment come from the default index, in a run of their own
     assert "setuptools" in commands[-1] and "--index-url" not in commands[-1]
     cirrus = build_env_commands("python3", "/env", pb.load("cirrus").facts)
-    assert "--extra-index-url" in cirrus[-1]   # seed 004 uses --extra-index-url
+    assert "--extra-index-url" in cirrus[-1]   # Cirrus' instructions use --extra-index-url
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -155,7 +157,7 @@ def dawn_twin(tmp_path_factory):
 @pytest.mark.parametrize("hierarchy, ranks, cores", [("COMPOSITE", 4, 24), ("FLAT", 8, 12), (None, 8, 12)])
 def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp_path, hierarchy, ranks, cores):
     """The Dawn job, run with bash on the twin (Lmod, the site's module names, MPICH's Hydra mpiexec,
-    the apptainer stand-in): 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12 with FLAT (seed 003),
+    the apptainer stand-in): 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12 with FLAT (Dawn's setup_mpi.sh),
     and every rank sees the hierarchy the job chose."""
     job = tmp_path / "job.sbatch"
     report = tmp_path / "report.sh"
@@ -211,12 +213,12 @@ def test_cirrus_builds_horovod_with_mpi_cpu_operations():
     plan = plan_for(recipe, site.facts, None, "cirrus", cpu_ops=package["cpu_operations"])
     from tests.test_horovod import probed
     env = build_env(plan, site.facts, horovod_data(recipe), probed(cuda_home="/n/cuda/12.4", nccl_home="/n/nccl"))
-    assert env["HOROVOD_CPU_OPERATIONS"] == "MPI"                       # seed 004
+    assert env["HOROVOD_CPU_OPERATIONS"] == "MPI"                       # Cirrus' instructions
     assert "HOROVOD_CPU_OPERATIONS" not in build_env(plan_for(recipe, pb.load("local").facts, None, "local"),
                                                      pb.load("local").facts, horovod_data(recipe), probed())
 
 
-def test_the_libcuda_stub_is_looked_for_where_the_seed_keeps_it(tmp_path):
+def test_the_libcuda_stub_is_looked_for_where_cirrus_documents_it(tmp_path):
     """Real directories on this host, which has no GPU driver (no libcuda.so.1 known to ldconfig)."""
     if subprocess.run(["sh", "-c", "ldconfig -p | grep -q 'libcuda.so.1 '"]).returncode == 0:
         pytest.skip("this host has a GPU driver: no stub is needed")

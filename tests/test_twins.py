@@ -161,7 +161,8 @@ def test_left_out_steps_still_plan_on_the_twin(provisioned):
 
 def test_validate_passes_on_the_test_cluster(provisioned, slurm_cluster, tmp_path):
     """Submitted with `sbatch --export=NONE` (SBATCH_EXPORT=NONE), as OLCF advises for Frontier: the
-    job must `unset SLURM_EXPORT_ENV` or its srun tasks get none of its settings (seed 001)."""
+    job must `unset SLURM_EXPORT_ENV` or its srun tasks get none of its settings
+    (https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html)."""
     # a login shell sets USER (facts.env's {user} is $USER in the job); this machine's test runs may lack it
     env = {"USER": os.environ.get("USER") or getpass.getuser(), **provisioned.env, **slurm_cluster.env}
     if not provisioned.twin.path:
@@ -171,7 +172,7 @@ def test_validate_passes_on_the_test_cluster(provisioned, slurm_cluster, tmp_pat
     out = run_invoke("validate", "--playbook", provisioned.args[2], "--account", "proj123", "--results",
                      str(tmp_path), "--timeout", "900", env=env, timeout=1000)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr + slurm_cluster.logs()
-    launcher = "mpiexec" if provisioned.name == "dawn" else "srun"   # Dawn: Intel MPI's Hydra (seed 003)
+    launcher = "mpiexec" if provisioned.name == "dawn" else "srun"   # Dawn: Intel MPI's Hydra
     assert f"submitted validate-{launcher}.sbatch to Slurm as job" in out.stdout
     (result,) = tmp_path.glob("sitestack-validation-*/result.json")
     checks = {c["name"]: c for c in json.loads(result.read_text())["checks"]}

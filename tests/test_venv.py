@@ -247,7 +247,7 @@ def test_torch_pins_carry_the_wheel_variant():
 
 def test_stack_paths_and_names():
     _, cirrus = site_step("cirrus")
-    assert cirrus.stack.path == "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu"  # the seed's name
+    assert cirrus.stack.path == "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu"  # the name Cirrus' instructions use
     assert cirrus.stack.manifest == cirrus.stack.path + ".manifest.json"
     assert cirrus.stack.system_site_packages  # the module's Miniconda packages stay visible
     _, local = site_step("local")

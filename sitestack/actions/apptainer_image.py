@@ -1,5 +1,5 @@
 """The ``apptainer-image`` action: the site's image built from a definition file rendered from its
-facts (seed 003, Dawn: ``apptainer build pytorch2.8.sif pytorch2.8.def`` from Intel's PyTorch XPU
+facts (Dawn, https://github.com/kh296/dawn-containers: ``apptainer build pytorch2.8.sif pytorch2.8.def`` from Intel's PyTorch XPU
 image; definition: :mod:`sitestack.installs.image_def`).
 
 - The definition file is written beside the image (``<image without .sif>.def``).
@@ -11,7 +11,7 @@ image; definition: :mod:`sitestack.installs.image_def`).
   no partial file.
 - ``facts.container.build.where``: ``login`` builds on the step's host; ``slurm`` submits the build
   as a batch job and waits for it (``sbatch --wait``), with the runtime's temporary directory on
-  the node's local scratch (seed 003 puts APPTAINER_TMPDIR on /ramdisks).
+  the node's local scratch (Dawn's build puts APPTAINER_TMPDIR on /ramdisks).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The ``container-image`` action: the site's container image installed into the prefix, checked by
-sha256, and the run scripts of the container module (seed 000; LUMI's PyTorch container
-easyconfigs copy the SIF and write the scripts: research/spack_easybuild.md s7).
+sha256, and the run scripts of the container module (LUMI's PyTorch container module,
+https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/; its easyconfigs copy the SIF and write the scripts:
+https://github.com/Lumi-supercomputer/LUMI-EasyBuild-containers/tree/main/easybuild/easyconfigs/p/PyTorch).
 
 - ``facts.container.source`` (the site's central copy) is copied to ``facts.container.image``
   (``install: copy``: the user decides when it goes away, as LUMI's module does), or linked there

@@ -1,6 +1,6 @@
 """The ``pack-env`` action (``invoke pack-env``): a venv from a requirements.txt, packed into
-one squashfs image with wrappers in ``<dest>/bin`` (seed 002, LUMI's container wrapper "Tykky";
-layout and wrappers: :mod:`sitestack.installs.squashfs_env`).
+one squashfs image with wrappers in ``<dest>/bin`` (LUMI's container wrapper "Tykky",
+https://docs.lumi-supercomputer.eu/software/installing/container-wrapper/; layout and wrappers: :mod:`sitestack.installs.squashfs_env`).
 
 - The venv is made with the site's Python: inside the site's container when the site runs its
   stack in one (``python.source: container``; the container's packages are seen through

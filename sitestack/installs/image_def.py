@@ -1,11 +1,11 @@
-"""The definition file of a site's image (seed 003: Dawn's Apptainer image from Intel's PyTorch XPU
-image), rendered from ``facts.container.build``, and the batch script that builds it on a node.
+"""The definition file of a site's image (Dawn's Apptainer image from Intel's PyTorch XPU image,
+https://github.com/kh296/dawn-containers), rendered from ``facts.container.build``, and the batch script that builds it on a node.
 
 The definition (Apptainer docs, "Definition files")::
 
     Bootstrap: docker
     From: intel/intel-extension-for-pytorch:2.8.10-xpu
-    %post          the site's extra pip packages (seed 003 s2.1)
+    %post          the site's extra pip packages (Dawn's README, s2.1)
     %environment   the site's variables
     %labels        org.sitestack.definition-sha256: the sha256 of everything above it
 
@@ -47,7 +47,7 @@ def definition(site: str, build: ImageBuild) -> tuple[str, str]:
 
 def build_job(runtime: Runtime, *, out: str, definition_file: str, scratch: str, sbatch: list[str]) -> str:
     """The batch script that builds ``out`` from ``definition_file`` on a compute node, with the
-    runtime's temporary directory on node-local storage (seed 003: /ramdisks on Dawn)."""
+    runtime's temporary directory on node-local storage (/ramdisks on Dawn)."""
     tmpdir = f"{runtime.prefix}_TMPDIR"
     head = "\n".join(f"#SBATCH {line}" for line in sbatch)
     return f"""#!/bin/bash

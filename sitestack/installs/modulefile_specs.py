@@ -78,7 +78,7 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
 
 def container_settings(ctx: RunContext, stack: Stack, container: Container) -> tuple[list[PathOp], list[tuple[str, Text]]]:
     """What the stack's module sets for a container site, as LUMI's PyTorch container module does
-    (seed 000; research/spack_easybuild.md s7): SIF and SIF<NAME>, the bind path (the prefix and
+    (https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/): SIF and SIF<NAME>, the bind path (the prefix and
     the site's binds), RUNSCRIPTS and RUNSCRIPTS<NAME> and CONTAINERROOT where the playbook installs
     the image and its run scripts (container-image), WITH_CONDA, and the container's PATH (the run
     scripts, then the stack's venv) and PYTHONPATH."""

@@ -1,12 +1,13 @@
-"""The run scripts of a container site's module (seed 000, LUMI's PyTorch container module):
+"""The run scripts of a container site's module (LUMI's PyTorch container module,
+https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/):
 ``conda-python-simple``, ``conda-python-distributed`` and ``get-master``, installed in
 ``$RUNSCRIPTS`` (``<prefix>/runscripts``) and put on the container's PATH by the stack module
 (``<P>ENV_PREPEND_PATH``).
 
-Where they differ from the site's scripts, and why (research/spack_easybuild.md s7):
+Where they differ from the site's scripts (https://github.com/Lumi-supercomputer/LUMI-EasyBuild-containers/tree/main/easybuild/easyconfigs/p/PyTorch), and why:
 
 - MASTER_PORT is unique per job (the validation job's rule, :func:`sitestack.validation.jobs.master_port`),
-  not 29500: two jobs can share a node (the seed warns that its fixed port forbids it).
+  not 29500: two jobs can share a node (LUMI's page warns that its fixed port forbids it).
 - MASTER_ADDR comes from ``get-master``, which expands Slurm's hostlist syntax fully
   (``nid[001,005-007]`` -> ``nid001``; the site's split on commas first and broke on it).
 - LOCAL_RANK and LOCAL_WORLD_SIZE are set too (the site's script set neither).
@@ -39,7 +40,7 @@ def distributed(site: str, facts: Facts) -> str:
     """``conda-python-distributed``: one rank of a Slurm job step (srun), then Python."""
     scratch = facts.node.local_scratch or "/tmp"
     env = [f"export {k}={sh_expanding(v)}" for k, v in sorted(facts.env.items()) if k.startswith(("NCCL_", "FI_"))]
-    gpu = "export ROCR_VISIBLE_DEVICES=$SLURM_LOCALID   # one GCD per task (seed 000)\n" \
+    gpu = "export ROCR_VISIBLE_DEVICES=$SLURM_LOCALID   # one GCD per task (LUMI)\n" \
         if facts.gpu.vendor == "amd" else ""
     return f"""#!/bin/bash -e
 # conda-python-distributed, written by sitestack for {site}: sets up one rank of a distributed
@@ -57,7 +58,7 @@ LOCAL_WORLD_SIZE=${{LOCAL_WORLD_SIZE%%,*}}
 export MASTER_ADDR=$("$here/get-master" "${{SLURM_JOB_NODELIST:-$SLURM_NODELIST}}")
 # Unique per job, so that two jobs can share a node (below the ephemeral port range).
 export MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))
-# MIOpen's cache needs file locking that Lustre lacks: node-local, per node and per job (seed 000).
+# MIOpen's cache needs file locking that Lustre lacks: node-local, per node and per job (LUMI).
 export MIOPEN_USER_DB_PATH={sh_expanding(scratch)}/"$(id -un)-miopen-cache-$SLURM_JOB_ID-${{SLURM_NODEID:-0}}"
 export MIOPEN_CUSTOM_CACHE_DIR=$MIOPEN_USER_DB_PATH
 if [ "$SLURM_LOCALID" -eq 0 ]; then

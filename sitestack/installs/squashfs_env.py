@@ -2,7 +2,7 @@
 packed into one squashfs image, run through small wrapper scripts.
 
 A parallel file system pays for every file an import touches; a venv with torch has tens of
-thousands (research/peers.md s1.1). Packed, the environment is one image file plus a handful of
+thousands (https://docs.lumi-supercomputer.eu/software/installing/python/). Packed, the environment is one image file plus a handful of
 wrappers. The layout under ``<dest>`` (``<parent>/<leaf>``, a symlink to a generation)::
 
     <parent>/<leaf> -> .<leaf>.gen-TOKEN/

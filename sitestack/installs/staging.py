@@ -1,6 +1,7 @@
 """The stack environment packed into one tarball, for jobs that stage it on node-local storage.
 
-OLCF's ``sbcast_conda`` guide (research/peers.md s4.2; seed 001, "Environment Location") packs the
+OLCF's ``sbcast_conda`` guide (https://docs.olcf.ornl.gov/software/python/sbcast_conda.html; also
+https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html, "Environment Location") packs the
 conda env once with ``conda-pack``, broadcasts the tarball to every node's NVMe with ``sbcast``,
 unpacks it there and runs ``conda-unpack`` to rewrite the prefixes. Start-up drops from 51 s
 (Orion) to 2 s. This module says where the pack lives and which commands make it; nothing here

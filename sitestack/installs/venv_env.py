@@ -129,8 +129,8 @@ class EnvTools:
         or None when uv installed them (:meth:`uv`; uv writes no report).
 
         The torch line (the stack's pinned requirements) comes from facts.torch.index_url: as an extra
-        index, or, with facts.torch.index ``only``, as the only one (pip ``--index-url``, seed 001's
-        line), in a pip run of its own before the rest, which then comes from the default index."""
+        index, or, with facts.torch.index ``only``, as the only one (pip ``--index-url``, as OLCF's
+        Frontier guide), in a pip run of its own before the rest, which then comes from the default index."""
         url = self.stack.index_url
         if not (url and self.stack.index_only):
             return self._pip_install(root, requirements, report, ["--extra-index-url", url] if url else [], extra)

@@ -16,7 +16,7 @@ benchmarks/provision_warm.py), but it is not a drop-in:
   s here. A stack given to a group (facts.install mode group-write, or a group) gets copies
   (``--link-mode copy``): its modes and group are set on its files, which would change the cache's;
 - it writes no ``--report``: the manifest's origins come from the installed metadata
-  (:func:`sitestack.installs.venv_manifest.origins_from_metadata`).
+  (:func:`sitestack.installs.venv_manifest.origin_from_metadata`).
 
 Nothing here runs: argv lists and the parsing of the settings program's answer.
 """

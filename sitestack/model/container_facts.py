@@ -40,7 +40,8 @@ def _doc(text: str, **extra: Any) -> dict[str, Any]:
 
 
 #: The base images the apptainer-image step knows: name -> (Bootstrap agent, From template).
-#: intel/intel-extension-for-pytorch's XPU images are tagged <version>-xpu (seed 003, peers s2.1).
+#: intel/intel-extension-for-pytorch's XPU images are tagged <version>-xpu (Dawn's image build,
+#: https://github.com/kh296/dawn-containers).
 IMAGE_BASES: Mapping[str, tuple[str, str]] = {
     "intel-extension-for-pytorch": ("docker", "intel/intel-extension-for-pytorch:{version}-xpu"),
 }
@@ -48,7 +49,8 @@ IMAGE_BASES: Mapping[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class ImageBuild:
-    """How the apptainer-image step builds the site's image from a definition file (seed 003)."""
+    """How the apptainer-image step builds the site's image from a definition file (as Dawn's
+    Apptainer instructions do, ``IMAGE_BASES``)."""
 
     base: str = field(metadata=_doc("the base image: one of " + ", ".join(IMAGE_BASES)))
     version: str = field(metadata=_doc("its version, e.g. 2.8.10 for intel/intel-extension-for-pytorch:2.8.10-xpu"))

@@ -180,7 +180,7 @@ def is_system(data: PluginData, prefix: str) -> bool:
 def refuse_system(data: PluginData, prefix: str, what: str, option: str, how: str) -> None:
     """A prefix configure must be given (HIP, RCCL) that is a system prefix is refused: ``-I/usr/include``
     (and aws-ofi-nccl's ``-isystem /usr/include``) breaks GCC's ``#include_next <stdlib.h>``
-    (build_facts s1.8), and leaving the option out would make configure look in /opt/rocm instead."""
+    (found building the plugin on Debian 12), and leaving the option out would make configure look in /opt/rocm instead."""
     if is_system(data, prefix):
         raise SitestackError(f"{what} {prefix} is a system prefix: {option}={prefix} would put -I{prefix.rstrip('/')}"
                              f"/include on the compiler line, which breaks GCC's #include_next <stdlib.h>; {how}")

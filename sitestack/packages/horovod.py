@@ -277,7 +277,8 @@ def build_env(plan: Plan, facts: Facts, data: HorovodData, probed: Probed) -> di
         "SITESTACK_BUILD_TORCH": probed.torch.torch,
     }
     if plan.cpu_operations:
-        # The default operations for CPU tensors (seed 004: HOROVOD_CPU_OPERATIONS=MPI); Gloo is built anyway.
+        # The default operations for CPU tensors (Cirrus sets HOROVOD_CPU_OPERATIONS=MPI:
+        # https://github.com/hpc-uk/build-instructions, pyenvs/pytorch); Gloo is built anyway.
         env["HOROVOD_CPU_OPERATIONS"] = plan.cpu_operations
     if facts.mpi.flavour == "cray-mpich":
         # Read by Horovod's old setup.py builds (< 0.20), not by 0.28.1's CMake, where CXX=CC does it;
@@ -293,7 +294,7 @@ def build_env(plan: Plan, facts: Facts, data: HorovodData, probed: Probed) -> di
             "HOROVOD_CUDA_HOME": probed.cuda_home,
             "CUDA_HOME": probed.cuda_home,
             # CMake's FindCUDAToolkit looks next to the nvcc on PATH first; a wrapper there (as on
-            # this development machine) hides the toolkit (build_facts s5).
+            # this development machine) hides the toolkit.
             "CUDAToolkit_ROOT": probed.cuda_home,
             "HOROVOD_BUILD_CUDA_CC_LIST": str(plan.cuda_cc),
             "PATH": f"{probed.cuda_home}/bin:{probed.env.get('PATH', '/usr/bin:/bin')}",

@@ -236,7 +236,7 @@ class HorovodHooks(PackageHooks):
         else:
             raise SitestackError(f"no libnccl.so in {nccl}/lib")
         # Login nodes have no GPU driver. Horovod links the CUDA runtime, not the driver, but libraries
-        # it links (NVHPC's, seed 004) may need libcuda.so.1: offer the toolkit's stub under both names.
+        # it links (NVHPC's, on Cirrus) may need libcuda.so.1: offer the toolkit's stub under both names.
         given = getattr(self.args, "cuda_stubs", None)
         stub = cuda_stub(host, resolve_refs(given, env, "cuda_stubs") if given else f"{home}/lib64/stubs",
                          "the step's cuda_stubs" if given else "facts.cuda.home + /lib64/stubs")
@@ -250,7 +250,9 @@ class HorovodHooks(PackageHooks):
 
 def cuda_stub(host: Host, directory: str, given_by: str) -> str | None:
     """The libcuda stub to link against on a host without a GPU driver (login nodes), None where the
-    driver's libcuda.so.1 is installed. Seed 004 asks for ``libcuda.so.1 -> libcuda.so`` in
+    driver's libcuda.so.1 is installed. Cirrus' instructions
+    (https://github.com/hpc-uk/build-instructions/blob/main/pyenvs/pytorch/build_pytorch_2.3.1_cirrus_gpu.md)
+    ask for ``libcuda.so.1 -> libcuda.so`` in
     ``${NVHPC_ROOT}/cuda/lib64/stubs``; sitestack makes that link itself, beside the build cache, so
     only ``libcuda.so`` must be there. Neither driver nor stub: an error naming the directory, because
     the build would otherwise fail late, or link a library that cannot load."""

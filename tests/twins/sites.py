@@ -372,7 +372,8 @@ def dawn(root: Path, python: str | None = None) -> Twin:
                  # could not land in the image; the test cluster's node has no GPU gres
                  "build": {"packages": [], "slurm_options": []}},
              }
-    # apptainer is a system command on Dawn (build_image.sh runs it with no module loaded, peers s2.1)
+    # apptainer is a system command on Dawn (build_image.sh of https://github.com/kh296/dawn-containers
+    # runs it with no module loaded)
     return Twin("dawn", root, facts, path=[str(stands / "opt/apptainer/bin")], stand_ins={
         "rhel9/default-dawn, Intel MPI": "Debian's MPICH (Hydra mpiexec)",
         "apptainer": "tests/twins/runtime.py (bubblewrap + squashfuse)",
@@ -407,7 +408,7 @@ def lumi(root: Path, python: str) -> Twin:
     central = root / "appl/local/containers"
     image_tree = root / "lumi-image"
     (image_tree / "opt/miniconda3/bin").mkdir(parents=True)
-    # seed 000's $WITH_CONDA: `source /opt/miniconda3/bin/activate pytorch`
+    # $WITH_CONDA of https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/: `source /opt/miniconda3/bin/activate pytorch`
     (image_tree / "opt/miniconda3/bin/activate").write_text(
         f"# {STAND_IN.format(what='conda activate of the LUMI image', why='the stand-in image has no conda')}\n"
         'export PATH=/opt/miniconda3/envs/pytorch/bin:"$PATH"\n')
