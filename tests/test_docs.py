@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook  # noqa: F401  (registers every action)
-from sitestack.engine.cli import SETTINGS
+from sitestack.engine.task_glue import SETTINGS
 from sitestack.model.site import PLACEHOLDERS, facts_fields
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,12 +79,14 @@ SLASHED = re.compile(r"(?<![\w./-])sitestack/[\w./*-]*[\w*]")
 #: invoke configuration (sitestack.forks ...), the configuration file's name, the tensor name the
 #: Horovod check all-reduces, and test_layers' placeholder example.
 NOT_MODULES = {f"sitestack.{key}" for key in SETTINGS} | {"sitestack.yaml", "sitestack.check", "sitestack.x",
-                                                          "sitestack.x.y"}
+                                                          "sitestack.x.y",
+                                                          # made by setup.py in a wheel only (core/paths.py)
+                                                          "sitestack/_data"}
 
 #: Files other branches are still changing when this check was added; each still holds a stale
 #: reference or an outside pointer listed for the integrator. Empty these sets once they are fixed
 #: (a listed file that is clean fails the test, so the lists only shrink).
-PENDING_STALE = {"sitestack/engine/cli.py"}
+PENDING_STALE: set[str] = set()
 PENDING_OUTSIDE = {
     "sitestack/programs/get_master.py", "sitestack/validation/jobs.py", "sitestack/validation/launch_env.py",
     "sitestack/validation/templates/job.sbatch.j2", "docs/validation.md", "docs/launch.md",

@@ -1,6 +1,6 @@
 """Glue between ``tasks.py`` and the library: option parsing helpers and error handling.
 
-Expected failures (:class:`~sitestack.errors.SitestackError`) become one line on stderr and
+Expected failures (:class:`~sitestack.core.errors.SitestackError`) become one line on stderr and
 exit code 1; ``--debug`` shows the traceback instead.
 
 Imported by every task module when Invoke loads ``tasks.py``: the library behind these helpers is
