@@ -1,9 +1,11 @@
 """Contracts of core/ and installs/ that a one-line change could silently break: each test here
 fails when its rule is switched off (placeholders without a value, the atomic generation swap,
-check mode's read-only host, ...)."""
+check mode's read-only host, the quoting seam, control characters, redaction, the umask, the YAML
+limits, install stamps)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -11,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -75,8 +78,7 @@ def test_the_generation_swap_never_leaves_the_path_missing(tmp_path: Path):
     def reader() -> None:
         while not stop.is_set():
             try:
-                os.readlink(leaf)
-                os.stat(leaf)
+                os.readlink(leaf)   # the link itself (resolving it may race the removal of the old tree)
             except FileNotFoundError as exc:
                 missing.append(str(exc))
 
@@ -126,3 +128,94 @@ def test_the_check_mode_host_refuses_every_mutation(tmp_path: Path):
             attempt()
     assert host.probe(["true"]).rc == 0   # probes still run for real
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the quoting seam ---------------------------------------------------------------------------------------
+def test_sh_expanding_expands_references_and_runs_nothing():
+    from sitestack.core.quoting import sh_expanding
+    value = 'a `touch x` $(touch y) $((1+1)) $1 $$ \\ " ${HOME}/$USER'
+    out = subprocess.run(["bash", "-c", f"printf %s {sh_expanding(value)}"], capture_output=True, text=True,
+                         env={"HOME": "/h", "USER": "u", "PATH": os.environ["PATH"]}, cwd="/")
+    assert out.stdout == 'a `touch x` $(touch y) $((1+1)) $1 $$ \\ " /h/u', out
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    """A schema of the tests: a one-line string and a mapping."""
+    name: str = ""
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@pytest.mark.parametrize("char", ["\n", "\r", "\x00", "\x1b", "\x7f", "\x85", "\u2028", "\u2029", "\u200b", "\u202e",
+                                  "\u2066", "\ufeff"])
+def test_control_characters_are_refused_in_values_and_keys(char: str):
+    """A value or a mapping key with a line break, a NUL or a "trojan source" format character is an
+    error naming file, line and key, wherever the schema reads it."""
+    from sitestack.core import schema
+    from sitestack.core.errors import InputError
+    from sitestack.core.quoting import control_problem
+
+    assert control_problem(f"a{char}b") and control_problem("a\tb") is None
+    assert schema.build(Data, {"name": "a\tb", "env": {"K": "v"}}, "f.yml").name == "a\tb"
+    with pytest.raises(InputError, match=r"f\.yml:1: name: .*values must be one line"):
+        schema.build(Data, {"name": f"a{char}b"}, "f.yml")
+    with pytest.raises(InputError, match=r"(?s)f\.yml:1: env\.K.*: key contains"):
+        schema.build(Data, {"env": {f"K{char}": "v"}}, "f.yml")
+
+
+# -- redaction ----------------------------------------------------------------------------------------------
+def test_redact_hides_secret_assignments_of_any_case_and_url_passwords():
+    from sitestack.core.redact import redact
+    text = ("GITHUB_TOKEN=abc1 db_password='p w' AWS_SECRET_ACCESS_KEY=k3 SSH_KEY=k4 MY_APIKEY=k5 "
+            "https://alice:hunter2@example.org/x KEYBOARD=fine PATH=/bin")
+    out = redact(text)
+    for secret in ("abc1", "p w", "k3", "k4", "k5", "hunter2"):
+        assert secret not in out, (secret, out)
+    assert "https://alice:***@example.org/x" in out and "KEYBOARD=fine" in out and "PATH=/bin" in out
+
+
+# -- the umask commands run under --------------------------------------------------------------------------
+def test_commands_run_under_the_stack_umask_whatever_the_callers(tmp_path: Path):
+    from sitestack.core.host import LocalHost
+    old = os.umask(0o077)
+    try:
+        LocalHost().run(["bash", "-c", 'mkdir "$1/d" && touch "$1/f"', "x", str(tmp_path)])
+    finally:
+        os.umask(old)
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "f").stat().st_mode & 0o777 == 0o644
+
+
+# -- YAML limits --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: &x [1]\n" + "".join(f"k{i}: *x\n" for i in range(70)), r"more than 64 YAML aliases"),
+    ("a: " + "[" * 120 + "]" * 120 + "\n", r"nested more than 100 levels deep"),
+    ("a: " + "x" * (1 << 20) + "\n", r"larger than 1024 KiB"),
+    ("a: 1\nb: \x00\n", r"big\.yml:2: contains a NUL byte"),
+], ids=["aliases", "depth", "size", "nul"])
+def test_yaml_files_over_the_limits_are_refused(tmp_path: Path, text: str, message: str):
+    from sitestack.core.errors import InputError
+    from sitestack.core.yamlfile import load_yaml
+    path = tmp_path / "big.yml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_yaml(path)
+
+
+# -- install stamps -----------------------------------------------------------------------------------------
+def test_an_install_is_redone_when_its_inputs_change_or_a_sanity_path_is_gone(tmp_path: Path):
+    import json
+
+    from sitestack.core.host import LocalHost
+    from sitestack.installs.inputs import digest
+    from sitestack.installs.stamp import STAMP, install_reason
+
+    dest, host, inputs = tmp_path / "pkg", LocalHost(), {"version": "1.0", "args": ["--a"]}
+    (dest / "bin").mkdir(parents=True)
+    (dest / "bin" / "tool").write_text("")
+    (dest / STAMP).parent.mkdir()
+    (dest / STAMP).write_text(json.dumps({"digest": digest(inputs), "inputs": inputs}))
+    assert install_reason(host, str(dest), inputs, ["bin/tool"]) is None
+    assert install_reason(host, str(dest), {**inputs, "args": ["--b"]}, ["bin/tool"]).startswith("inputs changed")
+    (dest / "bin" / "tool").unlink()
+    assert install_reason(host, str(dest), inputs, ["bin/tool"]) == f"sanity paths missing in {dest}: bin/tool"
