@@ -295,3 +295,60 @@ env -0 > "$T/after"
     assert "extend-venv-activate: module load pytorch/0.0-missing failed; the venv is active without the stack" in out.stderr
     before, after = dumps(tmp_path, "before", "after")
     assert after == before
+
+
+# -- real shells, real Lmod, a stand-in module: the user's own values come back --------------------------------------
+#: The stand-in module sets a variable with setenv (unloading unsets it: deactivate must put the user's
+#: value back), one with pushenv (unloading puts it back itself) and prepends to PYTHONPATH.
+STUB_MODULE = """setenv("STUB_SET", "module's")
+pushenv("STUB_PUSHED", "module's")
+prepend_path("PYTHONPATH", "/stub/site-packages")
+"""
+
+
+def stub_venv(tmp_path: Path) -> Path:
+    """A plain venv extended to load module ``stub/1.0`` (written under ``tmp_path/modules``)."""
+    (tmp_path / "modules" / "stub").mkdir(parents=True)
+    (tmp_path / "modules" / "stub" / "1.0.lua").write_text(STUB_MODULE)
+    venv = make_venv(tmp_path / ODD)
+    hook.extend(str(venv), {**CONFIG, "module": "stub/1.0", "module_roots": [str(tmp_path / "modules")],
+                            "stack": str(tmp_path / "no-stack")}, out=io.StringIO())
+    return venv
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sh", ["bash", "zsh", "fish", "csh"])
+def test_deactivate_gives_back_the_values_the_user_had_before(sh: str, tmp_path: Path):
+    """The user had their own PYTHONPATH and values for what the module sets: after deactivate the
+    environment is the one before activation (csh: what its deactivate puts back, PYTHONPATH and the
+    module's pushenv, apart from Lmod's bookkeeping)."""
+    binary = "tcsh" if sh == "csh" else sh
+    if not shutil.which(binary):
+        pytest.skip(f"{binary} is not installed")
+    venv = stub_venv(tmp_path)
+    mine = {"PYTHONPATH": "/mine/a:/mine/b", "STUB_PUSHED": "user's pushed", "MODULEPATH": "/opt/user/modules"}
+    if sh != "csh":  # csh's deactivate puts back PYTHONPATH only; the rest is `module unload`'s
+        mine["STUB_SET"] = "user's set"
+    steps = {"bash": (". {init}/bash", ". {venv}/bin/activate"), "zsh": (". {init}/zsh", ". {venv}/bin/activate"),
+             "fish": ("source {init}/fish", "source {venv}/bin/activate.fish"),
+             "csh": ("source {init}/csh", "source {venv}/bin/activate.csh")}[sh]
+    init, activate = (s.format(init=LMOD_INIT, venv=shlex.quote(str(venv))) for s in steps)
+    prompt = 'set prompt = "> "' if sh == "csh" else ""   # as an interactive csh has it
+    body = (f'{prompt}\n{init}\nenv -0 > "$T/before"\n{activate}\n'
+            'env -0 > "$T/during"\ndeactivate\nenv -0 > "$T/after"\n:\n')
+    argv = {"bash": ["bash", "-c"], "zsh": ["zsh", "-f", "-c"], "fish": ["fish", "--no-config", "-c"],
+            "csh": ["tcsh", "-f"]}[sh]
+    if sh == "csh":  # csh runs `-c` as one line: a script file
+        (tmp_path / "run.csh").write_text(body)
+        body = str(tmp_path / "run.csh")
+    out = shell(argv, body, clean_env(T=str(tmp_path), **mine))
+    assert out.returncode == 0, out.stdout + out.stderr
+    before, during, after = dumps(tmp_path, "before", "during", "after")
+    assert all(before[k] == v for k, v in mine.items())
+    assert during["STUB_PUSHED"] == "module's" and during.get("STUB_SET") == "module's", during
+    assert during["PYTHONPATH"] == f"{venv}/lib/python{CONFIG['python_version']}/site-packages:/stub/site-packages:" \
+                                   "/mine/a:/mine/b"
+    if sh == "csh":
+        assert without_lmod_bookkeeping(after) == without_lmod_bookkeeping(before)
+    else:
+        assert after == before  # exactly, Lmod's own variables included

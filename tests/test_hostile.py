@@ -261,6 +261,11 @@ def evil_tarball(root: Path, kind: str) -> Path:
                 tar.addfile(info, io.BytesIO(data))
         if kind == "symlink-top":
             add("evil-1.0", link="/tmp")
+        elif kind == "symlink-top-dot":     # inside the unpack directory: the data filter lets it through
+            add("evil-1.0", link=".")
+        elif kind == "symlink-top-sibling":
+            add("evil-1.0-real/configure")
+            add("./evil-1.0", link="evil-1.0-real")
         elif kind == "dotdot":
             add("evil-1.0/configure")
             add("evil-1.0/../../../escaped")
@@ -288,6 +293,8 @@ RECIPE_CASES = [
     ("recipe-version-key-dotdot", r"evil\.yml:\d+: versions\.", {"version": "../../x"}, None),
     ("recipe-version-key-slash", r"evil\.yml:\d+: versions\.", {"version": "1.0/x"}, None),
     ("tarball-top-symlink", r"--source", {}, "symlink-top"),
+    ("tarball-top-symlink-dot", r"--source: .*top-level member 'evil-1\.0' is a link", {}, "symlink-top-dot"),
+    ("tarball-top-symlink-sibling", r"--source: .*top-level member '\./evil-1\.0' is a link", {}, "symlink-top-sibling"),
     ("tarball-dotdot-member", r"--source", {}, "dotdot"),
     ("tarball-absolute-member", r"--source", {}, "absolute"),
     ("tarball-link-outside", r"--source", {}, "link-out"),

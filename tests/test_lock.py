@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import multiprocessing
 import os
 import re
@@ -99,15 +98,50 @@ def test_waiting_is_reported_once_with_the_holder(tmp_path: Path):
         holder.join()
 
 
-def test_works_where_flock_is_absent(tmp_path: Path, monkeypatch):
-    def no_flock(*args, **kwargs):
-        raise OSError(38, "Function not implemented")  # ENOSYS: Lustre mounted without -o flock
-    monkeypatch.setattr(fcntl, "flock", no_flock)
-    monkeypatch.setattr(fcntl, "lockf", no_flock)
-    path = str(tmp_path / "lustre" / "prefix.lock")
-    with LocalHost().lock(path):
-        assert (tmp_path / "lustre" / "prefix.lock" / "lock.d" / "owner").exists()
+#: A process whose file locks (flock, lockf, fcntl) all fail with ENOSYS, as on a Lustre client mounted
+#: without -o flock, takes the lock named argv[1] three times and logs its critical sections to argv[2].
+_NO_FLOCK_HOLDER = """
+import errno, fcntl, os, sys, time
+def absent(*args, **kwargs):
+    raise OSError(errno.ENOSYS, "Function not implemented")
+fcntl.flock = fcntl.lockf = fcntl.fcntl = absent
+from sitestack.core.host import LocalHost
+for _ in range(3):
+    with LocalHost().lock(sys.argv[1], wait=60):
+        with open(sys.argv[2], "a") as log:
+            log.write(f"enter {os.getpid()}\\n")
+        time.sleep(0.1)
+        with open(sys.argv[2], "a") as log:
+            log.write(f"leave {os.getpid()}\\n")
+"""
+
+
+def test_works_where_flock_is_absent(tmp_path: Path):
+    """Where every file lock fails (ENOSYS), the mkdir lock still excludes: two processes contending
+    for it never overlap, and both get it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    path, log = str(tmp_path / "lustre" / "prefix.lock"), tmp_path / "sections"
+    procs = [subprocess.Popen([sys.executable, "-c", _NO_FLOCK_HOLDER, path, str(log)], cwd=REPO,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    lines = log.read_text().splitlines()
+    assert len(lines) == 12
+    for enter, leave in zip(lines[::2], lines[1::2]):   # each section is left before the next one starts
+        assert enter.split() == ["enter", leave.split()[1]] and leave.startswith("leave "), lines
     assert not (tmp_path / "lustre" / "prefix.lock" / "lock.d").exists()
+
+
+@pytest.mark.parametrize("make", [LocalHost, shell_host])
+def test_a_lock_file_of_an_older_sitestack_is_replaced_by_the_lock_directory(tmp_path: Path, make):
+    (tmp_path / "prefix.lock").write_text("")   # where an flock-based sitestack kept its lock file
+    with make().lock(str(tmp_path / "prefix.lock")):
+        assert (tmp_path / "prefix.lock" / "lock.d" / "owner").is_file()
+    assert (tmp_path / "prefix.lock").is_dir()
 
 
 def test_read_only_host_takes_no_lock(tmp_path: Path):
