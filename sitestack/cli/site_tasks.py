@@ -83,38 +83,37 @@ def show_site(c: Context, site: str | None = None, playbook: str | None = None, 
         results.emit(json, "show-site", data, [text])
 
 
-@task(
-    klass=SitestackTask,
-    auto_shortflags=False,
-    iterable=["host", "source"],
-    help={
-        "site": SITE_HELP,
-        "check": "change nothing; report what would change",
-        "diff": "show a diff of the files that change (or would change)",
-        "tags": "run only steps with one of these tags (comma-separated; step names work too)",
-        "skip-tags": "skip steps with one of these tags (comma-separated)",
-        "fail-on-change": "with --check: exit 2 when anything would change",
-        "host": "run on this host (repeatable; an ssh-config alias or host name); default: the playbook's hosts",
-        "limit": "only the playbook's hosts matching these names or patterns (comma-separated, e.g. 'login*')",
-        "forks": "run at most N hosts at once (default: sitestack.forks, else 16)",
-        "start-at": "skip the steps before this one (a step name, as the step listing shows it)",
-        "step": "ask before each step: (N)o/(y)es/(c)ontinue (answers from the terminal, or y/n/c lines on stdin)",
-        "list-steps": "list the steps (name, action, tags, whether this run would run them) and exit",
-        "list-tags": "list the tags and the steps that carry them, and exit",
-        "rebuild": "build these recipes again from source though installed (comma-separated recipe names)",
-        "source": ("NAME=PATH: the source tarball (or directory) of recipe NAME for its steps, instead of downloading "
-                   "(repeatable; the sha256 must match the recipe, where it has one)"),
-        "mirror": "a directory of source tarballs to use before downloading (air-gapped sites)",
-        "no-cache": NO_CACHE_HELP,
-        "prefix": PREFIX_HELP,
-        "account": ACCOUNT_HELP,
-        "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
-        "playbook": PLAYBOOK_HELP,
-        "json": JSON_HELP,
-        "verbose": VERBOSE_HELP,
-        "debug": DEBUG_HELP,
-    },
-)
+#: The options of ``invoke provision``, as ``--help`` shows them.
+PROVISION_HELP = {
+    "site": SITE_HELP,
+    "check": "change nothing; report what would change",
+    "diff": "show a diff of the files that change (or would change)",
+    "tags": "run only steps with one of these tags (comma-separated; step names work too)",
+    "skip-tags": "skip steps with one of these tags (comma-separated)",
+    "fail-on-change": "with --check: exit 2 when anything would change",
+    "host": "run on this host (repeatable; an ssh-config alias or host name); default: the playbook's hosts",
+    "limit": "only the playbook's hosts matching these names or patterns (comma-separated, e.g. 'login*')",
+    "forks": "run at most N hosts at once (default: sitestack.forks, else 16)",
+    "start-at": "skip the steps before this one (a step name, as the step listing shows it)",
+    "step": "ask before each step: (N)o/(y)es/(c)ontinue (answers from the terminal, or y/n/c lines on stdin)",
+    "list-steps": "list the steps (name, action, tags, whether this run would run them) and exit",
+    "list-tags": "list the tags and the steps that carry them, and exit",
+    "rebuild": "build these recipes again from source though installed (comma-separated recipe names)",
+    "source": ("NAME=PATH: the source tarball (or directory) of recipe NAME for its steps, instead of downloading "
+               "(repeatable; the sha256 must match the recipe, where it has one)"),
+    "mirror": "a directory of source tarballs to use before downloading (air-gapped sites)",
+    "no-cache": NO_CACHE_HELP,
+    "prefix": PREFIX_HELP,
+    "account": ACCOUNT_HELP,
+    "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)",
+    "playbook": PLAYBOOK_HELP,
+    "json": JSON_HELP,
+    "verbose": VERBOSE_HELP,
+    "debug": DEBUG_HELP,
+}
+
+
+@task(klass=SitestackTask, auto_shortflags=False, iterable=["host", "source"], help=PROVISION_HELP)
 def provision(c: Context, site: str | None = None, check: bool = False, diff: bool = False, tags: str = '',
               skip_tags: str = '', fail_on_change: bool = False, host: list[str] | None = None,
               limit: str = '', forks: str | None = None, start_at: str | None = None, step: bool = False,
