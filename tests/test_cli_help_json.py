@@ -75,3 +75,24 @@ def test_data_documents_hold_the_listings():
     assert "recipe-install" in actions and any(arg["name"] == "recipe" for arg in actions["recipe-install"]["args"])
     site = json.loads(run_invoke("show-site", "--site", "local", "--json", "-").stdout)
     assert site["site"] == "local" and site["hosts"] == ["localhost"] and "prefix" in site["facts"]
+
+
+def test_json_to_a_stream_writes_to_it_and_never_replaces_it(tmp_path):
+    """``--json /dev/stdout`` (a pipe here) and a FIFO are written to; a regular file is replaced
+    whole. As root, renaming over ``/dev/stdout`` or a device would replace the node itself."""
+    import os
+    import stat
+    import threading
+
+    out = run_invoke("sites", "--json", "/dev/stdout", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout[out.stdout.index("{"):])["command"] == "sites"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    out = run_invoke("sites", "--json", str(fifo), timeout=120)
+    reader.join(60)
+    assert out.returncode == 0, out.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and json.loads(got[0])["command"] == "sites"

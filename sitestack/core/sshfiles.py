@@ -6,7 +6,6 @@ against all before it)."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import io
@@ -15,6 +14,8 @@ import re
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from sitestack.core.files import signature
 
 
 def host_keys(hostname: str, paths: list[str]) -> dict[str, Any]:
@@ -65,10 +66,7 @@ def cached(key: tuple[str, ...], files: list[str], load: Callable[[], Any]) -> A
 
 
 def _stat_key(path: str) -> tuple[int, ...]:
-    with contextlib.suppress(OSError):
-        st = os.stat(path)
-        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return ()
+    return signature(path) or ()
 
 
 #: ssh_config(5) keywords whose answer a lookup may give differently each time: ``Match`` (``exec``,

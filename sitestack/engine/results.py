@@ -8,14 +8,13 @@ meaning or goes away (new fields may appear without a change). The file is writt
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from sitestack.core.errors import InputError
+from sitestack.core.files import atomic_write
 from sitestack.core.quoting import control_problem
 from sitestack.core.report import HostRun
 from sitestack.engine.validate import Outcome
@@ -87,15 +86,8 @@ def write(target: str | None, document: Mapping[str, Any]) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    path = Path(target).expanduser()
-    fd, tmp = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    # private, as the run's logs are; a stream (/dev/stdout, a FIFO) is written to, never replaced
+    atomic_write(Path(target).expanduser(), text.encode(), mode=0o600)
 
 
 def data_document(command: str, data: Mapping[str, Any]) -> dict[str, Any]:
