@@ -29,7 +29,7 @@ from sitestack.installs.venv_stack import Stack, module_root, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
 from sitestack.model.siteenv import in_site_env
-from sitestack.validation import launch_env
+from sitestack.validation import launch_helpers
 from sitestack.validation.jobs import JobInputs, job_files
 
 PROBE_SOURCES = SOURCES_DIR / "mpi_probe"
@@ -83,7 +83,7 @@ def launch_helper(ctx: RunContext) -> str | None:
     """``sitestack-launch-env`` as the install-launch-env step installs it: the job sources it for its
     geometry, host list, master address and port and MIOpen cache, as users do."""
     directory = launch_dir(ctx)
-    return None if directory is None else f"{directory}/{launch_env.HELPER}"
+    return None if directory is None else f"{directory}/{launch_helpers.HELPER}"
 
 
 def stage_script(ctx: RunContext) -> str | None:
@@ -91,7 +91,7 @@ def stage_script(ctx: RunContext) -> str | None:
     directory = launch_dir(ctx)
     if directory is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
         return None
-    return f"{directory}/{launch_env.STAGE}"
+    return f"{directory}/{launch_helpers.STAGE}"
 
 
 def stack_includes(ctx: RunContext) -> tuple[str, ...]:

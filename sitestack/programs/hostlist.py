@@ -141,7 +141,7 @@ def main(argv: list[str], prog: str = "hostlist.py") -> int:
     try:
         hosts = [first(args[0])] if only_first else expand(args[0])
     except HostlistError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: cannot parse host list: {exc}", file=sys.stderr)
         return 2
     print(sep.join(hosts))
     return 0
