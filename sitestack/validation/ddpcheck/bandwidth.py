@@ -28,6 +28,7 @@ def bus_factor(op: str, n: int) -> float:
 
 
 def bandwidth_row(size_bytes: int, seconds: float, n: int, op: str = "allreduce") -> dict[str, float]:
+    """One row of the sweep: time in us, algbw and busbw in GB/s (nccl-tests' definitions)."""
     algbw = size_bytes / seconds / 1e9
     return {"bytes": size_bytes, "time_us": seconds * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * bus_factor(op, n)}
 
@@ -59,6 +60,7 @@ def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | No
 
 
 def parse_size(text: str) -> int:
+    """``4K``, ``64M``, ``1GiB`` in bytes (powers of 1024); an argparse error otherwise."""
     match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
     if not match:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4K, 64M)")
@@ -66,6 +68,7 @@ def parse_size(text: str) -> int:
 
 
 def sweep_sizes(lo: int, hi: int, factor: int) -> list[int]:
+    """Message sizes from ``lo`` (at least 4 bytes) to ``hi``, each ``factor`` times the last."""
     sizes, size = [], max(4, lo)
     while size <= hi:
         sizes.append(size)
@@ -74,6 +77,7 @@ def sweep_sizes(lo: int, hi: int, factor: int) -> list[int]:
 
 
 def bandwidth_sweep(run: Run) -> None:
+    """The bandwidth check: an allreduce sweep timed by the slowest rank, judged against the site's reference."""
     torch, dist, n = run.torch, run.dist, run.info.world_size
     if n < 2:
         run.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
@@ -108,6 +112,6 @@ def bandwidth_sweep(run: Run) -> None:
     reference = refs.get("multi_node" if nodes > 1 else "single_node")
     status, summary, compared = judge_bandwidth(rows, reference, nodes)
     run.bandwidth = {"op": "allreduce", "dtype": "float32", "ranks": n, "nodes": nodes, "iters": iters,
-                      "warmup": warmup, "rows": rows, "reference": compared,
-                      "definition": "algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests)"}
+                     "warmup": warmup, "rows": rows, "reference": compared,
+                     "definition": "algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests)"}
     run.set("bandwidth", status, summary, peak_busbw_gbs=max(r["busbw_gbs"] for r in rows))

@@ -7,6 +7,7 @@ from .state import Run
 
 
 def collectives(run: Run) -> None:
+    """The collectives check: allreduce, allgather and broadcast of known values, exact on every rank."""
     torch, dist, n, rank = run.torch, run.dist, run.info.world_size, run.info.rank
     dev = run.torch_device()
     errors = []
@@ -34,6 +35,6 @@ def collectives(run: Run) -> None:
     if bad:
         ranks = sorted({i for i, _ in bad})
         run.set("collectives", FAILED, f"{bad[0][1]} (wrong on rank{'s' if len(ranks) > 1 else ''} "
-                 f"{', '.join(map(str, ranks))})", errors=[f"rank {i}: {e}" for i, e in bad])
+                f"{', '.join(map(str, ranks))})", errors=[f"rank {i}: {e}" for i, e in bad])
     else:
         run.set("collectives", PASSED, f"allreduce, allgather and broadcast exact on all {n} ranks")

@@ -144,6 +144,6 @@ def environment_after(run: Run) -> None:
     details = {"hosts": hosts, "versions": versions}
     if problems:
         run.set("environment", FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                 problems=problems, **details)
+                problems=problems, **details)
     else:
         run.set("environment", PASSED, summary, **details)

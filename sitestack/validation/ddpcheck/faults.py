@@ -137,6 +137,7 @@ def fault_result(out: str, fault: dict[str, Any]) -> dict[str, Any]:
 
 
 def earliest(ranks: dict[int, dict[str, Any]]) -> str:
+    """The phase of the rank furthest behind (a stopped rank first): the phase a fault is filed under."""
     order = {p: i for i, p in enumerate(PHASES)}
     stopped = [d for d in ranks.values() if d.get("proc_state") in ("T", "t")]
     pool = stopped or list(ranks.values())

@@ -15,6 +15,7 @@ from .state import Run
 
 
 def mpi_probe(run: Run) -> None:
+    """The mpi-probe check: the C probe's result (its library, 2 ranks, allreduce, latency, bandwidth)."""
     path = run.args.mpi_probe_result
     if not path:
         run.set("mpi-probe", SKIPPED, "the MPI probe was not run (not installed, or no MPI launcher for this job)")
@@ -45,10 +46,11 @@ def mpi_probe(run: Run) -> None:
         run.set("mpi-probe", FAILED, problems[0], problems=problems)
     else:
         run.set("mpi-probe", PASSED, f"{first_line}: latency "
-                 f"{data.get('latency_us', 0):.3g} us, bandwidth {peak:.4g} MB/s ({where})")
+                f"{data.get('latency_us', 0):.3g} us, bandwidth {peak:.4g} MB/s ({where})")
 
 
 def mpi4py_check(run: Run) -> None:
+    """The mpi4py check: the same ranks as the launcher, the site's MPI library, an exact allreduce, a ping-pong."""
     if run.mpi is None and run.mpi_data.get("failure"):
         run.set("mpi4py", FAILED, run.mpi_data["failure"])
         return
@@ -90,6 +92,7 @@ def mpi4py_check(run: Run) -> None:
 
 
 def horovod(run: Run) -> None:
+    """The horovod check, where Horovod is part of the stack: its size and an exact allreduce."""
     try:
         import horovod.torch as hvd  # type: ignore[import-not-found, unused-ignore]
     except ImportError:

@@ -38,6 +38,7 @@ def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider:
 
 
 def net_plugin(run: Run) -> None:
+    """The net-plugin check over the job's NCCL logs (``--nccl-log``, default OUT/nccl/*.log)."""
     pattern = run.args.nccl_log or os.path.join(run.args.out, "nccl", "*.log")
     files = sorted(glob.glob(pattern))
     text = ""

@@ -47,6 +47,7 @@ def port_in_use(port: int) -> str | None:
 
 
 def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInfo, timeout: float) -> str:
+    """Why init_process_group failed, in one line: a taken port, missing ranks, refused, unresolvable."""
     text = str(exc)
     low = text.lower()
     if "eaddrinuse" in low or "address already in use" in low:
@@ -65,6 +66,7 @@ def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInf
 
 
 def process_group(run: Run) -> bool:
+    """The process-group check: init_process_group through MASTER_ADDR/MASTER_PORT (or torchrun's store); True when it started."""
     from datetime import timedelta
 
     env = run.env
@@ -78,14 +80,14 @@ def process_group(run: Run) -> bool:
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, port
     if not addr or not port:
         run.set("process-group", FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
-                 "from the first host of the node list and the job id")
+                "from the first host of the node list and the job id")
         return False
     if run.info.rank == 0 and not agent_store:
         busy = port_in_use(int(port))
         if busy:
             run.set("process-group", FAILED, f"MASTER_PORT {port} is already in use on {run.host} ({busy}): "
-                     "another job or process holds it; the job derives the port from SLURM_JOB_ID, so a clash "
-                     "means a stray process or a fixed port elsewhere")
+                    "another job or process holds it; the job derives the port from SLURM_JOB_ID, so a clash "
+                    "means a stray process or a fixed port elsewhere")
             return False
     timeout = timedelta(seconds=run.args.init_timeout)
     kwargs: dict[str, Any] = {"backend": run.dev.backend, "init_method": "env://", "rank": run.info.rank,
@@ -105,20 +107,21 @@ def process_group(run: Run) -> bool:
             run.dist.init_process_group(**kwargs)
     except Exception as exc:  # noqa: BLE001  (every failure becomes a reason)
         run.set("process-group", FAILED, explain_init_failure(exc, addr, port, run.info, run.args.init_timeout),
-                 error=str(exc)[:2000])
+                error=str(exc)[:2000])
         return False
     finally:
         stuck.cancel()
     run.pg_ok = True
     run.set("process-group", PASSED, f"{run.dev.backend} process group of {run.info.world_size} ranks via "
-             f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s")
+            f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s")
     return True
 
 
 def on_stuck_init(run: Run, addr: str, port: str) -> None:
+    """A rank stuck in init_process_group past its timeout (a port that accepts and never answers): report and leave."""
     run.set("process-group", FAILED, f"rank {run.info.rank} did not get through init_process_group in "
-             f"{run.args.init_timeout + 15:.0f}s: {addr}:{port} accepts connections but does not answer as rank 0's "
-             "store (another process holds MASTER_PORT?)")
+            f"{run.args.init_timeout + 15:.0f}s: {addr}:{port} accepts connections but does not answer as rank 0's "
+            "store (another process holds MASTER_PORT?)")
     run.skip_rest("not run: the process group did not start", "process-group")
     with contextlib.suppress(Exception):
         if run.info.rank == 0:

@@ -39,10 +39,12 @@ CRASH_SIGNALS = ("SIGBUS", "SIGSEGV", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS")
 
 
 def status_dir(out: str) -> str:
+    """Where the ranks' progress records and fault.json live: OUT/ranks."""
     return os.path.join(out, "ranks")
 
 
 def phase_words(phase: str, detail: str | None = None) -> str:
+    """A phase in words: "during ddp (step 1 forward)", "inside MPI_Init (importing mpi4py)"."""
     return PHASE_WORDS.get(phase, f"during {phase}") + (f" ({detail})" if detail else "")
 
 
@@ -62,6 +64,7 @@ def state_of(d: dict[str, Any]) -> str:
 
 
 def waited(d: dict[str, Any]) -> str:
+    """What a rank ahead of the one behind did: "had finished" or "waited during ..."."""
     return "had finished" if d.get("phase") == "finished" else f"waited {where(d)}"
 
 
@@ -100,6 +103,7 @@ def read_progress(out: str) -> dict[int, dict[str, Any]]:
 
 
 def read_fault(out: str) -> dict[str, Any] | None:
+    """The fault a watchdog or the guard reported (OUT/ranks/fault.json), or None."""
     with contextlib.suppress(OSError, ValueError), open(os.path.join(status_dir(out), "fault.json"), encoding="utf-8") as f:
         fault: dict[str, Any] = json.load(f)
         return fault

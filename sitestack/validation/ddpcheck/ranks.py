@@ -21,6 +21,7 @@ class RankInfo:
 
 
 def _int(env: dict[str, str], name: str) -> int | None:
+    """An integer variable of ``env``, None when unset or blank; a ValueError naming it otherwise."""
     value = env.get(name)
     if value is None or not value.strip():
         return None
@@ -85,6 +86,7 @@ def discover_rank(env: dict[str, str] | None = None) -> RankInfo:
 
 
 def _local_from_slurm(env: dict[str, str], rank: int) -> int:
+    """The local rank from SLURM_LOCALID where the launcher gave none (0 without it)."""
     local = _int(env, "SLURM_LOCALID")
     return local if local is not None else 0
 

@@ -16,6 +16,7 @@ from .state import Run
 
 
 def write_result(run: Run) -> dict[str, Any]:
+    """Rank 0: result.json, summary.md and bandwidth.png in OUT (a reported fault applied); the result."""
     os.makedirs(run.args.out, exist_ok=True)
     checks = [asdict(run.checks[name]) for name in CHECKS]
     fault = await_fault(run, checks)

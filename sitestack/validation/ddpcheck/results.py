@@ -18,6 +18,8 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 @dataclass
 class Check:
+    """One check's outcome: status, one-line summary, details, seconds."""
+
     name: str
     status: str = SKIPPED
     summary: str = "not run"
@@ -26,6 +28,7 @@ class Check:
 
 
 def verdict(checks: list[Check] | list[dict[str, Any]]) -> str:
+    """passed when no check failed (and there is at least one), else failed."""
     statuses = [c.status if isinstance(c, Check) else c["status"] for c in checks]
     return FAILED if FAILED in statuses or not statuses else PASSED
 
@@ -77,6 +80,7 @@ def time_limit_record(limit: float, env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def load_config(path: str | None) -> dict[str, Any]:
+    """check-config.json (``{}`` without one)."""
     if not path:
         return {}
     with open(path, encoding="utf-8") as handle:

@@ -34,6 +34,7 @@ def judge_balance(seconds: list[float], hosts: list[str] | None = None) -> str |
 
 
 def _model(run: Run, seed: int) -> Any:
+    """The check's small model, built from ``seed`` on this rank's device."""
     torch = run.torch
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
@@ -41,6 +42,7 @@ def _model(run: Run, seed: int) -> Any:
 
 
 def _fingerprint(run: Run, module: Any) -> str:
+    """A short digest of a model's state: equal on every rank when the parameters are."""
     digest = hashlib.sha256()
     for tensor in module.state_dict().values():
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
@@ -48,6 +50,7 @@ def _fingerprint(run: Run, module: Any) -> str:
 
 
 def _batches(run: Run, steps: int) -> list[tuple[Any, Any]]:
+    """``steps`` synthetic batches of a fixed regression, different on each rank."""
     torch = run.torch
     gen = torch.Generator().manual_seed(7)
     w_true = torch.randn(32, 1, generator=gen)
@@ -92,6 +95,7 @@ def _compute_seconds(run: Run) -> float:
 
 
 def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
+    """The ddp check: same initial parameters, ranks in balance, loss lowered, parameters identical after; (model, optimizer, spare batches) for the checkpoint check."""
     torch, dist = run.torch, run.dist
     from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
@@ -141,11 +145,12 @@ def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
         run.set("ddp", FAILED, problems[0], problems=problems, **details)
     else:
         run.set("ddp", PASSED, f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps; parameters "
-                 f"identical on all {run.info.world_size} ranks ({after[0]})", **details)
+                f"identical on all {run.info.world_size} ranks ({after[0]})", **details)
     return ddp_model, optim, batches[run.args.steps:]
 
 
 def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]) -> None:
+    """The checkpoint check: save, resume into a fresh model and optimizer, the same state, and the same parameters after further steps."""
     torch = run.torch
     from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
@@ -195,4 +200,4 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
         run.set("checkpoint", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad])
     else:
         run.set("checkpoint", PASSED, f"saved and resumed: same parameters and optimizer state, and the same "
-                 f"parameters after {len(more)} more steps on all ranks")
+                f"parameters after {len(more)} more steps on all ranks")

@@ -44,6 +44,7 @@ def _die_with(parent: int) -> None:
 
 
 def _watch(child: int, progress: Progress, out: str, deadline: float, limit: float, expected: int | None) -> None:
+    """The watchdog's loop: forward the launcher's signals, kill the rank at the deadline, name a rank killed by a signal; exits with the rank's status."""
     asked: list[int] = []
 
     def forward(sig: int, _frame: Any) -> None:  # the launcher's TERM/INT reach the rank, and are not faults
