@@ -81,13 +81,13 @@ def test_container_image_copy_link_and_sha256(lumi: dict) -> None:
     image = prefix / "container" / "lumi.sif"
     assert image.is_file() and not image.is_symlink() and image.read_bytes() == source.read_bytes()
     assert sorted(p.name for p in (prefix / "runscripts").iterdir()) == [
-        "conda-python-distributed", "conda-python-simple", "get-master"]
+        "conda-python-distributed", "conda-python-simple", "get-master", "hostlist.py"]
     again = provision(good, prefix)
     assert again.returncode == 0 and "ok       container-image" in again.stdout, again.stdout
     linked = provision(lumi["copy"](install="link"), prefix)
     assert linked.returncode == 0 and os.readlink(image) == str(source), linked.stdout
     for script in (prefix / "runscripts").iterdir():
-        assert subprocess.run(["bash", "-n", str(script)] if script.name != "get-master" else
+        assert subprocess.run(["bash", "-n", str(script)] if script.name not in ("get-master", "hostlist.py") else
                               [sys.executable, "-m", "py_compile", str(script)]).returncode == 0
 
 
@@ -187,18 +187,3 @@ def test_unknown_runtime_is_one_clear_error(tmp_path: Path) -> None:
         runtime_named("docker")
     assert runtime_named("apptainer").env_var("X") == "APPTAINERENV_X"
     assert runtime_named("singularity").bind_var == "SINGULARITY_BINDPATH"
-
-
-@pytest.mark.parametrize("nodelist", ["nid[001,005-007]", "a[1-2]-b[3-4]", "x1000c0s0b0n0", "nid[0001-0003],login5",
-                                      "gpu[08-10]"])
-def test_get_master_expands_host_lists_as_the_check_program_does(nodelist: str) -> None:
-    """Both ship as standalone files (the run scripts' image, the validation job), so each keeps its
-    own parser: they must agree."""
-    import importlib.util
-
-    from sitestack.validation.ddp_check import expand_nodelist
-    spec = importlib.util.spec_from_file_location("get_master", GET_MASTER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.hosts(nodelist) == expand_nodelist(nodelist)

@@ -15,7 +15,7 @@ import pytest
 from sitestack.actions.launch_env import launch_inputs
 from sitestack.installs.site_stack import job_inputs
 from sitestack.validation import jobs
-from sitestack.validation.launch_env import HELPER, helper_files
+from sitestack.validation.launch_helpers import HELPER, helper_files
 from tests.test_validation_jobs import SITES, context
 
 NAMES = ("NNODES", "RANKS_PER_NODE", "WORLD_SIZE", "NODELIST", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",

@@ -24,7 +24,6 @@ from sitestack.engine.playbook import offline_context
 from sitestack.packages.horovod import build_env, build_env_commands, horovod_data, plan_for
 from sitestack.packages.horovod_hooks import cuda_stub
 from sitestack.validation import jobs
-from tests.conftest import REPO
 from tests.twins import sites
 
 
@@ -174,8 +173,10 @@ def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp
     runtime.make_image(tmp_path / "empty", image)   # the host's / is the container's
     validation = Path(dawn_twin.facts["prefix"]) / "validation"
     validation.mkdir(parents=True, exist_ok=True)
-    for name in ("ddp_check.py", "ddp_report.py", "nccl_log.py"):   # the job's guard around the launcher runs the check program
-        shutil.copyfile(REPO / "sitestack" / "validation" / name, validation / name)
+    from sitestack.validation.jobs import PROGRAM_FILES
+    for name, source in PROGRAM_FILES.items():   # the job's guard around the launcher runs the check program
+        (validation / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, validation / name)
     (validation / "check-config.json").write_text("{}\n")
     # the job loads the stack's module as users do; this job runs without a provisioned stack
     sites.module(Path(dawn_twin.facts["prefix"]) / "modules", "pytorch/2.13.0-cpu", "", what="the stack's module",

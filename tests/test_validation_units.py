@@ -1,4 +1,4 @@
-"""Unit tests of the validation job's pieces: nodelists, CPU masks, rank discovery, device and
+"""Unit tests of the validation job's pieces: CPU masks, rank discovery, device and
 backend choice, NCCL log judgement, bandwidth definitions, the verdict and the report."""
 
 from __future__ import annotations
@@ -13,35 +13,23 @@ from pathlib import Path
 import pytest
 
 from sitestack.engine import playbook as pb
-from sitestack.validation import ddp_check as dc
-from sitestack.validation import ddp_report, masks
+from sitestack.validation import ddp_report, masks, nccl_log
+from sitestack.validation.ddpcheck import (
+    affinity,
+    bandwidth,
+    devices,
+    faults,
+    mpi,
+    netplugin,
+    procgroup,
+    ranks,
+    results,
+    training,
+)
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port
 
 LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
               "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
-
-
-# -- nodelists -------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("text, hosts", [
-    ("nid[001-004,007],nid010", ["nid001", "nid002", "nid003", "nid004", "nid007", "nid010"]),
-    ("nid001", ["nid001"]),
-    ("nid[001,005]", ["nid001", "nid005"]),  # LUMI's get-master took "nid[001" here
-    ("x1000c0s0b0n[0-1],x1000c1s2b0n0", ["x1000c0s0b0n0", "x1000c0s0b0n1", "x1000c1s2b0n0"]),
-    ("gpu-[8-10]", ["gpu-8", "gpu-9", "gpu-10"]),
-    ("n[098-101]", ["n098", "n099", "n100", "n101"]),
-    ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
-    ("pvc-s-[20,22-23]", ["pvc-s-20", "pvc-s-22", "pvc-s-23"]),
-])
-def test_nodelists_expand_like_scontrol(text, hosts):
-    assert dc.expand_nodelist(text) == hosts
-    assert dc.first_host(text) == hosts[0]
-
-
-@pytest.mark.parametrize("text", ["", "nid[001-004", "nid001]", "nid[a-b]", "nid[5-3]", "nid[[1]]", "a,,b"])
-def test_bad_nodelists_are_refused(text):
-    with pytest.raises(dc.NodelistError):
-        dc.expand_nodelist(text)
 
 
 # -- CPU masks -------------------------------------------------------------------------------------
@@ -68,9 +56,9 @@ def test_masks_refuse_inconsistent_facts():
         masks.cores_for_gpu(masks.Binding((9,), 8, 64), 0)
     with pytest.raises(ValueError, match="reserved"):
         masks.cores_for_gpu(masks.Binding((0,), 1, 2, (0,)), 0)
-    assert dc.parse_masks("0x3,0xc") == [{0, 1}, {2, 3}]
-    assert dc.parse_mask("00ff,fe000000") == set(range(25, 40))
-    assert dc.cpu_list({1, 2, 3, 5}) == "1-3,5"
+    assert affinity.parse_masks("0x3,0xc") == [{0, 1}, {2, 3}]
+    assert affinity.parse_mask("00ff,fe000000") == set(range(25, 40))
+    assert affinity.cpu_list({1, 2, 3, 5}) == "1-3,5"
 
 
 def test_sites_without_cpu_bind_have_no_masks():
@@ -103,18 +91,18 @@ SLURM_BATCH = {"SLURM_JOB_ID": "77", "SLURM_PROCID": "0", "SLURM_NTASKS": "8", "
     ({}, (0, 1, 0, 1, "none")),
 ])
 def test_ranks_are_found_under_every_launcher(env, want):
-    info = dc.discover_rank(env)
+    info = ranks.discover_rank(env)
     assert (info.rank, info.world_size, info.local_rank, info.local_world_size, info.launcher) == want
 
 
 def test_a_batch_step_is_not_mistaken_for_srun_ranks():
     # the batch script itself has SLURM_PROCID=0 and SLURM_NTASKS=8 but no step: a single process
-    assert dc.discover_rank(SLURM_BATCH).launcher == "none"
+    assert ranks.discover_rank(SLURM_BATCH).launcher == "none"
 
 
 def test_garbage_rank_variables_are_named():
     with pytest.raises(ValueError, match="PMI_RANK"):
-        dc.discover_rank({"PMI_RANK": "x", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0"})
+        ranks.discover_rank({"PMI_RANK": "x", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0"})
 
 
 # -- device and backend ----------------------------------------------------------------------------
@@ -128,32 +116,32 @@ def fake_torch(cuda: int = 0, hip: str | None = None, xpu: int = 0, xccl: bool =
 
 
 def test_rocm_uses_nccl_backend_on_rccl_and_maps_the_physical_gcd():
-    dev = dc.select_device(fake_torch(cuda=8, hip="6.2.4"), 3, 8, {})
+    dev = devices.select_device(fake_torch(cuda=8, hip="6.2.4"), 3, 8, {})
     assert (dev.kind, dev.index, dev.backend, dev.library, dev.physical) == ("cuda", 3, "nccl", "RCCL", 3)
     # srun --gpus-per-task=1 --gpu-bind=closest: one visible GCD, device 0, physical from ROCR_VISIBLE_DEVICES
-    dev = dc.select_device(fake_torch(cuda=1, hip="5.7"), 5, 8, {"ROCR_VISIBLE_DEVICES": "6"})
+    dev = devices.select_device(fake_torch(cuda=1, hip="5.7"), 5, 8, {"ROCR_VISIBLE_DEVICES": "6"})
     assert (dev.index, dev.physical) == (0, 6)
 
 
 def test_cuda_uses_nccl_and_too_few_devices_is_a_problem():
-    dev = dc.select_device(fake_torch(cuda=4), 1, 4, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    dev = devices.select_device(fake_torch(cuda=4), 1, 4, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert (dev.backend, dev.library, dev.index) == ("nccl", "NCCL", 1)
-    bad = dc.select_device(fake_torch(cuda=2), 3, 4, {})
+    bad = devices.select_device(fake_torch(cuda=2), 3, 4, {})
     assert bad.index is None and "sees only 2 devices" in bad.problem
 
 
 def test_intel_xpu_prefers_xccl_then_ccl():
-    assert dc.select_device(fake_torch(xpu=8, xccl=True), 2, 8, {"ZE_AFFINITY_MASK": "0,1,2,3,4,5,6,7"}).backend == "xccl"
-    dev = dc.select_device(fake_torch(xpu=8, xccl=False), 2, 8, {})
+    assert devices.select_device(fake_torch(xpu=8, xccl=True), 2, 8, {"ZE_AFFINITY_MASK": "0,1,2,3,4,5,6,7"}).backend == "xccl"
+    dev = devices.select_device(fake_torch(xpu=8, xccl=False), 2, 8, {})
     assert dev.backend == "ccl" and dev.library == "oneCCL"
     if "oneccl_bindings_for_pytorch" not in sys.modules:
         assert "oneccl_bindings_for_pytorch" in dev.problem
 
 
 def test_cpu_uses_gloo():
-    dev = dc.select_device(fake_torch(), 0, 2, {})
+    dev = devices.select_device(fake_torch(), 0, 2, {})
     assert (dev.kind, dev.backend, dev.index) == ("cpu", "gloo", None)
-    assert dc.select_device(fake_torch(cuda=4), 0, 2, {}, force_cpu=True).backend == "gloo"
+    assert devices.select_device(fake_torch(cuda=4), 0, 2, {}, force_cpu=True).backend == "gloo"
 
 
 # -- affinity ----------------------------------------------------------------------------------------
@@ -166,23 +154,23 @@ def ranks_on(host: str, affinities: list[list[int]], gpus: list[int | None] | No
 def test_affinity_matches_the_masks_or_names_the_rank():
     cfg = {}
     good = ranks_on("vm", [[0], [1]])
-    status, summary, _ = dc.judge_affinity(good, cfg, [{0}, {1}])
+    status, summary, _ = affinity.judge_affinity(good, cfg, [{0}, {1}])
     assert status == "passed" and "all 2 ranks" in summary
-    status, summary, _ = dc.judge_affinity(ranks_on("vm", [[1], [0]]), cfg, [{0}, {1}])
+    status, summary, _ = affinity.judge_affinity(ranks_on("vm", [[1], [0]]), cfg, [{0}, {1}])
     assert status == "failed" and "rank 0 on vm runs on CPUs 1, expected 0" in summary
 
 
 def test_affinity_against_the_gpu_numa_map_folds_smt_siblings():
     cfg = {"cpu_bind": {"gpu_cpus": [list(range(49, 56)), list(range(57, 64))], "node_cores": 64}}
     ok = ranks_on("nid001", [list(range(49, 56)) + list(range(113, 120)), list(range(57, 64))], gpus=[0, 1])
-    assert dc.judge_affinity(ok, cfg, None)[0] == "passed"
+    assert affinity.judge_affinity(ok, cfg, None)[0] == "passed"
     swapped = ranks_on("nid001", [list(range(57, 64)), list(range(49, 56))], gpus=[0, 1])
-    status, summary, _ = dc.judge_affinity(swapped, cfg, None)
+    status, summary, _ = affinity.judge_affinity(swapped, cfg, None)
     assert status == "failed" and "closest to GPU 0" in summary
 
 
 def test_all_ranks_on_one_core_is_the_torchrun_pitfall():
-    status, summary, _ = dc.judge_affinity(ranks_on("frontier01", [[1], [1], [1]]), {}, None)
+    status, summary, _ = affinity.judge_affinity(ranks_on("frontier01", [[1], [1], [1]]), {}, None)
     assert status == "failed" and "same CPU 1" in summary and "torchrun" in summary
 
 
@@ -224,80 +212,80 @@ user2:39964:40050 [6] NCCL INFO Using network IB
 
 
 def test_plugin_loaded_on_every_host_passes():
-    status, summary, evidence = dc.judge_net_plugin(PLUGIN_OK, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
+    status, summary, evidence = netplugin.judge_net_plugin(PLUGIN_OK, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
     assert status == "passed", summary
     assert "2 hosts used OFI" in summary and "aws-ofi-rccl 1.4.0" in summary and "provider cxi" in summary
     assert any("Selected Provider is cxi" in e for e in evidence)
 
 
 def test_socket_fallback_fails_with_the_log_line():
-    status, summary, _ = dc.judge_net_plugin(SOCKET_FALLBACK, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
+    status, summary, _ = netplugin.judge_net_plugin(SOCKET_FALLBACK, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
     assert status == "failed"
     assert summary.startswith("plugin not found on nid005011") and "No plugin found" in summary and "it used Socket" in summary
 
 
 def test_socket_fallback_fails_even_where_no_plugin_is_expected():
-    status, summary, _ = dc.judge_net_plugin(SOCKET_FALLBACK, hosts=2, plugin=None, provider=None)
+    status, summary, _ = netplugin.judge_net_plugin(SOCKET_FALLBACK, hosts=2, plugin=None, provider=None)
     assert status == "failed" and "TCP sockets" in summary
 
 
 def test_missing_plugin_with_native_ib_fails_where_the_plugin_is_required_only():
-    status, summary, _ = dc.judge_net_plugin(NEWER_FALLBACK, hosts=2, plugin="aws-ofi-nccl", provider=None)
+    status, summary, _ = netplugin.judge_net_plugin(NEWER_FALLBACK, hosts=2, plugin="aws-ofi-nccl", provider=None)
     assert status == "failed" and "plugin not found on user1" in summary and "returned 2" in summary
-    status, summary, _ = dc.judge_net_plugin(NEWER_FALLBACK.splitlines()[-1], hosts=2, plugin=None, provider=None)
+    status, summary, _ = netplugin.judge_net_plugin(NEWER_FALLBACK.splitlines()[-1], hosts=2, plugin=None, provider=None)
     assert status == "passed" and "IB" in summary
-    status, summary, _ = dc.judge_net_plugin(NEWER_FALLBACK.splitlines()[-1], hosts=2, plugin=None, provider=None,
+    status, summary, _ = netplugin.judge_net_plugin(NEWER_FALLBACK.splitlines()[-1], hosts=2, plugin=None, provider=None,
                                              transport="ib")
     assert status == "passed" and "IB" in summary
 
 
 def test_wrong_provider_and_one_host_without_plugin_fail():
     tcp = PLUGIN_OK.replace("Selected Provider is cxi", "Selected Provider is tcp")
-    assert "wrong provider on nid005011: tcp" in dc.judge_net_plugin(tcp, hosts=2, plugin="aws-ofi-rccl", provider="cxi")[1]
+    assert "wrong provider on nid005011: tcp" in netplugin.judge_net_plugin(tcp, hosts=2, plugin="aws-ofi-rccl", provider="cxi")[1]
     half = "\n".join(line for line in PLUGIN_OK.splitlines() if not line.startswith("nid005012") or "Bootstrap" in line)
     half += "\nnid005012:1:1 [0] NCCL INFO Bootstrap : Using hsn0:10.253.6.65<0>\n"
-    status, summary, _ = dc.judge_net_plugin(half, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
+    status, summary, _ = netplugin.judge_net_plugin(half, hosts=2, plugin="aws-ofi-rccl", provider="cxi")
     assert status == "failed" and "nid005012" in summary
 
 
 def test_single_node_skips_and_no_log_on_multi_node_fails():
-    assert dc.judge_net_plugin(SOCKET_FALLBACK.replace("nid005012", "nid005011"), hosts=1, plugin="aws-ofi-rccl",
+    assert netplugin.judge_net_plugin(SOCKET_FALLBACK.replace("nid005012", "nid005011"), hosts=1, plugin="aws-ofi-rccl",
                                provider="cxi")[0] == "skipped"
-    status, summary, _ = dc.judge_net_plugin("", hosts=4, plugin="aws-ofi-rccl", provider="cxi")
+    status, summary, _ = netplugin.judge_net_plugin("", hosts=4, plugin="aws-ofi-rccl", provider="cxi")
     assert status == "failed" and "cannot prove" in summary
 
 
 def test_timestamped_log_lines_are_parsed_too():
     line = "2025-05-16T16:39:51.208-07:00 | ip-10-36-29-253:79:79 [0] NCCL INFO Using network Socket"
-    assert [ln.host for ln in dc.nccl_log.parse(line.replace(" | ", ": "))[0]] == ["ip-10-36-29-253"]
+    assert [ln.host for ln in nccl_log.parse(line.replace(" | ", ": "))[0]] == ["ip-10-36-29-253"]
 
 
 # -- bandwidth ----------------------------------------------------------------------------------------
 
 def test_busbw_follows_nccl_tests():
-    assert dc.bus_factor("allreduce", 16) == pytest.approx(2 * 15 / 16)
-    assert dc.bus_factor("allgather", 8) == pytest.approx(7 / 8)
-    assert dc.bus_factor("broadcast", 8) == 1.0
-    row = dc.bandwidth_row(134217728, 134217728 / 45.3e9, 16)
+    assert bandwidth.bus_factor("allreduce", 16) == pytest.approx(2 * 15 / 16)
+    assert bandwidth.bus_factor("allgather", 8) == pytest.approx(7 / 8)
+    assert bandwidth.bus_factor("broadcast", 8) == 1.0
+    row = bandwidth.bandwidth_row(134217728, 134217728 / 45.3e9, 16)
     assert row["algbw_gbs"] == pytest.approx(45.3) and row["busbw_gbs"] == pytest.approx(84.94, rel=1e-3)
 
 
 def test_reference_comparison_is_reframe_style():
     ref = {"busbw_gbs": 85.0, "lower": -0.05, "message_bytes": 134217728, "source": "lumi-reframe-tests"}
-    rows = [dc.bandwidth_row(s, s / 40e9, 16) for s in (33554432, 67108864, 134217728)]
-    status, summary, compared = dc.judge_bandwidth(rows, ref, nodes=2)
+    rows = [bandwidth.bandwidth_row(s, s / 40e9, 16) for s in (33554432, 67108864, 134217728)]
+    status, summary, compared = bandwidth.judge_bandwidth(rows, ref, nodes=2)
     assert status == "failed" and "below 80.8 GB/s" in summary and "multi-node" in summary
     assert compared["minimum_gbs"] == pytest.approx(80.75)
-    fast = [dc.bandwidth_row(134217728, 134217728 / 46e9, 16)]
-    assert dc.judge_bandwidth(fast, ref, nodes=2)[0] == "passed"
-    small = [dc.bandwidth_row(4 << 20, (4 << 20) / 46e9, 16)]
-    assert "largest size" in dc.judge_bandwidth(small, ref, nodes=2)[1]
-    assert "not judged" in dc.judge_bandwidth(small, None, nodes=1)[1]
+    fast = [bandwidth.bandwidth_row(134217728, 134217728 / 46e9, 16)]
+    assert bandwidth.judge_bandwidth(fast, ref, nodes=2)[0] == "passed"
+    small = [bandwidth.bandwidth_row(4 << 20, (4 << 20) / 46e9, 16)]
+    assert "largest size" in bandwidth.judge_bandwidth(small, ref, nodes=2)[1]
+    assert "not judged" in bandwidth.judge_bandwidth(small, None, nodes=1)[1]
 
 
 def test_sweep_sizes_and_size_parsing():
-    assert dc.sweep_sizes(4096, 4 << 20, 4) == [4096, 16384, 65536, 262144, 1 << 20, 4 << 20]
-    assert dc.parse_size("64M") == 64 << 20 and dc.parse_size("4KiB") == 4096
+    assert bandwidth.sweep_sizes(4096, 4 << 20, 4) == [4096, 16384, 65536, 262144, 1 << 20, 4 << 20]
+    assert bandwidth.parse_size("64M") == 64 << 20 and bandwidth.parse_size("4KiB") == 4096
     assert ddp_report.human_bytes(134217728) == "128 MiB" and ddp_report.human_bytes(1000) == "1000 B"
 
 
@@ -315,24 +303,24 @@ def test_a_port_that_is_listened_on_is_reported():
         server.bind(("0.0.0.0", 0))
         server.listen(1)
         port = server.getsockname()[1]
-        assert "in use" in dc.port_in_use(port)
-    assert dc.port_in_use(port) is None
+        assert "in use" in procgroup.port_in_use(port)
+    assert procgroup.port_in_use(port) is None
 
 
 def test_init_failures_are_explained():
-    info = dc.RankInfo(0, 4, 0, 4, "env", "RANK/WORLD_SIZE")
+    info = ranks.RankInfo(0, 4, 0, 4, "env", "RANK/WORLD_SIZE")
     timeout = RuntimeError("Timed out after 11 seconds waiting for clients. 1/3 clients joined.")
-    text = dc.explain_init_failure(timeout, "vm", "20001", info, 10)
+    text = procgroup.explain_init_failure(timeout, "vm", "20001", info, 10)
     assert "1 of 3 ranks joined" in text and "world size 4" in text
     used = RuntimeError("The server socket has failed to listen on any local network address. port: 20001, "
                         "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
-    assert "already in use" in dc.explain_init_failure(used, "vm", "20001", info, 10)
+    assert "already in use" in procgroup.explain_init_failure(used, "vm", "20001", info, 10)
 
 
 # -- verdict and report -----------------------------------------------------------------------------------
 
 def sample_result(**over) -> dict:
-    rows = [dc.bandwidth_row(s, s / 1e9, 4) for s in (4096, 65536, 1 << 20)]
+    rows = [bandwidth.bandwidth_row(s, s / 1e9, 4) for s in (4096, 65536, 1 << 20)]
     result = {"site": "local", "verdict": "passed", "world_size": 4, "nodes": 1, "hosts": ["vm"], "launcher": "srun",
               "backend": "gloo", "device": "cpu", "torch": "2.13.0", "elapsed_s": 12.5,
               "checks": [{"name": "environment", "status": "passed", "summary": "4 ranks", "details": {}},
@@ -347,15 +335,15 @@ def sample_result(**over) -> dict:
 
 
 def test_skipped_checks_pass_failed_ones_fail():
-    assert dc.verdict([dc.Check("a", "passed"), dc.Check("b", "skipped")]) == "passed"
-    assert dc.verdict([dc.Check("a", "passed"), dc.Check("b", "failed")]) == "failed"
-    assert dc.exit_code({"verdict": "passed"}) == 0 and dc.exit_code({"verdict": "failed"}) == 1
+    assert results.verdict([results.Check("a", "passed"), results.Check("b", "skipped")]) == "passed"
+    assert results.verdict([results.Check("a", "passed"), results.Check("b", "failed")]) == "failed"
+    assert results.exit_code({"verdict": "passed"}) == 0 and results.exit_code({"verdict": "failed"}) == 1
 
 
 def test_fault_injection_names_rank_and_kind():
     env = {"SITESTACK_CHECK_FAULT": "seed@1, allreduce@0"}
-    assert dc.rank_fault(env, "seed", 1) and dc.rank_fault(env, "allreduce", 0)
-    assert not dc.rank_fault(env, "seed", 0) and not dc.rank_fault({}, "seed", 1)
+    assert results.rank_fault(env, "seed", 1) and results.rank_fault(env, "allreduce", 0)
+    assert not results.rank_fault(env, "seed", 0) and not results.rank_fault({}, "seed", 1)
 
 
 def test_markdown_report_has_the_verdict_table_and_bandwidth():
@@ -384,8 +372,8 @@ def test_report_cli_renders_a_result_again(tmp_path, monkeypatch, capsys):
 
 
 def test_the_check_program_imports_nothing_from_sitestack():
-    source = (Path(dc.__file__)).read_text() + Path(ddp_report.__file__).read_text()
-    assert not re.search(r"^\s*(import|from)\s+sitestack", source, re.M)
+    for path in [*Path(results.__file__).parent.glob("*.py"), Path(ddp_report.__file__), Path(nccl_log.__file__)]:
+        assert not re.search(r"^\s*(import|from)\s+sitestack", path.read_text(), re.M), path
 
 
 # -- invoke validate through a Host: a stand-in job script, here and over SSH -----------------------
@@ -461,34 +449,34 @@ def _rank(rank: int, phase: str, **extra) -> dict:
 
 def test_a_frozen_rank_is_named_with_its_phase():
     ranks = {0: _rank(0, "mpi4py"), 1: _rank(1, "mpi-probe", proc_state="T")}
-    cause = dc.describe_fault("timeout", ranks, 520, 2)
+    cause = faults.describe_fault("timeout", ranks, 520, 2)
     assert cause == ("the time limit of 520s passed: rank 1 on nid001 was frozen (stopped by SIGSTOP) during mpi-probe; "
                      "rank 0 on nid000 waited during mpi4py")
 
 
 def test_a_hang_names_the_rank_behind_and_the_ranks_that_never_arrived():
     ranks = {0: _rank(0, "ddp", detail="step 1 backward", tick=3), 1: _rank(1, "ddp", detail="step 1 forward", tick=2)}
-    assert dc.describe_fault("timeout", ranks, 60, 2) == (
+    assert faults.describe_fault("timeout", ranks, 60, 2) == (
         "the time limit of 60s passed: rank 1 on nid001 hung during ddp (step 1 forward); "
         "rank 0 on nid000 waited during ddp (step 1 backward)")
-    cause = dc.describe_fault("timeout", {0: _rank(0, "process-group")}, 60, 2)
+    cause = faults.describe_fault("timeout", {0: _rank(0, "process-group")}, 60, 2)
     assert "rank 1 never reached the check program" in cause and "rank 0 on nid000 waited during process-group" in cause
-    assert "hung at start-up" in dc.describe_fault("timeout", {}, 60, 2)
+    assert "hung at start-up" in faults.describe_fault("timeout", {}, 60, 2)
 
 
 def test_a_killed_or_crashed_rank_is_named_with_host_and_phase():
     ranks = {0: _rank(0, "ddp"), 1: _rank(1, "bandwidth", signal="SIGKILL")}
-    assert dc.describe_fault("killed", ranks, 60, 2, culprit=1).startswith(
+    assert faults.describe_fault("killed", ranks, 60, 2, culprit=1).startswith(
         "rank 1 on nid001 was killed by SIGKILL during bandwidth; rank 0 on nid000 was in the ddp check")
     ranks = {0: _rank(0, "MPI_Init", signal="SIGBUS", signal_text="Bus error", world_size=1)}
-    assert dc.describe_fault("killed", ranks, 60, 1, culprit=0) == (
+    assert faults.describe_fault("killed", ranks, 60, 1, culprit=0) == (
         "rank 0 on nid000 crashed with SIGBUS (Bus error) inside MPI_Init (importing mpi4py)")
 
 
 def test_an_earlier_finding_leads_a_timeout_cause():
     checks = [{"name": "ddp", "status": "failed", "summary": "slow rank: rank 1 is 9x slower"}]
     ranks = {0: _rank(0, "bandwidth", checks=checks), 1: _rank(1, "bandwidth", proc_state="throttled")}
-    cause = dc.describe_fault("timeout", ranks, 60, 2)
+    cause = faults.describe_fault("timeout", ranks, 60, 2)
     assert cause.startswith("ddp: slow rank: rank 1 is 9x slower; then the time limit of 60s passed")
     assert "was stopped and continued in turns" in cause
 
@@ -497,13 +485,13 @@ def test_the_fault_result_keeps_rank_0s_checks(tmp_path, monkeypatch):
     monkeypatch.setenv("SITESTACK_TIME_LIMIT", "160")
     monkeypatch.setenv("SITESTACK_TIME_LIMIT_FROM", "the job's time left (4:00, squeue %L)")
     checks = [{"name": n, "status": "passed" if n == "environment" else "skipped", "summary": "ok" if n == "environment"
-               else "not run", "details": {}, "seconds": 1.0} for n in dc.CHECKS]
+               else "not run", "details": {}, "seconds": 1.0} for n in results.CHECKS]
     for rank, phase in ((0, "ddp"), (1, "ddp")):
         (tmp_path / "ranks").mkdir(exist_ok=True)
         (tmp_path / "ranks" / f"rank-{rank}.json").write_text(json.dumps({**_rank(rank, phase), "checks": checks,
                                                                                   "backend": "gloo", "device": "cpu"}))
-    assert dc.report_fault(str(tmp_path), {"kind": "timeout", "cause": "the time limit passed", "phase": "ddp"})
-    assert not dc.report_fault(str(tmp_path), {"kind": "killed", "cause": "second", "phase": "ddp"})  # first wins
+    assert faults.report_fault(str(tmp_path), {"kind": "timeout", "cause": "the time limit passed", "phase": "ddp"})
+    assert not faults.report_fault(str(tmp_path), {"kind": "killed", "cause": "second", "phase": "ddp"})  # first wins
     result = json.loads((tmp_path / "result.json").read_text())
     by_name = {c["name"]: c for c in result["checks"]}
     assert result["verdict"] == "failed" and result["cause"] == "the time limit passed"
@@ -519,7 +507,7 @@ def test_the_fault_result_keeps_rank_0s_checks(tmp_path, monkeypatch):
 def test_a_fault_before_the_device_is_picked_says_so(tmp_path):
     (tmp_path / "ranks").mkdir()
     (tmp_path / "ranks" / "rank-0.json").write_text(json.dumps(_rank(0, "MPI_Init")))
-    assert dc.report_fault(str(tmp_path), {"kind": "timeout", "cause": "the time limit passed", "phase": "MPI_Init"})
+    assert faults.report_fault(str(tmp_path), {"kind": "timeout", "cause": "the time limit passed", "phase": "MPI_Init"})
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["backend"] is None and result["torch"] is None
     summary = (tmp_path / "summary.md").read_text()
@@ -528,7 +516,7 @@ def test_a_fault_before_the_device_is_picked_says_so(tmp_path):
 
 @pytest.mark.parametrize("seconds, slow", [([0.01, 0.011], None), ([0.01, 0.1], 1), ([0.2, 0.01, 0.012, 0.011], 0)])
 def test_a_slow_rank_is_named(seconds, slow):
-    why = dc.judge_balance(seconds, [f"h{i}" for i in range(len(seconds))])
+    why = training.judge_balance(seconds, [f"h{i}" for i in range(len(seconds))])
     if slow is None:
         assert why is None
     else:
@@ -536,15 +524,15 @@ def test_a_slow_rank_is_named(seconds, slow):
 
 
 def test_latency_min_median_max_and_noise():
-    quiet = dc.latency_stats([1.0, 1.2, 1.3, 1.1, 2.0])
+    quiet = mpi.latency_stats([1.0, 1.2, 1.3, 1.1, 2.0])
     assert (quiet["min_us"], quiet["median_us"], quiet["max_us"], quiet["noisy"]) == (1.0, 1.2, 2.0, False)
-    noisy = dc.latency_stats([1.3, 1.2, 1.4, 4880.0])
+    noisy = mpi.latency_stats([1.3, 1.2, 1.4, 4880.0])
     assert noisy["noisy"] and "noisy: the maximum is" in ddp_report.latency_text(noisy)
 
 
 def test_the_job_id_is_the_directorys():
-    assert dc.job_id_for("/r/sitestack-validation-local-12-34", {"SITESTACK_JOB_ID": "99"}) == "local-12-34"
-    assert dc.job_id_for("/r/elsewhere", {"SLURM_JOB_ID": "7"}) == "7"
+    assert results.job_id_for("/r/sitestack-validation-local-12-34", {"SITESTACK_JOB_ID": "99"}) == "local-12-34"
+    assert results.job_id_for("/r/elsewhere", {"SLURM_JOB_ID": "7"}) == "7"
 
 
 @pytest.mark.parametrize("text, seconds", [("10", 600), ("00:10:00", 600), ("1-00", 86400), ("1-2:3:4", 93784),
@@ -558,7 +546,7 @@ def test_slurm_times_and_the_checks_limit(text, seconds):
 def test_the_job_environment_records_modules_settings_and_plugin_paths():
     env = {"LOADEDMODULES": "LUMI/24.03:aws-ofi-rccl/1.4:pytorch/2.7.1", "NCCL_NET": "AWS Libfabric",
            "FI_PROVIDER": "cxi", "HOME": "/h", "LD_LIBRARY_PATH": "/opt/rocm/lib:/p/aws-ofi-rccl/1.4/lib"}
-    got = dc.job_environment(env, "aws-ofi-rccl")
+    got = results.job_environment(env, "aws-ofi-rccl")
     assert got == {"modules": ["LUMI/24.03", "aws-ofi-rccl/1.4", "pytorch/2.7.1"],
                    "variables": {"FI_PROVIDER": "cxi", "NCCL_NET": "AWS Libfabric"},
                    "plugin_library_path": ["/p/aws-ofi-rccl/1.4/lib"]}

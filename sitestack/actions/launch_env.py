@@ -1,5 +1,5 @@
 """The ``install-launch-env`` action: the users' launch helpers in ``{prefix}/bin``
-(:mod:`sitestack.validation.launch_env`; docs/launch.md).
+(:mod:`sitestack.validation.launch_helpers`; docs/launch.md).
 
 One step makes true: ``<dir>/sitestack-launch-env`` (sourced), ``<dir>/sitestack-launch``
 (a wrapper that sources it and runs a command) and, on a site that stages its env on node-local
@@ -20,7 +20,7 @@ from sitestack.installs.staging import StageArchive
 from sitestack.installs.venv_stack import module_root
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
-from sitestack.validation.launch_env import LaunchInputs, helper_files
+from sitestack.validation.launch_helpers import LaunchInputs, helper_files
 
 #: {user} and {home} in a helper are the job's, not the installer's: a shared stack serves every user.
 RUNTIME = {"user": "${USER}", "home": "${HOME}"}

@@ -14,7 +14,7 @@ from sitestack.actions.launch_env import launch_inputs
 from sitestack.core.errors import InputError
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import Site, host_env_defaults
-from sitestack.validation.launch_env import render_job_template
+from sitestack.validation.launch_helpers import render_job_template
 
 
 def job_template(site: Site, options: RunOptions) -> str:

@@ -8,8 +8,9 @@ Where they differ from the site's scripts (https://github.com/Lumi-supercomputer
 
 - MASTER_PORT is unique per job (the validation job's rule, :func:`sitestack.validation.jobs.master_port`),
   not 29500: two jobs can share a node (LUMI's page warns that its fixed port forbids it).
-- MASTER_ADDR comes from ``get-master``, which expands Slurm's hostlist syntax fully
-  (``nid[001,005-007]`` -> ``nid001``; the site's split on commas first and broke on it).
+- MASTER_ADDR comes from ``get-master``, which expands Slurm's hostlist syntax fully with
+  ``hostlist.py`` installed beside it (``nid[001,005-007]`` -> ``nid001``; the site's split on
+  commas first and broke on it).
 - LOCAL_RANK and LOCAL_WORLD_SIZE are set too (the site's script set neither).
 - The MIOpen cache is per node *and per job* on node-local storage (the site's was per node, so
   two jobs on a node removed each other's), and the other ranks wait for local rank 0 to make it
@@ -26,7 +27,8 @@ from sitestack.model.facts import Facts
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
-NAMES = ("conda-python-simple", "conda-python-distributed", "get-master")
+#: What the step installs in ``$RUNSCRIPTS``: get-master imports hostlist.py from its own directory.
+NAMES = ("conda-python-simple", "conda-python-distributed", "get-master", "hostlist.py")
 
 
 def simple(site: str) -> str:
@@ -74,7 +76,8 @@ exec python "$@"
 
 
 def scripts(site: str, facts: Facts) -> dict[str, tuple[str, int]]:
-    """name -> (text, mode) of the three run scripts."""
+    """name -> (text, mode) of the three run scripts and the host-list parser get-master imports."""
     return {"conda-python-simple": (simple(site), 0o755),
             "conda-python-distributed": (distributed(site, facts), 0o755),
-            "get-master": ((PROGRAMS / "get_master.py").read_text(), 0o755)}
+            "get-master": ((PROGRAMS / "get_master.py").read_text(), 0o755),
+            "hostlist.py": ((PROGRAMS / "hostlist.py").read_text(), 0o644)}

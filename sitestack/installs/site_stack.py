@@ -17,7 +17,7 @@ from sitestack.installs.stamp import installed_wheel, read_stamp
 from sitestack.installs.venv_stack import Built, Stack, module_root, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand
-from sitestack.validation import launch_env
+from sitestack.validation import launch_helpers
 from sitestack.validation.jobs import JobInputs
 
 #: The action that builds a recipe; an action class with ``installs_recipe = True`` builds one too.
@@ -58,7 +58,7 @@ def launch_helper(ctx: RunContext) -> str | None:
     """``sitestack-launch-env`` as the install-launch-env step installs it: the job sources it for its
     geometry, host list, master address and port and MIOpen cache, as users do."""
     directory = launch_dir(ctx)
-    return None if directory is None else f"{directory}/{launch_env.HELPER}"
+    return None if directory is None else f"{directory}/{launch_helpers.HELPER}"
 
 
 def stage_script(ctx: RunContext) -> str | None:
@@ -66,7 +66,7 @@ def stage_script(ctx: RunContext) -> str | None:
     directory = launch_dir(ctx)
     if directory is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
         return None
-    return f"{directory}/{launch_env.STAGE}"
+    return f"{directory}/{launch_helpers.STAGE}"
 
 
 def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs:

@@ -2,9 +2,11 @@
 
 - :mod:`.masks`: CPU masks per rank derived from ``gpu.cpu_bind``;
 - :mod:`.jobs`: batch scripts (one per launcher), the check config and the README, from the facts;
-- :mod:`.ddp_check` / :mod:`.ddp_report`: the check program and its report, installed on the site
-  as plain scripts (they do not import sitestack); ddp_check also reads Slurm host lists
-  (``nid[001-004,007],nid010``).
+- :mod:`.ddp_check` (entry point) with its package :mod:`.ddpcheck`, :mod:`.ddp_report`,
+  :mod:`.nccl_log` with :mod:`.nccl_parse`: the check program, its report and the NCCL log reader,
+  installed on the site as plain files (``jobs.PROGRAM_FILES``, with ``programs/hostlist.py``;
+  they do not import sitestack);
+- :mod:`.launch_helpers`: the users' launch helpers (``sitestack-launch-env``) and job template.
 
 The ``install-validation-job`` action is :mod:`sitestack.actions.validation_job`; ``invoke validate``
 (run the job, read the verdict) is :mod:`sitestack.engine.validate`.

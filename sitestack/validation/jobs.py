@@ -27,7 +27,18 @@ if TYPE_CHECKING:
     import jinja2
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-PROGRAM_FILES = ("ddp_check.py", "ddp_report.py", "nccl_log.py")
+_HERE = Path(__file__).resolve().parent
+#: Every file of the check program the job ships, by its path in the job directory: the entry point,
+#: its package, the report, the NCCL log reader and the one host-list parser (standard library
+#: only; the package imports them from the job directory, :mod:`sitestack.validation.ddpcheck.siblings`).
+PROGRAM_FILES: dict[str, Path] = {
+    "ddp_check.py": _HERE / "ddp_check.py",
+    "ddp_report.py": _HERE / "ddp_report.py",
+    "nccl_log.py": _HERE / "nccl_log.py",
+    "nccl_parse.py": _HERE / "nccl_parse.py",
+    "hostlist.py": _HERE.parent / "programs" / "hostlist.py",
+    **{f"ddpcheck/{p.name}": p for p in sorted((_HERE / "ddpcheck").glob("*.py"))},
+}
 LAUNCHERS = ("srun", "mpiexec", "torchrun", "horovodrun")
 
 #: MASTER_PORT = PORT_BASE + job id % PORT_SPAN: below Linux's ephemeral range (32768-60999), so
@@ -51,7 +62,7 @@ MIOPEN_KEYS = ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR")
 #: The built packages the check program imports when the stack includes them (their import names).
 IMPORTED = ("mpi4py",)
 
-#: Seconds the guard around the launcher waits after the ranks' deadline (ddp_check.GUARD_GRACE).
+#: Seconds the guard around the launcher waits after the ranks' deadline (ddpcheck.guard.GUARD_GRACE).
 GUARD_GRACE = 20
 
 
@@ -338,9 +349,8 @@ def job_files(inputs: JobInputs) -> dict[str, tuple[str, int]]:
     """Every text file of the installed job: relative path -> (content, mode)."""
     v = validation_of(inputs.facts)
     files: dict[str, tuple[str, int]] = {}
-    here = Path(__file__).resolve().parent
-    for name in PROGRAM_FILES:
-        files[name] = ((here / name).read_text(encoding="utf-8"), 0o755 if name == "ddp_check.py" else 0o644)
+    for name, source in PROGRAM_FILES.items():
+        files[name] = (source.read_text(encoding="utf-8"), 0o755 if name == "ddp_check.py" else 0o644)
     files["check-config.json"] = (json.dumps(check_config(inputs), indent=2, sort_keys=True) + "\n", 0o644)
     for launcher in v.launchers:
         files[f"jobs/{script_name(launcher)}"] = (render_job(inputs, launcher), 0o755)

@@ -8,6 +8,8 @@ Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.
   WORLD_SIZE, MASTER_ADDR, a job-unique MASTER_PORT (:func:`sitestack.validation.jobs.master_port`),
   RANK/LOCAL_RANK inside a task, the CPU masks, the MIOpen cache per node and job, facts.env.
 - ``sitestack-launch CMD...``: runs CMD with it sourced, once per task under srun or mpiexec.
+- ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/programs/hostlist.py``), which
+  the helper runs with ``python3`` where ``scontrol show hostnames`` is not available (containers).
 - ``sitestack-stage-env`` (sites with ``node.stage_env``): the packed stack env broadcast with
   sbcast to node-local storage, unpacked, fixed up, checked and put first on PATH.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sitestack.core import templates
@@ -33,6 +36,9 @@ from sitestack.validation import masks as masks_mod
 HELPER = "sitestack-launch-env"
 LAUNCH = "sitestack-launch"
 STAGE = "sitestack-stage-env"
+HOSTLIST = "sitestack-hostlist"
+#: The host-list parser every shipped program uses (standard library only), installed as HOSTLIST.
+HOSTLIST_SOURCE = Path(__file__).resolve().parent.parent / "programs" / "hostlist.py"
 #: MIOpen's cache directory where facts.env names none (seed 000: /tmp, per user).
 MIOPEN_DEFAULT = "/tmp/${USER}-miopen"
 MIOPEN_KEYS = jobs.MIOPEN_KEYS
@@ -71,6 +77,7 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
         "path": f"{inputs.bin}/{HELPER}",
         "launch": f"{inputs.bin}/{LAUNCH}",
         "launch_name": LAUNCH,
+        "hostlist": f"{inputs.bin}/{HOSTLIST}",
         "port_base": jobs.PORT_BASE,
         "port_span": jobs.PORT_SPAN,
         "env": env,
@@ -115,7 +122,8 @@ def render_stage(inputs: LaunchInputs) -> str:
 
 def helper_files(inputs: LaunchInputs) -> dict[str, tuple[str, int]]:
     """Every file of the install-launch-env step: name in ``bin`` -> (content, mode)."""
-    files = {HELPER: (render_helper(inputs), 0o644), LAUNCH: (render_launch(inputs), 0o755)}
+    files = {HELPER: (render_helper(inputs), 0o644), LAUNCH: (render_launch(inputs), 0o755),
+             HOSTLIST: (HOSTLIST_SOURCE.read_text(encoding="utf-8"), 0o755)}
     if inputs.stage:
         files[STAGE] = (render_stage(inputs), 0o644)
     return files

@@ -1,0 +1,45 @@
+"""sitestack validation check: prove a PyTorch distributed stack works on this site, and how fast.
+
+Run one process per rank under any launcher (srun, torchrun, mpiexec from MPICH / Intel MPI /
+Open MPI, horovodrun). Every rank runs the checks; rank 0 writes ``result.json``,
+``summary.md`` and ``bandwidth.png`` into ``--out`` and every rank exits 0 only when every
+check passed (a check that does not apply is ``skipped`` with its reason, which does not fail
+the run).
+
+Checks, in order:
+
+1. ``environment``: ranks found under the launcher, world size as the job expects, versions
+   (torch, NCCL/RCCL, MPI) the same on every rank and as the site facts say, device per rank.
+2. ``process-group``: ``init_process_group`` with the backend for the device (nccl on CUDA
+   and ROCm, xccl or ccl on Intel XPU, gloo on CPU); a taken port or a missing rank is named.
+3. ``affinity``: each rank's CPU set is what the site intended (the masks or the cores of the
+   NUMA domain closest to its GPU), and ranks are not all pinned to one core.
+4. ``collectives``: allreduce, allgather and broadcast give exactly the right values.
+5. ``ddp``: every rank builds the same initial model; a few DDP steps on synthetic data
+   lower the loss; parameters are identical on every rank afterwards.
+6. ``checkpoint``: save, resume into a fresh model: the same state, and the same parameters
+   after further steps.
+7. ``bandwidth``: allreduce sweep; algbw = bytes / time and busbw = algbw * 2(n-1)/n, as
+   nccl-tests defines them; compared with the site's reference.
+8. ``net-plugin``: with NCCL_DEBUG=INFO logs, every host used the network the site expects
+   between nodes (``nccl_log.py``: OFI with its provider, IB, IBext); a socket fallback, a missing
+   or failed plugin, a wrong provider or plugin fails with its cause.
+9. ``mpi-probe``: the site-built C MPI probe's latency/bandwidth and library.
+10. ``mpi4py``: mpi4py sees the same ranks, the right MPI library, a correct allreduce.
+11. ``horovod``: an allreduce through Horovod where Horovod is part of the stack.
+
+The program needs torch; mpi4py, Horovod and matplotlib are used when present. It needs
+nothing of sitestack: this package is installed on the site as ``ddpcheck/`` beside its entry
+point ``ddp_check.py``, ``ddp_report.py``, ``nccl_log.py`` (and its ``nccl_parse.py``) and
+``hostlist.py`` (:mod:`.siblings`), and runs in the site's Python (a container, a conda env, a venv).
+
+Its modules, one concern each: :mod:`.ranks` (ranks under every launcher), :mod:`.devices`,
+:mod:`.state` (one rank's run), the checks (:mod:`.environment`, :mod:`.procgroup`,
+:mod:`.affinity`, :mod:`.collectives`, :mod:`.training` for ddp and checkpoint,
+:mod:`.bandwidth`, :mod:`.netplugin`, :mod:`.mpichecks` with :mod:`.mpi`), :mod:`.runner` (their
+order), :mod:`.report` and :mod:`.results` (what is written), :mod:`.progress`, :mod:`.procs`,
+:mod:`.faults`, :mod:`.watchdog` and :mod:`.guard` (hangs and crashes), :mod:`.main` (the entry).
+
+Fault injection, for testing this program: ``SITESTACK_CHECK_FAULT=seed@R`` makes rank R build
+its model from another seed; ``allreduce@R`` makes rank R contribute a wrong value.
+"""

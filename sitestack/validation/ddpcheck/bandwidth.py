@@ -1,0 +1,117 @@
+"""The bandwidth check: an allreduce sweep; algbw = bytes / time and busbw = algbw * 2(n-1)/n, as
+nccl-tests defines them (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md),
+compared with the site's reference."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from typing import Any
+
+from .results import FAILED, PASSED, SKIPPED
+from .siblings import ddp_report
+from .state import Run
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw correction: allreduce 2(n-1)/n; allgather/reducescatter (n-1)/n; broadcast 1."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce"):
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def bandwidth_row(size_bytes: int, seconds: float, n: int, op: str = "allreduce") -> dict[str, float]:
+    """One row of the sweep: time in us, algbw and busbw in GB/s (nccl-tests' definitions)."""
+    algbw = size_bytes / seconds / 1e9
+    return {"bytes": size_bytes, "time_us": seconds * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * bus_factor(op, n)}
+
+
+def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | None, nodes: int) -> tuple[str, str, dict[str, Any] | None]:
+    """Compare the sweep with the site's reference for this node count (ReFrame-style lower bound)."""
+    if not rows:
+        return FAILED, "no bandwidth measured", None
+    peak = max(rows, key=lambda r: r["busbw_gbs"])
+    kind = "multi-node" if nodes > 1 else "single-node"
+    if not reference:
+        return PASSED, (f"peak busbw {peak['busbw_gbs']:.3g} GB/s at {ddp_report.human_bytes(peak['bytes'])}; "
+                        f"not judged: the site has no {kind} reference"), None
+    target = reference["message_bytes"]
+    row = next((r for r in rows if r["bytes"] == target), None)
+    note = ""
+    if row is None:
+        row = max(rows, key=lambda r: r["bytes"])
+        note = f" (the sweep's largest size; the reference is for {ddp_report.human_bytes(target)})"
+    minimum = reference["busbw_gbs"] * (1 + reference.get("lower", -0.05))
+    compared = {**reference, "minimum_gbs": minimum, "measured_gbs": row["busbw_gbs"], "at_bytes": row["bytes"], "kind": kind}
+    where = f"at {ddp_report.human_bytes(row['bytes'])}{note}"
+    if row["busbw_gbs"] < minimum:
+        return FAILED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} is below {minimum:.3g} GB/s "
+                        f"({kind} reference {reference['busbw_gbs']:.3g} GB/s {reference.get('lower', -0.05):+.0%}"
+                        f"{'; ' + reference['source'] if reference.get('source') else ''})"), compared
+    return PASSED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} >= {minimum:.3g} GB/s "
+                    f"({kind} reference {reference['busbw_gbs']:.3g} GB/s)"), compared
+
+
+def parse_size(text: str) -> int:
+    """``4K``, ``64M``, ``1GiB`` in bytes (powers of 1024); an argparse error otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4K, 64M)")
+    return int(match.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]
+
+
+def sweep_sizes(lo: int, hi: int, factor: int) -> list[int]:
+    """Message sizes from ``lo`` (at least 4 bytes) to ``hi``, each ``factor`` times the last."""
+    sizes, size = [], max(4, lo)
+    while size <= hi:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def bandwidth_sweep(run: Run) -> None:
+    """The bandwidth check: an allreduce sweep timed by the slowest rank, judged against the site's reference."""
+    torch, dist, n = run.torch, run.dist, run.info.world_size
+    if n < 2:
+        run.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
+        return
+    gpu = run.dev.kind != "cpu"
+    lo, hi = run.args.min_bytes, run.args.max_bytes
+    refs = run.config.get("bandwidth") or {}
+    if hi is None:
+        hi = 256 << 20 if gpu else 4 << 20
+        hi = max([hi] + [r["message_bytes"] for r in refs.values() if r])
+    if lo is None:
+        lo = 8 if gpu else 4 << 10
+    iters = run.args.iters or (20 if gpu else 5)
+    warmup = run.args.warmup if run.args.warmup is not None else (5 if gpu else 2)
+    dev = run.torch_device()
+    rows = []
+    for size in sweep_sizes(lo, hi, run.args.factor):
+        t = torch.zeros(size // 4, dtype=torch.float32, device=dev)
+        for _ in range(warmup):
+            dist.all_reduce(t)
+        run.sync()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        run.sync()
+        elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=dev)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the time, as for a job
+        rows.append(bandwidth_row(size, float(elapsed.cpu()), n))
+        del t
+    nodes = len({r["host"] for r in run.ranks})
+    reference = refs.get("multi_node" if nodes > 1 else "single_node")
+    status, summary, compared = judge_bandwidth(rows, reference, nodes)
+    run.bandwidth = {"op": "allreduce", "dtype": "float32", "ranks": n, "nodes": nodes, "iters": iters,
+                     "warmup": warmup, "rows": rows, "reference": compared,
+                     "definition": "algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests)"}
+    run.set("bandwidth", status, summary, peak_busbw_gbs=max(r["busbw_gbs"] for r in rows))

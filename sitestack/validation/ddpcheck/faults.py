@@ -1,0 +1,144 @@
+"""A run that did not finish: its one-line cause (who, where, in which phase), fault.json, and the
+result.json a watchdog or the guard writes in the ranks' place."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import asdict
+from typing import Any
+
+from .progress import (
+    CRASH_SIGNALS,
+    PHASE_CHECK,
+    PHASES,
+    phase_words,
+    read_progress,
+    state_of,
+    status_dir,
+    waited,
+    where,
+)
+from .results import CHECKS, FAILED, SCHEMA, SKIPPED, Check, time_limit_record
+from .siblings import ddp_report
+
+
+def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, expected: int | None,
+                   culprit: int | None = None, rc: int | None = None, launcher: str = "the launcher") -> str:
+    """The one-line cause of a run that did not finish: who, where, and in which phase."""
+    def who(r: int) -> str:
+        return f"rank {r} on {ranks[r].get('host', '?')}"
+
+    size = max([expected or 0, *(int(d.get("world_size") or 0) for d in ranks.values()), len(ranks)])
+    missing = [r for r in range(size) if r not in ranks]
+    never = (f"; rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never reached the check program "
+             "(hung or died at start-up: the launcher, the Python start-up or a site hook)") if missing else ""
+    others = [r for r in sorted(ranks) if r != culprit]
+    where_others = "; ".join(f"{who(r)} {state_of(ranks[r])}" for r in others[:4])
+    if kind == "killed" and culprit is not None:
+        d = ranks[culprit]
+        sig = str(d.get("signal", "?"))
+        verb = f"crashed with {sig} ({d.get('signal_text', '')})" if sig in CRASH_SIGNALS else f"was killed by {sig}"
+        return f"{who(culprit)} {verb} {where(d)}" + (f"; {where_others}" if where_others else "") + never
+    if kind == "exited":
+        head = f"{launcher} exited with code {rc} before a result was written"
+        if not ranks:
+            return f"{head}: no rank reached the check program (it failed at start-up: see the job log)"
+        states = "; ".join(f"{who(r)} {d.get('state', 'running')} {where(d)}"
+                           for r, d in sorted(ranks.items())[:4])
+        return f"{head}: {states}{never}"
+    head = f"the time limit of {limit:.0f}s passed"
+    first = ranks.get(0) or {}
+    found = next((c for c in first.get("checks") or [] if c.get("status") == FAILED), None)
+    if found:  # what the run had already found is the likelier cause: say it first
+        head = f"{found['name']}: {found['summary']}; then {head}"
+    throttled = [r for r, d in sorted(ranks.items()) if d.get("proc_state") == "throttled"]
+    if throttled:
+        head += (f" ({', '.join(who(r) for r in throttled)} was stopped and continued in turns: held to a fraction "
+                 "of a CPU)")
+    if not ranks:
+        return (f"{head} before any rank reached the check program: the job hung at start-up (the launcher, the "
+                "Python start-up or a site hook)")
+    stopped = [r for r, d in sorted(ranks.items()) if d.get("proc_state") in ("T", "t")]
+    if stopped:
+        rest = [r for r in sorted(ranks) if r not in stopped]
+        rest_words = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in rest[:4])
+        return (f"{head}: {', '.join(who(r) for r in stopped)} was frozen (stopped by SIGSTOP) "
+                f"{where(ranks[stopped[0]])}" + (f"; {rest_words}" if rest_words else "") + never)
+    order = {p: i for i, p in enumerate(PHASES)}
+
+    def key(d: dict[str, Any]) -> tuple[int, int]:
+        return order.get(d.get("phase", ""), 0), int(d.get("tick") or 0)
+
+    earliest = min(key(d) for d in ranks.values())
+    behind = [r for r, d in sorted(ranks.items()) if key(d) == earliest]
+    phase = PHASES[earliest[0]]
+    if len(behind) == len(ranks) and not missing:
+        return f"{head}: all {len(ranks)} ranks hung {where(ranks[behind[0]])} (ranks {', '.join(map(str, behind))})"
+    ahead = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in sorted(ranks) if r not in behind)
+    if missing:
+        return f"{head}:{never[1:]}" + (f"; {', '.join(who(r) for r in sorted(ranks))} waited "
+                                        f"{phase_words(phase)}" if ranks else "")
+    return f"{head}: {', '.join(who(r) for r in behind)} hung {where(ranks[behind[0]])}" + (f"; {ahead}" if ahead else "")
+
+
+def report_fault(out: str, fault: dict[str, Any]) -> bool:
+    """Write ``fault.json``, result.json and summary.md for a run that did not finish; only the
+    first caller writes (O_EXCL), so the first fault seen is the one reported. True when written."""
+    try:
+        os.makedirs(status_dir(out), exist_ok=True)
+        fd = os.open(os.path.join(status_dir(out), "fault.lock"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError:
+        return False
+    os.close(fd)
+    fault = {**fault, "at": round(time.time(), 3)}
+    ddp_report.write_json(fault, os.path.join(status_dir(out), "fault.json"))
+    with contextlib.suppress(OSError):
+        result = fault_result(out, fault)
+        ddp_report.write_json(result, os.path.join(out, "result.json"))
+        with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as handle:
+            handle.write(ddp_report.markdown(result))
+    return True
+
+
+def apply_fault(checks: list[dict[str, Any]], fault: dict[str, Any]) -> None:
+    """Mark the check of the fault's phase failed with its cause, and the checks never run as such."""
+    target = PHASE_CHECK.get(fault.get("phase", ""), fault.get("phase", ""))
+    for check in checks:
+        if check["name"] == target and check["status"] != FAILED:
+            check.update(status=FAILED, summary=fault["cause"])
+        elif check["summary"] == "not run" or (check["status"] == SKIPPED and check["summary"].startswith("not run")):
+            check.update(status=SKIPPED, summary=f"not run: the run ended early ({fault['kind']})")
+
+
+def fault_result(out: str, fault: dict[str, Any]) -> dict[str, Any]:
+    """result.json of a run a watchdog or the guard ended: rank 0's checks as far as they got."""
+    ranks = read_progress(out)
+    first = ranks.get(0) or (next(iter(ranks.values())) if ranks else {})
+    checks = [dict(c) for c in first.get("checks") or [asdict(Check(name)) for name in CHECKS]]
+    apply_fault(checks, fault)
+    hosts = sorted({str(d.get("host")) for d in ranks.values()})
+    return {
+        "schema": SCHEMA, "site": first.get("site") or fault.get("site") or "unknown",
+        "job_id": first.get("job_id") or fault.get("job_id"), "launcher": first.get("launcher"),
+        "job_launcher": first.get("job_launcher"), "backend": first.get("backend"), "device": first.get("device"),
+        "world_size": max([int(d.get("world_size") or 0) for d in ranks.values()] + [fault.get("expected") or 0]),
+        "nodes": len(hosts), "hosts": hosts, "torch": first.get("torch"), "verdict": FAILED, "cause": fault["cause"],
+        "fault": fault, "checks": checks,
+        "ranks": [{k: v for k, v in d.items() if k != "checks"} for _, d in sorted(ranks.items())],
+        "bandwidth": {}, "mpi": {}, "elapsed_s": max(0.0, round(time.time() - float(first.get("started") or time.time()), 2)),
+        # the watchdogs and the guard run in the job's environment: the limit the batch script set
+        "time_limit": time_limit_record(float(os.environ.get("SITESTACK_TIME_LIMIT") or fault.get("limit_s") or 0),
+                                        os.environ),
+        "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None,
+                      "plot_note": "the run did not finish"},
+    }
+
+
+def earliest(ranks: dict[int, dict[str, Any]]) -> str:
+    """The phase of the rank furthest behind (a stopped rank first): the phase a fault is filed under."""
+    order = {p: i for i, p in enumerate(PHASES)}
+    stopped = [d for d in ranks.values() if d.get("proc_state") in ("T", "t")]
+    pool = stopped or list(ranks.values())
+    return min((str(d.get("phase", "startup")) for d in pool), key=lambda p: order.get(p, 0), default="startup")

@@ -1,0 +1,119 @@
+"""The guard around the launcher (``ddp_check.py --guard``): the job step in its own session, killed at
+the deadline (+GUARD_GRACE), with a result written when no rank wrote one."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from .faults import describe_fault, earliest, report_fault
+from .procs import descendants, kill_all
+from .progress import deadline_from_env, read_progress, status_dir
+from .results import exit_code, load_config
+from .siblings import ddp_report
+
+#: Seconds between the ranks' deadline and the guard's: the ranks' watchdogs speak first.
+GUARD_GRACE = 20.0
+
+
+def guard_main(argv: list[str]) -> int:
+    """``ddp_check.py --guard --out OUT [--config C] [--expect-world-size N] -- LAUNCHER ARGS...``:
+    run the job step in its own session; at the deadline (+GUARD_GRACE) kill everything in it;
+    write a result when no rank did; print the verdict and a last line that points at what exists."""
+    p = argparse.ArgumentParser(prog="ddp_check.py --guard")
+    p.add_argument("--out", required=True)
+    p.add_argument("--config")
+    p.add_argument("--expect-world-size", type=int, default=None)
+    p.add_argument("--time-limit", type=float, default=float(os.environ.get("SITESTACK_TIME_LIMIT") or 480))
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        p.error("no command to run after --")
+    deadline = deadline_from_env(os.environ, args.time_limit) + GUARD_GRACE
+    config = load_config(args.config) if args.config else {}
+    start = time.time()
+    timed_out = False
+    try:
+        proc = subprocess.Popen(command, start_new_session=True)
+    except OSError as exc:
+        proc = None
+        rc: int | None = 127
+        print(f"sitestack: cannot start {command[0]}: {exc}", file=sys.stderr, flush=True)
+    if proc is not None:
+        rc, timed_out, deadline = _watch_step(proc, args.out, deadline)
+    result_path = os.path.join(args.out, "result.json")
+    if not os.path.exists(result_path):
+        ranks = read_progress(args.out)
+        limit = deadline - GUARD_GRACE - start
+        kind = "timeout" if timed_out else "exited"
+        cause = describe_fault(kind, ranks, limit, args.expect_world_size, rc=rc, launcher=os.path.basename(command[0]))
+        report_fault(args.out, {"kind": kind, "cause": cause, "phase": earliest(ranks) if ranks else "startup",
+                                "expected": args.expect_world_size, "site": config.get("site"),
+                                "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("SITESTACK_JOB_ID"),
+                                "launcher_exit_code": rc})
+    return _last_words(args.out, rc, timed_out, started=proc is not None)
+
+
+def _watch_step(proc: subprocess.Popen[bytes], out: str, deadline: float) -> tuple[int, bool, float]:
+    """Wait for the job step; at the deadline (or 5 s after a watchdog reported a fault) kill every
+    process it started, orphans included. (exit code as a shell gives it, timed out, final deadline)."""
+    seen: dict[int, str] = {}
+
+    def stop(sig: int, _frame: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    timed_out = False
+    ended: float | None = None
+    last_scan = 0.0
+    while proc.poll() is None:
+        now = time.time()
+        if now - last_scan > 1.0:  # remember the step's processes: ranks a launcher orphans are found later
+            seen.update(descendants(proc.pid))
+            last_scan = now
+        if ended is None and os.path.exists(os.path.join(status_dir(out), "fault.json")):
+            # a rank's watchdog reported a rank killed or timed out: the others cannot finish
+            # without it; give the launcher a few seconds to end them itself
+            ended = now
+            deadline = min(deadline, now + 5.0)
+        if now >= deadline:
+            timed_out = ended is None
+            seen.update(descendants(proc.pid))
+            kill_all(seen)
+            break
+        time.sleep(0.25)
+    rc = proc.wait()
+    kill_all(seen)  # whatever the launcher left running
+    if rc < 0:  # the launcher ended by a signal: the shell's way of saying so
+        rc = 128 - rc
+    return rc, timed_out, deadline
+
+
+def _last_words(out: str, rc: int | None, timed_out: bool, started: bool) -> int:
+    """Print the verdict (where the ranks did not) and a last line naming what exists; the exit code."""
+    result_path = os.path.join(out, "result.json")
+    result: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError), open(result_path, encoding="utf-8") as handle:
+        result = json.load(handle)
+    code = rc if rc else exit_code(result)
+    if timed_out:
+        code = code or 3
+    if result:
+        if not started or rc or timed_out or result.get("fault"):  # the ranks did not print the table themselves
+            print(ddp_report.verdict_table(result), flush=True)
+        summary = os.path.join(out, "summary.md")
+        where = f"summary: {summary}" if os.path.exists(summary) else f"result: {result_path}"
+        print(f"sitestack validation: {str(result.get('verdict', '?')).upper()}, exit code {code}; {where}", flush=True)
+    else:
+        print(f"sitestack validation: no result was written (exit code {code}); see this log", flush=True)
+    return code

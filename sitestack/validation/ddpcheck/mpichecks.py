@@ -1,0 +1,121 @@
+"""The mpi-probe, mpi4py and horovod checks: the site-built C MPI probe's result, mpi4py's ranks, library
+and allreduce, and an allreduce through Horovod where the stack includes it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any
+
+from .mpi import mpi_pingpong
+from .results import FAILED, PASSED, SKIPPED
+from .siblings import ddp_report
+from .state import Run
+
+
+def mpi_probe(run: Run) -> None:
+    """The mpi-probe check: the C probe's result (its library, 2 ranks, allreduce, latency, bandwidth)."""
+    path = run.args.mpi_probe_result
+    if not path:
+        run.set("mpi-probe", SKIPPED, "the MPI probe was not run (not installed, or no MPI launcher for this job)")
+        return
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        log = os.path.splitext(path)[0] + ".log"
+        run.set("mpi-probe", FAILED, f"the MPI probe left no result ({exc.__class__.__name__}: {exc}); see {log}")
+        return
+    run.mpi_data["probe"] = data
+    want = (run.config.get("mpi") or {}).get("library_match")
+    library = str(data.get("library", "")).strip()
+    first_line = " ".join(library.splitlines()[0].split()) if library else "?"
+    problems = []
+    if want and want not in library:
+        problems.append(f"the probe ran on \"{first_line}\", the site expects {want}")
+    if int(data.get("size", 0)) < 2:
+        problems.append(f"the probe ran with {data.get('size')} rank(s): the MPI launcher did not start 2")
+    if not data.get("allreduce_ok", False):
+        problems.append("MPI_Allreduce gave a wrong sum")
+    bw = data.get("bandwidth") or []
+    peak = max((b["mb_s"] for b in bw), default=0.0)
+    hosts = data.get("hosts") or []
+    where = f"{hosts[0]} <-> {hosts[-1]}" if hosts else "?"
+    if problems:
+        run.set("mpi-probe", FAILED, problems[0], problems=problems)
+    else:
+        run.set("mpi-probe", PASSED, f"{first_line}: latency "
+                f"{data.get('latency_us', 0):.3g} us, bandwidth {peak:.4g} MB/s ({where})")
+
+
+def mpi4py_check(run: Run) -> None:
+    """The mpi4py check: the same ranks as the launcher, the site's MPI library, an exact allreduce, a ping-pong."""
+    if run.mpi is None and run.mpi_data.get("failure"):
+        run.set("mpi4py", FAILED, run.mpi_data["failure"])
+        return
+    if run.mpi is None:
+        reason = run.mpi_data.get("skip") or "mpi4py is not installed in this stack"
+        run.set("mpi4py", SKIPPED, reason)
+        return
+    MPI = run.mpi
+    comm = MPI.COMM_WORLD
+    size, rank = comm.Get_size(), comm.Get_rank()
+    lines = MPI.Get_library_version().strip().splitlines()
+    library = " ".join(lines[0].split()) if lines else "?"
+    problems = []
+    if size != run.info.world_size:
+        problems.append(f"mpi4py sees {size} rank(s), the launcher {run.info.launcher} started "
+                        f"{run.info.world_size}: the MPI library cannot talk to this launcher's PMI "
+                        "(srun --mpi=..., or the MPI is not the one mpi4py was built with)")
+    want = (run.config.get("mpi") or {}).get("library_match")
+    if want and want not in library:
+        problems.append(f"mpi4py uses \"{library[:120]}\", the site expects {want}")
+    total = comm.allreduce(rank, op=MPI.SUM) if size > 1 else 0
+    if total != size * (size - 1) // 2:
+        problems.append(f"MPI allreduce of ranks gave {total}, expected {size * (size - 1) // 2}")
+    latency = bandwidth = None
+    stats: dict[str, Any] = {}
+    if size > 1 and not problems:
+        stats, bandwidth = mpi_pingpong(MPI, comm, rank, size)
+        latency = stats.get("median_us")
+    reports = run.all_gather(problems) if run.pg_ok else [problems]
+    bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
+    details = {"library": library[:120], "size": size, "latency_us": latency, "latency": stats,
+               "bandwidth_mb_s": bandwidth}
+    run.mpi_data["mpi4py"] = details
+    if bad:
+        run.set("mpi4py", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad], **details)
+    else:
+        extra = f"; ping-pong {ddp_report.latency_text(stats)}, {bandwidth:.4g} MB/s at 1 MiB" if stats else ""
+        run.set("mpi4py", PASSED, f"{library[:60]}, {size} ranks, allreduce exact{extra}", **details)
+
+
+def horovod(run: Run) -> None:
+    """The horovod check, where Horovod is part of the stack: its size and an exact allreduce."""
+    try:
+        import horovod.torch as hvd  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        run.set("horovod", SKIPPED, "skipped: Horovod not in this stack")
+        return
+    torch = run.torch
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    problems = []
+    if size != run.info.world_size:
+        problems.append(f"Horovod sees {size} ranks, the launcher started {run.info.world_size}")
+    t = torch.tensor([float(rank + 1)])
+    if run.dev.kind == "cuda":
+        t = t.cuda()
+    total = hvd.allreduce(t, op=hvd.Sum, name="sitestack.check")
+    if float(total.cpu()[0]) != size * (size + 1) / 2:
+        problems.append(f"Horovod allreduce gave {float(total.cpu()[0]):g}, expected {size * (size + 1) / 2:g}")
+    builds = [name for name, fn in (("MPI", "mpi_built"), ("Gloo", "gloo_built"), ("NCCL", "nccl_built"))
+              if callable(getattr(hvd, fn, None)) and getattr(hvd, fn)()]
+    if problems:
+        run.set("horovod", FAILED, problems[0], problems=problems)
+    else:
+        run.set("horovod", PASSED, f"{size}-rank allreduce exact (Horovod built with {', '.join(builds) or '?'})")
+    # stop Horovod's background thread now: the process leaves through os._exit (see exit_now)
+    with contextlib.suppress(Exception):
+        hvd.shutdown()

@@ -1,0 +1,57 @@
+"""The net-plugin check: with NCCL_DEBUG=INFO logs, every host used the network the site expects
+between nodes (read by nccl_log.py, shipped beside the check program)."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+
+from .results import FAILED, PASSED, SKIPPED
+from .siblings import nccl_log
+from .state import Run
+
+
+def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider: str | None,
+                     transport: str | None = None) -> tuple[str, str, list[str]]:
+    """(status, summary, evidence) from NCCL_DEBUG=INFO output of a run on ``hosts`` nodes.
+
+    ``nccl_log`` names the network each host used and, against the site's expectation
+    (``transport``: ofi, ib, ibext, socket or None; default ofi where a ``plugin`` is expected),
+    the cause when it is not that one. The job writes the logs itself, so a host without
+    evidence fails. One node uses no network between nodes: skipped. A TCP socket fallback
+    fails whether or not the site names a network.
+    """
+    lines, version = nccl_log.parse(log_text)
+    reports = nccl_log.classify(lines)
+    evidence = [e for r in reports for e in r.evidence[:3]]
+    nodes = max(hosts, len([r for r in reports if r.host != nccl_log.NO_HOST]))
+    if nodes < 2:
+        seen = f"; the log shows {nccl_log.summary(reports)}" if reports else ""
+        return SKIPPED, f"single-node run: the network plugin is only used between nodes{seen}", evidence
+    expect = nccl_log.Expectation(transport or ("ofi" if plugin else None), provider, plugin, multi_node=True, strict=True)
+    verdict = nccl_log.judge(reports, expect, version)
+    sockets = any("socket" in r.transports for r in reports)
+    status = FAILED if verdict.status == nccl_log.FAIL or (verdict.status == nccl_log.WARN and sockets) else PASSED
+    notes = "".join(f" ({n})" for n in verdict.notes)
+    return status, ("warning: " if verdict.status == nccl_log.WARN and status == PASSED else "") + verdict.cause + notes, evidence
+
+
+def net_plugin(run: Run) -> None:
+    """The net-plugin check over the job's NCCL logs (``--nccl-log``, default OUT/nccl/*.log)."""
+    pattern = run.args.nccl_log or os.path.join(run.args.out, "nccl", "*.log")
+    files = sorted(glob.glob(pattern))
+    text = ""
+    for path in files:
+        with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as handle:
+            text += handle.read()
+    hosts = len({r["host"] for r in run.ranks}) if run.ranks else 1
+    net = run.config.get("network") or {}
+    if run.dev.backend != "nccl" and not run.args.nccl_log:
+        run.set("net-plugin", SKIPPED, f"backend {run.dev.backend} does not use NCCL/RCCL network plugins")
+        return
+    expect = net.get("nccl_expect") or {}
+    status, summary, evidence = judge_net_plugin(text, hosts=hosts, plugin=expect.get("plugin", net.get("net_plugin")),
+                                                 provider=expect.get("provider", net.get("libfabric_provider")),
+                                                 transport=expect.get("transport"))
+    run.set("net-plugin", status, summary, evidence=evidence, logs=[os.path.relpath(f, run.args.out) for f in files])

@@ -1,0 +1,131 @@
+"""The process-group check: init_process_group with the device's backend; a taken port, a missing rank
+or an unreachable MASTER_ADDR is named."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import socket
+import threading
+import time
+from typing import Any
+
+from .ranks import RankInfo
+from .report import write_result
+from .results import FAILED, PASSED
+from .state import Run
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, on this host."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_in_use(port: int) -> str | None:
+    """Why ``port`` cannot be listened on here (as the c10d store would), or None when it is free."""
+    for family, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        with sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((addr, port))
+                sock.listen(1)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return f"bind: {os.strerror(exc.errno)}"
+                continue
+            return None
+    return None
+
+
+def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInfo, timeout: float) -> str:
+    """Why init_process_group failed, in one line: a taken port, missing ranks, refused, unresolvable."""
+    text = str(exc)
+    low = text.lower()
+    if "eaddrinuse" in low or "address already in use" in low:
+        return f"MASTER_PORT {port} on {addr} is already in use: another job or process holds it"
+    joined = re.search(r"(\d+)/(\d+) clients joined", text)
+    if joined or "timed out" in low or "timeout" in low:
+        seen = f" ({joined.group(1)} of {joined.group(2)} ranks joined)" if joined else ""
+        return (f"timed out after {timeout:.0f}s waiting for {info.world_size} ranks at {addr}:{port}{seen}: "
+                f"the launcher started fewer ranks than the world size {info.world_size} ({info.source}) says, "
+                "or a rank cannot reach MASTER_ADDR")
+    if "connection refused" in low or "econnrefused" in low:
+        return f"cannot connect to {addr}:{port}: rank 0 is not listening there (MASTER_ADDR wrong, or rank 0 failed)"
+    if "name or service not known" in low or "getaddrinfo" in low:
+        return f"MASTER_ADDR {addr} does not resolve on this host"
+    return f"init_process_group failed: {text.splitlines()[0] if text else type(exc).__name__}"
+
+
+def process_group(run: Run) -> bool:
+    """The process-group check: init_process_group through MASTER_ADDR/MASTER_PORT (or torchrun's store); True when it started."""
+    from datetime import timedelta
+
+    env = run.env
+    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    addr = env.get("MASTER_ADDR")
+    port = env.get("MASTER_PORT")
+    if run.info.world_size == 1 and (not addr or not port):
+        # One rank started without a launcher (python ddp_check.py on one GPU): a process group
+        # of one still initialises the backend (NCCL, XCCL, gloo) and runs every collective.
+        addr, port = "127.0.0.1", str(free_port())
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, port
+    if not addr or not port:
+        run.set("process-group", FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
+                "from the first host of the node list and the job id")
+        return False
+    if run.info.rank == 0 and not agent_store:
+        busy = port_in_use(int(port))
+        if busy:
+            run.set("process-group", FAILED, f"MASTER_PORT {port} is already in use on {run.host} ({busy}): "
+                    "another job or process holds it; the job derives the port from SLURM_JOB_ID, so a clash "
+                    "means a stray process or a fixed port elsewhere")
+            return False
+    timeout = timedelta(seconds=run.args.init_timeout)
+    kwargs: dict[str, Any] = {"backend": run.dev.backend, "init_method": "env://", "rank": run.info.rank,
+                              "world_size": run.info.world_size, "timeout": timeout}
+    if run.dev.kind == "cuda" and run.dev.index is not None:
+        kwargs["device_id"] = run.torch.device("cuda", run.dev.index)
+    start = time.perf_counter()
+    # the store's own timeout does not cover a port held by a process that accepts and never answers
+    stuck = threading.Timer(run.args.init_timeout + 15, on_stuck_init, args=(run, addr, port))
+    stuck.daemon = True
+    stuck.start()
+    try:
+        try:
+            run.dist.init_process_group(**kwargs)
+        except TypeError:  # torch without device_id
+            kwargs.pop("device_id", None)
+            run.dist.init_process_group(**kwargs)
+    except Exception as exc:  # noqa: BLE001  (every failure becomes a reason)
+        run.set("process-group", FAILED, explain_init_failure(exc, addr, port, run.info, run.args.init_timeout),
+                error=str(exc)[:2000])
+        return False
+    finally:
+        stuck.cancel()
+    run.pg_ok = True
+    run.set("process-group", PASSED, f"{run.dev.backend} process group of {run.info.world_size} ranks via "
+            f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s")
+    return True
+
+
+def on_stuck_init(run: Run, addr: str, port: str) -> None:
+    """A rank stuck in init_process_group past its timeout (a port that accepts and never answers): report and leave."""
+    run.set("process-group", FAILED, f"rank {run.info.rank} did not get through init_process_group in "
+            f"{run.args.init_timeout + 15:.0f}s: {addr}:{port} accepts connections but does not answer as rank 0's "
+            "store (another process holds MASTER_PORT?)")
+    run.skip_rest("not run: the process group did not start", "process-group")
+    with contextlib.suppress(Exception):
+        if run.info.rank == 0:
+            run.ranks = run.ranks or [{**run.me, "problems": run.pre_problems}]
+            write_result(run)
+    run.log(run.checks["process-group"].summary)
+    os._exit(1)

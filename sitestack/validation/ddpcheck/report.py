@@ -1,0 +1,75 @@
+"""Rank 0's report: result.json, summary.md and bandwidth.png, with a fault a watchdog reported."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import asdict
+from typing import Any
+
+from .faults import apply_fault
+from .progress import read_fault
+from .results import CHECKS, FAILED, SCHEMA, job_environment, job_id_for, read_startup, time_limit_record, verdict
+from .siblings import ddp_report
+from .state import Run
+
+
+def write_result(run: Run) -> dict[str, Any]:
+    """Rank 0: result.json, summary.md and bandwidth.png in OUT (a reported fault applied); the result."""
+    os.makedirs(run.args.out, exist_ok=True)
+    checks = [asdict(run.checks[name]) for name in CHECKS]
+    fault = await_fault(run, checks)
+    if fault:
+        apply_fault(checks, fault)
+    hosts = sorted({r["host"] for r in run.ranks}) if run.ranks else [run.host]
+    first = run.ranks[0] if run.ranks else run.me
+    failed = next((c for c in checks if c["status"] == FAILED), None)
+    result = {
+        "schema": SCHEMA,
+        "site": run.config.get("site", "unknown"),
+        "job_id": job_id_for(run.args.out, run.env),
+        "launcher": run.info.launcher,
+        "job_launcher": run.env.get("SITESTACK_LAUNCHER"),
+        "backend": run.device.backend if run.device else None,
+        "device": run.device.kind if run.device else None,
+        "world_size": run.info.world_size,
+        "nodes": len(hosts),
+        "hosts": hosts,
+        "torch": first.get("torch"),
+        "verdict": FAILED if fault else verdict(checks),
+        "cause": fault["cause"] if fault else (f"{failed['name']}: {failed['summary']}" if failed else None),
+        "fault": fault,
+        "checks": checks,
+        "ranks": run.ranks,
+        "bandwidth": run.bandwidth,
+        "mpi": {k: v for k, v in run.mpi_data.items() if k in ("probe", "mpi4py")},
+        "startup": read_startup(run.args.startup_result),
+        "job_environment": first.get("setting") or job_environment(run.env, (run.config.get("network") or {}).get("net_plugin")),
+        "elapsed_s": round(time.time() - run.start, 2),
+        "time_limit": time_limit_record(run.args.time_limit, run.env),
+        "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": "bandwidth.png"},
+    }
+    note = ddp_report.write_plot(result, os.path.join(run.args.out, "bandwidth.png"))
+    if note:
+        result["artefacts"]["plot"] = None
+        result["artefacts"]["plot_note"] = note
+    ddp_report.write_json(result, os.path.join(run.args.out, "result.json"))
+    with open(os.path.join(run.args.out, "summary.md"), "w", encoding="utf-8") as handle:
+        handle.write(ddp_report.markdown(result))
+    run.result = result
+    return result
+
+
+def await_fault(run: Run, checks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A fault a watchdog reported (a rank killed or crashed). When a check failed because a peer
+    went away, wait briefly for that rank's watchdog to say what happened to it."""
+    fault = read_fault(run.args.out)
+    lost = re.compile(r"closed by peer|reset by peer|broken pipe|connection closed|peer|EOF|unexpected end", re.I)
+    if fault is None and run.info.world_size > 1 and any(
+            c["status"] == FAILED and lost.search(c["summary"]) for c in checks):
+        end = time.time() + 3.0
+        while fault is None and time.time() < end:
+            time.sleep(0.2)
+            fault = read_fault(run.args.out)
+    return fault

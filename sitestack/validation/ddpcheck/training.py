@@ -1,0 +1,203 @@
+"""The ddp and checkpoint checks: every rank builds the same model, a few DDP steps on synthetic data lower
+the loss and leave the parameters identical everywhere; a checkpoint resumes to the same state."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from typing import Any
+
+from .results import FAILED, PASSED, rank_fault
+from .state import Run
+
+#: A rank this many times slower than the median of the others fails the ddp check: DDP runs at the
+#: pace of its slowest rank. Healthy ranks sharing a busy node differ by well under 2x here; a rank
+#: held to 10% of a CPU is ~10x slower.
+SLOW_RANK_FACTOR = 3.0
+
+
+def judge_balance(seconds: list[float], hosts: list[str] | None = None) -> str | None:
+    """Why the ranks are out of balance (naming the slowest rank), or None."""
+    if len(seconds) < 2:
+        return None
+    slowest = max(range(len(seconds)), key=lambda i: seconds[i])
+    others = sorted(s for i, s in enumerate(seconds) if i != slowest)
+    median = others[len(others) // 2]
+    if median <= 0 or seconds[slowest] < SLOW_RANK_FACTOR * median:
+        return None
+    where = f" on {hosts[slowest]}" if hosts else ""
+    return (f"slow rank: rank {slowest}{where} is {seconds[slowest] / median:.1f}x slower than the other ranks "
+            f"(a fixed computation took {seconds[slowest]:.3g}s against a median of {median:.3g}s; limit "
+            f"{SLOW_RANK_FACTOR:g}x): it is throttled or shares its CPU/GPU, and every DDP step waits for it")
+
+
+def _model(run: Run, seed: int) -> Any:
+    """The check's small model, built from ``seed`` on this rank's device."""
+    torch = run.torch
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    return model.to(run.torch_device())
+
+
+def _fingerprint(run: Run, module: Any) -> str:
+    """A short digest of a model's state: equal on every rank when the parameters are."""
+    digest = hashlib.sha256()
+    for tensor in module.state_dict().values():
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _batches(run: Run, steps: int) -> list[tuple[Any, Any]]:
+    """``steps`` synthetic batches of a fixed regression, different on each rank."""
+    torch = run.torch
+    gen = torch.Generator().manual_seed(7)
+    w_true = torch.randn(32, 1, generator=gen)
+    data = torch.Generator().manual_seed(1000 + run.info.rank)
+    dev = run.torch_device()
+    out = []
+    for _ in range(steps):
+        x = torch.randn(64, 32, generator=data)
+        y = torch.tanh(x @ w_true / 4) + 0.01 * torch.randn(64, 1, generator=data)
+        out.append((x.to(dev), y.to(dev)))
+    return out
+
+
+def _compute_seconds(run: Run) -> float:
+    """This rank's time for a fixed piece of work (the median of 5 repeats of 96 matrix products,
+    each ~25 ms of CPU: longer than a CFS quota period's share, so a throttled rank cannot hide in
+    one). The ranks of a node take turns (all nodes at once), so ranks that share cores by
+    design (more ranks than cores) do not slow each other; a rank throttled, or sharing its
+    CPU/GPU with something else, takes longer, and holds back every DDP step."""
+    torch = run.torch
+    a = torch.randn(192, 192, device=run.torch_device()) / 14
+    per_node: dict[str, int] = {}
+    for r in run.ranks:
+        per_node[r["host"]] = per_node.get(r["host"], 0) + 1
+    mine = 0.0
+    for turn in range(max(per_node.values(), default=1)):
+        run.barrier()
+        if turn != run.info.local_rank:
+            continue
+        times = []
+        for _ in range(5):
+            run.sync()
+            start = time.perf_counter()
+            b = a
+            for _ in range(96):
+                b = torch.tanh(b @ a)
+            run.sync()
+            times.append(time.perf_counter() - start)
+        mine = round(sorted(times)[len(times) // 2], 6)
+    run.barrier()
+    return mine
+
+
+def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
+    """The ddp check: same initial parameters, ranks in balance, loss lowered, parameters identical after; (model, optimizer, spare batches) for the checkpoint check."""
+    torch, dist = run.torch, run.dist
+    from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
+
+    seed = 1234 + (1 if rank_fault(run.env, "seed", run.info.rank) else 0)
+    model = _model(run, seed)
+    prints = run.all_gather(_fingerprint(run, model))
+    differ = [i for i, p in enumerate(prints) if p != prints[0]]
+    problems = []
+    if differ:
+        problems.append(f"rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} built different initial "
+                        f"parameters than rank 0 (fingerprint {prints[differ[0]]} vs {prints[0]}); DDP would silently "
+                        "overwrite them: check that every node runs the same torch and code")
+    compute = run.all_gather(_compute_seconds(run))
+    slow = judge_balance(compute, [r["host"] for r in run.ranks] if len(run.ranks) == len(compute) else None)
+    if slow:
+        problems.insert(0, slow)
+        run.set("ddp", FAILED, slow, compute_seconds=compute)
+        run.enter("ddp")  # a watchdog that ends the (slow) run reports it
+    ids = [run.dev.index] if run.dev.kind != "cpu" and run.dev.index is not None else None
+    ddp_model = DDP(model, device_ids=ids) if run.info.world_size > 1 else model
+    optim = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
+    batches = _batches(run, run.args.steps + 2)
+    losses = []
+    for step, (x, y) in enumerate(batches[: run.args.steps], 1):
+        run.note(f"step {step} forward", 2 * step)
+        optim.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+        run.note(f"step {step} backward", 2 * step + 1)
+        loss.backward()
+        optim.step()
+        mean = loss.detach().clone()
+        if run.info.world_size > 1:
+            dist.all_reduce(mean)
+            mean /= run.info.world_size
+        losses.append(float(mean.cpu()))
+    after = run.all_gather(_fingerprint(run, model))
+    differ_after = [i for i, p in enumerate(after) if p != after[0]]
+    if differ_after:
+        problems.append(f"parameters differ across ranks after {run.args.steps} DDP steps (ranks "
+                        f"{', '.join(map(str, differ_after))} vs rank 0): gradients were not averaged")
+    decreased = len(losses) >= 2 and losses[-1] < 0.9 * losses[0]
+    if not decreased:
+        problems.append(f"loss did not decrease: {losses[0]:.4g} -> {losses[-1]:.4g} over {len(losses)} steps")
+    details = {"losses": losses, "initial_fingerprints": prints, "final_fingerprint": after[0],
+               "compute_seconds": compute}
+    if problems:
+        run.set("ddp", FAILED, problems[0], problems=problems, **details)
+    else:
+        run.set("ddp", PASSED, f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps; parameters "
+                f"identical on all {run.info.world_size} ranks ({after[0]})", **details)
+    return ddp_model, optim, batches[run.args.steps:]
+
+
+def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]) -> None:
+    """The checkpoint check: save, resume into a fresh model and optimizer, the same state, and the same parameters after further steps."""
+    torch = run.torch
+    from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
+
+    model = ddp_model.module if hasattr(ddp_model, "module") else ddp_model
+    directory = os.path.join(run.args.out, "checkpoint")
+    path = os.path.join(directory, "ddp.pt")
+    if run.info.rank == 0:
+        os.makedirs(directory, exist_ok=True)
+        torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    run.barrier()
+    state = torch.load(path, map_location=run.torch_device(), weights_only=True)
+    fresh = _model(run, 99)
+    fresh.load_state_dict(state["model"])
+    fresh_ddp = DDP(fresh, device_ids=[run.dev.index] if run.dev.kind != "cpu" and run.dev.index is not None else None) \
+        if run.info.world_size > 1 else fresh
+    fresh_optim = torch.optim.SGD(fresh_ddp.parameters(), lr=0.1, momentum=0.9)
+    fresh_optim.load_state_dict(state["optim"])
+    problems = []
+    if _fingerprint(run, fresh) != _fingerprint(run, model):
+        problems.append("the resumed model differs from the saved one")
+    for a, b in zip(optim.state_dict()["state"].values(), fresh_optim.state_dict()["state"].values()):
+        if not torch.equal(a["momentum_buffer"].cpu(), b["momentum_buffer"].cpu()):
+            problems.append("the resumed optimizer state (momentum) differs from the saved one")
+            break
+    for net, opt in ((ddp_model, optim), (fresh_ddp, fresh_optim)):
+        for x, y in more:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+    for p, q in zip(model.parameters(), fresh.parameters()):
+        # the state right after loading is compared exactly (above); two DDP instances may sum
+        # gradients in another order, so the next steps agree to rounding only
+        same = torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+        if not same:
+            problems.append(f"after {len(more)} more steps the resumed run diverges from the original "
+                            f"(max difference {float((p - q).abs().max()):.3g})")
+            break
+    reports = run.all_gather(problems)
+    bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
+    run.barrier()
+    if run.info.rank == 0:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            os.rmdir(directory)
+    if bad:
+        run.set("checkpoint", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad])
+    else:
+        run.set("checkpoint", PASSED, f"saved and resumed: same parameters and optimizer state, and the same "
+                f"parameters after {len(more)} more steps on all ranks")
