@@ -48,12 +48,14 @@ PORT_BASE = 20000
 PORT_SPAN = 10000
 
 #: The NCCL_NET name each network plugin registers: the ROCm fork and aws-ofi-nccl before the
-#: rename say "AWS Libfabric"; current aws-ofi-nccl says "OFI" (HewlettPackard/shs-ccl-docs#35,
-#: OLCF's Frontier guide; research/peers.md s5.3).
+#: rename say "AWS Libfabric"; current aws-ofi-nccl says "OFI"
+#: (https://github.com/HewlettPackard/shs-ccl-docs/issues/35,
+#: https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html).
 NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
 
 #: Intel's Level Zero device hierarchy (FLAT: each stack of a card is a root device; COMPOSITE: each
-#: card), which decides a Dawn node's ranks and cores per rank (seed 003, setup_mpi.sh).
+#: card), which decides a Dawn node's ranks and cores per rank
+#: (setup_mpi.sh of https://github.com/kh296/dawn-containers).
 HIERARCHY = "ZE_FLAT_DEVICE_HIERARCHY"
 
 #: The MIOpen caches the users' launch helper puts on node-local storage per node and job (AMD sites).
