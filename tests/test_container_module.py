@@ -1,7 +1,8 @@
-"""The LUMI container module (seed 000): the container-image step (copy or link, sha256), the stack
-module in real Lmod (every variable LUMI's module sets, no host modules forced on container users),
-and the run scripts under srun with 2 ranks on the test Slurm cluster, in the stand-in runtime
-(tests/twins/runtime.py: Singularity is not available here)."""
+"""The LUMI container module (https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/):
+the container-image step (copy or link, sha256), the stack module in real Lmod (every variable
+LUMI's module sets, no host modules forced on container users), and the run scripts under srun
+with 2 ranks on the test Slurm cluster, in the stand-in runtime (tests/twins/runtime.py:
+Singularity is not available here)."""
 
 from __future__ import annotations
 

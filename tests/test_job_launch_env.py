@@ -72,7 +72,7 @@ def test_the_job_with_the_helper_and_its_own_fallback_agree(name: str, case: str
             got.pop(key), fallback.pop(key)
     assert got == fallback
     assert got["MASTER_PORT"] == str(jobs.master_port(4242424)) and got["NODELIST"] == "nid007,nid008"
-    if case == "Dawn COMPOSITE":  # seed 003: 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12 with FLAT
+    if case == "Dawn COMPOSITE":  # Dawn's setup_mpi.sh: 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12 with FLAT
         assert (got["RANKS_PER_NODE"], got["OMP_NUM_THREADS"], got["WORLD_SIZE"]) == ("4", "24", "8")
     if case == "Dawn FLAT":
         assert (got["RANKS_PER_NODE"], got["OMP_NUM_THREADS"], got["WORLD_SIZE"]) == ("8", "12", "16")

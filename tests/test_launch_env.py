@@ -86,7 +86,8 @@ def test_frontier_geometry_masks_miopen_and_site_settings(shell: str, tmp_path: 
     assert (batch["NNODES"], batch["TASKS_PER_NODE"], batch["WORLD_SIZE"], batch["CPUS_PER_TASK"]) == ("2", "8", "16", "7")
     assert batch["MASTER_PORT"] == str(jobs.master_port(1234567)) == "24567"
     assert "RANK" not in batch and "LOCAL_RANK" not in batch
-    assert batch["CPU_MASKS"].split(",")[4] == "0x00000000000000fe"  # GCD 4 -> CCD 0, core 0 reserved (seed 000)
+    assert batch["CPU_MASKS"].split(",")[4] == "0x00000000000000fe"  # GCD 4 -> CCD 0, core 0 reserved
+    # (LUMI's masks, https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/)
     assert batch["MIOPEN_USER_DB_PATH"] == batch["MIOPEN_CUSTOM_CACHE_DIR"] == f"/tmp/{user}-miopen-cache-1234567-{host}"
     assert Path(batch["MIOPEN_USER_DB_PATH"]).is_dir()
     assert batch["NCCL_SOCKET_IFNAME"] == "hsn1"  # the user's setting is kept over facts.env's hsn0
@@ -101,7 +102,8 @@ def test_frontier_geometry_masks_miopen_and_site_settings(shell: str, tmp_path: 
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("hierarchy, tasks, cpus", [("COMPOSITE", "4", "24"), ("FLAT", "8", "12"), (None, "8", "12")])
 def test_dawn_ranks_follow_the_ze_hierarchy(shell: str, hierarchy: str | None, tasks: str, cpus: str, tmp_path: Path):
-    """Seed 003's setup_mpi.sh: 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12 with FLAT (the default)."""
+    """Dawn's setup_mpi.sh (https://github.com/kh296/dawn-containers): 4 cards give 4 ranks x 24 cores
+    with COMPOSITE, 8 x 12 with FLAT (the default)."""
     helper = render("dawn", tmp_path)
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "pvc-s-[1,3]", "SLURM_JOB_NUM_NODES": "2",
            "SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_ON_NODE": "96"}

@@ -178,7 +178,8 @@ def test_all_ranks_on_one_core_is_the_torchrun_pitfall():
 # Excerpts in the formats of public NCCL_DEBUG=INFO logs (hosts and pids changed):
 #   plugin loaded over cxi: aws/aws-ofi-nccl#801 ("NET/OFI Selected Provider is cxi (found 8 nics)",
 #     "Using network AWS Libfabric"), determined-ai/environments#169 (nid hosts, provider cxi),
-#     aws/aws-ofi-nccl#161 ("NET/OFI Using aws-ofi-nccl 1.3.0aws"), LUMI user guide (peers s5.3).
+#     aws/aws-ofi-nccl#161 ("NET/OFI Using aws-ofi-nccl 1.3.0aws"), LUMI user guide
+#     (https://docs.lumi-supercomputer.eu/software/packages/pytorch/).
 #   socket fallback: NVIDIA/nccl#352 and #226 ("NET/Plugin : No plugin found (libnccl-net.so)."
 #     then "NET/Socket : Using [0]..."), NVIDIA/nccl#1126 ("... using internal implementation",
 #     "Using network Socket"), NVIDIA/nccl-tests#188 ("Plugin load (libnccl-net.so) returned 2 : ...").

@@ -5,8 +5,11 @@ Installed as ``$RUNSCRIPTS/get-master`` by the container-image step, beside ``ho
 (:mod:`sitestack.programs.hostlist`, the one host-list parser, which it imports from its own
 directory), and called by ``conda-python-distributed`` inside the container, where ``scontrol
 show hostnames`` is not available. Standard library only, nothing of sitestack: it runs with the
-container's Python. The site's own script split the list on every comma before expanding
-brackets, so ``nid[001,005-007]`` broke; hostlist.py reads Slurm's syntax whole.
+container's Python. The site's own script (the get-master of LUMI's PyTorch container module,
+https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/, written by its easyconfigs,
+https://github.com/Lumi-supercomputer/LUMI-EasyBuild-containers/tree/main/easybuild/easyconfigs/p/PyTorch)
+split the list on every comma before expanding brackets, so ``nid[001,005-007]`` broke;
+hostlist.py reads Slurm's syntax whole.
 
 Usage: ``get-master NODELIST`` (default ``$SLURM_JOB_NODELIST``, else ``$SLURM_NODELIST``) prints
 the first host; ``get-master --all NODELIST`` prints every host, one a line. Exit 2 on a list that

@@ -48,12 +48,14 @@ PORT_BASE = 20000
 PORT_SPAN = 10000
 
 #: The NCCL_NET name each network plugin registers: the ROCm fork and aws-ofi-nccl before the
-#: rename say "AWS Libfabric"; current aws-ofi-nccl says "OFI" (HewlettPackard/shs-ccl-docs#35,
-#: OLCF's Frontier guide; research/peers.md s5.3).
+#: rename say "AWS Libfabric"; current aws-ofi-nccl says "OFI"
+#: (https://github.com/HewlettPackard/shs-ccl-docs/issues/35,
+#: https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html).
 NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
 
 #: Intel's Level Zero device hierarchy (FLAT: each stack of a card is a root device; COMPOSITE: each
-#: card), which decides a Dawn node's ranks and cores per rank (seed 003, setup_mpi.sh).
+#: card), which decides a Dawn node's ranks and cores per rank
+#: (setup_mpi.sh of https://github.com/kh296/dawn-containers).
 HIERARCHY = "ZE_FLAT_DEVICE_HIERARCHY"
 
 #: The MIOpen caches the users' launch helper puts on node-local storage per node and job (AMD sites).
@@ -163,60 +165,17 @@ def script_name(launcher: str) -> str:
 
 
 def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
-    """The template variables of one batch script."""
+    """The template variables of one batch script (``launcher`` one of :data:`LAUNCHERS`; ValueError
+    for another, or for ``validation.bind: mask`` on a site without ``gpu.cpu_bind``)."""
     facts = inputs.facts
     v = validation_of(facts)
     if launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {launcher!r}")
-    sched = facts.scheduler
-    sbatch = []
-    if v.sbatch_tasks:
-        sbatch.append(f"--ntasks-per-node={v.ranks_per_node}")
-    for key, value in (("partition", sched.partition), ("account", sched.account), ("gres", sched.gres)):
-        if value:
-            sbatch.append(f"--{key}={value}")
-    sbatch.append(f"--time={sched.time}")
-    sbatch.extend(sched.options)
     stacks = 2 if facts.gpu.unit == "stack" else 0
-    env_items = []
-    miopen = []
-    # With the users' launch helper, facts.env and the MIOpen caches (already per job) are its; the job
-    # only makes those caches on every node. Without it (--python, no install-launch-env step) the job's own.
-    for key, value in ({} if inputs.launch_env else inputs.env).items():
-        if stacks and key == HIERARCHY:
-            continue  # the default of the geometry below, which a hierarchy chosen at submission overrides
-        env_items.append((key, sh_expanding(value)))
-        if key.startswith("MIOPEN_") and (key.endswith("_PATH") or key.endswith("_DIR")):
-            miopen.append(key)
-    if inputs.launch_env and uses_miopen(facts):
-        miopen = list(MIOPEN_KEYS)
-    binding = masks_mod.Binding.from_facts(facts)
-    masks = ",".join(masks_mod.rank_masks(binding)) if binding else ""
-    if v.bind == "mask" and not binding:
-        raise ValueError("validation.bind is mask, but the site has no gpu.cpu_bind to derive masks from")
-    container = None
-    exec_prefix = ""
-    if facts.container:
-        runtime = runtime_of(facts.container)
-        container = {"runtime": runtime.name, "image": facts.container.image or "", "bind_var": runtime.bind_var,
-                     # the prefix holds the stack's Python (PYTHON) and everything it installed
-                     "binds": sh_expanding(",".join((*facts.container.bind, inputs.prefix or str(Path(inputs.dir).parent),
-                                                     "$VALIDATION_DIR", "$OUT")))}
-        exec_prefix = f'{runtime.command} exec "$SIF" '
-    srun_mpi = " --mpi=pmi2" if facts.mpi.flavour in ("mpich", "intel-mpi") else ""
-    mpi_launcher = facts.mpi.launcher
-    if mpi_launcher == "srun":
-        per_node = 'srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1'
-        probe = f'srun --nodes=$(( NNODES > 1 ? 2 : 1 )) --ntasks=2 --ntasks-per-node="$PROBE_PER_NODE"{srun_mpi}'
-    elif facts.mpi.flavour == "openmpi":
-        per_node = 'mpiexec -n "$NNODES" -N 1 --host "$NODELIST"'
-        probe = 'mpiexec -n 2 -N "$PROBE_PER_NODE" --host "$(echo "$NODELIST" | sed "s/\\([^,]*\\)/\\1:2/g")"'
-    else:
-        per_node = 'mpiexec -n "$NNODES" -ppn 1 -hosts "$NODELIST"'
-        probe = 'mpiexec -n 2 -ppn "$PROBE_PER_NODE" -hosts "$NODELIST"'
-    nccl = facts.collectives in ("nccl", "rccl")
-    plugin = facts.network.net_plugin
-    job_seconds = slurm_seconds(sched.time)
+    env_items, miopen = _job_env(inputs, stacks)
+    geometry = _geometry_context(inputs, v, stacks)
+    container, exec_prefix = _container_context(inputs)
+    job_seconds = slurm_seconds(facts.scheduler.time)
     return {
         "site": inputs.site,
         "launcher": launcher,
@@ -228,7 +187,78 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "stack_module": inputs.stack_module,
         "load_failed": LOAD_FAILED,
         "module_root": inputs.module_root,
-        "sbatch": sbatch,
+        "sbatch": _sbatch_options(facts, v),
+        "env": env_items,
+        "miopen": miopen,
+        "container": container,
+        "exec_prefix": exec_prefix,
+        "stage_env": inputs.stage_env or "",
+        "launch_env": inputs.launch_env or "",
+        "job_seconds": job_seconds,
+        "time_limit": time_limit(job_seconds),
+        "guard_grace": GUARD_GRACE,
+        # the guard runs on the node, outside the container: the host's python3 there
+        "guard_python": "python3" if container else '"$PYTHON" python3',
+        **geometry,
+        **_launch_context(facts, launcher),
+    }
+
+
+def _sbatch_options(facts: Facts, v: Validation) -> list[str]:
+    """The job's ``#SBATCH`` options: tasks per node where the site asks for them, the scheduler's
+    partition, account and gres where set, its time, then the scheduler's own options."""
+    sched = facts.scheduler
+    sbatch = []
+    if v.sbatch_tasks:
+        sbatch.append(f"--ntasks-per-node={v.ranks_per_node}")
+    for key, value in (("partition", sched.partition), ("account", sched.account), ("gres", sched.gres)):
+        if value:
+            sbatch.append(f"--{key}={value}")
+    sbatch.append(f"--time={sched.time}")
+    sbatch.extend(sched.options)
+    return sbatch
+
+
+def _job_env(inputs: JobInputs, stacks: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """The variables the job itself exports (name, shell-quoted value), and the MIOpen cache variables
+    whose directories it makes on every node."""
+    env_items = []
+    miopen = []
+    # With the users' launch helper, facts.env and the MIOpen caches (already per job) are its; the job
+    # only makes those caches on every node. Without it (--python, no install-launch-env step) the job's own.
+    for key, value in ({} if inputs.launch_env else inputs.env).items():
+        if stacks and key == HIERARCHY:
+            continue  # the default of the geometry below, which a hierarchy chosen at submission overrides
+        env_items.append((key, sh_expanding(value)))
+        if key.startswith("MIOPEN_") and (key.endswith("_PATH") or key.endswith("_DIR")):
+            miopen.append(key)
+    if inputs.launch_env and uses_miopen(inputs.facts):
+        miopen = list(MIOPEN_KEYS)
+    return env_items, miopen
+
+
+def _container_context(inputs: JobInputs) -> tuple[dict[str, str] | None, str]:
+    """The site's container for the templates (runtime, image, bind variable and binds) and the
+    prefix that runs a command in it; ``(None, "")`` for a site without a container."""
+    facts = inputs.facts
+    if not facts.container:
+        return None, ""
+    runtime = runtime_of(facts.container)
+    container = {"runtime": runtime.name, "image": facts.container.image or "", "bind_var": runtime.bind_var,
+                 # the prefix holds the stack's Python (PYTHON) and everything it installed
+                 "binds": sh_expanding(",".join((*facts.container.bind, inputs.prefix or str(Path(inputs.dir).parent),
+                                                 "$VALIDATION_DIR", "$OUT")))}
+    return container, f'{runtime.command} exec "$SIF" '
+
+
+def _geometry_context(inputs: JobInputs, v: Validation, stacks: int) -> dict[str, Any]:
+    """The template variables of the node's geometry: ranks, cards and stacks, cores, the rank masks
+    and the port range (ValueError for ``bind: mask`` without ``gpu.cpu_bind``)."""
+    facts = inputs.facts
+    binding = masks_mod.Binding.from_facts(facts)
+    if v.bind == "mask" and not binding:
+        raise ValueError("validation.bind is mask, but the site has no gpu.cpu_bind to derive masks from")
+    return {
         "ranks_per_node": v.ranks_per_node,
         "stacks": stacks,
         "cards": (facts.gpu.per_node // stacks) if stacks else 0,
@@ -237,29 +267,37 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "cores_per_rank": facts.gpu.cores_per_gpu or 0,
         "port_base": PORT_BASE,
         "port_span": PORT_SPAN,
-        "env": env_items,
-        "miopen": miopen,
+        "bind": v.bind,
+        "masks": ",".join(masks_mod.rank_masks(binding)) if binding else "",
+        "per_node": facts.gpu.per_node or v.ranks_per_node,
+        "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
+    }
+
+
+def _launch_context(facts: Facts, launcher: str) -> dict[str, Any]:
+    """The template variables of the launchers: the one-process-per-node command, the two-rank MPI
+    probe's command (srun, Open MPI's or MPICH's mpiexec), srun's PMI flag, and NCCL's network."""
+    srun_mpi = " --mpi=pmi2" if facts.mpi.flavour in ("mpich", "intel-mpi") else ""
+    mpi_launcher = facts.mpi.launcher
+    if mpi_launcher == "srun":
+        per_node = 'srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1'
+        probe = f'srun --nodes=$(( NNODES > 1 ? 2 : 1 )) --ntasks=2 --ntasks-per-node="$PROBE_PER_NODE"{srun_mpi}'
+    elif facts.mpi.flavour == "openmpi":
+        per_node = 'mpiexec -n "$NNODES" -N 1 --host "$NODELIST"'
+        probe = 'mpiexec -n 2 -N "$PROBE_PER_NODE" --host "$(echo "$NODELIST" | sed "s/\\([^,]*\\)/\\1:2/g")"'
+    else:
+        per_node = 'mpiexec -n "$NNODES" -ppn 1 -hosts "$NODELIST"'
+        probe = 'mpiexec -n 2 -ppn "$PROBE_PER_NODE" -hosts "$NODELIST"'
+    plugin = facts.network.net_plugin
+    return {
         "per_node_command": per_node,
-        "nccl": nccl,
-        "nccl_net": NCCL_NET_NAMES.get(plugin or "") if plugin else None,
-        "net_plugin": plugin or "",
-        "container": container,
-        "exec_prefix": exec_prefix,
         "probe_command": probe,
         "srun_mpi": srun_mpi,
         "srun_used": launcher == "srun" or mpi_launcher == "srun",
         "mpi_flavour": facts.mpi.flavour,
-        "bind": v.bind,
-        "masks": masks,
-        "per_node": facts.gpu.per_node or v.ranks_per_node,
-        "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
-        "stage_env": inputs.stage_env or "",
-        "launch_env": inputs.launch_env or "",
-        "job_seconds": job_seconds,
-        "time_limit": time_limit(job_seconds),
-        "guard_grace": GUARD_GRACE,
-        # the guard runs on the node, outside the container: the host's python3 there
-        "guard_python": "python3" if container else '"$PYTHON" python3',
+        "nccl": facts.collectives in ("nccl", "rccl"),
+        "nccl_net": NCCL_NET_NAMES.get(plugin or "") if plugin else None,
+        "net_plugin": plugin or "",
     }
 
 

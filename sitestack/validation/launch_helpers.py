@@ -3,10 +3,12 @@
 Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.md):
 
 - ``sitestack-launch-env``: POSIX sh, sourced in a batch script or a task. It exports what the
-  sites' procedures compute by hand (seed 003's ``setup_mpi.sh``, seed 000's ``get-master`` and
-  masks, seed 001's MASTER_ADDR and MIOpen cache): NODELIST, NNODES, TASKS_PER_NODE, CPUS_PER_TASK,
-  WORLD_SIZE, MASTER_ADDR, a job-unique MASTER_PORT (:func:`sitestack.validation.jobs.master_port`),
-  RANK/LOCAL_RANK inside a task, the CPU masks, the MIOpen cache per node and job, facts.env.
+  sites' procedures compute by hand (Dawn's ``setup_mpi.sh``, https://github.com/kh296/dawn-containers;
+  LUMI's ``get-master`` and masks, https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/;
+  OLCF's MASTER_ADDR and MIOpen cache, https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html):
+  NODELIST, NNODES, TASKS_PER_NODE, CPUS_PER_TASK, WORLD_SIZE, MASTER_ADDR, a job-unique
+  MASTER_PORT (:func:`sitestack.validation.jobs.master_port`), RANK/LOCAL_RANK inside a task, the
+  CPU masks, the MIOpen cache per node and job, facts.env.
 - ``sitestack-launch CMD...``: runs CMD with it sourced, once per task under srun or mpiexec.
 - ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/programs/hostlist.py``), which
   the helper runs with ``python3`` where ``scontrol show hostnames`` is not available (containers).
@@ -39,7 +41,7 @@ STAGE = "sitestack-stage-env"
 HOSTLIST = "sitestack-hostlist"
 #: The host-list parser every shipped program uses (standard library only), installed as HOSTLIST.
 HOSTLIST_SOURCE = Path(__file__).resolve().parent.parent / "programs" / "hostlist.py"
-#: MIOpen's cache directory where facts.env names none (seed 000: /tmp, per user).
+#: MIOpen's cache directory where facts.env names none (LUMI's PyTorch module: /tmp, per user).
 MIOPEN_DEFAULT = "/tmp/${USER}-miopen"
 MIOPEN_KEYS = jobs.MIOPEN_KEYS
 

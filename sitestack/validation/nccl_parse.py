@@ -203,7 +203,31 @@ def classify(lines: list[Line]) -> list[HostReport]:
 
 
 def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostReport:
+    """What ``host``'s NCCL ``lines`` show: its transport (:func:`_choose_transport`), then what
+    each line says of the network, the plugin and the environment, with at most eight lines of
+    evidence (the first line to state each fact, every network warning)."""
     r = HostReport(host)
+    _choose_transport(r, lines, old_bootstrap)
+    names: dict[str, str] = {}  # plugin names seen: "ofi", "loaded", "sharp" -> its name
+    ofi_warnings: list[str] = []
+    for ln in lines:
+        keep = _note_network(r, ln.msg, names)
+        keep = _note_plugin_state(r, ln.msg, ofi_warnings, keep)
+        keep = _note_settings(r, ln, old_bootstrap, names, ofi_warnings, keep)
+        if keep and len(r.evidence) < 8:
+            r.evidence.append(f"{host}:{ln.pid} {ln.level} {ln.msg}" if ln.pid else f"{host} {ln.level} {ln.msg}")
+    r.plugin = names.get("ofi") or names.get("loaded") or names.get("sharp")
+    if r.selected in ("ofi", "ibext") and r.plugin_state in ("none", "not-found"):
+        # a "No plugin found (librccl-net.so)" beside a plugin that then carried the data is harmless
+        r.plugin_state = "loaded"
+    elif r.plugin and r.plugin_state == "none":
+        r.plugin_state = "loaded"
+    return r
+
+
+def _choose_transport(r: HostReport, lines: list[Line], old_bootstrap: bool) -> None:
+    """Set ``r.transports`` (every process's known choice), ``r.selected`` (the one choice,
+    "mixed" or "unknown"), ``r.intra_node_only`` and ``r.transport`` from ``lines``."""
     by_pid: dict[str, list[Line]] = {}
     for ln in lines:
         by_pid.setdefault(ln.pid, []).append(ln)
@@ -218,59 +242,67 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
     # data that never left the node (channels via P2P/SHM only): the transport used is intra-node,
     # whatever network NCCL set up for other nodes
     r.transport = "intra-node" if r.intra_node_only else r.selected
-    names: dict[str, str] = {}
-    ofi_warnings: list[str] = []
-    for ln in lines:
-        msg = ln.msg
-        keep = False
-        if m := _NETWORK.match(msg):
-            keep = r.network is None
-            r.network = r.network or m.group("name")
-        elif (m := _VIA_NET.search(msg)) and r.network is None:
-            r.network = m.group("name")
-        if m := _PROVIDER.search(msg):
-            keep = r.provider is None
-            r.provider = r.provider or m.group("p")
-        if m := _OFI_NAME.search(msg):
-            keep = keep or "ofi" not in names
-            names.setdefault("ofi", " ".join(filter(None, (m.group("name"), m.group("version")))))
-        elif m := _LOADED.search(msg):
-            keep = keep or "loaded" not in names
-            names.setdefault("loaded", m.group("name"))
-        elif (m := _SHARP.match(msg)) and m.group("p2p") is None:
-            keep = keep or "sharp" not in names
-            names.setdefault("sharp", "nccl-rdma-sharp-plugins")
-        if _INIT_FAILED.search(msg):
-            if r.plugin_state != "failed":
-                # quote the plugin's own reason where it warned first ("Only EFA provider is supported",
-                # aws/deep-learning-containers#2675), else the failure line
-                reason = next((w for w in ofi_warnings if w != msg), msg)
-                r.plugin_state, r.plugin_message, keep = "failed", reason, True
-        elif _NOT_FOUND.search(msg) and r.plugin_state == "none":
-            r.plugin_state = "not-found" if _MISSING.search(msg) else "failed"
-            r.plugin_message, keep = msg, True
-        if forced := _env(msg, "NCCL_NET"):
-            r.forced, keep = forced, True
-        if _env(msg, "NCCL_IB_DISABLE", "1"):
-            r.ib_disabled, keep = True, True
-        if (_env(msg, "NCCL_IBEXT_DISABLE", "1") and names.get("sharp")) or _env(msg, "NCCL_NET_PLUGIN", "none"):
-            r.plugin_state, r.plugin_message, keep = "disabled", msg, True
-        if (m := _IB_USING.match(msg)) and r.ib_devices is None:
-            r.ib_devices, keep = m.group("kind") + (m.group("sharp") or ""), True
-        if _SOCKET_USING.match(msg) and old_bootstrap and r.selected in ("ofi", "ib", "ibext"):
-            r.bootstrap_socket, keep = True, not r.bootstrap_socket
-        if ln.level == "WARN" and msg.startswith("NET/OFI"):
-            ofi_warnings.append(msg)
-        if ln.level == "WARN" and _NET_WARN.match(msg):
-            r.warnings.append(msg)
-            keep = True
-        if keep and len(r.evidence) < 8:
-            r.evidence.append(f"{host}:{ln.pid} {ln.level} {msg}" if ln.pid else f"{host} {ln.level} {msg}")
-    r.plugin = names.get("ofi") or names.get("loaded") or names.get("sharp")
-    if r.selected in ("ofi", "ibext") and r.plugin_state in ("none", "not-found"):
-        # a "No plugin found (librccl-net.so)" beside a plugin that then carried the data is harmless
-        r.plugin_state = "loaded"
-    elif r.plugin and r.plugin_state == "none":
-        r.plugin_state = "loaded"
-    return r
 
+
+def _note_network(r: HostReport, msg: str, names: dict[str, str]) -> bool:
+    """Record the network name, the provider and a plugin's name ``msg`` states (the first of
+    each wins); return whether ``msg`` is evidence so far."""
+    keep = False
+    if m := _NETWORK.match(msg):
+        keep = r.network is None
+        r.network = r.network or m.group("name")
+    elif (m := _VIA_NET.search(msg)) and r.network is None:
+        r.network = m.group("name")
+    if m := _PROVIDER.search(msg):
+        keep = r.provider is None
+        r.provider = r.provider or m.group("p")
+    if m := _OFI_NAME.search(msg):
+        keep = keep or "ofi" not in names
+        names.setdefault("ofi", " ".join(filter(None, (m.group("name"), m.group("version")))))
+    elif m := _LOADED.search(msg):
+        keep = keep or "loaded" not in names
+        names.setdefault("loaded", m.group("name"))
+    elif (m := _SHARP.match(msg)) and m.group("p2p") is None:
+        keep = keep or "sharp" not in names
+        names.setdefault("sharp", "nccl-rdma-sharp-plugins")
+    return keep
+
+
+def _note_plugin_state(r: HostReport, msg: str, ofi_warnings: list[str], keep: bool) -> bool:
+    """Record a plugin that failed to start or was not found (the first such line decides; a failure
+    quotes the plugin's own earlier warning where there is one); return ``keep``, or True when
+    ``msg`` decided."""
+    if _INIT_FAILED.search(msg):
+        if r.plugin_state != "failed":
+            # quote the plugin's own reason where it warned first ("Only EFA provider is supported",
+            # aws/deep-learning-containers#2675), else the failure line
+            reason = next((w for w in ofi_warnings if w != msg), msg)
+            r.plugin_state, r.plugin_message, keep = "failed", reason, True
+    elif _NOT_FOUND.search(msg) and r.plugin_state == "none":
+        r.plugin_state = "not-found" if _MISSING.search(msg) else "failed"
+        r.plugin_message, keep = msg, True
+    return keep
+
+
+def _note_settings(r: HostReport, ln: Line, old_bootstrap: bool, names: dict[str, str], ofi_warnings: list[str],
+                   keep: bool) -> bool:
+    """Record what ``ln`` says of the environment (NCCL_NET, NCCL_IB_DISABLE, a disabled plugin), the
+    IB devices, an old bootstrap's socket line and network warnings (OFI warnings also go to
+    ``ofi_warnings``); return whether ``ln`` is evidence, given ``keep`` so far."""
+    msg = ln.msg
+    if forced := _env(msg, "NCCL_NET"):
+        r.forced, keep = forced, True
+    if _env(msg, "NCCL_IB_DISABLE", "1"):
+        r.ib_disabled, keep = True, True
+    if (_env(msg, "NCCL_IBEXT_DISABLE", "1") and names.get("sharp")) or _env(msg, "NCCL_NET_PLUGIN", "none"):
+        r.plugin_state, r.plugin_message, keep = "disabled", msg, True
+    if (m := _IB_USING.match(msg)) and r.ib_devices is None:
+        r.ib_devices, keep = m.group("kind") + (m.group("sharp") or ""), True
+    if _SOCKET_USING.match(msg) and old_bootstrap and r.selected in ("ofi", "ib", "ibext"):
+        r.bootstrap_socket, keep = True, not r.bootstrap_socket
+    if ln.level == "WARN" and msg.startswith("NET/OFI"):
+        ofi_warnings.append(msg)
+    if ln.level == "WARN" and _NET_WARN.match(msg):
+        r.warnings.append(msg)
+        keep = True
+    return keep
