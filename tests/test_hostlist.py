@@ -94,3 +94,34 @@ def test_the_check_program_as_installed(tmp_path: Path) -> None:
 def test_the_launch_helper_in_each_shell(shell: str, tmp_path: Path) -> None:
     helper = render("lumi", tmp_path)
     check_programs(lambda text: [shell, "-c", '. "$1" >/dev/null && sitestack_hostlist "$2"', shell, str(helper), text], ",")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_launch_helper_sets_nodelist_from_the_table(shell: str, tmp_path: Path) -> None:
+    """Sourced in a job, the helper's NODELIST is the table's expansion of SLURM_JOB_NODELIST."""
+    helper = render("lumi", tmp_path)
+    script = 'SLURM_JOB_NODELIST=$2; export SLURM_JOB_NODELIST; . "$1" >/dev/null 2>&1; printf "%s\\n" "$NODELIST"'
+    for case, out in zip(VALID, run_all(lambda text: [shell, "-c", script, shell, str(helper), text], VALID)):
+        assert out.returncode == 0, (case["list"], out.stderr)
+        check_hosts(case, out.stdout.strip("\n").split(","))
+
+
+def test_the_job_script_without_a_launch_helper_takes_master_addr_from_the_table(tmp_path: Path) -> None:
+    """``invoke validate --python`` installs no launch helper: the job script's own MASTER_ADDR block
+    expands SLURM_JOB_NODELIST with the job's hostlist.py, and refuses a list it cannot read."""
+    from sitestack.installs.site_stack import job_inputs
+    from sitestack.validation import jobs
+    from tests.test_validation_jobs import context
+
+    ctx = context("local")
+    files = jobs.job_files(job_inputs(ctx, str(tmp_path), sys.executable))
+    text = next(t for name, (t, _) in files.items() if name.endswith(".sbatch"))
+    block = text[text.index("# MASTER_ADDR:"):text.index("export MASTER_ADDR")] + 'echo "$NODELIST"\n'
+    (tmp_path / "hostlist.py").write_text(PROGRAM_FILES["hostlist.py"].read_text())
+    script = f'PYTHON={sys.executable}; VALIDATION_DIR={tmp_path}; SLURM_JOB_NODELIST=$1\n{block}'
+    for case, out in zip(VALID, run_all(lambda text: ["bash", "-c", script, "bash", text], VALID)):
+        assert out.returncode == 0, (case["list"], out.stderr)
+        check_hosts(case, out.stdout.strip("\n").split(","))
+    refused = [c for c in INVALID if c["list"]]   # an empty SLURM_JOB_NODELIST is no Slurm job: this host
+    for case, out in zip(refused, run_all(lambda text: ["bash", "-c", script, "bash", text], refused)):
+        assert out.returncode != 0 and "cannot expand SLURM_JOB_NODELIST" in out.stderr, (case, out.stderr)

@@ -1,8 +1,8 @@
 """The validation job and the users' launch helper agree: the job sources the helper where the
 playbook installs it, and keeps its own geometry only where none is installed (``--python``, a
 playbook without install-launch-env). Both are rendered for each site and run with bash under the
-same Slurm job environment (the variables sbatch sets; Slurm's own ``scontrol``, with a two-line
-slurm.conf, expands the host list), and every value the job's ranks see must be the same."""
+same Slurm job environment (the variables sbatch sets; both expand the host list with sitestack's
+one parser, hostlist.py, installed beside them), and every value the job's ranks see must be the same."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from sitestack.actions.launch_env import launch_inputs
 from sitestack.installs.site_stack import job_inputs
 from sitestack.validation import jobs
-from sitestack.validation.launch_helpers import HELPER, helper_files
+from sitestack.validation.launch_helpers import HELPER, HOSTLIST, helper_files
 from tests.test_validation_jobs import SITES, context
 
 NAMES = ("NNODES", "RANKS_PER_NODE", "WORLD_SIZE", "NODELIST", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
@@ -42,11 +42,11 @@ def geometry(text: str) -> str:
 
 
 def run(script: str, env: dict[str, str], tmp: Path) -> dict[str, str]:
-    conf = tmp / "slurm.conf"  # `scontrol show hostnames` reads a configuration, and needs no controller
-    conf.write_text("ClusterName=agree\nSlurmctldHost=localhost\n")
-    out = subprocess.run(["bash", "-c", "set -uo pipefail\n" + script + PRINT], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "USER": "alice", "HOME": "/home/alice",
-                              "SLURM_CONF": str(conf), **env}, timeout=60)
+    # the job's directory holds hostlist.py, which the job's own MASTER_ADDR block runs (no helper)
+    (tmp / "hostlist.py").write_text(jobs.PROGRAM_FILES["hostlist.py"].read_text())
+    head = f"set -uo pipefail\nVALIDATION_DIR={tmp}\nPYTHON=/usr/bin/python3\n"
+    out = subprocess.run(["bash", "-c", head + script + PRINT], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "USER": "alice", "HOME": "/home/alice", **env}, timeout=60)
     assert out.returncode == 0, out.stderr
     return dict(line.split("=", 1) for line in out.stdout.splitlines())
 
@@ -60,7 +60,10 @@ def test_the_job_with_the_helper_and_its_own_fallback_agree(name: str, case: str
     assert inputs.launch_env == f"{prefix}/bin/{HELPER}"
     launcher = jobs.validation_of(ctx.facts).launchers[0]
     helper = tmp_path / HELPER
-    helper.write_text(helper_files(launch_inputs(ctx, f"{prefix}/bin"))[HELPER][0])
+    files = helper_files(launch_inputs(ctx, f"{prefix}/bin"))
+    # the helper and the host-list parser it runs, installed side by side in tmp_path
+    helper.write_text(files[HELPER][0].replace(f"{prefix}/bin/{HOSTLIST}", str(tmp_path / HOSTLIST)))
+    (tmp_path / HOSTLIST).write_text(files[HOSTLIST][0])
     with_helper = geometry(jobs.render_job(inputs, launcher)).replace(inputs.launch_env, str(helper))
     # --python: the job's own geometry (no helper), the fallback
     own = jobs.render_job(job_inputs(ctx, f"{prefix}/validation", "/usr/bin/python3"), launcher)
