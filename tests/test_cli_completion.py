@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import REPO
 
+#: The commands the scripts complete: the installed console script, Invoke's, and Invoke's short name.
+COMMANDS = ["sitestack", "invoke", "inv"]
 SITES = sorted(p.stem for p in (REPO / "playbooks").glob("*.yml"))
 #: The venv's bin/ first: `invoke` and `sitestack` (its console script) are there.
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -27,8 +29,11 @@ def shell(argv: list[str], cwd: Path | str = REPO) -> list[str]:
 def bash(*words: str, cwd: Path | str = REPO) -> list[str]:
     """What scripts/completion.bash offers for ``words`` (the last one is being completed)."""
     quoted = " ".join(f"'{w}'" for w in words)
-    script = (f"source {REPO}/scripts/completion.bash; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; "
-              f"_sitestack_complete '{words[0]}' '{words[-1]}' '{words[-2]}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+    # the function bash itself would call for this command: the one `complete -p` has registered
+    script = (f"source {REPO}/scripts/completion.bash; "
+              f"fn=$(complete -p '{words[0]}' | sed -n 's/.* -F \\([^ ]*\\) .*/\\1/p'); [ -n \"$fn\" ] || exit 3; "
+              f"COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; "
+              f"\"$fn\" '{words[0]}' '{words[-1]}' '{words[-2]}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
     return shell(["bash", "-c", script], cwd)
 
 
@@ -37,9 +42,9 @@ def zsh(*words: str, cwd: Path | str = REPO) -> list[str]:
     (compadd itself, which filters by the typed prefix, only prints here)."""
     quoted = " ".join(f"'{w}'" for w in words)
     script = (f"autoload -Uz compinit && compinit -u -D; source {REPO}/scripts/completion.zsh; "
-              "[[ $_comps[sitestack] == _sitestack && $_comps[invoke] == _sitestack ]] || exit 3; "
+              f"[[ -n $_comps[{words[0]}] ]] || exit 3; "
               "compadd() { [[ $1 == -a ]] && print -l -- ${(P)2} }; "
-              f"words=({quoted}); CURRENT={len(words)}; _sitestack")
+              f"words=({quoted}); CURRENT={len(words)}; $_comps[{words[0]}]")
     return [w for w in shell(["zsh", "-f", "-c", script], cwd) if w.startswith(words[-1])]
 
 
@@ -51,7 +56,7 @@ def fish(line: str, cwd: Path | str = REPO) -> list[str]:
 pytestmark = pytest.mark.skipif(not all(shutil.which(s) for s in ("bash", "zsh", "fish")), reason="needs bash, zsh, fish")
 
 
-@pytest.mark.parametrize("command", ["sitestack", "invoke"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_bash_completes_tasks_options_and_sites(command):
     assert "provision" in bash(command, "prov")
     assert bash(command, "provision", "--list") == ["--list-steps", "--list-tags"]
@@ -64,14 +69,14 @@ def test_sitestack_completes_from_any_directory():
     assert fish("sitestack provision --site ", cwd="/") == SITES
 
 
-@pytest.mark.parametrize("command", ["sitestack", "invoke"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_zsh_completes_tasks_options_and_sites(command):
     assert zsh(command, "prov") == ["provision"]
     assert zsh(command, "provision", "--list") == ["--list-steps", "--list-tags"]
     assert zsh(command, "provision", "--site", "") == SITES
 
 
-@pytest.mark.parametrize("command", ["sitestack", "invoke"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_fish_completes_tasks_options_and_sites(command):
     assert fish(f"{command} prov") == ["provision"]
     assert fish(f"{command} provision --list") == ["--list-steps", "--list-tags"]

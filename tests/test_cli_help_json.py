@@ -21,6 +21,7 @@ DATA_TASKS = {
     "show-site": (("--site", "local"), {"site", "playbook", "hosts", "facts"}),
     "checksum": (("pyproject.toml",), {"target", "filename", "size", "sha256"}),
     "installed": (("--site", "local", "--prefix", "/nonexistent/sitestack-prefix"), {"site", "host", "prefix", "installs"}),
+    "gc": (("--max-size", "1T", "--dry-run"), {"dry_run", "removed", "bytes"}),
     "nccl-log": ((str(REPO / "tests" / "data" / "nccl-logs" / "nccl-1357-ibext-sharp.log"),), {"site", "status", "hosts"}),
 }
 
@@ -40,6 +41,18 @@ def test_every_task_shows_its_help(name):
         shown = {o.replace("[no-]", "") for o in re.findall(r"^ +(?:-[a-z], )?(--(?:\[no-\])?[a-z-]+)", out.stdout, re.M)}
         assert shown == set(options_of(name)), (argv, shown)
         assert "[--options]" in out.stdout or not options_of(name)
+        text = " ".join(out.stdout.split())   # Invoke wraps long help texts
+        missing = [o for o, h in help_texts(name).items() if " ".join(h.split()[:4]) not in text]
+        assert not missing, (argv, f"options shown without their help text: {missing}")
+
+
+#: Each task's option help texts as declared, read before Invoke parses any task (which consumes them).
+DECLARED_HELP = {name: dict(ns[name].help) for name in ns.task_names}
+
+
+def help_texts(name: str) -> dict[str, str]:
+    """Each option's help text as the task declares it."""
+    return {option: text for option, text in DECLARED_HELP[name].items() if text}
 
 
 def test_every_task_that_takes_json_is_a_data_task_or_a_run():

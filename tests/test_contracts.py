@@ -219,3 +219,33 @@ def test_an_install_is_redone_when_its_inputs_change_or_a_sanity_path_is_gone(tm
     assert install_reason(host, str(dest), {**inputs, "args": ["--b"]}, ["bin/tool"]).startswith("inputs changed")
     (dest / "bin" / "tool").unlink()
     assert install_reason(host, str(dest), inputs, ["bin/tool"]) == f"sanity paths missing in {dest}: bin/tool"
+
+
+def test_a_host_that_changed_then_failed_is_failed_in_the_json_document():
+    """The run document's host status: a failure wins over the changes made before it."""
+    from sitestack.core.report import HostRun
+    from sitestack.core.step import Result
+    from sitestack.engine.results import host_document
+
+    run = HostRun("login", [Result("prefix-layout", "changed"), Result("mpi4py", "failed", "build failed")])
+    assert host_document(run)["status"] == "failed"
+    assert host_document(HostRun("login", [Result("prefix-layout", "changed")]))["status"] == "changed"
+    assert host_document(HostRun("login", [Result("prefix-layout", "ok")], error="unreachable"))["status"] == "failed"
+
+
+def test_a_json_file_goes_where_a_user_names_it_private_and_whole(tmp_path):
+    """``--json ~/run.json``: ``~`` is the user's home; the document is private (0600, as the run's
+    logs are) whatever the umask; a second run replaces it whole."""
+    import json
+    import stat
+
+    from tests.conftest import run_invoke
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for _ in range(2):
+        out = run_invoke("sites", "--json", "~/run.json", env={"HOME": str(home)}, timeout=120)
+        assert out.returncode == 0, out.stderr
+    written = home / "run.json"
+    assert json.loads(written.read_text())["command"] == "sites"
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600

@@ -81,3 +81,24 @@ def test_signature_changes_with_the_file_and_is_none_when_missing(tmp_path: Path
     assert first is not None and first == signature(path)
     atomic_write(path, b"two")   # same size, new inode
     assert signature(path) != first
+
+
+def test_an_edit_in_place_of_the_same_size_is_a_new_signature_and_a_new_parse(tmp_path: Path, monkeypatch):
+    """An editor that rewrites a file in place keeps its inode and, for ``a: 1`` -> ``a: 2``, its size:
+    the signature must still change (mtime/ctime), or a cached parse would be served stale."""
+    import os
+
+    from sitestack.core.yamlfile import load_yaml
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = tmp_path / "site.yml"
+    path.write_text("a: 1\n")
+    before, info = signature(path), os.stat(path)
+    assert load_yaml(path)["a"] == 1
+    with open(path, "r+") as handle:   # same inode, same size
+        handle.write("a: 2\n")
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000))   # a clock tick later, whatever the clock
+    after = signature(path)
+    assert before is not None and after is not None and before[:2] == after[:2] and after != before
+    assert load_yaml(path)["a"] == 2

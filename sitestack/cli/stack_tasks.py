@@ -223,13 +223,13 @@ def uninstall(c: Context, spec: str, site: str | None = None, prefix: str | None
     "host": "trim the cache on this host; default: the site's first", "debug": DEBUG_HELP,
     "max-size": "keep at most this much (e.g. 500M, 20G); the oldest artefacts go first",
     "max-age": "remove artefacts stored more than this many days ago",
-    "dry-run": "list what would be removed, remove nothing",
+    "dry-run": "list what would be removed, remove nothing", "json": DATA_JSON_HELP,
     "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
 def gc(c: Context, max_size: str | None = None, max_age: str | None = None, dry_run: bool = False,
        site: str | None = None, playbook: str | None = None, host: str | None = None,
-       accept_new_host_keys: bool = False, debug: bool = False) -> None:
+       accept_new_host_keys: bool = False, json: str | None = None, debug: bool = False) -> None:
     """Trim the build cache (built artefacts; source tarballs are kept) by age and total size."""
-    from sitestack.engine import inventory
+    from sitestack.engine import inventory, results
     from sitestack.engine import playbook as pb
 
     with errors_to_exit(debug):
@@ -239,7 +239,10 @@ def gc(c: Context, max_size: str | None = None, max_age: str | None = None, dry_
         days = float(int_option("--max-age", max_age, low=0, high=100000)) if max_age is not None else None
         loaded = pb.load(site or "local", playbook_path(playbook))
         options = run_options(c, hosts=(host,) if host else (), accept_new_host_keys=accept_new_host_keys)
+        results.check_target(json)
         gone = inventory.gc(loaded, options, max_age_days=days, max_bytes=limit, dry_run=dry_run)
-        for path, size in gone:
-            print(f"{'would remove' if dry_run else 'removed'} {path} ({size} bytes)")
-        print(f"{len(gone)} artefact(s), {sum(s for _, s in gone)} bytes{' (dry run)' if dry_run else ''}")
+        lines = [f"{'would remove' if dry_run else 'removed'} {path} ({size} bytes)" for path, size in gone]
+        lines.append(f"{len(gone)} artefact(s), {sum(s for _, s in gone)} bytes{' (dry run)' if dry_run else ''}")
+        document = {"dry_run": dry_run, "removed": [{"path": str(path), "bytes": size} for path, size in gone],
+                    "bytes": sum(size for _, size in gone)}
+        results.emit(json, "gc", document, lines)
