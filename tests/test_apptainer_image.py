@@ -17,6 +17,7 @@ from sitestack.engine import playbook as pb
 from sitestack.installs.image_def import build_job
 from sitestack.model.container_facts import Runtime
 from tests.conftest import playbook_copy, run_invoke
+from tests.contexts import offline_context
 from tests.test_packed_env import golden
 from tests.twins import runtime as twin
 
@@ -25,7 +26,7 @@ needs_twin = pytest.mark.skipif(twin.available() is not None, reason=f"stand-in 
 
 def step_for(site_path: Path | None = None):
     site = pb.load("dawn", site_path)
-    ctx = pb.offline_context(site, home="/home/alice", user="alice", account="XYZ-DAWN-GPU")
+    ctx = offline_context(site, home="/home/alice", user="alice", account="XYZ-DAWN-GPU")
     return ACTIONS["apptainer-image"].from_spec(next(s for s in site.steps if s.action == "apptainer-image"), ctx)
 
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
+from sitestack.builders.base import venv_commands
 from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
 from sitestack.installs.target import Target, build_plan, check_commands, host_argv
 from sitestack.installs.toolchain import Toolchain
@@ -63,7 +64,7 @@ def test_cmake_from_pypi():
     assert plan[0].argv[:9] == ("/c/tools/bin/cmake", "-S", "/b/src/sub", "-B", "/b/build", "-G", "Unix Makefiles",
                                 "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCMAKE_INSTALL_PREFIX=/opt/x/1.0")
     assert "-DCMAKE_MAKE_PROGRAM=/c/tools/bin/ninja" in plan[0].argv
-    venv = cmake.tool_venv_commands("python3", "/c/tools", "3.26", "Ninja")
+    venv = venv_commands("python3", "/c/tools", cmake.venv_packages("3.26", "Ninja"))
     assert venv[1].argv == ("/c/tools/bin/python", "-m", "pip", "install", "--no-cache-dir",
                             "--disable-pip-version-check", "cmake>=3.26", "ninja")
 

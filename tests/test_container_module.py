@@ -18,6 +18,7 @@ import pytest
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook as pb
 from tests.conftest import LMOD_INIT, REPO, clean_env, parse_env, playbook_copy, run_invoke, shell
+from tests.contexts import offline_context
 from tests.test_modulefile_golden import built_for
 from tests.twins import runtime as twin
 
@@ -95,7 +96,7 @@ def test_container_image_copy_link_and_sha256(lumi: dict) -> None:
 def lumi_module(playbook: Path, prefix: Path, root: Path) -> None:
     """The stack's module files of the site, rendered for ``prefix`` into ``root``."""
     site = pb.load("lumi", playbook)
-    ctx = pb.offline_context(site, home="/home/alice", user="alice", account="proj123", prefix=str(prefix))
+    ctx = offline_context(site, home="/home/alice", user="alice", account="proj123", prefix=str(prefix))
     step = ACTIONS["modulefiles"].from_spec(next(s for s in site.steps if s.action == "modulefiles"), ctx)
     for path, text in step.render_files(built_for(ctx), "lua", plugins=True).items():
         target = root / os.path.relpath(path, step.root)
@@ -124,7 +125,7 @@ def test_module_loads_in_lmod_and_sets_every_variable(lumi: dict) -> None:
 
 def test_host_plugin_fact_loads_the_plugin_module(lumi: dict) -> None:
     site = pb.load("lumi", lumi["copy"](net_plugin="host"))
-    ctx = pb.offline_context(site, home="/home/alice", user="alice", account="proj123", prefix=str(lumi["prefix"]))
+    ctx = offline_context(site, home="/home/alice", user="alice", account="proj123", prefix=str(lumi["prefix"]))
     step = ACTIONS["modulefiles"].from_spec(next(s for s in site.steps if s.action == "modulefiles"), ctx)
     stack = next(text for path, text in step.render_files(built_for(ctx), "lua", plugins=True).items()
                  if "/pytorch/" in path)

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, tree
+from tests.contexts import offline_context
 
 MARK = "SITESTACK_PWNED"
 
@@ -419,7 +420,7 @@ def test_hostile_env_values_stay_inert_in_the_batch_script(tmp_path: Path):
 
     mark = tmp_path / MARK
     site = pb.load(path=hostile_book(tmp_path, mark))
-    ctx = pb.offline_context(site, home=str(tmp_path), user="alice")
+    ctx = offline_context(site, home=str(tmp_path), user="alice")
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     for tool in ("sbatch", "srun", "mpiexec", "torchrun", "python3", "scontrol", "squeue"):
@@ -448,7 +449,7 @@ def test_hostile_env_values_stay_inert_in_lmod(tmp_path: Path):
 
     mark = tmp_path / MARK
     site = pb.load(path=hostile_book(tmp_path, mark))
-    ctx = pb.offline_context(site, home=str(tmp_path), user="alice", account="proj")
+    ctx = offline_context(site, home=str(tmp_path), user="alice", account="proj")
     for fmt in ("lua", "tcl"):
         root = tmp_path / f"modules-{fmt}"
         for spec in site_modules(ctx, stack_for(ctx), [], requires=()):
@@ -478,7 +479,7 @@ def test_a_quote_in_a_module_name_cannot_break_out_of_the_prelude(tmp_path: Path
     book.parent.mkdir()
     book.write_text(yaml.safe_dump(data, sort_keys=False))
     site = pb.load(path=book)
-    ctx = pb.offline_context(site, home=str(tmp_path), user="alice")
+    ctx = offline_context(site, home=str(tmp_path), user="alice")
     fake = tmp_path / "init"
     fake.write_text("module() { return 1; }\n")  # every load fails, as an unknown module does
     facts = ctx.facts
@@ -627,7 +628,7 @@ def test_hostile_paths_stay_inert_in_the_activate_script(tmp_path: Path):
     book.parent.mkdir()
     book.write_text(yaml.safe_dump(data, sort_keys=False))
     site = pb.load(path=book)
-    ctx = pb.offline_context(site, home=str(tmp_path), user="alice", prefix=f"/tmp/prefix {evil}")
+    ctx = offline_context(site, home=str(tmp_path), user="alice", prefix=f"/tmp/prefix {evil}")
     config = hook_config(ctx, stack_for(ctx))
     user_venv = tmp_path / "myenv"
     venv_mod.create(user_venv, with_pip=False)

@@ -26,6 +26,7 @@ from sitestack.installs import modulefile_text as mt
 from sitestack.installs.site_stack import recipe_targets
 from sitestack.installs.venv_stack import Built
 from sitestack.model.recipe import ModuleSettings
+from tests.contexts import offline_context
 
 GOLDEN = Path(__file__).parent / "golden" / "modulefiles"
 SITES = ("cirrus", "frontier", "lumi", "dawn")
@@ -40,7 +41,7 @@ PLUGIN = ModuleSettings(whatis="libfabric network plugin for RCCL (Slingshot cxi
 
 def context(site_name: str):
     site = pb.load(site_name)
-    return site, pb.offline_context(site, home="/home/alice", user="alice", account="proj123")
+    return site, offline_context(site, home="/home/alice", user="alice", account="proj123")
 
 
 def step_of(site, ctx, action: str):

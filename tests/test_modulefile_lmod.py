@@ -19,6 +19,7 @@ from sitestack.actions import ACTIONS
 from sitestack.engine import playbook as pb
 from sitestack.installs import modulefile_specs as mf
 from tests.conftest import LMOD_INIT, clean_env, parse_env, playbook_copy, run_invoke, shell, without_lmod_bookkeeping
+from tests.contexts import offline_context
 from tests.test_modulefile_golden import built_for
 
 pytestmark = pytest.mark.integration
@@ -137,7 +138,7 @@ SITE_CASES = [(s, f) for s in ("cirrus", "frontier", "lumi", "dawn") for f in ("
 @pytest.mark.parametrize(("site", "fmt"), SITE_CASES, ids=[f"{s}-{f}" for s, f in SITE_CASES])
 def test_site_module_files_load_and_unload_with_lmod(site: str, fmt: str, tmp_path: Path):
     loaded_site = pb.load(site)
-    ctx = pb.offline_context(loaded_site, home="/home/alice", user="alice", account="proj123")
+    ctx = offline_context(loaded_site, home="/home/alice", user="alice", account="proj123")
     step = ACTIONS["modulefiles"].from_spec(next(s for s in loaded_site.steps if s.action == "modulefiles"), ctx)
     files = step.render_files(built_for(ctx), fmt, plugins=True)
     root, stubs = tmp_path / "modules", tmp_path / "site-modules"

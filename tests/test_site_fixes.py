@@ -20,10 +20,10 @@ import pytest
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import local_host
 from sitestack.engine import playbook as pb
-from sitestack.engine.playbook import offline_context
 from sitestack.packages.horovod import build_env, build_env_commands, horovod_data, plan_for
 from sitestack.packages.horovod_hooks import cuda_stub
 from sitestack.validation import jobs
+from tests.contexts import offline_context
 from tests.twins import sites
 
 

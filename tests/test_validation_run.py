@@ -93,12 +93,12 @@ def run_ranks(job: dict, out: Path, world: int, nprocs: int, port: int, extra: t
 
 def test_install_built_the_probe_and_is_idempotent(installed_local_job, tmp_path):
     job = installed_local_job
-    assert "changed  install-validation-job" in job["install_output"]
+    assert "changed  validation-job" in job["install_output"]
     probe = job["dir"] / "mpi-probe" / "bin" / "sitestack-mpi-probe"
     assert os.access(probe, os.X_OK)
     again = run_invoke("install-validation-job", "--site", "local", "--prefix", str(job["prefix"]), "--python",
                        job["python"], "--check", env={"SITESTACK_LOG_DIR": str(tmp_path)})
-    assert again.returncode == 0 and "ok       install-validation-job" in again.stdout, again.stdout
+    assert again.returncode == 0 and "ok       validation-job" in again.stdout, again.stdout
     out = subprocess.run(["mpiexec", "-n", "2", str(probe)], capture_output=True, text=True, timeout=120)
     data = json.loads(out.stdout)
     assert out.returncode == 0 and data["size"] == 2 and data["allreduce_ok"] and "MPICH" in data["library"]

@@ -17,6 +17,7 @@ from sitestack.actions import stack_venv as venv
 from sitestack.engine import playbook as pb
 from sitestack.installs import venv_manifest, venv_stack
 from tests.conftest import playbook_copy, run_invoke, tree
+from tests.contexts import offline_context
 
 integration = pytest.mark.integration
 
@@ -226,7 +227,7 @@ def test_a_foreign_directory_at_the_stack_path_is_left_alone(tmp_path: Path):
 # -- the other sites, without their machines -----------------------------------------------------------------------
 def site_step(name: str):
     site = pb.load(name)
-    ctx = pb.offline_context(site, home="/home/alice", user="alice", account="proj123")
+    ctx = offline_context(site, home="/home/alice", user="alice", account="proj123")
     spec = next(s for s in site.steps if s.action == "stack-venv")
     return ctx, venv.StackVenv.from_spec(spec, ctx)
 

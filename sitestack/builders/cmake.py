@@ -1,7 +1,7 @@
 """The CMake builder: configure (Ninja by default), build, install into a staging DESTDIR.
 
 Where the host has no cmake (or one older than the recipe's ``minimum``), cmake and ninja come
-from PyPI into a tool venv: :func:`tool_venv_commands`.
+from PyPI into a tool venv (:func:`venv_packages`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from sitestack.builders.base import (
     Options,
     staged_prefix,
     tree_install,
-    venv_commands,
 )
 from sitestack.core import versions
 from sitestack.model.recipe import CMake
@@ -48,11 +47,6 @@ def staged_tree(layout: Layout) -> str:
 def venv_packages(minimum: str, generator: str) -> list[str]:
     """What the tool venv holds: cmake >= ``minimum``, and ninja for the Ninja generator."""
     return [f"cmake>={minimum}"] + (["ninja"] if generator == "Ninja" else [])
-
-
-def tool_venv_commands(python: str, venv: str, minimum: str, generator: str) -> list[Command]:
-    """Make ``venv`` with cmake >= ``minimum`` (and ninja for the Ninja generator) from PyPI."""
-    return venv_commands(python, venv, venv_packages(minimum, generator))
 
 
 def judge(opts: CMake, found: Mapping[str, str]) -> HostTools:

@@ -31,7 +31,7 @@ def data_dir() -> Path:
     configured = os.environ.get(DATA_ENV)
     if configured:
         return Path(configured).expanduser().resolve()
-    if all((REPO / name).is_dir() for name in ("playbooks", "sources")):
+    if all((REPO / name).is_dir() for name in DATA_FOLDERS):
         return REPO
     return PACKAGE / "_data"
 
@@ -39,7 +39,6 @@ def data_dir() -> Path:
 DATA_DIR = data_dir()
 PLAYBOOK_DIR = DATA_DIR / "playbooks"
 SOURCES_DIR = DATA_DIR / "sources"
-PATCHES_DIR = DATA_DIR / "patches"
 MODULEFILE_DIR = DATA_DIR / "modulefiles"
 DOCS_DIR = REPO / "docs"
 

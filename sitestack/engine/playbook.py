@@ -79,12 +79,6 @@ def context_for(site: Site, host: Host, options: Options, logs: Path | None) -> 
                               actions=ACTIONS)
 
 
-def offline_context(site: Site, *, home: str = "/home/user", user: str = "user", account: str | None = "project",
-                    prefix: str | None = None) -> RunContext:
-    """A run context for ``site`` without a host (golden files, documentation)."""
-    return RunContext.resolve(site, home=home, user=user, account=account, prefix=prefix, actions=ACTIONS)
-
-
 def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, logs: Path | None,
              confirm: select.Confirm | None = None) -> HostRun:
     """Run the playbook on one host; never raises for an expected failure."""

@@ -27,8 +27,6 @@ from sitestack.model.facts import Facts
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
-#: What the step installs in ``$RUNSCRIPTS``: get-master imports hostlist.py from its own directory.
-NAMES = ("conda-python-simple", "conda-python-distributed", "get-master", "hostlist.py")
 
 
 def simple(site: str) -> str:
