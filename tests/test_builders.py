@@ -9,7 +9,7 @@ import json
 import pytest
 
 from sitestack.builders import Command, Layout, autotools, cmake, pip, symbolic
-from sitestack.builders.base import venv_commands
+from sitestack.builders.builder import venv_commands
 from sitestack.installs.inputs import build_inputs, digest, explain_change, install_inputs
 from sitestack.installs.target import Target, build_plan, check_commands, host_argv
 from sitestack.installs.toolchain import Toolchain

@@ -136,13 +136,26 @@ def test_imports_go_down_the_layers():
 
 def test_no_action_imports_another_action():
     """Actions share helpers through the layers below (installs/, model/), never through each other:
-    only actions/base.py and the table in actions/__init__.py may be imported by an action."""
-    allowed = {"sitestack.actions", "sitestack.actions.base"}
+    only actions/action.py and the table in actions/__init__.py may be imported by an action."""
+    allowed = {"sitestack.actions", "sitestack.actions.action"}
     wrong = [f"{name} -> {target}" for name, targets in graph().items()
              if layer_of(name) == "actions" and name not in allowed
              for target in targets if layer_of(target) == "actions" and target not in allowed]
     assert not wrong, "actions that import another action:\n" + "\n".join(wrong)
 
+
+
+def test_module_names_are_not_reused_across_subpackages():
+    """A module's name says what it holds in its own layer: no two subpackages hold a module of the
+    same name (``engine/cli.py`` beside the ``cli/`` package, or two ``launch_env.py``, read as one)."""
+    seen: dict[str, list[str]] = {}
+    for name in all_modules():
+        parts = name.split(".")
+        if len(parts) > 2 and parts[-1] != "__init__":
+            seen.setdefault(parts[-1], []).append(name)
+    subpackages = {p.name for p in PACKAGE.iterdir() if p.is_dir()}
+    reused = {base: names for base, names in seen.items() if len(names) > 1 or base in subpackages}
+    assert not reused, f"module names used twice (or named like a subpackage): {reused}"
 
 def test_every_subpackage_is_in_the_layer_table():
     """A new subpackage must be given its place: in LAYERS, or in STANDALONE when shipped on its own."""

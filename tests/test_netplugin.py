@@ -167,8 +167,8 @@ def test_system_prefixes_are_never_passed(data):
 @pytest.mark.parametrize("site, fmt", [("frontier", "lua"), ("frontier", "tcl")])
 def test_module_files_set_the_plugin_explicitly(recipe, data, site, fmt):
     from sitestack.actions.recipe_install import module_spec
-    from sitestack.engine.playbook import offline_context
     from sitestack.installs.modulefile_render import render
+    from tests.contexts import offline_context
 
     ctx = offline_context(pb.load(site), account="project_465000123")
     dest = "/p/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"

@@ -23,8 +23,8 @@ from sitestack.validation.ddpcheck import (
     netplugin,
     procgroup,
     ranks,
-    results,
     training,
+    verdicts,
 )
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port
 
@@ -336,15 +336,15 @@ def sample_result(**over) -> dict:
 
 
 def test_skipped_checks_pass_failed_ones_fail():
-    assert results.verdict([results.Check("a", "passed"), results.Check("b", "skipped")]) == "passed"
-    assert results.verdict([results.Check("a", "passed"), results.Check("b", "failed")]) == "failed"
-    assert results.exit_code({"verdict": "passed"}) == 0 and results.exit_code({"verdict": "failed"}) == 1
+    assert verdicts.verdict([verdicts.Check("a", "passed"), verdicts.Check("b", "skipped")]) == "passed"
+    assert verdicts.verdict([verdicts.Check("a", "passed"), verdicts.Check("b", "failed")]) == "failed"
+    assert verdicts.exit_code({"verdict": "passed"}) == 0 and verdicts.exit_code({"verdict": "failed"}) == 1
 
 
 def test_fault_injection_names_rank_and_kind():
     env = {"SITESTACK_CHECK_FAULT": "seed@1, allreduce@0"}
-    assert results.rank_fault(env, "seed", 1) and results.rank_fault(env, "allreduce", 0)
-    assert not results.rank_fault(env, "seed", 0) and not results.rank_fault({}, "seed", 1)
+    assert verdicts.rank_fault(env, "seed", 1) and verdicts.rank_fault(env, "allreduce", 0)
+    assert not verdicts.rank_fault(env, "seed", 0) and not verdicts.rank_fault({}, "seed", 1)
 
 
 def test_markdown_report_has_the_verdict_table_and_bandwidth():
@@ -373,7 +373,7 @@ def test_report_cli_renders_a_result_again(tmp_path, monkeypatch, capsys):
 
 
 def test_the_check_program_imports_nothing_from_sitestack():
-    for path in [*Path(results.__file__).parent.glob("*.py"), Path(ddp_report.__file__), Path(nccl_log.__file__)]:
+    for path in [*Path(verdicts.__file__).parent.glob("*.py"), Path(ddp_report.__file__), Path(nccl_log.__file__)]:
         assert not re.search(r"^\s*(import|from)\s+sitestack", path.read_text(), re.M), path
 
 
@@ -486,7 +486,7 @@ def test_the_fault_result_keeps_rank_0s_checks(tmp_path, monkeypatch):
     monkeypatch.setenv("SITESTACK_TIME_LIMIT", "160")
     monkeypatch.setenv("SITESTACK_TIME_LIMIT_FROM", "the job's time left (4:00, squeue %L)")
     checks = [{"name": n, "status": "passed" if n == "environment" else "skipped", "summary": "ok" if n == "environment"
-               else "not run", "details": {}, "seconds": 1.0} for n in results.CHECKS]
+               else "not run", "details": {}, "seconds": 1.0} for n in verdicts.CHECKS]
     for rank, phase in ((0, "ddp"), (1, "ddp")):
         (tmp_path / "ranks").mkdir(exist_ok=True)
         (tmp_path / "ranks" / f"rank-{rank}.json").write_text(json.dumps({**_rank(rank, phase), "checks": checks,
@@ -532,8 +532,8 @@ def test_latency_min_median_max_and_noise():
 
 
 def test_the_job_id_is_the_directorys():
-    assert results.job_id_for("/r/sitestack-validation-local-12-34", {"SITESTACK_JOB_ID": "99"}) == "local-12-34"
-    assert results.job_id_for("/r/elsewhere", {"SLURM_JOB_ID": "7"}) == "7"
+    assert verdicts.job_id_for("/r/sitestack-validation-local-12-34", {"SITESTACK_JOB_ID": "99"}) == "local-12-34"
+    assert verdicts.job_id_for("/r/elsewhere", {"SLURM_JOB_ID": "7"}) == "7"
 
 
 @pytest.mark.parametrize("text, seconds", [("10", 600), ("00:10:00", 600), ("1-00", 86400), ("1-2:3:4", 93784),
@@ -547,7 +547,7 @@ def test_slurm_times_and_the_checks_limit(text, seconds):
 def test_the_job_environment_records_modules_settings_and_plugin_paths():
     env = {"LOADEDMODULES": "LUMI/24.03:aws-ofi-rccl/1.4:pytorch/2.7.1", "NCCL_NET": "AWS Libfabric",
            "FI_PROVIDER": "cxi", "HOME": "/h", "LD_LIBRARY_PATH": "/opt/rocm/lib:/p/aws-ofi-rccl/1.4/lib"}
-    got = results.job_environment(env, "aws-ofi-rccl")
+    got = verdicts.job_environment(env, "aws-ofi-rccl")
     assert got == {"modules": ["LUMI/24.03", "aws-ofi-rccl/1.4", "pytorch/2.7.1"],
                    "variables": {"FI_PROVIDER": "cxi", "NCCL_NET": "AWS Libfabric"},
                    "plugin_library_path": ["/p/aws-ofi-rccl/1.4/lib"]}

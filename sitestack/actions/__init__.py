@@ -6,9 +6,9 @@ registers itself on import, so the table is the same whichever module is importe
 
 from __future__ import annotations
 
+from sitestack.actions.action import Action
 from sitestack.actions.apptainer_image import ApptainerImage
 from sitestack.actions.apt_packages import AptPackages
-from sitestack.actions.base import Action
 from sitestack.actions.command import Command
 from sitestack.actions.container_image import ContainerImage
 from sitestack.actions.directory import Directory

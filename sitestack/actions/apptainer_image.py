@@ -21,7 +21,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from sitestack.actions.base import Action, log_name, unified_diff
+from sitestack.actions.action import Action, log_name, unified_diff
 from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.container import container_of, parse_labels

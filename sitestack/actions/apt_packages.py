@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from sitestack.actions.base import Action, log_name
+from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import CannotProbe
 from sitestack.core.host import Host
 

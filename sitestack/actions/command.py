@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sitestack.actions.base import Action, log_name
+from sitestack.actions.action import Action, log_name
 from sitestack.core.host import Host
 from sitestack.core.quoting import SHELL_NAME
 from sitestack.model.siteenv import in_site_env

@@ -23,7 +23,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.actions.base import Action
+from sitestack.actions.action import Action
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.container import container_of

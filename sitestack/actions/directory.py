@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from sitestack.actions.base import Action
+from sitestack.actions.action import Action
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem

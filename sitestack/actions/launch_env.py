@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sitestack.actions.base import Action, files_diff, files_pending, write_files
+from sitestack.actions.action import Action, files_diff, files_pending, write_files
 from sitestack.core import placeholders
 from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.actions.base import Action, unified_diff
+from sitestack.actions.action import Action, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.modulefile_render import render_all

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from sitestack.actions.base import Action, log_name
+from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.squashfs_env import (

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
-from sitestack.actions.base import Action, unified_diff
+from sitestack.actions.action import Action, unified_diff
 from sitestack.core import schema, versions
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sitestack.actions.base import Action
+from sitestack.actions.action import Action
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.model.siteenv import probe_in_site_env

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from sitestack.actions.base import Action, unified_diff
+from sitestack.actions.action import Action, unified_diff
 from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem
 

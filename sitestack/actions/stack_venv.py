@@ -38,7 +38,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.actions.base import Action, unified_diff
+from sitestack.actions.action import Action, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.site_stack import find_built

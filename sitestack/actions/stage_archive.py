@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sitestack.actions.base import Action, log_name
+from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.site_stack import site_stack

@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sitestack.actions.base import Action, files_diff, files_pending, log_name, write_files
+from sitestack.actions.action import Action, files_diff, files_pending, log_name, write_files
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.paths import SOURCES_DIR

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.actions.base import Action, unified_diff
+from sitestack.actions.action import Action, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.venv_stack import Stack, module_root, require_module_system, stack_for

@@ -1,6 +1,6 @@
 """Builders: pure functions from a recipe's resolved arguments to the commands that build it.
 
-Each build system is a :class:`~sitestack.builders.base.Builder` in :data:`BUILDERS`, keyed by
+Each build system is a :class:`~sitestack.builders.builder.Builder` in :data:`BUILDERS`, keyed by
 the recipe's ``build``: its ``plan`` (the build, ending with the package installed under
 ``layout.stage``), where the installed tree then is (``staged_tree``), the artefact kind and how
 it installs. Nothing here runs anything: :mod:`sitestack.installs.installer` runs the commands,
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sitestack.builders import autotools, cmake, pip
-from sitestack.builders.base import Builder, BuildRequest, Command, HostTools, Layout, symbolic
+from sitestack.builders.builder import Builder, BuildRequest, Command, HostTools, Layout, symbolic
 
 #: Every build system a recipe's ``build`` may name.
 BUILDERS: Mapping[str, Builder] = {

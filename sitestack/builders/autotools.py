@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from sitestack.builders.base import BuildRequest, Command, HostTools, Layout, Options, staged_prefix, tree_install
+from sitestack.builders.builder import BuildRequest, Command, HostTools, Layout, Options, staged_prefix, tree_install
 from sitestack.model.recipe import Autotools
 
 
@@ -39,7 +39,7 @@ def staged_tree(layout: Layout) -> str:
 
 
 class AutotoolsBuilder:
-    """:class:`~sitestack.builders.base.Builder` for ``build: autotools``."""
+    """:class:`~sitestack.builders.builder.Builder` for ``build: autotools``."""
 
     name = "autotools"
     artefact: Literal["tree", "wheel"] = "tree"

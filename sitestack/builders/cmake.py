@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from sitestack.builders.base import (
+from sitestack.builders.builder import (
     BuildRequest,
     Command,
     HostTools,
@@ -74,7 +74,7 @@ def judge(opts: CMake, found: Mapping[str, str]) -> HostTools:
 
 
 class CMakeBuilder:
-    """:class:`~sitestack.builders.base.Builder` for ``build: cmake``."""
+    """:class:`~sitestack.builders.builder.Builder` for ``build: cmake``."""
 
     name = "cmake"
     artefact: Literal["tree", "wheel"] = "tree"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from sitestack.builders.base import BuildRequest, Command, HostTools, Layout, Options
+from sitestack.builders.builder import BuildRequest, Command, HostTools, Layout, Options
 from sitestack.model.recipe import Pip
 
 #: Set for every pip command: no version check chatter, never a cache.
@@ -38,7 +38,7 @@ def install(*, python: str, wheel: str, target: str) -> Command:
 
 
 class PipBuilder:
-    """:class:`~sitestack.builders.base.Builder` for ``build: pip``."""
+    """:class:`~sitestack.builders.builder.Builder` for ``build: pip``."""
 
     name = "pip"
     artefact: Literal["tree", "wheel"] = "wheel"

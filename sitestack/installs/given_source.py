@@ -1,7 +1,7 @@
 """A source given with ``--source`` where the recipe may have no sha256 (hooks with ``given_source``).
 
 Some packages (the RCCL network plugin's forks) have no release tarball whose sum a recipe could
-name. Their hooks set :attr:`~sitestack.packages.base.PackageHooks.given_source`, and then the
+name. Their hooks set :attr:`~sitestack.packages.hooks.PackageHooks.given_source`, and then the
 install's source sha256 is, in order: the recipe's; that of ``--source`` (a tarball, or a checkout
 directory packed reproducibly by :func:`pack_dir`); the sum recorded in the install's stamp (so
 later runs need no ``--source``). The given tarball is kept in the controller's source cache under

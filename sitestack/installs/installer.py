@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.builders import Command, Layout
-from sitestack.builders.base import venv_commands
+from sitestack.builders.builder import venv_commands
 from sitestack.core.errors import CommandFailed, SitestackError
 from sitestack.core.host import Completed, Host, LocalHost
 from sitestack.core.swap import swap_argv

@@ -2,7 +2,7 @@
 
 Adding a package is one YAML in ``sources/``; a package whose build depends on the site in ways a
 recipe cannot say (probing the host, choosing versions from the facts) adds a hooks class
-(:class:`~sitestack.packages.base.PackageHooks`) and one line to :data:`HOOKS`. Generic install
+(:class:`~sitestack.packages.hooks.PackageHooks`) and one line to :data:`HOOKS`. Generic install
 code asks ``HOOKS.get(recipe.name, PackageHooks)``; it never tests a package's name.
 
 This layer sits below installs and actions: it imports core, model and builders only.
@@ -11,7 +11,7 @@ This layer sits below installs and actions: it imports core, model and builders 
 from __future__ import annotations
 
 from sitestack.packages.aws_ofi_rccl import PluginHooks
-from sitestack.packages.base import InstallInfo, NotReady, PackageHooks, Prepared
+from sitestack.packages.hooks import InstallInfo, NotReady, PackageHooks, Prepared
 from sitestack.packages.horovod_hooks import HorovodHooks
 
 #: recipe name (``name:`` of sources/<recipe>.yml) -> its hooks class.

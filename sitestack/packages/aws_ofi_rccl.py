@@ -35,8 +35,8 @@ from sitestack.model.recipe import Check, ModuleSettings, Recipe, expand
 from sitestack.model.site import Facts, Toolkit
 from sitestack.model.site import expand as site_expand
 from sitestack.model.siteenv import probe_in_site_env
-from sitestack.packages.base import InstallInfo, PackageHooks, Prepared
-from sitestack.packages.environment import braces, replace_recipe, resolve_refs, site_environment
+from sitestack.packages.hooks import InstallInfo, PackageHooks, Prepared
+from sitestack.packages.shared import braces, replace_recipe, resolve_refs, site_environment
 
 RECIPE_FILE = "sources/aws-ofi-rccl.yml"
 R = TypeVar("R")

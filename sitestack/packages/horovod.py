@@ -29,7 +29,7 @@ from sitestack.core import schema, versions
 from sitestack.core.errors import SitestackError
 from sitestack.model.recipe import Check, Recipe
 from sitestack.model.site import Facts
-from sitestack.packages.environment import braces, replace_recipe
+from sitestack.packages.shared import braces, replace_recipe
 
 
 # -- the recipe's tables -----------------------------------------------------------------------

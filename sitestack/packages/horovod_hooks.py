@@ -22,8 +22,7 @@ from sitestack.model.context import RunContext
 from sitestack.model.recipe import Recipe
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import in_site_env, probe_in_site_env
-from sitestack.packages.base import InstallInfo, NotReady, PackageHooks, Prepared
-from sitestack.packages.environment import resolve_refs, site_environment
+from sitestack.packages.hooks import InstallInfo, NotReady, PackageHooks, Prepared
 from sitestack.packages.horovod import (
     Probed,
     TorchInfo,
@@ -37,6 +36,7 @@ from sitestack.packages.horovod import (
     plan_for,
     with_site,
 )
+from sitestack.packages.shared import resolve_refs, site_environment
 
 #: Run by the build interpreter (its text is passed with ``python -c``).
 TORCH_PROBE = Path(__file__).resolve().parent.parent / "programs" / "torch_probe.py"

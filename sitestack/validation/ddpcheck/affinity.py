@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .results import FAILED, PASSED
 from .siblings import ddp_report
+from .verdicts import FAILED, PASSED
 
 
 def parse_mask(text: str) -> set[int]:

@@ -9,9 +9,9 @@ import re
 import time
 from typing import Any
 
-from .results import FAILED, PASSED, SKIPPED
 from .siblings import ddp_report
 from .state import Run
+from .verdicts import FAILED, PASSED, SKIPPED
 
 
 def bus_factor(op: str, n: int) -> float:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .results import FAILED, PASSED, rank_fault
 from .state import Run
+from .verdicts import FAILED, PASSED, rank_fault
 
 
 def collectives(run: Run) -> None:

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from .progress import (
+from .rank_progress import (
     CRASH_SIGNALS,
     PHASE_CHECK,
     PHASES,
@@ -20,8 +20,8 @@ from .progress import (
     waited,
     where,
 )
-from .results import CHECKS, FAILED, SCHEMA, SKIPPED, Check, time_limit_record
 from .siblings import ddp_report
+from .verdicts import CHECKS, FAILED, SCHEMA, SKIPPED, Check, time_limit_record
 
 
 def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, expected: int | None,

@@ -15,9 +15,9 @@ from typing import Any
 
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all
-from .progress import deadline_from_env, read_progress, status_dir
-from .results import exit_code, load_config
+from .rank_progress import deadline_from_env, read_progress, status_dir
 from .siblings import ddp_report
+from .verdicts import exit_code, load_config
 
 #: Seconds between the ranks' deadline and the guard's: the ranks' watchdogs speak first.
 GUARD_GRACE = 20.0

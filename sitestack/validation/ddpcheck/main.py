@@ -14,11 +14,11 @@ from typing import Any
 from .bandwidth import parse_size
 from .guard import guard_main
 from .mpi import import_mpi
-from .progress import Progress, deadline_from_env
+from .rank_progress import Progress, deadline_from_env
 from .ranks import discover_rank
-from .results import job_id_for, load_config
 from .runner import run_checks
 from .state import Run
+from .verdicts import job_id_for, load_config
 from .watchdog import supervise
 
 DESCRIPTION = "sitestack validation check: prove a PyTorch distributed stack works on this site, and how fast."

@@ -9,9 +9,9 @@ import os
 from typing import Any
 
 from .mpi import mpi_pingpong
-from .results import FAILED, PASSED, SKIPPED
 from .siblings import ddp_report
 from .state import Run
+from .verdicts import FAILED, PASSED, SKIPPED
 
 
 def mpi_probe(run: Run) -> None:

@@ -7,9 +7,9 @@ import contextlib
 import glob
 import os
 
-from .results import FAILED, PASSED, SKIPPED
 from .siblings import nccl_log
 from .state import Run
+from .verdicts import FAILED, PASSED, SKIPPED
 
 
 def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider: str | None,

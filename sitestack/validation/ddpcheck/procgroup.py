@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from .ranks import RankInfo
-from .report import write_result
-from .results import FAILED, PASSED
+from .result_file import write_result
 from .state import Run
+from .verdicts import FAILED, PASSED
 
 
 def free_port() -> int:

@@ -5,19 +5,19 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import bandwidth, collectives, environment, mpichecks, netplugin, procgroup, training
+from . import bandwidth, collectives, env_check, mpichecks, netplugin, procgroup, training
 from .affinity import judge_affinity, parse_masks
-from .report import write_result
-from .results import FAILED, PASSED, SKIPPED, exit_code, verdict
+from .result_file import write_result
 from .siblings import ddp_report
 from .state import Run
+from .verdicts import FAILED, PASSED, SKIPPED, exit_code, verdict
 
 
 def run_checks(run: Run) -> int:
     """Every check in order (a check that cannot run is skipped with its reason); the exit code."""
     # No watchdog thread: the rank's watchdog is its parent process (see supervise)
     with run.timed("environment"):
-        environment.environment(run)
+        env_check.environment(run)
     if not run.me:  # torch itself did not load
         run.skip_rest("not run: the environment check could not start torch", "environment")
         return finish(run)
@@ -36,7 +36,7 @@ def run_checks(run: Run) -> int:
         return finish(run)
     run.ranks = run.all_gather({**run.me, "problems": run.pre_problems})
     with run.timed("environment"):
-        environment.environment_after(run)
+        env_check.environment_after(run)
     with run.timed("affinity"):
         masks = parse_masks(run.args.cpu_masks) if run.args.cpu_masks else None
         status, summary, lines = judge_affinity(run.ranks, run.config, masks)

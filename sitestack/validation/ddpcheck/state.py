@@ -14,9 +14,9 @@ from dataclasses import asdict
 from typing import Any
 
 from .devices import Device
-from .progress import Progress
+from .rank_progress import Progress
 from .ranks import RankInfo
-from .results import CHECKS, FAILED, SKIPPED, Check
+from .verdicts import CHECKS, FAILED, SKIPPED, Check
 
 
 class Run:

@@ -9,8 +9,8 @@ import os
 import time
 from typing import Any
 
-from .results import FAILED, PASSED, rank_fault
 from .state import Run
+from .verdicts import FAILED, PASSED, rank_fault
 
 #: A rank this many times slower than the median of the others fails the ddp check: DDP runs at the
 #: pace of its slowest rank. Healthy ranks sharing a busy node differ by well under 2x here; a rank

@@ -12,7 +12,7 @@ from typing import Any
 
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all, sampled_state
-from .progress import CRASH_SIGNALS, Progress, read_progress
+from .rank_progress import CRASH_SIGNALS, Progress, read_progress
 
 
 def supervise(progress: Progress, out: str, deadline: float, limit: float, expected: int | None) -> None:

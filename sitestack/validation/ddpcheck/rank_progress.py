@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from .ranks import RankInfo
-from .results import CHECKS
 from .siblings import ddp_report
+from .verdicts import CHECKS
 
 # --------------------------------------------------------------------------------------------
 # Progress and the watchdogs: separate processes, so they need no GIL and exist before MPI_Init

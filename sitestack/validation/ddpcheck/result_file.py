@@ -9,10 +9,10 @@ from dataclasses import asdict
 from typing import Any
 
 from .faults import apply_fault
-from .progress import read_fault
-from .results import CHECKS, FAILED, SCHEMA, job_environment, job_id_for, read_startup, time_limit_record, verdict
+from .rank_progress import read_fault
 from .siblings import ddp_report
 from .state import Run
+from .verdicts import CHECKS, FAILED, SCHEMA, job_environment, job_id_for, read_startup, time_limit_record, verdict
 
 
 def write_result(run: Run) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from typing import Any
 
 from .affinity import cpu_list
 from .devices import VISIBLE_VARS, select_device
-from .results import FAILED, PASSED, job_environment
 from .siblings import hostlist
 from .state import Run
+from .verdicts import FAILED, PASSED, job_environment
 
 
 def environment(run: Run) -> None:
