@@ -18,7 +18,7 @@ from sitestack.installs.image_def import build_job
 from sitestack.model.container_facts import Runtime
 from tests.conftest import playbook_copy, run_invoke
 from tests.contexts import offline_context
-from tests.test_packed_env import golden
+from tests.test_pack_env import golden
 from tests.twins import runtime as twin
 
 needs_twin = pytest.mark.skipif(twin.available() is not None, reason=f"stand-in runtime: {twin.available()}")

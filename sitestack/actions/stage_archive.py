@@ -45,8 +45,8 @@ class MakeStageArchive(Action):
 
     def describe(self) -> str:
         if not self.ctx.facts.node.stage_env:
-            return "pack the stack env (not needed: facts.node.stage_env is false)"
-        return f"pack the stack env into {self.pack().path}"
+            return "archive the stack env for node-local staging (not needed: facts.node.stage_env is false)"
+        return f"archive the stack env for node-local staging into {self.pack().path}"
 
     def _real(self, host: Host, pack: StageArchive) -> str | None:
         out = host.probe(["readlink", "-e", "--", pack.stack.path])
