@@ -109,3 +109,9 @@ def test_json_to_a_stream_writes_to_it_and_never_replaces_it(tmp_path):
     reader.join(60)
     assert out.returncode == 0, out.stderr
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and json.loads(got[0])["command"] == "sites"
+
+
+def test_benchmark_json_is_checked_before_any_benchmark_runs(tmp_path):
+    """``benchmark --json`` takes the one form; a bad target is refused before minutes of timings."""
+    out = run_invoke("benchmark", "--name", "provision_noop", "--json", str(tmp_path / "no" / "such.json"), timeout=120)
+    assert out.returncode == 1 and "--json" in out.stderr and "== provision_noop" not in out.stdout, out.stdout + out.stderr

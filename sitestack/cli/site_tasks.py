@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import json
+import json as jsonlib
 import subprocess
 import sys
 
@@ -189,10 +189,13 @@ def job_template(c: Context, site: str | None = None, playbook: str | None = Non
 
 
 @task(klass=SitestackTask, auto_shortflags=False,
-      help={"name": "run only these benchmarks/NAME.py (comma-separated; default: all)"})
-def benchmark(c: Context, name: str | None = None) -> None:
+      help={"name": "run only these benchmarks/NAME.py (comma-separated; default: all)", "json": DATA_JSON_HELP})
+def benchmark(c: Context, name: str | None = None, json: str | None = None) -> None:
     """Run the benchmarks in benchmarks/ (timings and targets; results in benchmarks/results/), then
     print every target they report, with the machine's load."""
+    from sitestack.core.files import signature
+    from sitestack.engine import results
+
     here = REPO / "benchmarks"
     if not here.is_dir():
         raise Exit(f"error: benchmark: no {here}: the benchmarks run from a checkout of sitestack", code=1)
@@ -203,21 +206,23 @@ def benchmark(c: Context, name: str | None = None) -> None:
         for missing in sorted(set(wanted) - {p.stem for p in scripts}):
             raise Exit(f"error: --name: no benchmark {missing!r} (benchmarks: {known})", code=1)
         scripts = [p for p in scripts if p.stem in wanted]
+    with errors_to_exit(False):
+        results.check_target(json)
     failed, reported = 0, []
+    console = sys.stderr if json == "-" else sys.stdout   # with --json -, stdout holds only the document
     for script in scripts:
-        print(f"== {script.stem}")
-        results = here / "results" / f"{script.stem}.json"
-        before = results.stat().st_mtime if results.exists() else 0.0
-        failed |= subprocess.run([sys.executable, str(script)], cwd=here).returncode
-        if results.exists() and results.stat().st_mtime > before:  # written by this run
-            reported.append(json.loads(results.read_text()))
-    print("== targets")
+        print(f"== {script.stem}", file=console, flush=True)
+        written = here / "results" / f"{script.stem}.json"
+        before = signature(written)
+        failed |= subprocess.run([sys.executable, str(script)], cwd=here, stdout=console).returncode
+        if written.exists() and signature(written) != before:  # written by this run
+            reported.append(jsonlib.loads(written.read_text()))
+    lines = ["== targets"]
     for doc in reported:
         load = doc.get("load") or {}
-        print(f"{doc.get('benchmark')} (load average before {load.get('before', '?')}, after {load.get('after', '?')})")
-        for t in doc.get("targets", []):
-            op = ">=" if t.get("at_least") else "<="
-            print(f"  {t['name']:<48} {t['value']:10.3f} {t['unit']:<2} (target {op} {t['limit']:g}: "
-                  f"{'met' if t['met'] else 'MISSED'})")
+        lines.append(f"{doc.get('benchmark')} (load average before {load.get('before', '?')}, after {load.get('after', '?')})")
+        lines += [f"  {t['name']:<48} {t['value']:10.3f} {t['unit']:<2} (target {'>=' if t.get('at_least') else '<='} "
+                  f"{t['limit']:g}: {'met' if t['met'] else 'MISSED'})" for t in doc.get("targets", [])]
+    results.emit(json, "benchmark", {"benchmarks": reported, "failed": bool(failed)}, lines)
     if failed:
         raise Exit(code=1)
