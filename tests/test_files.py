@@ -102,3 +102,19 @@ def test_an_edit_in_place_of_the_same_size_is_a_new_signature_and_a_new_parse(tm
     after = signature(path)
     assert before is not None and after is not None and before[:2] == after[:2] and after != before
     assert load_yaml(path)["a"] == 2
+
+
+def test_a_stream_that_fails_its_check_leaves_the_old_file_and_no_temporary(tmp_path: Path):
+    """atomic_stream: a download whose checksum does not match raises inside the block; the cached
+    file stays as it was and nothing half-written is left beside it."""
+    from sitestack.core.files import atomic_stream
+
+    path = tmp_path / "pkg-1.0.tar.gz"
+    path.write_bytes(b"old")
+    with pytest.raises(ValueError), atomic_stream(path) as out:
+        out.write(b"new, partly")
+        raise ValueError("sha256 mismatch")
+    assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    with atomic_stream(path, 0o600) as out:
+        out.write(b"new")
+    assert path.read_bytes() == b"new" and (path.stat().st_mode & 0o777) == 0o600

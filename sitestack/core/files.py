@@ -3,7 +3,8 @@
 - :func:`signature`: inode, size, mtime and ctime (ns) of a file, following symlinks, or None when
   it is missing. Derived data (parsed YAML, rendered text, probe answers) is kept only while the
   signature of every file it was made from is the same (docs/design.md, "Derived data is cached").
-- :func:`atomic_write`: readers see the old file or the new one, never a part of one. The data
+- :func:`atomic_write` (and :func:`atomic_stream` for data written piece by piece): readers see
+  the old file or the new one, never a part of one. The data
   goes to a temporary file in the target's own directory (a rename is atomic only within one
   file system), is flushed and fsynced, gets its mode, and is renamed over the target.
 
@@ -22,7 +23,9 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 Signature = tuple[int, int, int, int]
 
@@ -52,11 +55,21 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
             with open(path, "wb") as stream:
                 stream.write(data)
             return
+    with atomic_stream(path, mode) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A file object whose bytes replace ``path`` atomically when the block ends: for data written
+    piece by piece (a download). An exception in the block (a checksum that does not match) leaves
+    ``path`` as it was and removes the temporary file. ``path`` is a regular file or nothing."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
@@ -66,5 +79,4 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
             os.unlink(tmp)
         raise
 
-
-__all__ = ["Signature", "atomic_write", "signature", "signature_of"]
+__all__ = ["Signature", "atomic_stream", "atomic_write", "signature", "signature_of"]

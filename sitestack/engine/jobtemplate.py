@@ -12,6 +12,7 @@ from pathlib import Path
 from sitestack.actions import ACTIONS
 from sitestack.actions.launch_env import launch_inputs
 from sitestack.core.errors import InputError
+from sitestack.core.files import atomic_write
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import Site, host_env_defaults
 from sitestack.validation.launch_helpers import render_job_template
@@ -37,5 +38,5 @@ def write_template(text: str, output: str) -> None:
         raise InputError("--output", f"{output!r} is a directory; name the job script's file")
     if not path.parent.is_dir():
         raise InputError("--output", f"{str(path.parent)!r} does not exist")
-    path.write_text(text, encoding="utf-8")
-    path.chmod(0o755)
+    # the one rule of core/files.py: a file or a link to one is replaced whole, a stream written to
+    atomic_write(path, text.encode("utf-8"), mode=0o755)

@@ -10,7 +10,6 @@ refused with both sums: nothing is built from it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import tarfile
@@ -20,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sitestack.core.errors import SitestackError
-from sitestack.core.files import atomic_write
+from sitestack.core.files import atomic_stream, atomic_write
 from sitestack.core.host import private_dir
 from sitestack.model.recipe import FILE_NAME, Recipe, expand
 
@@ -139,31 +138,23 @@ def _store(src: Path, dest: Path) -> None:
 
 def _download(url: str, dest: Path, want: str | None, label: str, timeout: float) -> str:
     """Download ``url`` to ``dest`` (atomically); verify against ``want`` when given; return the sha256."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     digest = hashlib.sha256()
     import urllib.request  # here: it pulls in http, ssl and email, which only a download needs
 
-    try:
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
-                    for block in iter(lambda: response.read(1 << 20), b""):
-                        digest.update(block)
-                        out.write(block)
-            except (OSError, ValueError) as exc:  # URLError is an OSError
-                raise SitestackError(f"cannot download {label} from {url}: {exc} (for an air-gapped site put "
-                                     f"{dest.name} in a mirror directory, or pass --source FILE)") from None
+    with atomic_stream(dest) as out:   # renamed into the cache only once verified
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+        except (OSError, ValueError) as exc:  # URLError is an OSError
+            raise SitestackError(f"cannot download {label} from {url}: {exc} (for an air-gapped site put "
+                                 f"{dest.name} in a mirror directory, or pass --source FILE)") from None
         have = digest.hexdigest()
         if want is not None and have != want:
             raise ChecksumMismatch(f"sha256 mismatch for {label} downloaded from {url}: got {have}, the recipe "
                                    f"says {want}; refusing it, nothing was built")
-        os.replace(tmp, dest)
-        return have
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    return have
 
 
 def checksum(target: str, timeout: float = 120) -> tuple[str, str, int]:
