@@ -222,11 +222,18 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
         raise InputError(f"{shown}:{data.lines['site']}", f"must be {path.stem!r} (the file name), not {site_name!r}", key="site")
     if "description" in data and not isinstance(data["description"], str):
         raise InputError(f"{shown}:{data.lines['description']}", "expected a string", key="description")
+    data = with_local_facts(data, shown)
     _check_placeholders(data, shown)
     hosts = _build_list(HostSpec, data, "hosts", shown, unique="name")
     if not hosts:
         raise InputError(f"{shown}:{data.lines['hosts']}", "a playbook needs at least one host", key="hosts")
-    facts = schema.build(Facts, data["facts"], shown, line=data.lines["facts"], key="facts")
+    try:
+        facts = schema.build(Facts, data["facts"], shown, line=data.lines["facts"], key="facts")
+    except InputError as exc:
+        if not os.environ.get(LOCAL_FACTS):
+            raise
+        raise InputError(exc.where, f"{exc.detail} (facts merged from ${LOCAL_FACTS}: {os.environ[LOCAL_FACTS]})",
+                         key=exc.key) from None
     steps = _build_list(StepSpec, data, "steps", shown, unique="name")
     handlers = _build_list(StepSpec, data, "handlers", shown, unique="name") if "handlers" in data else ()
     handler_names = {h.name for h in handlers}
@@ -272,6 +279,50 @@ def _check_action(spec: StepSpec, raw_args: Any, actions: Mapping[str, Any], sho
         raise InputError(f"{shown}:{spec.line}", f"unknown action {spec.action!r} (known actions: {', '.join(sorted(actions))})", key=f"{key}.action")
     line = getattr(raw_args, "line", spec.line)
     action.check_args(raw_args, shown, line, f"{key}.args")
+
+
+#: Site-local facts: YAML files (``os.pathsep``-separated absolute paths) whose ``facts:`` mapping is
+#: merged over every playbook's facts. For what a site's own machines differ in from the shipped
+#: playbook (a partition name, a smaller login node) without editing it (docs/cli.md).
+LOCAL_FACTS = "SITESTACK_FACTS"
+
+
+def with_local_facts(data: MarkedDict, shown: str) -> MarkedDict:
+    """``data`` with the facts of the files named by ``$SITESTACK_FACTS`` merged in, in order
+    (mappings merged key by key, anything else replaced); ``data`` itself is never changed (the
+    parse cache holds it). A file must hold only a ``facts:`` mapping."""
+    files = [f for f in os.environ.get(LOCAL_FACTS, "").split(os.pathsep) if f]
+    if not files:
+        return data
+    facts: Any = data.get("facts")
+    for name in files:
+        if not os.path.isabs(name):
+            raise InputError(LOCAL_FACTS, f"{name!r} is not an absolute path")
+        extra = load_yaml(Path(name))
+        where = display_path(Path(name))
+        for key in extra:
+            if key != "facts":
+                raise InputError(f"{where}:{extra.lines.get(key, extra.line)}",
+                                 "a site-local facts file holds only a 'facts:' mapping", key=str(key))
+        if not isinstance(extra.get("facts"), dict):
+            raise InputError(f"{where}:{extra.line}", "expected a 'facts:' mapping", key="facts")
+        if isinstance(facts, dict):
+            facts = _merged(facts, extra["facts"])
+    merged = MarkedDict(data)
+    merged.line, merged.lines = data.line, data.lines
+    merged["facts"] = facts
+    return merged
+
+
+def _merged(base: MarkedDict, new: Mapping[str, Any]) -> MarkedDict:
+    """A copy of ``base`` with ``new`` merged in (line numbers kept where the key was)."""
+    out = MarkedDict(base)
+    out.line, out.lines = base.line, dict(base.lines)
+    for key, value in new.items():
+        old = base.get(key)
+        out[key] = _merged(old, value) if isinstance(old, MarkedDict) and isinstance(value, dict) and value else value
+        out.lines.setdefault(key, out.line)
+    return out
 
 
 def _check_placeholders(node: Any, shown: str) -> None:
