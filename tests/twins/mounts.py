@@ -28,11 +28,12 @@ class Node:
 
 
 class View:
-    """The container's mount table, built bind by bind, emitted as bwrap arguments."""
+    """The container's mount table, built bind by bind, emitted as bwrap arguments (``writable``: the
+    host's entries bound read-write, as a site twin's namespace has them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, writable: bool = False) -> None:
         self.root = Node(source="")   # bwrap's own root is a tmpfs; the host's entries are bound into it
-        self._fill(self.root, "/", ro=True)
+        self._fill(self.root, "/", ro=not writable)
 
     @staticmethod
     def _fill(node: Node, host_dir: str, ro: bool) -> None:
