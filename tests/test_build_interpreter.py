@@ -50,7 +50,7 @@ def step_of(site: Site, ctx: RunContext, name: str):
 def test_frontiers_builds_name_the_conda_envs_interpreter():
     site = pb.load("frontier")
     ctx = offline_context(site, account="proj123")
-    env_python = f"/lustre/orion/proj123/world-shared/sitestack/pytorch/2.2.2-rocm5.7/bin/python"
+    env_python = "/lustre/orion/proj123/world-shared/sitestack/pytorch/2.2.2-rocm5.7/bin/python"
     mpi4py = step_of(site, ctx, "mpi4py")
     assert site.facts.python.executable == "python3" and mpi4py.target.python == env_python
     plan = build_plan(mpi4py.target, symbolic(mpi4py.target.dest))
@@ -131,3 +131,17 @@ def test_a_wheel_built_for_another_python_is_left_out_of_a_stack():
     assert built_for_other_python("/p/mpi4py-4.1.2-cp310-cp310-linux_x86_64.whl", "3.10") is None
     assert built_for_other_python("/p/pkg-1.0-py3-none-any.whl", "3.10") is None
     assert built_for_other_python("/p/pkg-1.0-cp38-abi3-linux_x86_64.whl", "3.10") is None
+
+
+@pytest.mark.skipif(not Path("/usr/share/lmod/lmod/init/bash").exists(), reason="needs Lmod (the local site's)")
+def test_the_build_task_builds_for_the_playbooks_stack_too(cli, tmp_path):
+    """`invoke build-mpi4py` runs one step of its own, for the stack the site's playbook makes."""
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "Python 3.99.0"\nexit 0\n')
+    fake.chmod(0o755)
+    prefix = tmp_path / "prefix"
+    out = cli("build-mpi4py", "--playbook", str(conda_playbook(tmp_path, fake)), "--prefix", str(prefix), "--check",
+              env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"the stack environment's interpreter {prefix}/pytorch/2.13.0-cpu/bin/python, which builds it" in out.stdout

@@ -47,10 +47,11 @@ def stack_interpreter(ctx: RunContext, recipe: str) -> str | None:
     matches only by chance (OLCF's PyTorch guide builds mpi4py with pip inside the activated env:
     https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html). None elsewhere: a venv stack
     (system, module) is facts.python.executable's own interpreter made in the same site environment
-    (and has no pip of its own), a container's runs only inside its image."""
+    (and has no pip of its own), a container's runs only inside its image. ``invoke build-mpi4py`` and the
+    other build tasks build for the stack of the site's playbook too (``Site.playbook_steps``)."""
     if ctx.facts.python.source != "conda":
         return None
-    for spec in ctx.site.steps:
+    for spec in ctx.site.playbook_steps or ctx.site.steps:   # a build task's one step: the playbook's
         if spec.action == "stack-venv":
             args = ctx.actions[spec.action].from_spec(spec, ctx).args
             if recipe in args.recipes:
