@@ -44,12 +44,14 @@ def job_text(site: str, launcher: str, playbook: Path | None = None, prefix: str
 
 
 # -- Frontier --------------------------------------------------------------------------------------------
-def test_frontier_builds_mpi4py_with_the_cray_driver_before_the_stack(cli, tmp_path):
+def test_frontier_builds_mpi4py_with_the_cray_driver_in_the_stack_env(cli, tmp_path):
     site = pb.load("frontier")
     names = [s.name for s in site.steps]
     step = next(s for s in site.steps if s.name == "mpi4py")
     assert step.action == "recipe-install" and step.args["recipe"] == "mpi4py"
-    assert names.index("mpi4py") < names.index("stack-venv")   # the stack installs its wheel
+    # the conda env first (its interpreter builds mpi4py and Horovod), then their wheels installed into it
+    assert names.index("stack-venv") < names.index("mpi4py") < names.index("horovod") < names.index("stack-packages")
+    assert next(s for s in site.steps if s.name == "stack-packages").action == "stack-venv"
     assert site.facts.mpi.cc == "cc -shared"                    # MPICC of OLCF's Frontier guide
     out = cli("provision", "--site", "frontier", "--check", "--account", "proj123", "--tags", "mpi4py",
               env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})

@@ -57,6 +57,7 @@ from sitestack.installs.inputs import build_inputs, install_inputs
 from sitestack.installs.installer import Installer
 from sitestack.installs.modulefile_render import ModuleSpec, render
 from sitestack.installs.modulefile_specs import package_module
+from sitestack.installs.site_stack import stack_interpreter
 from sitestack.installs.stamp import STAMP_FORMAT, install_lock, install_reason, lock_path
 from sitestack.installs.target import Target
 from sitestack.installs.toolchain import Toolchain, probe_toolchain, require_tools
@@ -86,7 +87,8 @@ class RecipeInstall(Action):
         version: str | None = field(default=None, metadata={"doc": "version to build (default: the recipe's default_version, or its hooks' choice)"})
         dest: str | None = field(default=None, metadata={"doc": "install prefix of the package (default: {prefix}/<recipe>/<version>, or its hooks' choice)"})
         python: str | None = field(default=None, metadata={"doc": (
-            "interpreter that builds Python packages (default: facts.python.executable; for Horovod, "
+            "interpreter that builds Python packages (default: the stack env's bin/python where a stack-venv "
+            "step installs the package into a conda env, else facts.python.executable; for Horovod, "
             "`invoke build-horovod --python` overrides)")})
         mirror: str | None = field(default=None, metadata={"doc": "controller directory with source tarballs (air-gapped sites)"})
         package: Mapping[str, Any] = field(default_factory=dict, metadata={"doc": (
@@ -133,8 +135,10 @@ class RecipeInstall(Action):
         self.version = self.recipe.select_version(chosen["version"], ctx.facts, f"site {ctx.site.name}")
         site_prefix = ctx.values["prefix"]
         dest = chosen["dest"] or f"{site_prefix}/{self.recipe.name}/{self.version}"
+        #: the stack env's interpreter, where this build is for it (installs/site_stack.py:stack_interpreter)
+        self.env_python = None if chosen["python"] else stack_interpreter(ctx, recipe.name)
         self.target = Target(self.recipe, self.version, ctx.facts, dest.rstrip("/"), site_prefix,
-                             chosen["python"] or ctx.facts.python.executable)
+                             chosen["python"] or self.env_python or ctx.facts.python.executable)
         self.options = options
         self.report = ctx.note
         self._toolchain: Toolchain | None = None
@@ -151,6 +155,9 @@ class RecipeInstall(Action):
 
     def pending(self, host: Host) -> str | None:
         self.check_given_source()
+        missing = self.missing_interpreter(host)
+        if missing is not None:
+            return missing
         try:
             self.prepare(host)
         except NotReady as exc:
@@ -168,6 +175,9 @@ class RecipeInstall(Action):
         return unified_diff(host.read_text(self.module_path()), self.module_text(), self.module_path())
 
     def apply(self, host: Host) -> None:
+        missing = self.missing_interpreter(host)
+        if missing is not None:
+            raise SitestackError(f"{self.target.label}: {missing}: run that step first")
         try:
             self.prepare(host)
         except NotReady:
@@ -215,6 +225,14 @@ class RecipeInstall(Action):
         self.target = dataclasses.replace(self.target, recipe=prepared.recipe,
                                           python=prepared.python or self.target.python)
         self._prepared = True
+
+    def missing_interpreter(self, host: Host) -> str | None:
+        """Why the build cannot be planned yet: the stack env it is built with is not made (None: it is,
+        or the build does not use it). The playbook's stack-venv step, before this one, makes it."""
+        python = self.env_python
+        if python is None or host.exists(python):
+            return None
+        return f"the stack environment's interpreter {python}, which builds it, is not there yet (made by the stack-venv step)"
 
     def check_given_source(self) -> None:
         """A --source for a recipe version with a sha256 must have that sum, even where nothing is built

@@ -58,6 +58,7 @@ from sitestack.installs.venv_stack import (
     NAME,
     Base,
     Built,
+    built_for_other_python,
     normalize,
     require_module_system,
     shared_with_group,
@@ -104,6 +105,12 @@ class StackVenv(Action):
 
     def desired(self, host: Host) -> tuple[dict[str, Any], list[Built]]:
         built, self.notes = find_built(host, self.ctx, self.args.recipes)
+        # A stack made before its packages' builds (they are built with its interpreter) leaves out a wheel
+        # built for another Python: its step rebuilds it with this stack's interpreter, then a later
+        # stack-venv step installs it.
+        other = {b.recipe: built_for_other_python(b.wheel, self.stack.python_version) for b in built if b.wheel}
+        self.notes += [f"{b.recipe} {b.version} (built for Python {other[b.recipe]})" for b in built if other.get(b.recipe)]
+        built = [b for b in built if not other.get(b.recipe)]
         return plan_for(self.stack, self.ctx.facts, built), built
 
     def pending(self, host: Host) -> str | None:

@@ -34,7 +34,7 @@ def _resolved(path: str | None) -> str | None:
 
 def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Reporter) -> list[HostRun]:
     """Provision ``loaded`` with ``spec`` as its only step."""
-    single = dataclasses.replace(loaded, steps=(spec,), handlers=())
+    single = dataclasses.replace(loaded, steps=(spec,), handlers=(), playbook_steps=loaded.steps)
     return pb.provision(single, checked_sources(single, options, spec.name), reporter)
 
 

@@ -37,6 +37,8 @@ def build_inputs(target: Target, toolchain: Toolchain) -> dict[str, Any]:
             "modules": list(target.facts.modules.load),
             "module_use": list(target.facts.modules.use),
             "tools": {k: v for k, v in sorted(toolchain.tools.items()) if k in digested},
+            # the build interpreter as it reports itself (builds that use one: pip)
+            **({"interpreter": dict(toolchain.interpreter)} if toolchain.interpreter else {}),
         },
     }
 
@@ -102,7 +104,7 @@ def explain_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         out += _plan_changes(ob.get("plan", []), nb.get("plan", []))
     if ob.get("toolchain") != nb.get("toolchain"):
         ot, nt = ob.get("toolchain", {}), nb.get("toolchain", {})
-        keys = [k for k in ("modules", "module_use") if ot.get(k) != nt.get(k)]
+        keys = [k for k in ("modules", "module_use", "interpreter") if ot.get(k) != nt.get(k)]
         tools = sorted(t for t in {*ot.get("tools", {}), *nt.get("tools", {})}
                        if ot.get("tools", {}).get(t) != nt.get("tools", {}).get(t))
         out.append("site toolchain changed: " + ", ".join([*keys, *tools]))

@@ -39,6 +39,26 @@ def stack_python(ctx: RunContext) -> str | None:
     return f"{stack.bin}/python" if stack else None
 
 
+def stack_interpreter(ctx: RunContext, recipe: str) -> str | None:
+    """The interpreter that builds ``recipe`` for the site's stack, where that is not the base Python:
+    the stack environment's own ``bin/python`` where the playbook makes a conda env (facts.python.source
+    conda) whose stack-venv step installs the recipe's wheel. A conda env has its own interpreter, of the
+    version ``conda create python=X.Y`` chose, which the base ``python3`` on PATH (the conda module's)
+    matches only by chance (OLCF's PyTorch guide builds mpi4py with pip inside the activated env:
+    https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html). None elsewhere: a venv stack
+    (system, module) is facts.python.executable's own interpreter made in the same site environment
+    (and has no pip of its own), a container's runs only inside its image. ``invoke build-mpi4py`` and the
+    other build tasks build for the stack of the site's playbook too (``Site.playbook_steps``)."""
+    if ctx.facts.python.source != "conda":
+        return None
+    for spec in ctx.site.playbook_steps or ctx.site.steps:   # a build task's one step: the playbook's
+        if spec.action == "stack-venv":
+            args = ctx.actions[spec.action].from_spec(spec, ctx).args
+            if recipe in args.recipes:
+                return f"{stack_for(ctx, args.name).bin}/python"
+    return None
+
+
 def stack_includes(ctx: RunContext) -> tuple[str, ...]:
     """The built packages the site's stack includes (the recipes of its recipe-install steps, where a
     stack-venv step makes the stack): the job fails when one of them is missing or broken."""
@@ -146,4 +166,4 @@ def find_built(host: Host, ctx: RunContext, recipes: Sequence[str]) -> tuple[lis
 
 
 __all__ = ["RECIPE_INSTALL", "find_built", "job_inputs", "launch_dir", "launch_helper", "recipe_targets",
-           "site_stack", "stack_includes", "stack_python", "stage_script"]
+           "site_stack", "stack_includes", "stack_interpreter", "stack_python", "stage_script"]

@@ -5,6 +5,7 @@ which of the builder's optional tools (cmake, ninja) the host serves or PyPI mus
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ class Toolchain:
     nproc: int = 1
     slurm_job: str = ""
     host_tools: HostTools = field(default_factory=HostTools)  # the builder's optional tools: host or PyPI
+    #: the build interpreter as it reports itself (:func:`probe_interpreter`), where the build uses one
+    interpreter: Mapping[str, str] = field(default_factory=dict)
 
 
 PROBE_SCRIPT = r"""
@@ -39,6 +42,27 @@ printf 'SLURM\t%s\n' "${SLURM_JOB_ID:-}"
 printf 'PATH\t%s\n' "$PATH"
 printf 'LMFILES\t%s\n' "${_LMFILES_:-}"
 """
+
+
+#: Run by the build interpreter: what it is, whatever name found it (a shim, a symlink, a venv's link).
+INTERPRETER_PROBE = ("import json, os, sys; print(json.dumps({'executable': sys.executable, "
+                     "'realpath': os.path.realpath(sys.executable), 'version': ' '.join(sys.version.split())}))")
+
+
+def probe_interpreter(host: Host, target: Target) -> dict[str, str]:
+    """The target's build interpreter run with the site's modules loaded: its ``sys.executable``, that
+    file's real path and its full version (an interpreter of another minor version, or another build of
+    the same, behind the same name gives other inputs, so the package is built again). Not cached:
+    a shim (pyenv) may pick another interpreter without any file on its path changing."""
+    out = probe_in_site_env(host, target.facts, [target.python, "-c", INTERPRETER_PROBE])
+    try:
+        found = json.loads(out.stdout.strip().splitlines()[-1]) if out.rc == 0 else None
+    except (ValueError, IndexError):
+        found = None
+    if not isinstance(found, dict):
+        raise SitestackError(f"{target.label}: cannot run its build interpreter {target.python} on {host.name}: "
+                             f"{(out.stderr or out.stdout).strip()[-300:]}")
+    return {k: str(found.get(k, "")) for k in ("executable", "realpath", "version")}
 
 
 def vouchers(out: Completed) -> list[str]:
@@ -86,7 +110,8 @@ def probe_toolchain(host: Host, target: Target, extra: Sequence[str] = ()) -> To
     missing = [m for m in missing if m not in builder.optional_tools]
     host_tools = builder.host_tools(target.recipe.builder_options(), optional)
     found.update(host_tools.shown)
-    return Toolchain(found, tuple(missing), nproc, slurm, host_tools)
+    interpreter = probe_interpreter(host, target) if target.python in found else {}
+    return Toolchain(found, tuple(missing), nproc, slurm, host_tools, interpreter)
 
 
 def require_tools(toolchain: Toolchain, target: Target, host: Host) -> None:

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
@@ -165,6 +167,20 @@ class Built:
     def module_name(self) -> str:
         name = getattr(self.settings, "name", None) or self.recipe
         return f"{name}/{self.module_version}"
+
+
+def built_for_other_python(wheel: str, version: str) -> str | None:
+    """The Python a built wheel is for where that is not ``version`` (major.minor), else None: a build
+    made for another interpreter is rebuilt by its step before the stack installs it again."""
+    try:
+        tags = parse_wheel_filename(os.path.basename(wheel))[3]
+    except InvalidWheelFilename:
+        return None
+    want = "cp" + version.replace(".", "")
+    interpreters = {t.interpreter for t in tags if t.interpreter.startswith("cp") and t.abi != "abi3"}
+    if not interpreters or len(interpreters) != len(tags) or want in interpreters:
+        return None
+    return ", ".join(sorted(f"{i[2]}.{i[3:]}" for i in interpreters))
 
 
 class Base:

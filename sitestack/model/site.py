@@ -128,6 +128,9 @@ class Site:
     steps: tuple[StepSpec, ...]
     handlers: tuple[StepSpec, ...]
     raw_facts: Mapping[str, Any] = field(repr=False, compare=False)
+    #: the playbook's own steps where this run makes others (a build task's one step): what the steps
+    #: run build for (the stack env whose interpreter builds its packages) is read from them
+    playbook_steps: tuple[StepSpec, ...] = field(default=(), repr=False, compare=False)
 
     def placeholder_values(self, *, home: str, user: str, account: str | None, prefix: str | None) -> dict[str, str]:
         """Values for every placeholder on a host with this ``home`` and ``user``."""

@@ -228,10 +228,14 @@ class TorchInfo:
 BUILD_ENV_PACKAGES = ("setuptools", "wheel", "packaging", "psutil", "cloudpickle", "pyyaml", "cffi")
 
 
-def build_env_dir(cache_root: str, facts: Facts) -> str:
-    """The build environment for a site's torch: beside the build cache, so that every prefix on the
-    host shares it (and the wheel built with it)."""
-    return f"{cache_root}/envs/torch-{facts.torch.version}-{facts.torch.variant}-py{facts.python.version}"
+def build_env_dir(cache_root: str, facts: Facts, base_python: str) -> str:
+    """The build environment for a site's torch made from ``base_python``: beside the build cache, so
+    that every prefix on the host shares it (and the wheel built with it). Another interpreter (a stack's
+    conda env rather than facts.python.executable) gets an environment of its own."""
+    name = f"{cache_root}/envs/torch-{facts.torch.version}-{facts.torch.variant}-py{facts.python.version}"
+    if base_python == facts.python.executable:
+        return name
+    return f"{name}-{hashlib.sha256(base_python.encode()).hexdigest()[:12]}"
 
 
 def build_env_marker(facts: Facts) -> str:

@@ -104,6 +104,7 @@ class HorovodHooks(PackageHooks):
         self.given_python: str | None = self.option("python")
         self.links: list[tuple[str, str]] = []   # (link path, target) to make before building
         self.env_dir: str | None = None
+        self.base_python = ctx.facts.python.executable   # what a build environment is made from (choose_python)
 
     def install_args(self) -> Mapping[str, str | None]:
         return {"python": self.given_python}
@@ -134,7 +135,7 @@ class HorovodHooks(PackageHooks):
         return Prepared(with_site(self.recipe, build, [check_build_check(self.plan)]), python)
 
     def setup(self, host: Host, info: InstallInfo) -> None:
-        """A venv of the site's Python with the site's torch and what building Horovod needs."""
+        """A venv of the install's interpreter with the site's torch and what building Horovod needs."""
         facts, env_dir = self.ctx.facts, self.env_dir
         assert env_dir is not None   # NotReady is raised only once env_dir is chosen
         log = Path(self.ctx.log_dir or Path.home() / ".cache" / "sitestack" / "logs") / "horovod-build-env.log"
@@ -143,7 +144,7 @@ class HorovodHooks(PackageHooks):
         host.run(["mkdir", "-p", env_dir.rsplit("/", 1)[0]])
         with host.lock(f"{env_dir}.lock", wait=self.ctx.options.install_lock_wait):
             if host.read_text(f"{env_dir}/.sitestack-ready") != build_env_marker(facts):
-                commands = build_env_commands(facts.python.executable, env_dir, facts)
+                commands = build_env_commands(self.base_python, env_dir, facts)
                 if host.exists(f"{env_dir}/bin/python"):
                     commands = commands[-1:]   # there already: complete it (pip install is idempotent)
                 for argv in commands:
@@ -157,8 +158,9 @@ class HorovodHooks(PackageHooks):
 
     # -- the parts of prepare --------------------------------------------------------------------------
     def choose_python(self, host: Host, info: InstallInfo) -> tuple[str, TorchInfo]:
-        """The interpreter that builds Horovod: the one given (it must have the site's torch), else
-        facts.python.executable when it has that torch, else a build environment made for it."""
+        """The interpreter that builds Horovod: the one given (it must have the site's torch), else the
+        install's (``info.python``) when it has that torch and the build's packages, else a build
+        environment made from it with that torch."""
         facts = self.ctx.facts
         if self.given_python:
             info_, problem = try_probe_torch(host, facts, self.given_python)
@@ -167,12 +169,14 @@ class HorovodHooks(PackageHooks):
                                      "that has it (the step's python, `invoke build-horovod --python`), or none "
                                      "and sitestack makes a build environment with the site's torch")
             return self.given_python, info_
-        base = facts.python.executable
+        # The install's interpreter: the stack env's where Horovod is built for a conda env, else the site's
+        # Python (installs/site_stack.py:stack_interpreter); a build environment is a venv of that interpreter.
+        base = self.base_python = info.python
         torch, _ = try_probe_torch(host, facts, base)
         if torch is not None and versions.parse(torch.torch) == versions.parse(facts.torch.version) \
                 and not torch.missing:
             return base, torch
-        self.env_dir = build_env_dir(info.cache_root, facts)
+        self.env_dir = build_env_dir(info.cache_root, facts, base)
         python = f"{self.env_dir}/bin/python"
         ready = host.read_text(f"{self.env_dir}/.sitestack-ready") == build_env_marker(facts)
         torch, _ = try_probe_torch(host, facts, python) if ready else (None, "")
