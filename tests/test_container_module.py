@@ -21,6 +21,7 @@ from tests.conftest import LMOD_INIT, REPO, clean_env, parse_env, playbook_copy,
 from tests.contexts import offline_context
 from tests.test_modulefile_golden import built_for
 from tests.twins import runtime as twin
+from tests.twins.sites import lumi_conda
 
 GET_MASTER = REPO / "sitestack" / "programs" / "get_master.py"
 STACK = "pytorch/2.7.1-rocm6.2.4"
@@ -43,11 +44,14 @@ def test_get_master(nodelist: str, first: str, every: str) -> None:
 
 @pytest.fixture
 def lumi(tmp_path: Path) -> dict:
-    """LUMI's playbook with this machine's paths: a stand-in SIF as the site's central image."""
+    """LUMI's playbook with this machine's paths: a stand-in SIF as the site's central image, shaped like
+    LUMI's: its Python in the conda env /opt/miniconda3/envs/pytorch (not on the container's PATH until
+    $WITH_CONDA, which the image defines, activates it: tests/twins/sites.py lumi_conda)."""
     tree = tmp_path / "image"
-    (tree / "usr" / "local" / "bin").mkdir(parents=True)
+    (tree / "opt/miniconda3/envs/pytorch/bin").mkdir(parents=True)
     python = os.path.realpath(sys.executable)
-    (tree / "usr" / "local" / "bin" / "python").symlink_to(python)
+    (tree / "opt/miniconda3/envs/pytorch/bin/python").symlink_to(python)
+    lumi_conda(tree)
     source = twin.make_image(tree, tmp_path / "central.sif")
     data = tmp_path / "data"
     data.mkdir()
@@ -63,9 +67,10 @@ def lumi(tmp_path: Path) -> dict:
     return {"copy": copy, "prefix": prefix, "source": source, "data": data, "tmp": tmp_path}
 
 
-def provision(playbook: Path, prefix: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def provision(playbook: Path, prefix: Path, *extra: str, env_path: str | None = None) -> subprocess.CompletedProcess[str]:
     return run_invoke("provision", "--site", "lumi", "--playbook", str(playbook), "--prefix", str(prefix),
-                      "--tags", "container", "--account", "proj123", *extra, env={"SITESTACK_LOG_DIR": str(prefix.parent / "logs")})
+                      "--tags", "container", "--account", "proj123", *extra,
+                      env={"SITESTACK_LOG_DIR": str(prefix.parent / "logs"), **({"PATH": env_path} if env_path else {})})
 
 
 def test_container_image_copy_link_and_sha256(lumi: dict) -> None:
@@ -116,8 +121,8 @@ def test_module_loads_in_lmod_and_sets_every_variable(lumi: dict) -> None:
     assert env["RUNSCRIPTS"] == env["RUNSCRIPTSPYTORCH"] == runscripts
     assert env["CONTAINERROOT"] == str(prefix)
     assert env["WITH_CONDA"] == "source /opt/miniconda3/bin/activate pytorch"
-    assert env["SINGULARITY_BINDPATH"] == f"{prefix},{lumi['data']}"
-    assert env["SINGULARITYENV_PREPEND_PATH"] == f"{runscripts}:{prefix}/{STACK}/bin"
+    assert env["SINGULARITY_BINDPATH"] == f"{prefix},{lumi['data']},{runscripts}:/runscripts"
+    assert env["SINGULARITYENV_PREPEND_PATH"] == f"/runscripts:{prefix}/{STACK}/bin"
     assert env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
     # the container's own network plugin: no host module (LUMI, partition, rocm, the plugin) is loaded
     assert env["LOADEDMODULES"] == STACK
@@ -175,6 +180,57 @@ def test_run_scripts_under_srun(lumi: dict, slurm_cluster) -> None:
         assert "simple ok" in text and "nid001" in text.splitlines()
         ports.append(ranks[0][5])
     assert ports[0] != ports[1]
+
+
+@pytest.mark.skipif(twin.available() is not None, reason=f"stand-in runtime: {twin.available()}")
+def test_the_pages_commands_run_in_the_activated_conda_env(lumi: dict) -> None:
+    """LUMI's PyTorch page, verbatim once the module is loaded (real Lmod):
+    ``singularity exec $SIF /runscripts/conda-python-simple -c ...`` and, in a job step,
+    ``singularity exec $SIFPYTORCH conda-python-distributed ...``: /runscripts is bound and on the
+    container's PATH, $WITH_CONDA ran first (CONDA_DEFAULT_ENV is the image's env), and the stack's
+    venv is still the Python that runs."""
+    prefix, tmp = lumi["prefix"], lumi["tmp"]
+    playbook = lumi["copy"]()
+    bin_dir = twin.install(tmp / "bin")
+    done = provision(playbook, prefix, env_path=f"{bin_dir}:{os.environ['PATH']}")
+    assert done.returncode == 0, done.stdout
+    lumi_module(playbook, prefix, tmp / "modules")
+    venv = prefix / STACK   # the stack venv (what the stack-venv step makes, here without packages)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    show = 'import os, sys; print("ENV", os.environ["CONDA_DEFAULT_ENV"], os.environ["CONDA_PREFIX"], sys.prefix)'
+    job = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_ID": "7",
+           "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NODELIST": "nid[001,005]"}
+    distributed = show + '; print(os.environ["MASTER_ADDR"])'
+    script = (f". {LMOD_INIT}/bash\nmodule use {shlex.quote(str(tmp / 'modules'))}\nmodule load {STACK}\n"
+              f"singularity exec $SIF /runscripts/conda-python-simple -c {shlex.quote(show)}\n"
+              f"{' '.join(f'{k}={shlex.quote(v)}' for k, v in job.items())} "
+              f"singularity exec $SIFPYTORCH conda-python-distributed -c {shlex.quote(distributed)}\n")
+    out = shell(["bash", "-c"], script, clean_env(PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    expect = f"ENV pytorch /opt/miniconda3/envs/pytorch {venv}"
+    assert out.stdout.splitlines() == [expect, expect, "nid001"], out.stdout + out.stderr
+
+
+def test_run_scripts_fall_back_to_the_fact_where_the_image_defines_no_with_conda(tmp_path: Path) -> None:
+    """$WITH_CONDA is the image's; where it is unset, facts.container.with_conda is run instead."""
+    import dataclasses
+
+    from sitestack.installs.runscripts import scripts
+    env_bin = tmp_path / "envs" / "one" / "bin"
+    env_bin.mkdir(parents=True)
+    (env_bin / "python").symlink_to(os.path.realpath(sys.executable))
+    (tmp_path / "activate").write_text(f'export CONDA_DEFAULT_ENV=$1 PATH={env_bin}:"$PATH"\n')
+    facts = pb.load("lumi").facts
+    assert facts.container is not None
+    facts = dataclasses.replace(facts, container=dataclasses.replace(
+        facts.container, with_conda=f"source {tmp_path}/activate from-fact"))
+    simple = tmp_path / "conda-python-simple"
+    simple.write_text(scripts("lumi", facts)["conda-python-simple"][0])
+    show = 'import os; print(os.environ["CONDA_DEFAULT_ENV"])'
+    for with_conda, expect in ((None, "from-fact"), (f"source {tmp_path}/activate from-image", "from-image")):
+        env = clean_env(PATH="/usr/bin:/bin", **({"WITH_CONDA": with_conda} if with_conda else {}))
+        out = subprocess.run(["bash", str(simple), "-c", show], env=env, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout == f"{expect}\n", out.stderr
 
 
 def test_unknown_runtime_is_one_clear_error(tmp_path: Path) -> None:

@@ -148,3 +148,56 @@ def test_a_renamed_action_is_refused_naming_the_new_name(tmp_path: Path, old: st
     path = edited_playbook(tmp_path, lambda d: d["steps"][0].update(action=old))
     with pytest.raises(InputError, match=rf"local.yml:\d+.*steps\[0\]\.action.*{old!r} is now called {new!r}"):
         pb.load(None, path)
+
+
+# -- LUMI: one model, everything GPU-related from the container ------------------------------------
+PLUGIN_STEP = {"name": "rccl-net-plugin", "action": "recipe-install",
+               "args": {"recipe": "aws-ofi-rccl", "package": {"libfabric": "/opt/cray/libfabric/1.15.2.0"}}}
+HOROVOD_STEP = {"name": "horovod", "action": "recipe-install", "args": {"recipe": "horovod"}}
+
+
+def lumi_with(tmp_path: Path, step: dict, **container: object) -> Path:
+    data = yaml.safe_load((PLAYBOOK_DIR / "lumi.yml").read_text())
+    data["facts"]["container"].update(container)
+    data["steps"].insert(5, step)
+    path = tmp_path / "lumi.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_lumi_builds_nothing_against_rocm_on_the_host():
+    """The container's plugin and no host builds: no step compiles against ROCm, no module or tool for
+    it is asked for, and facts.rocm is the image's (LUMI's PyTorch page: the plugin is in the image)."""
+    site = pb.load("lumi")
+    assert site.facts.container is not None and site.facts.container.net_plugin == "container"
+    assert [s for s in site.steps if s.action == "recipe-install"] == []
+    assert not any(m.startswith(("rocm", "craype-accel")) for m in site.facts.modules.load)
+    tools = next(s for s in site.steps if s.action == "require-tools").args["tools"]
+    assert "hipcc" not in tools and "CC" not in tools and "cc" in tools   # cc: the validation job's MPI probe
+
+
+@pytest.mark.parametrize(("step", "says"), [
+    (PLUGIN_STEP, "the image's own plugin (facts.container.net_plugin: container)"),
+    (HOROVOD_STEP, "Horovod must be built inside the image against its ROCm and Python"),
+])
+def test_a_host_build_the_container_stack_cannot_use_is_refused_at_load(tmp_path: Path, step: dict, says: str):
+    path = lumi_with(tmp_path, step)
+    with pytest.raises(InputError) as caught:
+        pb.load(None, path)
+    text = str(caught.value)
+    assert f"{path}:" in text and f"step {step['name']!r}" in text and says in text, text
+
+
+def test_the_host_plugin_model_accepts_the_plugin_step(tmp_path: Path):
+    site = pb.load(None, lumi_with(tmp_path, PLUGIN_STEP, net_plugin="host"))
+    assert [s.name for s in site.steps if s.action == "recipe-install"] == ["rccl-net-plugin"]
+    # Horovod given a host interpreter with the site's torch is the admin's choice, and accepted
+    site = pb.load(None, lumi_with(tmp_path, {**HOROVOD_STEP, "args": {"recipe": "horovod", "python": "/x/bin/python"}}))
+    assert [s.name for s in site.steps if s.action == "recipe-install"] == ["horovod"]
+
+
+def test_build_rccl_plugin_for_lumi_is_refused_before_anything_runs(cli):
+    out = cli("build-rccl-plugin", "--site", "lumi", "--account", "project_465000123", "--check")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text, text
+    assert "facts.container.net_plugin: container" in text, text

@@ -48,6 +48,13 @@ class Action(Step):
         return schema.build(cls.Args, raw if raw is not None else {}, file, line=line, key=key)
 
     @classmethod
+    def site_problem(cls, args: Any, facts: Any, options: Any = None) -> str | None:
+        """Why this step, with these checked arguments, contradicts the site's facts (None: it does
+        not). Asked when the playbook is loaded (``options`` None) and by the tasks that make a step
+        of their own (with the run's options), before anything connects."""
+        return None
+
+    @classmethod
     def from_spec(cls, spec: StepSpec, ctx: RunContext) -> Action:
         """The step for one host: arguments checked, placeholders (defaults' too) filled."""
         args = cls.check_args(_plain(spec.args), ctx.site.path, spec.line, "args")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sitestack.actions import ACTIONS
 from sitestack.actions.pack_env import read_requirements
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.report import HostRun, Reporter
@@ -33,7 +34,12 @@ def _resolved(path: str | None) -> str | None:
 
 
 def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Reporter) -> list[HostRun]:
-    """Provision ``loaded`` with ``spec`` as its only step."""
+    """Provision ``loaded`` with ``spec`` as its only step (refused first where it contradicts the
+    site's facts, as a playbook's own step is when the playbook is loaded)."""
+    action = ACTIONS[spec.action]
+    problem = action.site_problem(action.check_args(spec.args, loaded.path, spec.line, "args"), loaded.facts, options)
+    if problem:
+        raise InputError(f"--site {loaded.name}", f"{spec.name}: {problem}")
     single = dataclasses.replace(loaded, steps=(spec,), handlers=(), playbook_steps=loaded.steps)
     return pb.provision(single, checked_sources(single, options, spec.name), reporter)
 

@@ -15,6 +15,9 @@ from sitestack.model.context import RunContext
 from sitestack.model.recipe import expand
 from sitestack.model.site import Container, Facts, Site
 
+#: Where a container site's run scripts ($RUNSCRIPTS) are bound inside the container (LUMI's module).
+RUNSCRIPTS_MOUNT = "/runscripts"
+
 
 def default_requires(facts: Facts) -> tuple[str, ...]:
     """The site modules the stack's module needs by default: the base Python's module."""
@@ -80,8 +83,8 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
     """What the stack's module sets for a container site, as LUMI's PyTorch container module does
     (https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/): SIF and SIF<NAME>, the bind path (the prefix and
     the site's binds), RUNSCRIPTS and RUNSCRIPTS<NAME> and CONTAINERROOT where the playbook installs
-    the image and its run scripts (container-image), WITH_CONDA, and the container's PATH (the run
-    scripts, then the stack's venv) and PYTHONPATH."""
+    the image and its run scripts (container-image, which are also bound at /runscripts), WITH_CONDA,
+    and the container's PATH (/runscripts, then the stack's venv) and PYTHONPATH."""
     runtime = runtime_of(container)
     prefix = ctx.values["prefix"].rstrip("/")
     # LUMI's create_container_vars: SIF .. NAME:upper() with '-' as 'MIN' (SIFPYTORCH)
@@ -90,13 +93,19 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
     env: list[tuple[str, Text]] = []
     if container.image:
         env += [("SIF", text_of(container.image, ctx.values)), (f"SIF{suffix}", text_of(container.image, ctx.values))]
-    for bind in dict.fromkeys([prefix, *container.bind]):
-        paths.append(PathOp("append", runtime.bind_var, text_of(bind, ctx.values), ","))
+    runscripts = any(s.action == "container-image" and (s.args or {}).get("runscripts", True) for s in ctx.site.steps)
+    binds = [text_of(bind, ctx.values) for bind in dict.fromkeys([prefix, *container.bind])]
+    if runscripts:
+        # $RUNSCRIPTS appears at /runscripts inside the container, as with LUMI's module: the page's
+        # `singularity exec $SIF /runscripts/conda-python-simple ...` names that path.
+        binds.append(literal(f"{prefix}/runscripts:{RUNSCRIPTS_MOUNT}"))
+    paths += [PathOp("append", runtime.bind_var, bind, ",") for bind in binds]
     paths.append(PathOp("prepend", runtime.prepend_path_var, literal(stack.bin)))
-    if any(s.action == "container-image" and (s.args or {}).get("runscripts", True) for s in ctx.site.steps):
-        runscripts = literal(f"{prefix}/runscripts")
-        env += [("RUNSCRIPTS", runscripts), (f"RUNSCRIPTS{suffix}", runscripts), ("CONTAINERROOT", literal(prefix))]
-        paths.append(PathOp("prepend", runtime.prepend_path_var, runscripts))
+    if runscripts:
+        env += [("RUNSCRIPTS", literal(f"{prefix}/runscripts")), (f"RUNSCRIPTS{suffix}", literal(f"{prefix}/runscripts")),
+                ("CONTAINERROOT", literal(prefix))]
+        # and on the container's PATH: the page's job runs `singularity exec $SIFPYTORCH conda-python-distributed`
+        paths.append(PathOp("prepend", runtime.prepend_path_var, literal(RUNSCRIPTS_MOUNT)))
     if container.with_conda:
         env.append(("WITH_CONDA", text_of(container.with_conda, ctx.values)))
     paths.append(PathOp("prepend", runtime.env_var("PYTHONPATH"), literal(stack.site_packages)))

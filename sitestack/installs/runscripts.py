@@ -16,10 +16,14 @@ Where they differ from the site's scripts (https://github.com/Lumi-supercomputer
   two jobs on a node removed each other's), and the other ranks wait for local rank 0 to make it
   instead of sleeping a fixed 2 s.
 - The site's NCCL_* and FI_* settings come from its facts (``facts.env``).
+
+Like the site's, both scripts run ``$WITH_CONDA`` before Python (:func:`activate`), so what the
+image's conda activation sets is there; the stack's venv stays first on PATH.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from sitestack.core.quoting import sh_expanding
@@ -29,11 +33,29 @@ from sitestack.validation.jobs import PORT_BASE, PORT_SPAN
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 
 
-def simple(site: str) -> str:
+def activate(facts: Facts) -> str:
+    """Shell lines that activate the image's conda environment, as the site's run scripts do
+    (``$WITH_CONDA`` first), and keep the stack's venv first on PATH.
+
+    ``WITH_CONDA`` is what the image defines (LUMI's images: ``source /opt/miniconda3/bin/activate
+    pytorch``); where the image defines none, facts.container.with_conda. Activation puts the conda
+    env's ``bin`` in front of the PATH the module set, so the venv the module put first (the Python
+    found before activation, when it is a venv: its ``pyvenv.cfg``) is put back in front."""
+    fallback = facts.container.with_conda if facts.container else None
+    default = f'[ -n "${{WITH_CONDA:-}}" ] || WITH_CONDA={shlex.quote(fallback)}\n' if fallback else ""
+    return (f"# The image's conda environment, activated first as the site's own run scripts do.\n{default}"
+            'venv=$(command -v python 2>/dev/null || true); venv=${venv%/bin/python}\n'
+            '[ -n "$venv" ] && [ -f "$venv/pyvenv.cfg" ] || venv=\n'
+            "$WITH_CONDA\n"
+            '# the stack venv the module put first on the container\'s PATH stays first\n'
+            'if [ -n "$venv" ]; then export PATH="$venv/bin:$PATH" VIRTUAL_ENV=$venv; fi\n')
+
+
+def simple(site: str, facts: Facts) -> str:
     return (f"#!/bin/bash -e\n# conda-python-simple, written by sitestack for {site}: the container's Python (the\n"
             "# stack's venv first on PATH, set by the module) with this script's arguments. Run it in the\n"
             "# container: singularity exec $SIF conda-python-simple -c 'import torch'\n"
-            'exec python "$@"\n')
+            f'{activate(facts)}exec python "$@"\n')
 
 
 def distributed(site: str, facts: Facts) -> str:
@@ -48,7 +70,7 @@ def distributed(site: str, facts: Facts) -> str:
 #   srun singularity exec $SIF conda-python-distributed -u train.py
 here=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)
 : "${{SLURM_PROCID:?run me under srun}}"
-# Rank, world size and local rank from Slurm.
+{activate(facts)}# Rank, world size and local rank from Slurm.
 export RANK=$SLURM_PROCID
 export WORLD_SIZE=${{SLURM_NTASKS:-$SLURM_NPROCS}}
 export LOCAL_RANK=$SLURM_LOCALID
@@ -75,7 +97,7 @@ exec python "$@"
 
 def scripts(site: str, facts: Facts) -> dict[str, tuple[str, int]]:
     """name -> (text, mode) of the three run scripts and the host-list parser get-master imports."""
-    return {"conda-python-simple": (simple(site), 0o755),
+    return {"conda-python-simple": (simple(site, facts), 0o755),
             "conda-python-distributed": (distributed(site, facts), 0o755),
             "get-master": ((PROGRAMS / "get_master.py").read_text(), 0o755),
             "hostlist.py": ((PROGRAMS / "hostlist.py").read_text(), 0o644)}

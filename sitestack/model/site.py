@@ -247,7 +247,10 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
                     raise InputError(f"{shown}:{spec.line}", f"notifies unknown handler {target!r}", key=f"{group}[{i}].notify")
             if actions is not None:
                 raw = data[group][i].get("args") if isinstance(data[group][i], dict) else None
-                _check_action(spec, raw, actions, shown, f"{group}[{i}]")
+                args = _check_action(spec, raw, actions, shown, f"{group}[{i}]")
+                problem = actions[spec.action].site_problem(args, facts)
+                if problem:
+                    raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {problem}", key=f"{group}[{i}]")
     clash = handler_names & {s.name for s in steps}
     if clash:
         raise InputError(f"{shown}:{data.lines['handlers']}", f"handler names clash with step names: {', '.join(sorted(clash))}", key="handlers")
@@ -273,7 +276,8 @@ def _build_list(cls: type[Any], data: MarkedDict, key: str, shown: str, *, uniqu
     return tuple(out)
 
 
-def _check_action(spec: StepSpec, raw_args: Any, actions: Mapping[str, Any], shown: str, key: str) -> None:
+def _check_action(spec: StepSpec, raw_args: Any, actions: Mapping[str, Any], shown: str, key: str) -> Any:
+    """The step's arguments, checked against its action's (an unknown action is an error)."""
     action = actions.get(spec.action)
     if action is None and spec.action in RENAMED_ACTIONS:
         raise InputError(f"{shown}:{spec.line}", f"action {spec.action!r} is now called "
@@ -281,7 +285,7 @@ def _check_action(spec: StepSpec, raw_args: Any, actions: Mapping[str, Any], sho
     if action is None:
         raise InputError(f"{shown}:{spec.line}", f"unknown action {spec.action!r} (known actions: {', '.join(sorted(actions))})", key=f"{key}.action")
     line = getattr(raw_args, "line", spec.line)
-    action.check_args(raw_args, shown, line, f"{key}.args")
+    return action.check_args(raw_args, shown, line, f"{key}.args")
 
 
 #: Site-local facts: YAML files (``os.pathsep``-separated absolute paths) whose ``facts:`` mapping is

@@ -308,6 +308,18 @@ class PluginHooks(PackageHooks):
     Args = PluginArgs
     given_source = True   # its forks often have no release tarball with a known sum: --source
 
+    @classmethod
+    def site_problem(cls, facts: Facts, python: str | None) -> str | None:
+        """A stack run in a container that uses the image's own plugin (``container.net_plugin:
+        container``) never loads a plugin built on the host: refused, so that provisioning neither
+        builds what nobody uses nor stops on a ROCm tree that is only inside the image."""
+        c = facts.container
+        if facts.python.source == "container" and c is not None and c.net_plugin == "container":
+            return ("builds the RCCL network plugin on the host, but the stack runs in the container with the "
+                    "image's own plugin (facts.container.net_plugin: container), so this build would never be "
+                    "loaded: remove the step, or set facts.container.net_plugin: host to use it")
+        return None
+
     def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
         super().__init__(ctx, recipe, args)
         self.data = data = plugin_data(recipe)

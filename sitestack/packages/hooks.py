@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from sitestack.core.host import Host
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import ModuleSettings, Recipe
+from sitestack.model.site import Facts
 
 
 class NotReady(Exception):
@@ -80,6 +81,14 @@ class PackageHooks:
         self.ctx = ctx
         self.recipe = recipe
         self.args = args
+
+    @classmethod
+    def site_problem(cls, facts: Facts, python: str | None) -> str | None:
+        """Why building this package on the host contradicts the site's facts (None: it does not).
+        Asked when the playbook is loaded and before a build task connects, so a step the site
+        could never use is refused by name before anything is built. ``python``: the interpreter the
+        step (or the run's --python) names, if any."""
+        return None
 
     def install_args(self) -> Mapping[str, str | None]:
         """Overrides of the install's version / dest / python (absent keys: the step's own)."""

@@ -96,6 +96,19 @@ class HorovodHooks(PackageHooks):
 
     Args = HorovodArgs
 
+    @classmethod
+    def site_problem(cls, facts: Facts, python: str | None) -> str | None:
+        """Where the site's torch is inside its image (``python.source: container``), its interpreter
+        (facts.python.executable) is not on the host: a host build without a ``python:`` of its own
+        would run a path that exists only in the image. Horovod for such a stack must be built inside
+        the image, against the image's ROCm or CUDA and Python, which sitestack does not do."""
+        if facts.python.source == "container" and not python:
+            return (f"builds Horovod on the host, but the site's torch is inside its container image "
+                    f"(facts.python.source: container; {facts.python.executable} is the image's interpreter): "
+                    "Horovod must be built inside the image against its ROCm and Python, which sitestack does "
+                    "not do; remove the step, or give python: a host interpreter with the site's torch")
+        return None
+
     def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
         super().__init__(ctx, recipe, args)
         self.data = horovod_data(recipe)

@@ -389,6 +389,22 @@ def dawn(root: Path, python: str | None = None) -> Twin:
 LUMI_SIF = "lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
 
 
+def lumi_conda(tree: Path) -> None:
+    """The LUMI image's conda activation in the image tree ``tree``: the image defines ``WITH_CONDA``
+    (``source /opt/miniconda3/bin/activate pytorch``, https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/),
+    and the activation sets CONDA_DEFAULT_ENV and CONDA_PREFIX and puts the env's ``bin`` on PATH. The
+    env's python (``/opt/miniconda3/envs/pytorch/bin``) is not on the container's PATH before it."""
+    (tree / "opt/miniconda3/bin").mkdir(parents=True, exist_ok=True)
+    (tree / "opt/miniconda3/bin/activate").write_text(
+        f"# {STAND_IN.format(what='conda activate of the LUMI image', why='the stand-in image has no conda')}\n"
+        'export CONDA_DEFAULT_ENV="${1:-base}"\n'
+        'export CONDA_PREFIX=/opt/miniconda3/envs/"$CONDA_DEFAULT_ENV"\n'
+        'export PATH="$CONDA_PREFIX/bin:$PATH"\n')
+    (tree / ".singularity.d/env").mkdir(parents=True, exist_ok=True)
+    (tree / ".singularity.d/env/90-environment.sh").write_text(
+        'export WITH_CONDA="source /opt/miniconda3/bin/activate pytorch"\n')
+
+
 def _lumi(stands: Path) -> None:
     tree = stands / "modules"
     cray_pe(stands, tree, mpich="8.1.29", loads_mpich=True)
@@ -407,13 +423,11 @@ def lumi(root: Path, python: str) -> Twin:
     tree = stands / "modules"
     central = root / "appl/local/containers"
     image_tree = root / "lumi-image"
-    (image_tree / "opt/miniconda3/bin").mkdir(parents=True)
-    # $WITH_CONDA of https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/: `source /opt/miniconda3/bin/activate pytorch`
-    (image_tree / "opt/miniconda3/bin/activate").write_text(
-        f"# {STAND_IN.format(what='conda activate of the LUMI image', why='the stand-in image has no conda')}\n"
-        'export PATH=/opt/miniconda3/envs/pytorch/bin:"$PATH"\n')
     sif = torch_image(image_tree, python, central / "sif-images" / LUMI_SIF,
                       interpreter="/opt/miniconda3/envs/pytorch/bin/python")
+    lumi_conda(image_tree)
+    from tests.twins import runtime
+    runtime.make_image(image_tree, sif)   # again, with the conda activation
     import hashlib
     digest = hashlib.sha256(sif.read_bytes()).hexdigest()
     fabric = stands / "opt/cray/libfabric/1.15.2.0"

@@ -23,8 +23,6 @@ Check that it loads: run a job with NCCL_DEBUG=INFO and look for "NET/OFI" and
 depends_on("LUMI/24.03")
 depends_on("partition/G")
 depends_on("PrgEnv-gnu")
-depends_on("rocm/6.0.3")
-depends_on("craype-accel-amd-gfx90a")
 
 -- one aws-ofi-rccl at a time
 family("aws-ofi-rccl")

@@ -20,8 +20,6 @@ Check what it was built with (frameworks, controllers, tensor operations):
 depends_on("LUMI/24.03")
 depends_on("partition/G")
 depends_on("PrgEnv-gnu")
-depends_on("rocm/6.0.3")
-depends_on("craype-accel-amd-gfx90a")
 
 -- one horovod at a time
 family("horovod")

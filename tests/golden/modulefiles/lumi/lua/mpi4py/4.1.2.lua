@@ -20,8 +20,6 @@ Check it:
 depends_on("LUMI/24.03")
 depends_on("partition/G")
 depends_on("PrgEnv-gnu")
-depends_on("rocm/6.0.3")
-depends_on("craype-accel-amd-gfx90a")
 
 -- one mpi4py at a time
 family("mpi4py")
