@@ -306,13 +306,19 @@ prepend_path("PYTHONPATH", "/stub/site-packages")
 """
 
 
+def stub_packages(tmp_path: Path) -> str:
+    """The stand-in stack's site-packages, which activation puts after the venv's own."""
+    return f"{tmp_path}/no-stack/lib/python{CONFIG['python_version']}/site-packages"
+
+
 def stub_venv(tmp_path: Path) -> Path:
     """A plain venv extended to load module ``stub/1.0`` (written under ``tmp_path/modules``)."""
     (tmp_path / "modules" / "stub").mkdir(parents=True)
     (tmp_path / "modules" / "stub" / "1.0.lua").write_text(STUB_MODULE)
     venv = make_venv(tmp_path / ODD)
     hook.extend(str(venv), {**CONFIG, "module": "stub/1.0", "module_roots": [str(tmp_path / "modules")],
-                            "stack": str(tmp_path / "no-stack")}, out=io.StringIO())
+                            "stack": str(tmp_path / "no-stack"), "site_packages": stub_packages(tmp_path)},
+                out=io.StringIO())
     return venv
 
 
@@ -346,8 +352,9 @@ def test_deactivate_gives_back_the_values_the_user_had_before(sh: str, tmp_path:
     before, during, after = dumps(tmp_path, "before", "during", "after")
     assert all(before[k] == v for k, v in mine.items())
     assert during["STUB_PUSHED"] == "module's" and during.get("STUB_SET") == "module's", during
-    assert during["PYTHONPATH"] == f"{venv}/lib/python{CONFIG['python_version']}/site-packages:/stub/site-packages:" \
-                                   "/mine/a:/mine/b"
+    # the venv's packages, then the stack's (a venv on the stack's base Python sees them only so), then the module's
+    assert during["PYTHONPATH"] == f"{venv}/lib/python{CONFIG['python_version']}/site-packages:" \
+                                   f"{stub_packages(tmp_path)}:/stub/site-packages:/mine/a:/mine/b"
     if sh == "csh":
         assert without_lmod_bookkeeping(after) == without_lmod_bookkeeping(before)
     else:

@@ -81,15 +81,20 @@ def test_frontier_geometry_masks_miopen_and_site_settings(shell: str, tmp_path: 
              "NCCL_SOCKET_IFNAME": "hsn1"}
     # In the batch script Slurm sets SLURM_PROCID=0 too; ranks exist only in tasks (SLURM_STEP_ID).
     batch = source(shell, helper, {**slurm, "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "RANK": "5"})
-    host = os.uname().nodename.split(".")[0]
     assert batch["NODELIST"] == "frontier00012,frontier00020" and batch["MASTER_ADDR"] == "frontier00012"
     assert (batch["NNODES"], batch["TASKS_PER_NODE"], batch["WORLD_SIZE"], batch["CPUS_PER_TASK"]) == ("2", "8", "16", "7")
     assert batch["MASTER_PORT"] == str(jobs.master_port(1234567)) == "24567"
     assert "RANK" not in batch and "LOCAL_RANK" not in batch
     assert batch["CPU_MASKS"].split(",")[4] == "0x00000000000000fe"  # GCD 4 -> CCD 0, core 0 reserved
     # (LUMI's masks, https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/)
-    assert batch["MIOPEN_USER_DB_PATH"] == batch["MIOPEN_CUSTOM_CACHE_DIR"] == f"/tmp/{user}-miopen-cache-1234567-{host}"
+    # MIOpen's cache: the job's own directory (model/miopen.py), made before use
+    assert batch["MIOPEN_USER_DB_PATH"] == batch["MIOPEN_CUSTOM_CACHE_DIR"] == f"/tmp/{user}-miopen-1234567"
     assert Path(batch["MIOPEN_USER_DB_PATH"]).is_dir()
+    Path(batch["MIOPEN_USER_DB_PATH"], "db").write_text("job 1234567's")
+    other = source(shell, helper, {**slurm, "SLURM_JOB_ID": "1234568", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+                                   "SLURM_LOCALID": "0"})
+    assert other["MIOPEN_USER_DB_PATH"] == f"/tmp/{user}-miopen-1234568" and Path(other["MIOPEN_USER_DB_PATH"]).is_dir()
+    assert Path(batch["MIOPEN_USER_DB_PATH"], "db").read_text() == "job 1234567's"  # another job's is left alone
     assert batch["NCCL_SOCKET_IFNAME"] == "hsn1"  # the user's setting is kept over facts.env's hsn0
     task = source(shell, helper, {**slurm, "SLURM_STEP_ID": "0", "SLURM_PROCID": "9", "SLURM_LOCALID": "1"})
     assert (task["RANK"], task["LOCAL_RANK"], task["WORLD_SIZE"]) == ("9", "1", "16")

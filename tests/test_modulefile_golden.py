@@ -110,7 +110,9 @@ def test_the_site_facts_reach_the_module_files():
     assert cirrus.startswith("#%Module1.0\n")
     assert 'depends-on "python/3.12.1-gpu"' in cirrus and 'module load "python/3.12.1-gpu"' in cirrus
     assert 'conflict "pytorch"' in cirrus
-    assert 'prepend-path PYTHONPATH "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu/lib/python3.12/site-packages"' in cirrus
+    assert 'prepend-path PATH "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu/bin"' in cirrus
+    # no PYTHONPATH: it would win over a copy of the stack staged on node-local storage
+    assert "PYTHONPATH" not in cirrus and "PYTHONPATH" not in rendered("frontier", "lua")["pytorch/2.2.2-rocm5.7.lua"]
     assert 'sitestack_setenv HOROVOD_MPI_THREADS_DISABLE "1"' in cirrus
     frontier = rendered("frontier", "lua")["pytorch/2.2.2-rocm5.7.lua"]
     for module in ("PrgEnv-gnu/8.5.0", "rocm/5.7.1", "craype-accel-amd-gfx90a", "aws-ofi-rccl/1.4.0-rocm-5.7.1"):
@@ -118,7 +120,9 @@ def test_the_site_facts_reach_the_module_files():
     assert 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in frontier
     assert 'pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")' in frontier
     # {user} in a fact is the user who loads the module, not the one who installed it
-    assert 'pushenv("MIOPEN_USER_DB_PATH", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-cache")' in frontier
+    # and the MIOpen cache is the job's own, read from SLURM_JOB_ID when the module is loaded
+    assert 'pushenv("MIOPEN_USER_DB_PATH", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-" .. ' \
+           '(os.getenv("SLURM_JOB_ID") or ""))' in frontier
     assert "alice-miopen" not in frontier
     plugin = rendered("frontier", "lua")["aws-ofi-rccl/1.4.0-rocm-5.7.1.lua"]
     assert '"NCCL_NET"' not in plugin and 'pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")' in plugin and 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in plugin
@@ -181,7 +185,8 @@ def test_values_are_quoted_for_each_language():
     assert "help([=[\nends ]] here\n]=])" in lua
     tcl = mf.render(s, "tcl")
     assert 'sitestack_setenv X "a \\"b\\" \\$c \\[d\\] \\{e\\} \\\\f\\nnext"' in tcl
-    assert 'sitestack_setenv Y "/tmp/$::env(USER)/$::env(SCRATCH)/x"' in tcl
+    assert 'sitestack_setenv Y "/tmp/[expr {[info exists ::env(USER)] ? $::env(USER) : ""}]/' \
+        '[expr {[info exists ::env(SCRATCH)] ? $::env(SCRATCH) : ""}]/x"' in tcl
 
 
 def test_bad_names_are_refused():

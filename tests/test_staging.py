@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.core.paths import PLAYBOOK_DIR
-from tests.conftest import run_invoke
+from tests.conftest import LMOD_INIT, run_invoke
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +97,45 @@ echo "left=$(ls -A {staged['scratch']})"
     assert [v for k, v in values if k == "torch"] == [f"{root}/lib/python3.11/site-packages/torch/__init__.py"] * 2, log
     assert [v for k, v in values if k == "pip"] == [f"#!{root}/bin/python3.11"] * 2, log  # shebang fixed up
     assert [v for k, v in values if k == "left"] == [""], log  # sitestack_unstage removed the copy
+
+
+def test_the_staged_copy_wins_over_the_stack_module(staged, slurm_cluster, tmp_path: Path):
+    """With the stack's module loaded by real Lmod, as users load it, the packages imported after staging are
+    the node-local copy's: through PATH after sitestack-stage-env, and with the copy's own interpreter, as
+    OLCF's sbcast guide runs it (https://docs.olcf.ornl.gov/software/python/sbcast_conda.html). The module
+    puts no site-packages of the shared prefix on PYTHONPATH, which would win over the copy's own."""
+    if not Path(LMOD_INIT, "bash").exists():  # pragma: no cover - the test script installs lmod
+        pytest.skip("Lmod is not installed (Debian package lmod)")
+    manifest = staged["prefix"] / "pytorch" / "2.13.0-cpu.manifest.json"  # the stack is the session's venv, linked
+    manifest.write_text("{}\n")
+    try:
+        modules = run_invoke("provision", "--playbook", str(staged["playbook"]), "--prefix", str(staged["prefix"]),
+                             "--tags", "modules")
+    finally:
+        manifest.unlink()
+    assert modules.returncode == 0, modules.stdout + modules.stderr
+    bindir = staged["prefix"] / "bin"
+    script = tmp_path / "job.sh"
+    where = "import torch, pip; print(\\\"torch=\\\" + torch.__file__); print(\\\"pip=\\\" + pip.__file__)"
+    script.write_text(f"""#!/bin/bash
+. {LMOD_INIT}/bash
+module use {staged['prefix']}/modules
+module load pytorch/2.13.0-cpu || exit 4
+echo "pythonpath=${{PYTHONPATH:-}}"
+. {bindir}/sitestack-stage-env || exit 1
+echo "staged=$SITESTACK_STAGED_ENV"
+srun --ntasks=1 sh -c 'python -c "{where}"'
+srun --ntasks=1 sh -c '"$SITESTACK_STAGED_ENV/bin/python" -c "{where}"'
+sitestack_unstage
+""")
+    rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
+    assert rc == 0, log + slurm_cluster.logs()
+    values = [line.split("=", 1) for line in log.splitlines() if "=" in line]
+    staged_root = [v for k, v in values if k == "staged"][0]
+    site = f"{staged_root}/lib/python3.11/site-packages"
+    assert [v for k, v in values if k == "torch"] == [f"{site}/torch/__init__.py"] * 2, log
+    assert [v for k, v in values if k == "pip"] == [f"{site}/pip/__init__.py"] * 2, log
+    assert str(staged["venv"]) not in [v for k, v in values if k == "pythonpath"][0], log
 
 
 def test_a_failed_sbcast_stops_the_job(staged, slurm_cluster, tmp_path: Path):

@@ -11,7 +11,7 @@ output and compare-before-write works.
 ``modulefiles`` (``invoke install-modulefiles``) installs, under ``facts.modules.install_root``
 and in ``facts.modules.format``:
 
-- the stack's module (``pytorch/2.3.1-gpu``): PATH and PYTHONPATH of the stack environment
+- the stack's module (``pytorch/2.3.1-gpu``): PATH of the stack environment (no PYTHONPATH)
   (inside the container for container sites: SIF, the bind path, the container's PATH and
   PYTHONPATH), the site's settings (``facts.env``), the site modules it needs (loaded with it
   with ``autoload``), one ``pytorch`` at a time;

@@ -42,6 +42,9 @@ def hook_config(ctx: RunContext, stack: Stack) -> dict[str, Any]:
         "init": inits,
         "python_version": stack.python_version,
         "stack": stack.path,
+        # A user's venv is based on the stack's base Python: activation puts the stack's packages after the venv's
+        # on PYTHONPATH (the module does not: a copy staged on node-local storage must import its own).
+        "site_packages": None if stack.source == "container" else stack.site_packages,
     }
 
 

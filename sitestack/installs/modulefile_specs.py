@@ -12,6 +12,7 @@ from sitestack.installs.modulefile_text import Text, literal, text_of
 from sitestack.installs.venv_stack import Built, Stack
 from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
+from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.recipe import expand
 from sitestack.model.site import Container, Facts, Site
 
@@ -49,9 +50,17 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
     if container is not None:
         paths, env = container_settings(ctx, stack, container)
     else:
+        # PATH only: the stack's own interpreter finds its site-packages (a venv's pyvenv.cfg, a conda prefix).
+        # A PYTHONPATH entry would win over a copy staged on node-local storage (sitestack-stage-env, OLCF's
+        # https://docs.olcf.ornl.gov/software/python/sbcast_conda.html) and import the shared prefix's packages;
+        # users' own venvs get the stack's packages from their activation (extend-venv-activate).
         paths.append(PathOp("prepend", "PATH", literal(stack.bin)))
-        paths.append(PathOp("prepend", "PYTHONPATH", literal(stack.site_packages)))
-    env += site_env(ctx.site, ctx.values)
+    settings = [(k, v) for k, v in site_env(ctx.site, ctx.values) if k not in MIOPEN_KEYS]
+    # MIOpen's cache: the job's own directory, from SLURM_JOB_ID when the module is loaded (model/miopen.py)
+    cache = miopen_cache(facts)
+    if cache is not None:
+        settings += [(key, text_of(cache, ctx.values)) for key in MIOPEN_KEYS]
+    env += sorted(settings, key=lambda kv: kv[0])
     torch = facts.torch
     summary = f"PyTorch {torch.version} ({torch.variant}) stack for {ctx.site.name}"
     built_lines = [f"{b.recipe} {b.version} ({b.dest})" for b in built if not is_plugin(b, facts)]

@@ -107,4 +107,6 @@ def tcl(value: Any) -> str:
     """A double-quoted Tcl word for a string or :class:`Text`."""
     if not isinstance(value, Text):
         return '"' + _tcl_escape(str(value)) + '"'
-    return '"' + "".join(_tcl_escape(t) if k == "lit" else f"$::env({t})" for k, t in value.parts) + '"'
+    # an unset variable reads as "" (as in Lua), not as an error: SLURM_JOB_ID outside a job
+    return '"' + "".join(_tcl_escape(t) if k == "lit" else f'[expr {{[info exists ::env({t})] ? $::env({t}) : ""}}]'
+                         for k, t in value.parts) + '"'

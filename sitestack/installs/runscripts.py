@@ -12,9 +12,9 @@ Where they differ from the site's scripts (https://github.com/Lumi-supercomputer
   ``hostlist.py`` installed beside it (``nid[001,005-007]`` -> ``nid001``; the site's split on
   commas first and broke on it).
 - LOCAL_RANK and LOCAL_WORLD_SIZE are set too (the site's script set neither).
-- The MIOpen cache is per node *and per job* on node-local storage (the site's was per node, so
-  two jobs on a node removed each other's), and the other ranks wait for local rank 0 to make it
-  instead of sleeping a fixed 2 s.
+- The MIOpen cache is per job on node-local storage (the site's was per node, so two jobs on a node
+  removed each other's; the one rule, :mod:`sitestack.model.miopen`), and the other ranks wait for
+  local rank 0 to make it instead of sleeping a fixed 2 s.
 - The site's NCCL_* and FI_* settings come from its facts (``facts.env``).
 
 Like the site's, both scripts run ``$WITH_CONDA`` before Python (:func:`activate`), so what the
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from sitestack.core.quoting import sh_expanding
 from sitestack.model.facts import Facts
+from sitestack.model.miopen import miopen_cache
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
@@ -60,7 +61,6 @@ def simple(site: str, facts: Facts) -> str:
 
 def distributed(site: str, facts: Facts) -> str:
     """``conda-python-distributed``: one rank of a Slurm job step (srun), then Python."""
-    scratch = facts.node.local_scratch or "/tmp"
     env = [f"export {k}={sh_expanding(v)}" for k, v in sorted(facts.env.items()) if k.startswith(("NCCL_", "FI_"))]
     gpu = "export ROCR_VISIBLE_DEVICES=$SLURM_LOCALID   # one GCD per task (LUMI)\n" \
         if facts.gpu.vendor == "amd" else ""
@@ -80,8 +80,9 @@ LOCAL_WORLD_SIZE=${{LOCAL_WORLD_SIZE%%,*}}
 export MASTER_ADDR=$("$here/get-master" "${{SLURM_JOB_NODELIST:-$SLURM_NODELIST}}")
 # Unique per job, so that two jobs can share a node (below the ephemeral port range).
 export MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))
-# MIOpen's cache needs file locking that Lustre lacks: node-local, per node and per job (LUMI).
-export MIOPEN_USER_DB_PATH={sh_expanding(scratch)}/"$(id -un)-miopen-cache-$SLURM_JOB_ID-${{SLURM_NODEID:-0}}"
+# MIOpen's cache needs file locking that Lustre lacks: node-local, per job (LUMI).
+miopen_user=$(id -un)
+export MIOPEN_USER_DB_PATH={sh_expanding(miopen_cache(facts, user="${miopen_user}") or "")}
 export MIOPEN_CUSTOM_CACHE_DIR=$MIOPEN_USER_DB_PATH
 if [ "$SLURM_LOCALID" -eq 0 ]; then
   rm -rf -- "$MIOPEN_USER_DB_PATH"

@@ -6,8 +6,10 @@ the stack's ``bin/``). From then on:
 
 - ``source ~/myenv/bin/activate`` loads the stack's module (after ``module use`` of the
   stack's module directory when it is not on MODULEPATH), puts the venv's own
-  site-packages first on PYTHONPATH (the module puts the stack's there; without this the
-  stack's packages would shadow the user's) and the venv's ``bin`` first on PATH;
+  site-packages first on PYTHONPATH and the stack's right after it (a venv made from the stack's
+  ``python3`` is based on the stack's base Python, so it sees the stack's packages only this way;
+  the module itself sets no PYTHONPATH, so that a copy of the stack staged on node-local storage
+  imports its own packages) and the venv's ``bin`` first on PATH;
 - ``deactivate`` unloads the module (only if activating loaded it), takes back the
   ``module use``, and puts every environment variable activation changed back to the value it
   had before (bash, zsh and fish: exactly, by a snapshot of the environment taken before
@@ -88,6 +90,12 @@ def read_venv(path: str) -> "dict[str, Any]":
             "system_site_packages": cfg.get("include-system-site-packages", "false").lower() == "true"}
 
 
+def stack_packages(config: "dict[str, Any]") -> str:
+    """The stack's site-packages that activation puts after the venv's on PYTHONPATH, or "" (a stack in a
+    container image, whose packages the container's own PYTHONPATH names)."""
+    return str(config.get("site_packages") or "")
+
+
 def check_config(config: "dict[str, Any]") -> None:
     """Refuse settings that would put an unsafe module name or directory into a shell script."""
     if not _MODULE_NAME.fullmatch(config["module"]):
@@ -95,13 +103,16 @@ def check_config(config: "dict[str, Any]") -> None:
     for root in config["module_roots"]:
         if "\n" in root or not root.startswith("/"):
             raise Refused(f"bad module directory {root!r} in this command's settings")
+    packages = stack_packages(config)
+    if packages and ("\n" in packages or not packages.startswith("/")):
+        raise Refused(f"bad stack site-packages {packages!r} in this command's settings")
 
 
 # -- bash / zsh ----------------------------------------------------------------------------------
 BASH_PROLOGUE = r"""{begin}
 # Added by the stack's extend-venv-activate (site {site}). Activating also loads the module
-# {module} and puts this venv's site-packages first on PYTHONPATH, so the venv's packages shadow
-# the stack's; deactivate unloads the module and puts back every environment variable that
+# {module} and puts this venv's site-packages first on PYTHONPATH, then the stack's, so the venv's
+# packages shadow the stack's; deactivate unloads the module and puts back every environment variable that
 # activation changed. The original script is {script}{orig}; `{command} --undo VENV` restores it.
 if [ -n "${{_SITESTACK_VENV:-}}" ] && command -v deactivate >/dev/null 2>&1; then
     deactivate
@@ -167,7 +178,7 @@ fi
 # The venv first: its commands on PATH, its packages on PYTHONPATH (ahead of the stack's).
 PATH="$VIRTUAL_ENV/bin${{PATH:+:$PATH}}"
 export PATH
-PYTHONPATH="$VIRTUAL_ENV/lib/python{python}/site-packages${{PYTHONPATH:+:$PYTHONPATH}}"
+PYTHONPATH="$VIRTUAL_ENV/lib/python{python}/site-packages"{stack_packages}"${{PYTHONPATH:+:$PYTHONPATH}}"
 export PYTHONPATH
 hash -r 2>/dev/null
 # Keep the old values of exactly the variables activation changed.
@@ -266,6 +277,7 @@ def bash_text(original: str, config: "dict[str, Any]", python: str) -> str:
         bash_inits=sh_quote("\n".join(inits.get("bash", []))))
     epilogue = BASH_EPILOGUE.format(
         begin=BEGIN, end=END, module=sh_quote(config["module"]), command=COMMAND, python=python,
+        stack_packages=":" + sh_quote(stack_packages(config)) if stack_packages(config) else "",
         roots="\n".join(_heredoc_safe(r) for r in config["module_roots"]))
     return prologue + original + ("" if original.endswith("\n") else "\n") + epilogue
 
@@ -278,7 +290,7 @@ def _heredoc_safe(text: str) -> str:
 # -- fish ------------------------------------------------------------------------------------------
 FISH_PROLOGUE = """{begin}
 # Added by the stack's extend-venv-activate (site {site}): activating also loads the module
-# {module_text} and puts this venv's site-packages first on PYTHONPATH; deactivate unloads it and
+# {module_text} and puts this venv's site-packages first on PYTHONPATH, then the stack's; deactivate unloads it and
 # puts back every environment variable activation changed. The original is activate.fish{orig}.
 if set -q _SITESTACK_VENV; and functions -q deactivate
     deactivate
@@ -325,7 +337,7 @@ else
     echo "{command}: no module command; the venv is active without the stack ($_sitestack_module)" >&2
 end
 set -gx PATH "$VIRTUAL_ENV/bin" $PATH
-set -gx PYTHONPATH "$VIRTUAL_ENV/lib/python{python}/site-packages" $PYTHONPATH
+set -gx PYTHONPATH "$VIRTUAL_ENV/lib/python{python}/site-packages" {stack_packages}$PYTHONPATH
 # Keep the old values of exactly the variables activation changed.
 set -g _sitestack_touched
 for _sitestack_n in (printf '%s\\n' $_sitestack_names (set -nx) | LC_ALL=C sort -u)
@@ -400,7 +412,8 @@ def fish_text(original: str, config: "dict[str, Any]", python: str) -> str:
                                     orig=ORIG, inits=inits)
     epilogue = FISH_EPILOGUE.format(begin=BEGIN, end=END, module=fish_quote(config["module"]),
                                     roots=" ".join(fish_quote(r) for r in config["module_roots"]) or "''",
-                                    command=COMMAND, python=python)
+                                    command=COMMAND, python=python,
+                                    stack_packages=fish_quote(stack_packages(config)) + " " if stack_packages(config) else "")
     return prologue + original + ("" if original.endswith("\n") else "\n") + epilogue
 
 
@@ -442,9 +455,9 @@ endif
 unset _sitestack_load
 setenv PATH "${{VIRTUAL_ENV}}/bin:${{PATH}}"
 if ( $?PYTHONPATH ) then
-    setenv PYTHONPATH "${{VIRTUAL_ENV}}/lib/python{python}/site-packages:${{PYTHONPATH}}"
+    setenv PYTHONPATH "${{VIRTUAL_ENV}}/lib/python{python}/site-packages{stack_packages}:${{PYTHONPATH}}"
 else
-    setenv PYTHONPATH "${{VIRTUAL_ENV}}/lib/python{python}/site-packages"
+    setenv PYTHONPATH "${{VIRTUAL_ENV}}/lib/python{python}/site-packages{stack_packages}"
 endif
 rehash
 alias deactivate 'source "$VIRTUAL_ENV/bin/{deactivate}"; {original}'
@@ -486,7 +499,8 @@ def csh_texts(original: str, config: "dict[str, Any]", python: str) -> "tuple[st
     match = re.search(r"^alias deactivate '([^'\n]*)'\s*$", original, re.M)
     if not match:
         raise Refused("activate.csh: not extended (its deactivate alias is not the one venv writes)")
-    values = [config["module"], python, *config["module_roots"], *config.get("init", {}).get("csh", [])]
+    values = [config["module"], python, *config["module_roots"], *config.get("init", {}).get("csh", []),
+              *([stack_packages(config)] if stack_packages(config) else [])]
     for value in values:
         if not _CSH_SAFE.fullmatch(value):
             raise Refused(f"activate.csh: not extended (csh cannot quote {value!r} safely)")
@@ -498,6 +512,7 @@ def csh_texts(original: str, config: "dict[str, Any]", python: str) -> "tuple[st
                                    orig=ORIG)
     epilogue = CSH_EPILOGUE.format(begin=BEGIN, end=END, module=config["module"], inits=inits, uses=uses,
                                    command=COMMAND, python=python, deactivate=CSH_DEACTIVATE,
+                                   stack_packages=":" + stack_packages(config) if stack_packages(config) else "",
                                    original=match.group(1))
     helper = CSH_DEACTIVATE_TEXT.format(module=config["module"], unuses=unuses,
                                         used_vars="".join(f" _sitestack_used_{i}" for i in range(len(roots))))
@@ -610,7 +625,7 @@ def extend(venv_path: str, config: "dict[str, Any]", out: TextIO = sys.stdout) -
         out.write(f"skipped   {reason}\n")
     if not venv["system_site_packages"]:
         out.write(f"note: {venv_path} was made without --system-site-packages: packages of the base Python are not "
-                  "visible in it (the stack's are, through its module)\n")
+                  "visible in it (the stack's are, through activation)\n")
     return changed
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_expanding
 from sitestack.model.container_facts import runtime_of
+from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.validation import masks as masks_mod
@@ -58,8 +59,6 @@ NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
 #: (setup_mpi.sh of https://github.com/kh296/dawn-containers).
 HIERARCHY = "ZE_FLAT_DEVICE_HIERARCHY"
 
-#: The MIOpen caches the users' launch helper puts on node-local storage per node and job (AMD sites).
-MIOPEN_KEYS = ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR")
 
 #: The built packages the check program imports when the stack includes them (their import names).
 IMPORTED = ("mpi4py",)
@@ -114,11 +113,6 @@ def nccl_expectation(facts: Facts) -> dict[str, str | None] | None:
     if fabric.startswith("slingshot"):
         return {"transport": "ofi", "provider": net.libfabric_provider, "plugin": None}
     return {"transport": "socket", "provider": None, "plugin": None}
-
-
-def uses_miopen(facts: Facts) -> bool:
-    """Whether the site runs MIOpen (AMD GPUs, or ROCm), whose caches the launch helper places."""
-    return facts.gpu.vendor == "amd" or facts.rocm is not None
 
 
 def validation_of(facts: Facts) -> Validation:
@@ -223,18 +217,19 @@ def _job_env(inputs: JobInputs, stacks: int) -> tuple[list[tuple[str, str]], lis
     """The variables the job itself exports (name, shell-quoted value), and the MIOpen cache variables
     whose directories it makes on every node."""
     env_items = []
-    miopen = []
-    # With the users' launch helper, facts.env and the MIOpen caches (already per job) are its; the job
-    # only makes those caches on every node. Without it (--python, no install-launch-env step) the job's own.
+    # With the users' launch helper, facts.env and the MIOpen cache (model/miopen.py: per job) are its; the
+    # job only makes that cache on every node and removes it at the end. Without it (--python, no
+    # install-launch-env step) the job's own, from the same rule.
     for key, value in ({} if inputs.launch_env else inputs.env).items():
-        if stacks and key == HIERARCHY:
-            continue  # the default of the geometry below, which a hierarchy chosen at submission overrides
+        if (stacks and key == HIERARCHY) or key in MIOPEN_KEYS:
+            continue  # HIERARCHY: the default of the geometry below, which a hierarchy chosen at submission overrides
         env_items.append((key, sh_expanding(value)))
-        if key.startswith("MIOPEN_") and (key.endswith("_PATH") or key.endswith("_DIR")):
-            miopen.append(key)
-    if inputs.launch_env and uses_miopen(inputs.facts):
-        miopen = list(MIOPEN_KEYS)
-    return env_items, miopen
+    cache = miopen_cache(inputs.facts, user="${USER}")
+    if cache is None:
+        return env_items, []
+    if not inputs.launch_env:
+        env_items += [(key, sh_expanding(cache)) for key in MIOPEN_KEYS]
+    return env_items, list(MIOPEN_KEYS)
 
 
 def _container_context(inputs: JobInputs) -> tuple[dict[str, str] | None, str]:

@@ -8,7 +8,7 @@ Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.
   OLCF's MASTER_ADDR and MIOpen cache, https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html):
   NODELIST, NNODES, TASKS_PER_NODE, CPUS_PER_TASK, WORLD_SIZE, MASTER_ADDR, a job-unique
   MASTER_PORT (:func:`sitestack.validation.jobs.master_port`), RANK/LOCAL_RANK inside a task, the
-  CPU masks, the MIOpen cache per node and job, facts.env.
+  CPU masks, the MIOpen cache per job (:mod:`sitestack.model.miopen`), facts.env.
 - ``sitestack-launch CMD...``: runs CMD with it sourced, once per task under srun or mpiexec.
 - ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/programs/hostlist.py``), which
   the helper runs with ``python3`` where ``scontrol show hostnames`` is not available (containers).
@@ -30,6 +30,7 @@ from typing import Any
 from sitestack.core import templates
 from sitestack.core.quoting import sh_expanding
 from sitestack.model.container_facts import runtime_of
+from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
 from sitestack.validation import jobs
@@ -41,9 +42,6 @@ STAGE = "sitestack-stage-env"
 HOSTLIST = "sitestack-hostlist"
 #: The host-list parser every shipped program uses (standard library only), installed as HOSTLIST.
 HOSTLIST_SOURCE = Path(__file__).resolve().parent.parent / "programs" / "hostlist.py"
-#: MIOpen's cache directory where facts.env names none (LUMI's PyTorch module: /tmp, per user).
-MIOPEN_DEFAULT = "/tmp/${USER}-miopen"
-MIOPEN_KEYS = jobs.MIOPEN_KEYS
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,8 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
     binding = masks_mod.Binding.from_facts(facts)
     stacks = 2 if facts.gpu.unit == "stack" else 0
     env = [(k, sh_expanding(value)) for k, value in inputs.env.items() if k not in MIOPEN_KEYS]
-    miopen = sh_expanding(inputs.env.get("MIOPEN_USER_DB_PATH") or MIOPEN_DEFAULT) if jobs.uses_miopen(facts) else ""
+    cache = miopen_cache(facts, user="${USER}")
+    miopen = sh_expanding(cache) if cache else ""
     return {
         "site": inputs.site,
         "description": facts.description,

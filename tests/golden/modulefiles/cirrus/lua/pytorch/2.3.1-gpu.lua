@@ -35,7 +35,6 @@ depends_on("python/3.12.1-gpu")
 family("pytorch")
 
 prepend_path("PATH", "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu/bin")
-prepend_path("PYTHONPATH", "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu/lib/python3.12/site-packages")
 
 -- settings (pushenv: unloading puts back a value set before)
 pushenv("HOROVOD_MPI_THREADS_DISABLE", "1")
