@@ -107,7 +107,7 @@ SHARED_STEP_NAMES = {"modules-available": "site-modules", "require-tools": "site
                      "site-facts": "site-facts", "install-validation-job": "validation-job", "stack-venv": "stack-venv",
                      "venv-hook": "venv-hook", "modulefiles": "modulefiles", "stage-archive": "stage-archive",
                      "install-launch-env": "launch-helpers", "container-image": "container-image",
-                     "apptainer-image": "container-image"}
+                     "apptainer-image": "container-image", "pack-env": "packed-env"}
 
 
 @pytest.mark.parametrize("name", SITES)
