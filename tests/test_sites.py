@@ -107,7 +107,7 @@ SHARED_STEP_NAMES = {"modules-available": "site-modules", "require-tools": "site
                      "site-facts": "site-facts", "install-validation-job": "validation-job", "stack-venv": "stack-venv",
                      "venv-hook": "venv-hook", "modulefiles": "modulefiles", "stage-archive": "stage-archive",
                      "install-launch-env": "launch-helpers", "container-image": "container-image",
-                     "apptainer-image": "container-image"}
+                     "apptainer-image": "container-image", "pack-env": "packed-env"}
 
 #: The one name of a step kind's second step: Frontier's stack env is made before the builds that use its
 #: interpreter, and takes their wheels in a second stack-venv step.

@@ -1,5 +1,5 @@
-"""The ``pack-env`` action (``invoke pack-env``): a venv from a requirements.txt, packed into
-one squashfs image with wrappers in ``<dest>/bin`` (LUMI's container wrapper "Tykky",
+"""The ``pack-env`` action (``invoke pack-env``): an environment from a requirements.txt or a
+conda environment file (env.yml), packed into one squashfs image with wrappers in ``<dest>/bin`` (LUMI's container wrapper "Tykky",
 https://docs.lumi-supercomputer.eu/software/installing/container-wrapper/; layout and wrappers: :mod:`sitestack.installs.squashfs_env`).
 
 - The venv is made with the site's Python: inside the site's container when the site runs its
@@ -10,8 +10,13 @@ https://docs.lumi-supercomputer.eu/software/installing/container-wrapper/; layou
 - Atomic: a new generation is built in a hidden sibling of ``<dest>`` and switched to with one
   rename. Until then the old image and wrappers stay in use; a failing package install removes
   the new generation and says so, and nothing half-packed is ever visible at ``<dest>``.
-- A conda environment file (``env.yml``) is parsed (a file that does not parse is an error
-  naming it) and refused: sitestack packs pip requirements only (docs/containers.md).
+- A conda environment file (``env.yml``, as Tykky's ``conda-containerize new --prefix DIR env.yml``
+  takes) is checked at load (:mod:`sitestack.installs.conda_env`); its ``python=`` must be the base
+  interpreter's version; its conda dependencies are installed by the site's conda or micromamba, or
+  else from the package index under the same name and version, decided before anything is built
+  (:mod:`sitestack.installs.env_sources`); its ``pip:`` list is installed with pip.
+- No environment file (``requirements`` left empty, as lumi.yml's ``packed-env`` step is): the
+  step has nothing to pack and costs nothing; ``invoke pack-env --requirements FILE`` gives one.
 """
 
 from __future__ import annotations
@@ -20,20 +25,19 @@ import json
 import os
 import secrets
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
+from sitestack.installs.conda_env import EnvFile, python_problem, read_env_input
+from sitestack.installs.env_sources import Sources, plan_sources
 from sitestack.installs.squashfs_env import (
     MKSQUASHFS_OPTIONS,
     PackedEnv,
     clean_argv,
     commands_of,
-    parse_requirements,
+    split_options,
     wrapper,
 )
 from sitestack.model.container_facts import runtime_of
@@ -44,33 +48,19 @@ NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]*"
 CHOICES = ("auto", "true", "false")
 
 
-def read_requirements(path: str, where: str) -> list[str]:
-    """The checked lines of the requirements file at ``path`` (on the controller)."""
-    if not os.path.isfile(path):
-        raise InputError(where, f"requirements: {path}: no such file")
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    if path.endswith((".yml", ".yaml")):
-        try:
-            yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark is not None else ""
-            raise InputError(f"{path}{line}", f"does not parse as YAML: {getattr(exc, 'problem', exc)}") from None
-        raise InputError(where, f"requirements: {path} is a conda environment file; pack-env builds pip "
-                         "environments from a requirements.txt (no conda here to solve it; docs/containers.md)")
-    return parse_requirements(text, path)
-
-
 class PackEnv(Action):
-    """A venv from a requirements file, packed into one squashfs image, with wrapper commands."""
+    """An environment from a requirements.txt or an env.yml, packed into one squashfs image, with
+    wrapper commands (Tykky's layout)."""
 
     action = "pack-env"
 
     @dataclass(frozen=True)
     class Args:
-        name: str = field(metadata={"doc": "the environment's name (letters, digits, . _ + -)"})
-        requirements: str = field(metadata={"doc": "requirements.txt on the controller (relative: to the playbook's "
-                                                   "directory)"})
+        name: str | None = field(default=None, metadata={
+            "doc": "the environment's name (letters, digits, . _ + -; default: the env.yml's name:)"})
+        requirements: str | None = field(default=None, metadata={
+            "doc": "requirements.txt or conda env.yml on the controller (relative: to the playbook's directory); "
+                   "none: the step has nothing to pack (invoke pack-env --requirements FILE gives one)"})
         dest: str | None = field(default=None, metadata={"doc": "where it goes (default {prefix}/envs/<name>); "
                                                                 "users put <dest>/bin on PATH"})
         container: str = field(default="auto", metadata={"doc": "build and run in the site's container: true, "
@@ -81,7 +71,7 @@ class PackEnv(Action):
         def check(self) -> str | None:
             import re
 
-            if not re.fullmatch(NAME_PATTERN, self.name):
+            if self.name is not None and not re.fullmatch(NAME_PATTERN, self.name):
                 return f"name: {self.name!r} must be letters, digits, . _ + - (no /)"
             for key in ("container", "system_site_packages"):
                 if getattr(self, key) not in CHOICES:
@@ -92,13 +82,28 @@ class PackEnv(Action):
 
     def __init__(self, spec: StepSpec, args: Any, ctx: RunContext) -> None:
         super().__init__(spec, args, ctx)
-        facts = ctx.facts
+        self._sources: dict[str, Sources] = {}
+        self.env: EnvFile | None = None
+        self.packed: PackedEnv | None = None
+        self.requirements_file = ""
+        if args.requirements is None:
+            return
         where = f"{ctx.site.path}:{spec.line}" if spec.line else ctx.site.path
         path = args.requirements
         if not os.path.isabs(path):
             path = os.path.join(os.path.dirname(os.path.abspath(ctx.site.path)), path)
         self.requirements_file = path
-        requirements = read_requirements(path, where)
+        self.env = env = read_env_input(path, where)
+        name = args.name or env.name
+        if name is None:
+            raise InputError(where, f"pack-env: {path} names no environment: give the step a name", key="args.name")
+        if env.python is not None and (problem := python_problem(env.python, ctx.facts.python.version)):
+            raise InputError(env.at(env.python), problem)
+        self.packed = self._packed(name, args, where)
+
+    def _packed(self, name: str, args: Any, where: str) -> PackedEnv:
+        facts, ctx, env = self.ctx.facts, self.ctx, self.env
+        assert env is not None
         use_container = (args.container == "true" or
                          (args.container == "auto" and facts.python.source == "container"))
         runtime = image = None
@@ -106,31 +111,41 @@ class PackEnv(Action):
         prefix = ctx.values["prefix"].rstrip("/")
         if use_container:
             if facts.container is None or not facts.container.image:
-                raise InputError(where, f"pack-env {args.name}: container is {args.container}, but the site has no "
+                raise InputError(where, f"pack-env {name}: container is {args.container}, but the site has no "
                                  "facts.container.image", key="args.container")
             runtime = runtime_of(facts.container)
             image = expand(facts.container.image, ctx.values)
             binds = tuple(dict.fromkeys([prefix, *(expand(b, ctx.values) for b in facts.container.bind)]))
         ssp = args.system_site_packages == "true" or (args.system_site_packages == "auto" and use_container)
-        dest = (args.dest or f"{prefix}/envs/{args.name}").rstrip("/")
-        self.packed = PackedEnv(name=args.name, dest=dest, requirements=tuple(requirements),
-                             python=facts.python.executable, system_site_packages=ssp, runtime=runtime, image=image,
-                             binds=binds)
+        dest = (args.dest or f"{prefix}/envs/{name}").rstrip("/")
+        return PackedEnv(name=name, dest=dest, requirements=env.pip, python=facts.python.executable,
+                         system_site_packages=ssp, runtime=runtime, image=image, binds=binds,
+                         conda=tuple(d.spec for d in env.conda), channels=env.channels)
 
     def describe(self) -> str:
+        if self.packed is None:
+            return "pack nothing: no environment file given (invoke pack-env --requirements FILE gives one)"
         return f"pack the environment {self.packed.name} into {self.packed.dest}"
 
-    def _stamp(self, host: Host) -> dict[str, Any] | None:
-        return host.read_json(f"{self.packed.dest}/packed.json")
+    def sources(self, host: Host) -> Sources:
+        """Who installs what on ``host`` (decided once per host, before anything is built)."""
+        assert self.packed is not None and self.env is not None
+        if host.name not in self._sources:
+            self._sources[host.name] = plan_sources(host, self.packed, self.env)
+        return self._sources[host.name]
 
     def pending(self, host: Host) -> str | None:
         p = self.packed
-        stamp = self._stamp(host)
+        if p is None:
+            return None
+        stamp = host.read_json(f"{p.dest}/packed.json")
         if stamp is None:
-            return f"{p.dest} not packed yet"
+            summary = self.sources(host).summary
+            return f"{p.dest} not packed yet" + (f"; {summary}" if summary else "")
         if stamp.get("digest") != p.digest():
             old, new = stamp.get("inputs", {}), p.inputs()
             changed = sorted(k for k in new if old.get(k) != new[k])
+            self.sources(host)
             return f"inputs changed ({', '.join(changed) or 'format'}): re-pack"
         missing = [f for f in ("env.sqfs", "bin/python") if not host.exists(f"{p.dest}/{f}")]
         if missing:
@@ -138,6 +153,7 @@ class PackEnv(Action):
         return None
 
     def _tools(self, host: Host) -> None:
+        assert self.packed is not None
         p = self.packed
         tools = {"mksquashfs": "squashfs-tools"}
         tools.update({p.runtime.command: "the site's container runtime"} if p.runtime else
@@ -151,48 +167,75 @@ class PackEnv(Action):
 
     def apply(self, host: Host) -> None:
         p = self.packed
+        if p is None:
+            return
+        sources = self.sources(host)
         self._tools(host)
-        if host.exists(p.dest) and not host.probe(["test", "-L", p.dest]).ok:
-            raise SitestackError(f"{p.dest} exists and is not a packed environment sitestack made: move it away first")
+        if host.exists(p.dest) and not host.probe(["test", "-L", p.dest]).ok and \
+                not host.probe(["bash", "-c", '[ -d "$1" ] && [ -z "$(ls -A -- "$1")" ]', "sitestack", p.dest]).ok:
+            raise SitestackError(f"{p.dest} exists and is not a packed environment sitestack made nor an empty "
+                                 "directory: move it away first")
         log = self.ctx.log_dir / log_name(self.name) if self.ctx.log_dir else None
         gen = f".{p.leaf}.gen-{secrets.token_hex(4)}"
         gdir = f"{p.parent}/{gen}"
-        root = f"{gdir}/root"
         previous = host.probe(["readlink", p.dest]).stdout.strip()
-        host.run(["mkdir", "-p", "--", root, f"{gdir}/bin"])
+        host.run(["mkdir", "-p", "--", f"{gdir}/root", f"{gdir}/bin"])
         try:
-            host.write_text(f"{gdir}/requirements.txt", "\n".join(p.requirements) + "\n")
-            self.ctx.note(f"{p.name}: creating the venv{' in the container' if p.runtime else ''}")
-            host.run(p.in_env([p.python, "-m", "venv", *(["--system-site-packages"] if p.system_site_packages else []),
-                               root]), log=log)
-            self.ctx.note(f"{p.name}: pip install -r {self.requirements_file}")
-            try:
-                host.run(p.in_env([f"{root}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                                   "-r", f"{gdir}/requirements.txt"]), log=log)
-            except CommandFailed as exc:
-                tail = "\n".join(exc.output.rstrip().splitlines()[-8:])
-                where = f" (full log: {exc.log})" if exc.log else ""
-                raise SitestackError(f"pip could not install the requirements of "
-                                     f"{self.requirements_file}; nothing was changed, the previous environment stays "
-                                     f"in use{where}\n{tail}") from None
-            listing = host.run(["find", f"{root}/bin", "-maxdepth", "1", "(", "(", "-type", "f", "-perm", "-u+x", ")",
-                                "-o", "-type", "l", ")", "-printf", "%f\n"]).stdout
-            commands = commands_of(listing)
-            self.ctx.note(f"{p.name}: mksquashfs ({len(commands)} commands)")
-            jobs = self.ctx.options.jobs or self.ctx.facts.build_jobs
-            host.run(["mksquashfs", root, f"{gdir}/env.sqfs", *MKSQUASHFS_OPTIONS,
-                      *(["-processors", str(jobs)] if jobs else [])], log=log)
-            # the image holds the venv now; root stays as the (empty) mount point
-            host.run(["bash", "-c", 'rm -rf -- "$1" && mkdir -- "$1"', "sitestack", root])
-            for command in commands:
-                host.write_text(f"{gdir}/bin/{command}", wrapper(p, gdir, command), 0o755)
+            commands = self._build(host, gdir, sources, log)
             stamp = {"digest": p.digest(), "inputs": p.inputs(), "generation": gen, "commands": commands,
-                     "requirements_file": self.requirements_file}
+                     "requirements_file": self.requirements_file, "sources": sources.summary}
             host.write_text(f"{gdir}/packed.json", json.dumps(stamp, indent=2, sort_keys=True) + "\n")
-            token = gen.rsplit("-", 1)[1]
-            host.run(["bash", "-c", 'cd -- "$1" && ln -s -- "$2" ".$3.link-$4" && mv -T -- ".$3.link-$4" "$3"',
-                      "sitestack", p.parent, gen, p.leaf, token])
+            # an empty directory at dest (Tykky's users make it first) gives way to the link
+            host.run(["bash", "-c", 'cd -- "$1" && ln -s -- "$2" ".$3.link-$4" && '
+                      '{ [ -L "$3" ] || [ ! -d "$3" ] || rmdir -- "$3"; } && mv -T -- ".$3.link-$4" "$3"',
+                      "sitestack", p.parent, gen, p.leaf, gen.rsplit("-", 1)[1]])
         except BaseException:
             host.probe(["rm", "-rf", "--", gdir])
             raise
         host.run(clean_argv(p, keep=os.path.basename(previous)))
+
+    def _build(self, host: Host, gdir: str, sources: Sources, log: Any) -> list[str]:
+        """Fill ``gdir``: the environment at root (conda, or a venv), its pip packages, the image,
+        the wrappers; the commands wrapped."""
+        assert self.packed is not None
+        p, root = self.packed, f"{gdir}/root"
+        options, requirements = split_options(sources.pip)
+        # the requirements go in a file; the index options are pip's command-line options
+        host.write_text(f"{gdir}/requirements.txt", "".join(f"{line}\n" for line in requirements))
+        if sources.conda is not None:
+            self.ctx.note(f"{p.name}: {sources.summary}")
+            host.run(p.in_env(sources.conda_argv(root)), log=log)
+        else:
+            if sources.summary:
+                self.ctx.note(f"{p.name}: {sources.summary}")
+            self.ctx.note(f"{p.name}: creating the venv{' in the container' if p.runtime else ''}")
+            host.run(p.in_env([p.python, "-m", "venv", *(["--system-site-packages"] if p.system_site_packages else []),
+                               root]), log=log)
+        if requirements:
+            self._pip_install(host, root, options, gdir, log)
+        listing = host.run(["find", f"{root}/bin", "-maxdepth", "1", "(", "(", "-type", "f", "-perm", "-u+x", ")",
+                            "-o", "-type", "l", ")", "-printf", "%f\n"]).stdout
+        commands = commands_of(listing)
+        self.ctx.note(f"{p.name}: mksquashfs ({len(commands)} commands)")
+        jobs = self.ctx.options.jobs or self.ctx.facts.build_jobs
+        host.run(["mksquashfs", root, f"{gdir}/env.sqfs", *MKSQUASHFS_OPTIONS,
+                  *(["-processors", str(jobs)] if jobs else [])], log=log)
+        # the image holds the environment now; root stays as the (empty) mount point
+        host.run(["bash", "-c", 'rm -rf -- "$1" && mkdir -- "$1"', "sitestack", root])
+        for command in commands:
+            host.write_text(f"{gdir}/bin/{command}", wrapper(p, gdir, command), 0o755)
+        return commands
+
+    def _pip_install(self, host: Host, root: str, options: list[str], gdir: str, log: Any) -> None:
+        assert self.packed is not None
+        p = self.packed
+        self.ctx.note(" ".join([f"{p.name}: pip install", *options, "-r", self.requirements_file]))
+        try:
+            host.run(p.in_env([f"{root}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+                               *options, "-r", f"{gdir}/requirements.txt"]), log=log)
+        except CommandFailed as exc:
+            tail = "\n".join(exc.output.rstrip().splitlines()[-8:])
+            where = f" (full log: {exc.log})" if exc.log else ""
+            raise SitestackError(f"pip could not install the requirements of "
+                                 f"{self.requirements_file}; nothing was changed, the previous environment stays "
+                                 f"in use{where}\n{tail}") from None

@@ -11,8 +11,8 @@ from sitestack.engine.task_glue import SitestackTask, errors_to_exit, finish, pl
 
 @task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
     "site": common.SITE_HELP,
-    "name": "the environment's name (default: the playbook's pack-env steps, all of them)",
-    "requirements": "a requirements.txt to pack (with --name; overrides the playbook step's)",
+    "name": "the environment's name (default: the playbook's pack-env steps, all of them; with an env.yml: its name:)",
+    "requirements": "a requirements.txt or a conda env.yml to pack (overrides the playbook step's)",
     "dest": "where it goes (default: <prefix>/envs/<name>); put <dest>/bin on PATH",
     "check": "change nothing; report whether it would pack and why",
     "diff": "show diffs where a step has them",
@@ -26,7 +26,7 @@ def pack_env(c: Context, site: str | None = None, name: str | None = None, requi
              host: list[str] | None = None, prefix: str | None = None, account: str | None = None,
              playbook: str | None = None, accept_new_host_keys: bool = False, json: str | None = None,
              verbose: bool = False, debug: bool = False) -> None:
-    """Pack a Python environment (a requirements.txt) into one squashfs image with wrappers in <dest>/bin."""
+    """Pack a Python environment (a requirements.txt or a conda env.yml) into one squashfs image, wrappers in <dest>/bin."""
     from sitestack.engine import partial_run  # imported by the task that uses it: the CLI starts light
 
     with errors_to_exit(debug):

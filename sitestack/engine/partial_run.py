@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.actions import ACTIONS
-from sitestack.actions.pack_env import read_requirements
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import playbook as pb
 from sitestack.installs import sources as sources_mod
+from sitestack.installs.conda_env import read_env_input
 from sitestack.installs.venv_stack import require_module_system
 from sitestack.model.context import RunOptions
 from sitestack.model.recipe import load_recipe
@@ -179,15 +179,17 @@ def pack_env(*, site: str | None, playbook: Path | None, name: str | None, requi
     args: dict[str, Any] = dict(steps[0].args) if steps else {}
     if name is not None:
         args["name"] = name
-    if "name" not in args:
-        raise InputError("--name", "give the environment's name (the playbook has no pack-env step to take it from)")
     if requirements is not None:
         if not Path(requirements).is_file():
             raise InputError("--requirements", f"{requirements}: no such file")
         args["requirements"] = str(Path(requirements).resolve())
-        read_requirements(args["requirements"], "--requirements")  # bad input: refused before anything runs
-    if "requirements" not in args:
-        raise InputError("--requirements", "give the requirements file")
+        # bad input is refused before anything runs; an env.yml's name: names the environment
+        env = read_env_input(args["requirements"], "--requirements")
+        args["name"] = args.get("name") or env.name
+    if not args.get("requirements"):
+        raise InputError("--requirements", "give the requirements file (requirements.txt or a conda env.yml)")
+    if not args.get("name"):
+        raise InputError("--name", "give the environment's name (the playbook has no pack-env step to take it from)")
     if dest is not None:
         args["dest"] = dest
     spec = StepSpec(name=f"pack-env {args['name']}", action="pack-env", args=args, tags=("pack-env",))

@@ -39,38 +39,57 @@ FORMAT = 1
 #: Options a requirements file may carry: where packages come from. Anything else (``-r``, ``-e``,
 #: ``-c``) names files or checkouts the host may not have.
 ALLOWED_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--pre", "--only-binary", "--no-binary")
+#: The allowed options that take a value.
+VALUED_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--only-binary", "--no-binary")
 #: Files of a venv's bin/ that are not commands (sourced, not run).
 NOT_COMMANDS = re.compile(r"(?i)activate(\..*)?|Activate\.ps1|deactivate")
 #: mksquashfs options: no appending to an old image, files owned by root (the build user is nobody's concern).
 MKSQUASHFS_OPTIONS = ("-noappend", "-quiet", "-no-progress", "-all-root")
 
 
-def parse_requirements(text: str, where: str) -> list[str]:
-    """The requirement lines of a requirements.txt (comments and blanks dropped), each checked.
+#: What an index option's value may be: one URL or path, no spaces or quotes (it becomes an argv word).
+OPTION_VALUE = re.compile(r"(https?|file)://[^\s'\"\\]+|/[^\s'\"\\]*|[A-Za-z0-9:_,.+-]+")
 
-    A line that is not a PEP 508 requirement nor an allowed option is an :class:`InputError`
-    naming ``where:line``; a conda environment file (``.yml``) is refused by the caller.
-    """
-    out: list[str] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
-        if not line:
-            continue
-        if line.startswith("-"):
-            option = line.split()[0].split("=")[0]
-            if option not in ALLOWED_OPTIONS:
-                raise InputError(f"{where}:{number}", f"option {option!r} is not supported in a packed "
-                                 f"environment's requirements (allowed: {', '.join(ALLOWED_OPTIONS)})")
-            out.append(line)
-            continue
-        try:
-            Requirement(line)
-        except InvalidRequirement as exc:
-            raise InputError(f"{where}:{number}", f"not a requirement: {line!r} ({exc})") from None
-        out.append(line)
+
+def check_requirement_line(raw: str, where: str) -> str | None:
+    """One line of a requirements file (or of an env.yml's ``pip:`` list) checked: the line without
+    its comment, or None for a blank or comment line. A line that is not a PEP 508 requirement nor
+    an allowed option with a sane value is an :class:`InputError` naming ``where``."""
+    line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+    if not line:
+        return None
+    if line.startswith("-"):
+        option, _, value = line.replace("=", " ", 1).partition(" ")
+        value = value.strip()
+        if option not in ALLOWED_OPTIONS:
+            raise InputError(where, f"option {option!r} is not supported in a packed "
+                             f"environment's requirements (allowed: {', '.join(ALLOWED_OPTIONS)})")
+        if option in VALUED_OPTIONS and not OPTION_VALUE.fullmatch(value):
+            raise InputError(where, f"{option} needs one URL or path as its value, not {value!r}")
+        if option not in VALUED_OPTIONS and value:
+            raise InputError(where, f"{option} takes no value")
+        return f"{option} {value}" if value else option
+    try:
+        Requirement(line)
+    except InvalidRequirement as exc:
+        raise InputError(where, f"not a requirement: {line!r} ({exc})") from None
+    return line
+
+
+def parse_requirements(text: str, where: str) -> list[str]:
+    """The checked lines of a requirements.txt (comments and blanks dropped; see
+    :func:`check_requirement_line`); a file with no requirement is an error naming ``where``."""
+    out = [line for number, raw in enumerate(text.splitlines(), 1)
+           if (line := check_requirement_line(raw, f"{where}:{number}")) is not None]
     if not any(not line.startswith("-") for line in out):
         raise InputError(where, "no requirements in the file")
     return out
+
+
+def split_options(lines: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(pip options as argv words, requirement lines)`` of checked requirement lines."""
+    options = [word for line in lines if line.startswith("-") for word in line.split(" ", 1)]
+    return options, [line for line in lines if not line.startswith("-")]
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,8 @@ class PackedEnv:
     runtime: Runtime | None         # None: no container, squashfuse
     image: str | None               # the container image
     binds: tuple[str, ...]          # the site's binds (the dest's prefix first)
+    conda: tuple[str, ...] = ()     # an env.yml's conda dependencies, as written
+    channels: tuple[str, ...] = ()  # and its channels
 
     @property
     def parent(self) -> str:
@@ -99,7 +120,8 @@ class PackedEnv:
         return {"format": FORMAT, "requirements": list(self.requirements), "python": self.python,
                 "system_site_packages": self.system_site_packages,
                 "runtime": self.runtime.name if self.runtime else None, "image": self.image,
-                "mksquashfs": list(MKSQUASHFS_OPTIONS)}
+                "mksquashfs": list(MKSQUASHFS_OPTIONS),
+                **({"conda": list(self.conda), "channels": list(self.channels)} if self.conda else {})}
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.inputs(), sort_keys=True).encode()).hexdigest()
