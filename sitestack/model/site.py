@@ -313,7 +313,7 @@ def with_local_facts(data: MarkedDict, shown: str) -> MarkedDict:
                                  "a site-local facts file holds only a 'facts:' mapping", key=str(key))
         if not isinstance(extra.get("facts"), dict):
             raise InputError(f"{where}:{extra.line}", "expected a 'facts:' mapping", key="facts")
-        if isinstance(facts, dict):
+        if isinstance(facts, MarkedDict):
             facts = _merged(facts, extra["facts"])
     merged = MarkedDict(data)
     merged.line, merged.lines = data.line, data.lines
