@@ -277,3 +277,34 @@ def horovod_build(tmp_path_factory) -> Build:
     return Build(root, env, prefix, prefix / "horovod" / "0.28.1", first, seconds, python)
 
 
+
+
+@pytest.fixture(scope="session")
+def site_twins(tmp_path_factory, request):
+    """``site_twins(site)``: the site's twin (tests/twins/provision.py) brought up and provisioned on
+    first use, kept for the session (its namespace and Slurm cluster stopped at the end)."""
+    from tests import slurm
+    from tests.twins import namespace, provision, runtime
+    from tests.twins.rocm import have_debian_hip
+    running: dict[str, provision.RunningTwin] = {}
+
+    def get(site: str) -> provision.RunningTwin:
+        if site in running:
+            return running[site]
+        needs = [(Path("/usr/share/lmod/lmod/init/bash").exists(), "Lmod (scripts/test.sh installs it)"),
+                 (Path("/usr/bin/mpicc").exists(), "MPICH (scripts/test.sh installs it)"),
+                 (site != "frontier" or have_debian_hip(), "Debian's HIP for the ROCm twin")]
+        for ok, what in needs:
+            if not ok:
+                pytest.skip(f"the {site} twin needs {what}")
+        for why in (namespace.available(), slurm.available(), runtime.available() if site in ("lumi", "dawn") else None):
+            if why:
+                pytest.skip(f"the {site} twin cannot run here: {why}")
+        python = request.getfixturevalue("validation_python")[0] if site in ("lumi", "dawn") else None
+        twin = provision.bring_up(site, tmp_path_factory.mktemp(f"{site}-twin"), python)
+        running[site] = twin
+        return provision.provision(twin)
+
+    yield get
+    for twin in running.values():
+        twin.stop()

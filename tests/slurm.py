@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SLURMCTLD = shutil.which("slurmctld") or "/usr/sbin/slurmctld"
@@ -40,13 +41,33 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _free_ports(count: int) -> list[int]:
+    """``count`` different free ports (the sockets are held open together: two ports asked one after
+    the other may be the same, and slurmctld and slurmd then fight over it)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 class SlurmCluster:
     """slurmctld + slurmd with their state, spool and logs under ``root``."""
 
-    def __init__(self, root: Path, cpus: int = 4, partition: str = "debug") -> None:
+    def __init__(self, root: Path, cpus: int = 4, partition: str = "debug", *, node: str = "", gres: str = "",
+                 mpi_default: str = "none", launch: Callable[[list[str]], list[str]] | None = None) -> None:
+        """``node``: more of the node's line (``RealMemory=``, ``Features=``); ``gres``: its GPUs as a
+        count only (``gpu:8``: gres.conf names no device files, there are none); ``mpi_default``: the
+        site's ``MpiDefault``; ``launch``: how the daemons are started (e.g. inside a site twin's mount
+        namespace, so that its jobs see the twin's file system)."""
         self.root = Path(root)
         self.cpus = cpus
         self.partition = partition
+        self.node_extra, self.gres, self.mpi_default = node, gres, mpi_default
+        self.launch = launch or (lambda argv: argv)
         self.node = socket.gethostname().split(".")[0]
         self.conf = self.root / "slurm.conf"
         self.env = {"SLURM_CONF": str(self.conf)}
@@ -58,11 +79,12 @@ class SlurmCluster:
         for sub in ("state", "spool", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         r = self.root
+        ctld_port, d_port = _free_ports(2)
         self.conf.write_text(f"""\
 ClusterName=sitestack-test
 SlurmctldHost={self.node}(127.0.0.1)
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
 AuthType=auth/none
 CredType=cred/none
 SlurmUser=root
@@ -75,7 +97,7 @@ SlurmctldLogFile={r}/log/slurmctld.log
 SlurmdLogFile={r}/log/slurmd.log
 ProctrackType=proctrack/pgid
 TaskPlugin=task/none
-MpiDefault=none
+MpiDefault={self.mpi_default}
 SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
@@ -86,9 +108,13 @@ AccountingStorageType=accounting_storage/none
 SlurmdParameters=config_overrides
 MinJobAge=600
 FirstJobId={self.first_job_id}
-NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
+{"GresTypes=gpu" if self.gres else ""}
+NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} {f"Gres={self.gres}" if self.gres else ""} {self.node_extra} State=UNKNOWN
 PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
+        if self.gres:
+            name, count = self.gres.split(":")
+            (self.root / "gres.conf").write_text(f"NodeName={self.node} Name={name} Count={count}\n")
 
     def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
@@ -96,7 +122,8 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def start(self, timeout: float = 60) -> SlurmCluster:
         self.write_config()
         for daemon in (SLURMCTLD, SLURMD):
-            out = self.run(daemon, "-c", "-f", str(self.conf))
+            out = subprocess.run(self.launch([daemon, "-c", "-f", str(self.conf)]), capture_output=True, text=True,
+                                 timeout=30, env={**os.environ, **self.env})
             if out.returncode != 0:
                 self.stop()
                 raise RuntimeError(f"{daemon} did not start: {out.stderr}{self.logs()}")

@@ -21,7 +21,7 @@ from tests.conftest import LMOD_INIT, REPO, clean_env, parse_env, playbook_copy,
 from tests.contexts import offline_context
 from tests.test_modulefile_golden import built_for
 from tests.twins import runtime as twin
-from tests.twins.sites import lumi_conda
+from tests.twins.stand_ins import lumi_conda
 
 GET_MASTER = REPO / "sitestack" / "programs" / "get_master.py"
 STACK = "pytorch/2.7.1-rocm6.2.4"

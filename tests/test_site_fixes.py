@@ -140,40 +140,49 @@ def test_jobs_that_use_srun_unset_slurm_export_env_before_it(site, launcher):
 # -- Dawn ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def dawn_twin(tmp_path_factory):
+    """Dawn's twin namespace (tests/twins/sites.py; no cluster, not provisioned) with the site's geometry,
+    not the 2-rank node of the provisioned twin: 4 cards of 2 stacks, 96 cores; alice's home in it."""
+    from tests.twins import namespace, runtime
+    for why in (namespace.available(), runtime.available()):
+        if why:
+            pytest.skip(f"the Dawn twin cannot run here: {why}")
     if not shutil.which("mpiexec") or not Path(sites.LMOD_INIT).exists():
         pytest.skip("needs MPICH's mpiexec and Lmod (scripts/test.sh installs them)")
-    from tests.twins import runtime
-    why = runtime.available()
-    if why:
-        pytest.skip(f"the container runtime stand-in cannot run here: {why}")
     root = tmp_path_factory.mktemp("dawn-twin")
-    twin = sites.dawn(root)
-    # the site's geometry, not the 2-rank node of the provisioned twin: 4 cards of 2 stacks, 96 cores
-    twin.facts["node"] = {"cores": 96, "local_scratch": "/tmp"}
-    twin.facts["gpu"] = {"vendor": "none", "unit": "stack", "per_node": 8, "cores_per_gpu": 12, "cpu_bind": None}
-    return twin
+    twin = sites.dawn(root, "proj123")
+    twin.binds["/home/alice"] = root / "alice"
+    (root / "alice").mkdir()
+    twin.overlay["node"] = {"cores": 96}
+    twin.overlay["gpu"] = {"vendor": "none", "unit": "stack", "per_node": 8, "cores_per_gpu": 12, "cpu_bind": None}
+    ns = namespace.SiteNamespace(twin.binds).start()
+    yield twin, ns
+    ns.stop()
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("hierarchy, ranks, cores", [("COMPOSITE", 4, 24), ("FLAT", 8, 12), (None, 8, 12)])
-def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp_path, hierarchy, ranks, cores):
-    """The Dawn job, run with bash on the twin (Lmod, the site's module names, MPICH's Hydra mpiexec,
-    the apptainer stand-in): 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12 with FLAT (Dawn's setup_mpi.sh),
-    and every rank sees the hierarchy the job chose."""
+def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp_path, monkeypatch, hierarchy, ranks,
+                                                                   cores):
+    """The Dawn job, run with bash in Dawn's twin (Lmod at the site's module path, the site's module names,
+    MPICH's Hydra mpiexec, apptainer at /usr/bin): 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12
+    with FLAT (Dawn's setup_mpi.sh), and every rank sees the hierarchy the job chose."""
+    twin, ns = dawn_twin
+    monkeypatch.setenv("SITESTACK_FACTS", str(twin.facts_file()))
     job = tmp_path / "job.sbatch"
     report = tmp_path / "report.sh"
     # the geometry alone: the job runs report.sh as its Python, not the stack module's (not installed here)
-    inputs = inputs_of("dawn", dawn_twin.playbook(), python=str(report))
+    inputs = inputs_of("dawn", python=str(report))
     job.write_text(jobs.render_job(inputs, "mpiexec"))
     report.write_text('#!/bin/sh\necho "rank ${PMI_RANK:-?} of ${PMI_SIZE:-?}: $ZE_FLAT_DEVICE_HIERARCHY '
                       'omp=$OMP_NUM_THREADS mask=$ZE_AFFINITY_MASK"\n')
     report.chmod(0o755)
     from tests.twins import runtime
-    image = Path(dawn_twin.facts["prefix"]) / "apptainer" / "pytorch2.8.sif"   # facts.container.image
+    prefix = twin.site_dir("/home/alice/sitestack/dawn")
+    image = prefix / "apptainer" / "pytorch2.8.sif"   # facts.container.image
     image.parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / "empty").mkdir()
     runtime.make_image(tmp_path / "empty", image)   # the host's / is the container's
-    validation = Path(dawn_twin.facts["prefix"]) / "validation"
+    validation = prefix / "validation"
     validation.mkdir(parents=True, exist_ok=True)
     from sitestack.validation.jobs import PROGRAM_FILES
     for name, source in PROGRAM_FILES.items():   # the job's guard around the launcher runs the check program
@@ -181,14 +190,14 @@ def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp
         shutil.copyfile(source, validation / name)
     (validation / "check-config.json").write_text("{}\n")
     # the job loads the stack's module as users do; this job runs without a provisioned stack
-    sites.module(Path(dawn_twin.facts["prefix"]) / "modules", "pytorch/2.13.0-cpu", "", what="the stack's module",
-                 why="the job runs here without a provisioned stack (the twin's provision: tests/test_twins.py)")
-    env = {"PATH": ":".join([*dawn_twin.path, "/usr/local/bin:/usr/bin:/bin"]), "HOME": str(tmp_path), "USER": "alice", "SLURM_GPUS_ON_NODE": "4",
+    sites.si.module(prefix / "modules", "pytorch/2.13.0-cpu", "", what="the stack's module",
+                    why="the job runs here without a provisioned stack (the twin's provision: tests/test_twins.py)")
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/alice", "USER": "alice", "SLURM_GPUS_ON_NODE": "4",
            "SLURM_CPUS_ON_NODE": "96", "SITESTACK_PYTHON": str(report), "SITESTACK_VALIDATION_OUT": str(tmp_path / "out"),
-           "SLURM_JOB_ID": "4242"}   # no SLURM_JOB_NODELIST: the job falls back to this host
+           "SLURM_JOB_ID": "4242", **twin.login, "HOME": "/home/alice"}   # no SLURM_JOB_NODELIST: this host
     if hierarchy:
         env["ZE_FLAT_DEVICE_HIERARCHY"] = hierarchy
-    out = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = ns.run(["bash", str(job)], env=env, timeout=300, cwd=tmp_path)
     lines = sorted(line for line in out.stdout.splitlines() if line.startswith("rank "))
     assert len(lines) == ranks, out.stdout + out.stderr
     want = hierarchy or "FLAT"
