@@ -192,7 +192,7 @@ def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp
     # the job loads the stack's module as users do; this job runs without a provisioned stack
     sites.si.module(prefix / "modules", "pytorch/2.13.0-cpu", "", what="the stack's module",
                     why="the job runs here without a provisioned stack (the twin's provision: tests/test_twins.py)")
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/alice", "USER": "alice", "SLURM_GPUS_ON_NODE": "4",
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "USER": "alice", "SLURM_GPUS_ON_NODE": "4",
            "SLURM_CPUS_ON_NODE": "96", "SITESTACK_PYTHON": str(report), "SITESTACK_VALIDATION_OUT": str(tmp_path / "out"),
            "SLURM_JOB_ID": "4242", **twin.login, "HOME": "/home/alice"}   # no SLURM_JOB_NODELIST: this host
     if hierarchy:
