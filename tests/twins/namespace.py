@@ -74,7 +74,8 @@ class SiteNamespace:
         """``argv`` run inside the namespace (root and working directory of the namespace)."""
         if not self.pid:
             raise RuntimeError("the site namespace is not running")
-        return ["nsenter", "-t", str(self.pid), "-m", "-r", f"--wd={cwd or os.getcwd()}", "--", *argv]
+        # nsenter's own --wd resolves the directory before the root changes: env -C does it inside
+        return ["nsenter", "-t", str(self.pid), "-m", "-r", "--", "env", "-C", str(cwd or os.getcwd()), *argv]
 
     def run(self, argv: list[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
             timeout: float = 600, input: str | None = None) -> subprocess.CompletedProcess[str]:
