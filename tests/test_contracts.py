@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -137,6 +138,21 @@ def test_sh_expanding_expands_references_and_runs_nothing():
     out = subprocess.run(["bash", "-c", f"printf %s {sh_expanding(value)}"], capture_output=True, text=True,
                          env={"HOME": "/h", "USER": "u", "PATH": os.environ["PATH"]}, cwd="/")
     assert out.stdout == 'a `touch x` $(touch y) $((1+1)) $1 $$ \\ " /h/u', out
+
+
+@pytest.mark.parametrize("shell", [s for s in ("bash", "dash", "zsh", "sh") if shutil.which(s)])
+@pytest.mark.parametrize("value", ['a `touch x` $(touch y) $((1+1)) $1 $$ \\ " ${HOME}/$USER } {',
+                                   "it's } ${HOME} `touch z`", "FLAT"])
+def test_sh_default_keeps_a_set_value_and_else_gives_the_value_inert(shell: str, value: str, tmp_path: Path):
+    """``"${NAME:-value}"``: the variable's own value where set and not empty, else the value with only
+    its $NAME references expanded, alike in every shell (a ' and a } inside ${...} differ in bash)."""
+    from sitestack.core.quoting import sh_default
+    expected = value.replace("${HOME}", "/h").replace("$USER", "u")
+    for start, want in (({}, expected), ({"X": ""}, expected), ({"X": "mine"}, "mine")):
+        out = subprocess.run([shell, "-c", f"printf %s {sh_default('X', value)}"], capture_output=True, text=True,
+                             env={"HOME": "/h", "USER": "u", "PATH": os.environ["PATH"], **start}, cwd=tmp_path)
+        assert (out.returncode, out.stdout) == (0, want), (start, out.stderr)
+    assert not list(tmp_path.iterdir())  # nothing ran
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from sitestack.validation.launch_helpers import HELPER, HOSTLIST, helper_files
 from tests.test_validation_jobs import SITES, context
 
 NAMES = ("NNODES", "RANKS_PER_NODE", "WORLD_SIZE", "NODELIST", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
-         "ZE_FLAT_DEVICE_HIERARCHY", "ZE_AFFINITY_MASK")
+         "ZE_FLAT_DEVICE_HIERARCHY", "ZE_AFFINITY_MASK", "APPTAINERENV_ZE_FLAT_DEVICE_HIERARCHY")
 PRINT = "".join(f'printf "{n}=%s\\n" "${{{n}:-}}"\n' for n in NAMES)
 
 #: What sbatch sets in a job's batch script (the variables the geometry reads).
@@ -35,10 +35,12 @@ CASES = {
 
 
 def geometry(text: str) -> str:
-    """The job's lines from reading the hierarchy to MASTER_PORT: what decides the launch."""
+    """The job's lines from reading the hierarchy to MASTER_PORT: what decides the launch; and those that
+    pass the user's choices into the container (<RUNTIME>ENV_NAME)."""
     start = text.index("JOB_ID=${SLURM_JOB_ID:-$$}")
     head = re.search(r"^ZE_HIERARCHY=.*$", text, re.M)
-    return (head.group(0) + "\n" if head else "") + text[start:text.index("\nOUT=", start)] + "\n"
+    passed = "".join(m.group(0) + "\n" for m in re.finditer(r"^export (APPTAINER|SINGULARITY)ENV_\w+=.*$", text, re.M))
+    return (head.group(0) + "\n" if head else "") + text[start:text.index("\nOUT=", start)] + "\n" + passed
 
 
 def run(script: str, env: dict[str, str], tmp: Path) -> dict[str, str]:
@@ -77,6 +79,7 @@ def test_the_job_with_the_helper_and_its_own_fallback_agree(name: str, case: str
     assert got["MASTER_PORT"] == str(jobs.master_port(4242424)) and got["NODELIST"] == "nid007,nid008"
     if case == "Dawn COMPOSITE":  # Dawn's setup_mpi.sh: 4 cards give 4 ranks x 24 cores with COMPOSITE, 8 x 12 with FLAT
         assert (got["RANKS_PER_NODE"], got["OMP_NUM_THREADS"], got["WORLD_SIZE"]) == ("4", "24", "8")
+        assert got["APPTAINERENV_ZE_FLAT_DEVICE_HIERARCHY"] == "COMPOSITE"  # and so inside the image
     if case == "Dawn FLAT":
         assert (got["RANKS_PER_NODE"], got["OMP_NUM_THREADS"], got["WORLD_SIZE"]) == ("8", "12", "16")
 

@@ -26,7 +26,7 @@ SHELLS = [s for s in ("bash", "dash", "zsh") if shutil.which(s)]
 #: The variables a test prints after sourcing the helper.
 SHOWN = ("NODELIST", "NNODES", "TASKS_PER_NODE", "CPUS_PER_TASK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
          "RANK", "LOCAL_RANK", "CPU_MASKS", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "OMP_NUM_THREADS",
-         "ZE_FLAT_DEVICE_HIERARCHY", "NCCL_SOCKET_IFNAME")
+         "ZE_FLAT_DEVICE_HIERARCHY", "APPTAINERENV_ZE_FLAT_DEVICE_HIERARCHY", "NCCL_SOCKET_IFNAME")
 #: Prints the SHOWN variables as JSON lines (unset ones as null), in any POSIX shell.
 PRINT = " ".join(f'printf "%s=%s\\n" {name} "${{{name}-<unset>}}";' for name in SHOWN)
 
@@ -105,19 +105,22 @@ def test_frontier_geometry_masks_miopen_and_site_settings(shell: str, tmp_path: 
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-@pytest.mark.parametrize("hierarchy, tasks, cpus", [("COMPOSITE", "4", "24"), ("FLAT", "8", "12"), (None, "8", "12")])
+@pytest.mark.parametrize("hierarchy, tasks, cpus", [("COMPOSITE", "4", "24"), ("FLAT", "8", "12"), (None, "8", "12"),
+                                                    ("", "8", "12")])
 def test_dawn_ranks_follow_the_ze_hierarchy(shell: str, hierarchy: str | None, tasks: str, cpus: str, tmp_path: Path):
     """Dawn's setup_mpi.sh (https://github.com/kh296/dawn-containers): 4 cards give 4 ranks x 24 cores
-    with COMPOSITE, 8 x 12 with FLAT (the default)."""
+    with COMPOSITE, 8 x 12 with FLAT (the default, also for an empty value); the hierarchy goes into
+    the image as APPTAINERENV_ZE_FLAT_DEVICE_HIERARCHY, which wins over its %environment."""
     helper = render("dawn", tmp_path)
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "pvc-s-[1,3]", "SLURM_JOB_NUM_NODES": "2",
            "SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_ON_NODE": "96"}
-    if hierarchy:
+    if hierarchy is not None:
         env["ZE_FLAT_DEVICE_HIERARCHY"] = hierarchy
     got = source(shell, helper, env)
     assert (got["TASKS_PER_NODE"], got["CPUS_PER_TASK"]) == (tasks, cpus)
     assert got["WORLD_SIZE"] == str(2 * int(tasks)) and got["NODELIST"] == "pvc-s-1,pvc-s-3"
     assert got["ZE_FLAT_DEVICE_HIERARCHY"] == (hierarchy or "FLAT") and got["OMP_NUM_THREADS"] == cpus
+    assert got["APPTAINERENV_ZE_FLAT_DEVICE_HIERARCHY"] == (hierarchy or "FLAT")
 
 
 def test_hostile_values_stay_inert(tmp_path: Path):

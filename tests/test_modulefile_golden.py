@@ -133,7 +133,8 @@ def test_the_site_facts_reach_the_module_files():
     assert 'prepend_path("PATH"' not in lumi  # the venv's python is the container's: not on the host PATH
     dawn = rendered("dawn", "tcl")["pytorch/2.8.0-xpu"]
     assert "append-path -d \",\" APPTAINER_BINDPATH" in dawn and 'depends-on "rhel9/default-dawn"' in dawn
-    assert 'sitestack_setenv ZE_FLAT_DEVICE_HIERARCHY "FLAT"' in dawn
+    # the hierarchy is the user's choice at submission: FLAT is only the default (facts.env_defaults)
+    assert 'sitestack_default ZE_FLAT_DEVICE_HIERARCHY "FLAT"' in dawn and "sitestack_setenv ZE_FLAT" not in dawn
     assert 'sitestack_setenv SIF "/home/alice/sitestack/dawn/apptainer/pytorch2.8.sif"' in dawn
 
 

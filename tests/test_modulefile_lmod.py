@@ -136,29 +136,35 @@ def test_tcl_module_files_of_the_stack_load_too(local_stack, tmp_path: Path):
 SITE_CASES = [(s, f) for s in ("cirrus", "frontier", "lumi", "dawn") for f in ("lua", "tcl")]
 
 
-@pytest.mark.parametrize(("site", "fmt"), SITE_CASES, ids=[f"{s}-{f}" for s, f in SITE_CASES])
-def test_site_module_files_load_and_unload_with_lmod(site: str, fmt: str, tmp_path: Path):
-    loaded_site = pb.load(site)
-    ctx = offline_context(loaded_site, home="/home/alice", user="alice", account="proj123")
-    step = ACTIONS["modulefiles"].from_spec(next(s for s in loaded_site.steps if s.action == "modulefiles"), ctx)
-    files = step.render_files(built_for(ctx), fmt, plugins=True)
-    root, stubs = tmp_path / "modules", tmp_path / "site-modules"
-    for path, text in files.items():
+def write_site_modules(ctx, fmt: str, root: Path, stubs: Path) -> list:
+    """The site's module files (as its modulefiles step renders them, the plugin's included) under ``root``,
+    and under ``stubs`` stand-ins for the site's own modules they load, each setting one variable; the specs."""
+    step = ACTIONS["modulefiles"].from_spec(next(s for s in ctx.site.steps if s.action == "modulefiles"), ctx)
+    for path, text in step.render_files(built_for(ctx), fmt, plugins=True).items():
         target = root / os.path.relpath(path, step.root)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    needed = {m for spec in mf.site_modules(ctx, step.stack, built_for(ctx)) for m in spec.requires}
-    for name in needed:  # the site's own modules: stand-ins that set one variable each
+    specs = mf.site_modules(ctx, step.stack, built_for(ctx))
+    for name in {m for spec in specs for m in spec.requires}:
         if (root / f"{name}.lua").exists() or (root / name).exists():
             continue
         stub = stubs / f"{name}.lua"
         stub.parent.mkdir(parents=True, exist_ok=True)
         stub.write_text(f'setenv("STUB_{zlib.crc32(name.encode())}", "{name}")\n')
+    return specs
+
+
+@pytest.mark.parametrize(("site", "fmt"), SITE_CASES, ids=[f"{s}-{f}" for s, f in SITE_CASES])
+def test_site_module_files_load_and_unload_with_lmod(site: str, fmt: str, tmp_path: Path):
+    ctx = offline_context(pb.load(site), home="/home/alice", user="alice", account="proj123")
+    root, stubs = tmp_path / "modules", tmp_path / "site-modules"
+    specs = write_site_modules(ctx, fmt, root, stubs)
     for module in modules_in(root):
-        spec = next(s for s in mf.site_modules(ctx, step.stack, built_for(ctx)) if s.full == module)
+        spec = next(s for s in specs if s.full == module)
         # The user had values of their own for every variable the module sets (Lua: pushenv gives
-        # them back on unload; Lmod's Tcl has no such pushenv, base.tcl.j2 says why: not there).
-        start = {name: f"user's {name}" for name, _ in spec.env} if fmt == "lua" else {}
+        # them back on unload; Lmod's Tcl has no such pushenv, base.tcl.j2 says why: not there), and for
+        # its defaults (facts.env_defaults), which the module leaves as they are, in Lua and Tcl.
+        start = {name: f"user's {name}" for name, _ in (*(spec.env if fmt == "lua" else ()), *spec.defaults)}
         before, loaded, after, _ = load_unload([str(stubs), str(root)], [module], start=start)
         assert module in loaded["LOADEDMODULES"].split(":")
         assert all(before[name] == value for name, value in start.items())
@@ -167,6 +173,8 @@ def test_site_module_files_load_and_unload_with_lmod(site: str, fmt: str, tmp_pa
         for name, value in spec.env:
             if all(kind == "lit" for kind, _ in value.parts):
                 assert loaded[name] == str(value), (module, name)
+        for name, _ in spec.defaults:
+            assert loaded[name] == f"user's {name}", (module, name)
         assert_restored(before, after)
         assert not [m for m in after.get("LOADEDMODULES", "").split(":") if m]  # dependencies unloaded too
 

@@ -5,7 +5,8 @@ goes through this module: :func:`control_problem` refuses control characters whe
 loaded (a newline would end a ``#SBATCH`` line, a comment or a Lua string and start a command),
 :func:`sh` quotes a word for POSIX shells (``shlex.quote``), and :func:`sh_expanding` quotes a
 value whose ``$NAME`` / ``${NAME}`` references must expand when the script runs while nothing
-else does (no ``$(...)``, no backticks, no ``$((...))``).
+else does (no ``$(...)``, no backticks, no ``$((...))``); :func:`sh_default` is such a value as the
+default of a variable, which a value the environment already has wins over.
 """
 
 from __future__ import annotations
@@ -58,15 +59,32 @@ def sh_expanding(value: str) -> str:
     Every other ``$`` (``$(``, ``$((``, ``$1``, ``$$``), backticks, backslashes and double quotes
     are escaped, so the value cannot run a command.
     """
+    return '"' + _expanding_body(value, r'([\\"`$])') + '"'
+
+
+def sh_default(name: str, value: str) -> str:
+    """``"${NAME:-value}"``: the variable's own value where it is set and not empty, else ``value``
+    (quoted as :func:`sh_expanding` quotes it, so its ``$NAME`` references expand and nothing else does).
+
+    A ``}`` in the value is escaped (``\\}``: the same in bash, dash and zsh). A ``'`` cannot be: bash
+    (outside POSIX mode) reads it as a quote inside ``${...}``, so a value holding one goes in a
+    double-quoted word of its own, ``"${NAME:-"value"}"``, which every POSIX shell reads alike.
+    """
+    if not SHELL_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not an environment variable name")
+    if "'" in value:
+        return f'"${{{name}:-{sh_expanding(value)}}}"'
+    return f'"${{{name}:-' + _expanding_body(value, r'([\\"`$}])') + '}"'
+
+
+def _expanding_body(value: str, special: str) -> str:
+    """``value`` with its ``$NAME``/``${NAME}`` references as they are and every character of
+    ``special`` (a regex group) outside them escaped with a backslash."""
     out = []
     pos = 0
     for match in _REFERENCE.finditer(value):
-        out.append(_escape_double(value[pos:match.start()]))
+        out.append(re.sub(special, r"\\\1", value[pos:match.start()]))
         out.append(match.group())
         pos = match.end()
-    out.append(_escape_double(value[pos:]))
-    return '"' + "".join(out) + '"'
-
-
-def _escape_double(text: str) -> str:
-    return re.sub(r'([\\"`$])', r"\\\1", text)
+    out.append(re.sub(special, r"\\\1", value[pos:]))
+    return "".join(out)

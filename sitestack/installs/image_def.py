@@ -6,12 +6,20 @@ The definition (Apptainer docs, "Definition files")::
     Bootstrap: docker
     From: intel/intel-extension-for-pytorch:2.8.10-xpu
     %post          the site's extra pip packages (Dawn's README, s2.1)
-    %environment   the site's variables
+    %environment   the site's variables, each a default: export NAME="${NAME:-value}"
     %labels        org.sitestack.definition-sha256: the sha256 of everything above it
 
 The label makes the image say which definition it was built from: the apptainer-image step reads it
 back (``inspect --labels``) to decide whether the image is current, so an image replaced by hand or
 built from an older definition is rebuilt, and a re-run with the same facts builds nothing.
+
+Every ``%environment`` entry keeps a value the caller passes in. Apptainer runs ``%environment`` after
+it has copied the host's environment in, so a plain ``export`` there overrides the caller's choice
+(Apptainer docs, "Environment and metadata"): a Dawn job submitted with
+``ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE`` (one rank per card, https://github.com/kh296/dawn-containers)
+would run with the image's FLAT. The image's values are what the image falls back on when run
+by hand without the stack's module or a job; sitestack's jobs and launch helper also pass the
+choice as ``APPTAINERENV_NAME``, which wins over ``%environment`` (also in images built before).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import hashlib
 
 from sitestack.core.errors import SitestackError
-from sitestack.core.quoting import sh, sh_expanding
+from sitestack.core.quoting import sh, sh_default, sh_expanding
 from sitestack.model.container_facts import IMAGE_BASES, ImageBuild, Runtime
 
 DIGEST_LABEL = "org.sitestack.definition-sha256"
@@ -38,7 +46,7 @@ def definition(site: str, build: ImageBuild) -> tuple[str, str]:
                   "    export PIP_NO_CACHE_DIR=1",
                   "    python -m pip install " + " ".join(sh(p) for p in build.packages), ""]
     if build.environment:
-        lines += ["%environment", *(f"    export {k}={sh_expanding(v)}" for k, v in sorted(build.environment.items())),
+        lines += ["%environment", *(f"    export {k}={sh_default(k, v)}" for k, v in sorted(build.environment.items())),
                   ""]
     body = "\n".join(lines) + "\n"
     digest = hashlib.sha256(body.encode()).hexdigest()

@@ -53,6 +53,9 @@ class ModuleSpec:
     conflicts: tuple[str, ...] = ()
     paths: tuple[PathOp, ...] = ()
     env: tuple[tuple[str, Text], ...] = ()
+    #: settings that are only defaults (facts.env_defaults): set where the environment has no value (or an
+    #: empty one), kept where it has one (the user's choice); unloading unsets only what the module set
+    defaults: tuple[tuple[str, Text], ...] = ()
     help: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
 
@@ -66,7 +69,7 @@ class ModuleSpec:
     def check(self) -> None:
         if not _MODULE.fullmatch(self.full):
             raise InputError(self.full, "a module name is name/version: letters, digits, . _ + -")
-        for name in (*[p.var for p in self.paths], *[n for n, _ in self.env]):
+        for name in (*[p.var for p in self.paths], *[n for n, _ in (*self.env, *self.defaults)]):
             if not _VAR.fullmatch(name):
                 raise InputError(self.full, f"{name!r} is not an environment variable name")
         for name in self.requires:

@@ -31,6 +31,12 @@ def site_env(site: Site, values: Mapping[str, str]) -> list[tuple[str, Text]]:
     return [(name, text_of(value, values)) for name, value in sorted(site.late_env(values).items())]
 
 
+def split_defaults(facts: Facts, env: Sequence[tuple[str, Text]]) -> tuple[list[tuple[str, Text]], list[tuple[str, Text]]]:
+    """``env`` as (settings the module sets, defaults it sets only where unset: facts.env_defaults)."""
+    return ([(k, v) for k, v in env if k not in facts.env_defaults],
+            [(k, v) for k, v in env if k in facts.env_defaults])
+
+
 def is_plugin(b: Built, facts: Facts) -> bool:
     return b.recipe == facts.network.net_plugin or b.recipe.startswith(("aws-ofi-", "rccl-net", "nccl-net"))
 
@@ -60,7 +66,8 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
     cache = miopen_cache(facts)
     if cache is not None:
         settings += [(key, text_of(cache, ctx.values)) for key in MIOPEN_KEYS]
-    env += sorted(settings, key=lambda kv: kv[0])
+    settings, defaults = split_defaults(facts, sorted(settings, key=lambda kv: kv[0]))
+    env += settings
     torch = facts.torch
     summary = f"PyTorch {torch.version} ({torch.variant}) stack for {ctx.site.name}"
     built_lines = [f"{b.recipe} {b.version} ({b.dest})" for b in built if not is_plugin(b, facts)]
@@ -85,7 +92,8 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         name=name, version=version, template="stack", site=ctx.site.name, summary=summary,
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
                 ("Description", description), ("URL", "https://pytorch.org")),
-        requires=needs, autoload=autoload, family=stack.family, paths=tuple(paths), env=tuple(env), data=data)
+        requires=needs, autoload=autoload, family=stack.family, paths=tuple(paths), env=tuple(env),
+        defaults=tuple(defaults), data=data)
 
 
 def container_settings(ctx: RunContext, stack: Stack, container: Container) -> tuple[list[PathOp], list[tuple[str, Text]]]:
@@ -143,14 +151,15 @@ def package_module(ctx: RunContext, b: Built, *, autoload: bool = True) -> Modul
         env[var] = text_of(expand(value, values).replace("{", "{{").replace("}", "}}"), ctx.values)
     requires = tuple(facts.modules.load) if getattr(settings, "site_modules", True) else ()
     template = "net-plugin" if plugin else b.recipe
+    settings_env, defaults = split_defaults(facts, sorted(env.items()))
     launcher = {"srun": "srun -n 2", "mpirun": "mpirun -np 2"}.get(facts.mpi.launcher, "mpiexec -n 2")
     data = {"version": b.version, "dest": b.dest, "recipe": b.recipe, "mpi": facts.mpi.flavour,
             "launcher": launcher, "collectives": facts.collectives}
     return ModuleSpec(
         name=name, version=version, template=template, site=ctx.site.name, summary=summary,
         whatis=(("Name", name), ("Version", version), ("Description", summary), ("URL", b.homepage)),
-        requires=requires, autoload=autoload, family=name, paths=tuple(paths), env=tuple(sorted(env.items())),
-        help=summary, data=data)
+        requires=requires, autoload=autoload, family=name, paths=tuple(paths), env=tuple(settings_env),
+        defaults=tuple(defaults), help=summary, data=data)
 
 
 def site_modules(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requires: Sequence[str] | None = None,

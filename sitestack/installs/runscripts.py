@@ -26,7 +26,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from sitestack.core.quoting import sh_expanding
+from sitestack.core.quoting import sh_default, sh_expanding
 from sitestack.model.facts import Facts
 from sitestack.model.miopen import miopen_cache
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN
@@ -61,7 +61,8 @@ def simple(site: str, facts: Facts) -> str:
 
 def distributed(site: str, facts: Facts) -> str:
     """``conda-python-distributed``: one rank of a Slurm job step (srun), then Python."""
-    env = [f"export {k}={sh_expanding(v)}" for k, v in sorted(facts.env.items()) if k.startswith(("NCCL_", "FI_"))]
+    env = [f"export {k}={sh_default(k, v) if k in facts.env_defaults else sh_expanding(v)}"
+           for k, v in sorted(facts.env.items()) if k.startswith(("NCCL_", "FI_"))]
     gpu = "export ROCR_VISIBLE_DEVICES=$SLURM_LOCALID   # one GCD per task (LUMI)\n" \
         if facts.gpu.vendor == "amd" else ""
     return f"""#!/bin/bash -e

@@ -56,7 +56,8 @@ class ImageBuild:
     version: str = field(metadata=_doc("its version, e.g. 2.8.10 for intel/intel-extension-for-pytorch:2.8.10-xpu"))
     packages: tuple[str, ...] = field(default=(), metadata=_doc("pip requirements %post installs into the image"))
     environment: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
-        "variables the image's %environment exports", key_pattern=SHELL_NAME.pattern,
+        "defaults the image's %environment exports: a value the caller passes in (its environment, "
+        "or <RUNTIME>ENV_NAME) wins", key_pattern=SHELL_NAME.pattern,
         key_doc="an environment variable name (letters, digits, _)"))
     where: Literal["login", "slurm"] = field(default="login", metadata=_doc(
         "login: build on the host the step runs on; slurm: as a batch job (sbatch --wait) with "
@@ -172,4 +173,12 @@ def runtime_of(container: Container) -> Runtime:
     return runtime_named(container.runtime)
 
 
-__all__ = ["IMAGE_BASES", "RUNTIMES", "Container", "ImageBuild", "Runtime", "RuntimeName", "runtime_named", "runtime_of"]
+def passed_in(container: Container | None, names: Iterable[str]) -> list[tuple[str, str]]:
+    """(the runtime's variable, NAME) for each of ``names``: exported as ``APPTAINERENV_NAME="$NAME"``, it
+    passes the value NAME has into the container, where it wins over the image's ``%environment``
+    (Apptainer docs, "Environment and metadata"). None without a container."""
+    return [(runtime_of(container).env_var(name), name) for name in names] if container else []
+
+
+__all__ = ["IMAGE_BASES", "RUNTIMES", "Container", "ImageBuild", "Runtime", "RuntimeName", "passed_in",
+           "runtime_named", "runtime_of"]

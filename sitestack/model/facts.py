@@ -325,6 +325,10 @@ class Facts:
         "runtime settings set by the stack's module and the validation job (NCCL_*, FI_*, MIOPEN_*); "
         "values may refer to $VARIABLES of the job's environment",
         key_pattern=SHELL_NAME.pattern, key_doc="an environment variable name (letters, digits, _)"))
+    env_defaults: tuple[str, ...] = field(default=(), metadata=_doc(
+        "names of env entries that are only defaults, a choice users make (e.g. ZE_FLAT_DEVICE_HIERARCHY at "
+        "submission): the module, jobs and launch helper set them only where unset or empty, and pass the value "
+        "into the site's container"))
     validation: Validation | None = field(default=None, metadata=_doc(
         "the validation DDP job (launchers, ranks per node, bandwidth references)"))
     build_jobs: int | None = field(default=None, metadata=_doc("parallel build jobs; default: the host's cores",
@@ -339,6 +343,9 @@ class Facts:
         # a relative marker would be looked up from the remote shell's working directory
         if self.marker is not None and not self.marker.startswith(("/", "{")):
             return f"marker: {self.marker!r} must be an absolute path (e.g. /opt/cray/pe)"
+        unknown = [name for name in self.env_defaults if name not in self.env]
+        if unknown:
+            return f"env_defaults: {', '.join(unknown)} not in env (a default needs its value there)"
         if self.gpu.vendor == "amd" and self.rocm is None:
             return "an AMD GPU site needs rocm: {version, home}"
         if self.gpu.vendor == "nvidia" and self.cuda is None:

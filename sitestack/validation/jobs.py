@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core import templates
-from sitestack.core.quoting import sh, sh_expanding
-from sitestack.model.container_facts import runtime_of
+from sitestack.core.quoting import sh, sh_default, sh_expanding
+from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
@@ -223,7 +223,8 @@ def _job_env(inputs: JobInputs, stacks: int) -> tuple[list[tuple[str, str]], lis
     for key, value in ({} if inputs.launch_env else inputs.env).items():
         if (stacks and key == HIERARCHY) or key in MIOPEN_KEYS:
             continue  # HIERARCHY: the default of the geometry below, which a hierarchy chosen at submission overrides
-        env_items.append((key, sh_expanding(value)))
+        # a default (facts.env_defaults) keeps the value the job was submitted with
+        env_items.append((key, sh_default(key, value) if key in inputs.facts.env_defaults else sh_expanding(value)))
     cache = miopen_cache(inputs.facts, user="${USER}")
     if cache is None:
         return env_items, []
@@ -232,7 +233,7 @@ def _job_env(inputs: JobInputs, stacks: int) -> tuple[list[tuple[str, str]], lis
     return env_items, list(MIOPEN_KEYS)
 
 
-def _container_context(inputs: JobInputs) -> tuple[dict[str, str] | None, str]:
+def _container_context(inputs: JobInputs) -> tuple[dict[str, Any] | None, str]:
     """The site's container for the templates (runtime, image, bind variable and binds) and the
     prefix that runs a command in it; ``(None, "")`` for a site without a container."""
     facts = inputs.facts
@@ -242,7 +243,9 @@ def _container_context(inputs: JobInputs) -> tuple[dict[str, str] | None, str]:
     container = {"runtime": runtime.name, "image": facts.container.image or "", "bind_var": runtime.bind_var,
                  # the prefix holds the stack's Python (PYTHON) and everything it installed
                  "binds": sh_expanding(",".join((*facts.container.bind, inputs.prefix or str(Path(inputs.dir).parent),
-                                                 "$VALIDATION_DIR", "$OUT")))}
+                                                 "$VALIDATION_DIR", "$OUT"))),
+                 # the user's choices (facts.env_defaults) into the image; with the launch helper, the helper's
+                 "pass_in": [] if inputs.launch_env else passed_in(facts.container, facts.env_defaults)}
     return container, f'{runtime.command} exec "$SIF" '
 
 

@@ -8,7 +8,9 @@ Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.
   OLCF's MASTER_ADDR and MIOpen cache, https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html):
   NODELIST, NNODES, TASKS_PER_NODE, CPUS_PER_TASK, WORLD_SIZE, MASTER_ADDR, a job-unique
   MASTER_PORT (:func:`sitestack.validation.jobs.master_port`), RANK/LOCAL_RANK inside a task, the
-  CPU masks, the MIOpen cache per job (:mod:`sitestack.model.miopen`), facts.env.
+  CPU masks, the MIOpen cache per job (:mod:`sitestack.model.miopen`), facts.env (where the job's
+  environment has none), and the user's choice of a default (facts.env_defaults) passed into the
+  site's container (``APPTAINERENV_NAME``, which wins over the image's ``%environment``).
 - ``sitestack-launch CMD...``: runs CMD with it sourced, once per task under srun or mpiexec.
 - ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/programs/hostlist.py``), which
   the helper runs with ``python3`` where ``scontrol show hostnames`` is not available (containers).
@@ -28,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.core import templates
-from sitestack.core.quoting import sh_expanding
-from sitestack.model.container_facts import runtime_of
+from sitestack.core.quoting import sh_default, sh_expanding
+from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
@@ -69,7 +71,9 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
     v = jobs.validation_of(facts)
     binding = masks_mod.Binding.from_facts(facts)
     stacks = 2 if facts.gpu.unit == "stack" else 0
-    env = [(k, sh_expanding(value)) for k, value in inputs.env.items() if k not in MIOPEN_KEYS]
+    chosen = facts.env_defaults  # the user's choice where made (facts.env_defaults), else facts.env's value
+    env = [(k, sh_expanding(value)) for k, value in inputs.env.items() if k not in MIOPEN_KEYS and k not in chosen]
+    defaults = [(k, sh_default(k, value)) for k, value in inputs.env.items() if k in chosen]
     cache = miopen_cache(facts, user="${USER}")
     miopen = sh_expanding(cache) if cache else ""
     return {
@@ -82,6 +86,8 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
         "port_base": jobs.PORT_BASE,
         "port_span": jobs.PORT_SPAN,
         "env": env,
+        "defaults": defaults,
+        "pass_in": passed_in(facts.container, [k for k, _ in defaults]),
         "stacks": stacks,
         "cards": (facts.gpu.per_node // stacks) if stacks else 0,
         "node_cores": facts.node.cores,

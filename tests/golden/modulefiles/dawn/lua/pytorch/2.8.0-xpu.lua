@@ -66,4 +66,15 @@ pushenv("CCL_ZE_IPC_EXCHANGE", "sockets")
 pushenv("FI_PROVIDER", "tcp")
 pushenv("I_MPI_DEBUG", "0")
 pushenv("I_MPI_OFI_PROVIDER", "tcp")
-pushenv("ZE_FLAT_DEVICE_HIERARCHY", "FLAT")
+
+-- defaults (facts.env_defaults): set only where the environment has no value or an empty one, so a
+-- value the user chose wins; __SITESTACK_DEFAULT_<name> marks the ones this module set, which
+-- unloading unsets (a user's own value stays)
+local function sitestack_default(name, value)
+    local now = os.getenv(name)
+    if now == nil or now == "" or os.getenv("__SITESTACK_DEFAULT_" .. name) ~= nil then
+        setenv(name, value)
+        setenv("__SITESTACK_DEFAULT_" .. name, "1")
+    end
+end
+sitestack_default("ZE_FLAT_DEVICE_HIERARCHY", "FLAT")
