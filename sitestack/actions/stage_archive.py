@@ -41,7 +41,8 @@ def site_archive(action: Action) -> StageArchive | None:
 
 
 class MakeStageArchive(Action):
-    """The stack environment is packed (conda-pack, or tar + fix-up for a venv) for node-local staging."""
+    """The stack environment is packed for node-local staging, by what it is when packed: conda-pack for a
+    conda env (conda-meta/), tar + fix-up for a venv (pyvenv.cfg)."""
 
     action = "stage-archive"
 
