@@ -307,18 +307,20 @@ def test_helpers_match_golden(site: str, tmp_path: Path):
 
 
 def test_frontier_stages_a_conda_pack(tmp_path: Path):
-    """Frontier's env is a conda env: conda-pack makes the pack, conda-unpack fixes the copy up (OLCF's guide)."""
+    """Frontier's env is a conda env: conda-pack makes the pack, conda-unpack fixes the copy up (OLCF's guide).
+    The script follows what the copy holds (tests/test_stage_archive.py: the pack follows what the env is)."""
     render("frontier", tmp_path)
     stage = (tmp_path / "bin" / "sitestack-stage-env").read_text()
     assert f"SITESTACK_PACK={tmp_path}/packs/pytorch-2.2.2-rocm5.7.tar.gz" in stage
     assert '_sitestack_dir="/mnt/bb/${USER}"' in stage  # {user} is the job's user, bound when it runs
     assert "sbcast --force --preserve" in stage and "bin/conda-unpack" in stage and "CONDA_PREFIX=" in stage
+    assert ".sitestack-unpack.py" in stage and "VIRTUAL_ENV=" in stage
     from sitestack.installs.staging import StageArchive
     from sitestack.installs.venv_stack import stack_for
     ctx = RunContext.resolve(pb.load("frontier"), home="/home/u", user="u", account="proj", prefix=str(tmp_path),
                              options=RunOptions(), actions=ACTIONS)
     pack = StageArchive(stack_for(ctx), str(tmp_path))
-    assert pack.kind == "conda" and pack.conda_pack_argv("/env", "/out.tar.gz") == [
+    assert pack.expected_kind == "conda" and pack.conda_pack_argv("/env", "/out.tar.gz") == [
         f"{tmp_path}/tools/conda-pack/bin/conda-pack", "--prefix", "/env", "--output", "/out.tar.gz",
         "--format", "tar.gz", "--n-threads", "-1", "--force", "--quiet"]
     # The other sites do not stage: no sitestack-stage-env, and the pack step has nothing to do.
@@ -334,7 +336,7 @@ def test_hostile_scratch_and_prefix_stay_inert_in_the_stage_script(tmp_path: Pat
     evil_prefix = f"{tmp_path}/it's $(touch {marker})"
     inputs = LaunchInputs(site="frontier", facts=ctx.facts, bin=f"{evil_prefix}/bin", env={},
                           scratch=f"{tmp_path}/nvme/$(touch {marker})`touch {marker}`",
-                          pack=f"{evil_prefix}/packs/p.tar.gz", pack_kind="conda", fixup="bin/conda-unpack")
+                          pack=f"{evil_prefix}/packs/p.tar.gz")
     from sitestack.validation.launch_helpers import render_stage
     stage = tmp_path / "stage"
     stage.write_text(render_stage(inputs))

@@ -24,26 +24,31 @@ from tests.conftest import LMOD_INIT, run_invoke
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def staged(tmp_path_factory, validation_python) -> dict:
-    """The staging local site: playbook, prefix with the stack linked in, pack and helpers installed."""
-    python, env = validation_python
-    root = tmp_path_factory.mktemp("staging")
+def stage_site(root: Path, venv: Path, python_facts: str = "") -> dict:
+    """The local site staging its env into ``root``: the playbook (with ``python_facts`` replacing its
+    ``python:`` source line where given), a prefix with the stack linked to ``venv``, pack and helpers."""
     scratch = root / "node-local"
     playbook = root / "playbooks" / "local.yml"
     playbook.parent.mkdir()
     text = (PLAYBOOK_DIR / "local.yml").read_text()
-    assert "    local_scratch: /tmp\n" in text
-    playbook.write_text(text.replace("    local_scratch: /tmp\n", f"    local_scratch: {scratch}\n    stage_env: true\n"))
+    assert "    local_scratch: /tmp\n" in text and "    source: system\n" in text
+    text = text.replace("    local_scratch: /tmp\n", f"    local_scratch: {scratch}\n    stage_env: true\n")
+    playbook.write_text(text.replace("    source: system\n", python_facts) if python_facts else text)
     prefix = root / "prefix"
     (prefix / "pytorch").mkdir(parents=True)
-    venv = Path(python).parent.parent
     (prefix / "pytorch" / "2.13.0-cpu").symlink_to(venv)
     first = run_invoke("provision", "--playbook", str(playbook), "--prefix", str(prefix), "--tags", "pack,launch",
                        timeout=900)
     assert first.returncode == 0, first.stdout + first.stderr
-    return {"playbook": playbook, "prefix": prefix, "scratch": scratch, "venv": venv, "python": python, "env": env,
-            "first": first.stdout}
+    return {"playbook": playbook, "prefix": prefix, "scratch": scratch, "venv": venv, "first": first.stdout}
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory, validation_python) -> dict:
+    """The staging local site: playbook, prefix with the stack linked in, pack and helpers installed."""
+    python, env = validation_python
+    site = stage_site(tmp_path_factory.mktemp("staging"), Path(python).parent.parent)
+    return {**site, "python": python, "env": env}
 
 
 def sbatch(cluster, script: Path, out: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -169,3 +174,34 @@ def test_validation_reports_both_import_times(staged, slurm_cluster, tmp_path: P
     summary = (out / "summary.md").read_text()
     assert "## Start-up" in summary and "from node-local storage" in summary
     print(f"import torch: {startup['shared_s']} s from the shared prefix, {startup['staged_s']} s node-local")
+
+
+def test_a_conda_source_stack_that_is_a_venv_is_packed_and_staged_as_one(validation_python, slurm_cluster,
+                                                                         tmp_path_factory, tmp_path: Path):
+    """``python.source: conda`` whose stack env is a venv (what the Frontier twin's conda stand-in makes,
+    ``python3 -m venv``): the pack follows what the env is (pyvenv.cfg, no conda-meta/), so it is a tar with
+    sitestack's fix-up, not conda-pack, and the staged copy is fixed up and used as a venv."""
+    python, _env = validation_python
+    conda = "    source: conda\n    module: miniforge3/23.11.0-0\n"
+    site = stage_site(tmp_path_factory.mktemp("conda-staging"), Path(python).parent.parent, conda)
+    pack = site["prefix"] / "packs" / "pytorch-2.13.0-cpu.tar.gz"
+    assert json.loads((pack.parent / (pack.name + ".json")).read_text())["kind"] == "venv"
+    assert not (site["prefix"] / "tools" / "conda-pack").exists()
+    with tarfile.open(pack) as tar:
+        assert {".sitestack-unpack.py", "./pyvenv.cfg"} <= set(tar.getnames())
+    script = tmp_path / "job.sh"
+    script.write_text(f"""#!/bin/bash
+. {site['prefix']}/bin/sitestack-stage-env || exit 1
+echo "venv=${{VIRTUAL_ENV:-}}"
+echo "conda=${{CONDA_PREFIX:-}}"
+srun --ntasks=2 sh -c 'python -c "import sys; print(\\"prefix=\\" + sys.prefix)"; echo "pip=$(head -n 1 "$SITESTACK_STAGED_ENV/bin/pip")"'
+sitestack_unstage
+""")
+    rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
+    assert rc == 0, log + slurm_cluster.logs()
+    values = [line.split("=", 1) for line in log.splitlines() if "=" in line]
+    root = [v for k, v in values if k == "venv"][0]
+    assert root.startswith(f"{site['scratch']}/sitestack-env-"), log
+    assert [v for k, v in values if k == "conda"] == [""], log
+    assert [v for k, v in values if k == "prefix"] == [root] * 2, log
+    assert [v for k, v in values if k == "pip"] == [f"#!{root}/bin/python3.11"] * 2, log

@@ -35,8 +35,7 @@ def launch_inputs(ctx: RunContext, bin_dir: str) -> LaunchInputs:
     pack = StageArchive(stack, ctx.values["prefix"]) if stack else None
     return LaunchInputs(
         site=ctx.site.name, facts=ctx.facts, bin=bin_dir.rstrip("/"), env=env, scratch=scratch,
-        pack=pack.path if pack else None, pack_kind=pack.kind if pack else "venv",
-        fixup=pack.fixup_program if pack else "", stack_module=stack.name if stack else "",
+        pack=pack.path if pack else None, stack_module=stack.name if stack else "",
         module_root=module_root(ctx))
 
 

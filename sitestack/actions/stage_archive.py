@@ -2,8 +2,11 @@
 jobs that stage it on node-local storage (``facts.node.stage_env``; :mod:`sitestack.installs.staging`).
 
 On a site that does not stage (``stage_env: false``) the step has nothing to do. Otherwise the
-pack is made again when the stack changes: ``<pack>.json`` records the digest of the stack's
-manifest and the generation that was packed. The tarball is written beside its final name and
+pack's kind follows what the stack env is when it is packed (``conda-meta/``: conda-pack;
+``pyvenv.cfg``: tar + fix-up; :func:`sitestack.installs.staging.env_kind`), and the pack is made
+again when the stack changes: ``<pack>.json`` records the digest of the stack's manifest, the
+generation that was packed and its kind. A plan made before the env exists says which kind the
+facts lead to expect. The tarball is written beside its final name and
 renamed into place, and the stamp is written last, so a failed pack leaves the old one or none.
 """
 
@@ -16,7 +19,16 @@ from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.site_stack import site_stack
-from sitestack.installs.staging import CONDA_PACK, PACK_RECORD, UNPACK_PROGRAM, StageArchive, stamp_text
+from sitestack.installs.staging import (
+    CONDA_MARK,
+    CONDA_PACK,
+    PACK_RECORD,
+    UNPACK_PROGRAM,
+    VENV_MARK,
+    StageArchive,
+    env_kind,
+    stamp_text,
+)
 from sitestack.installs.venv_stack import Base
 
 UNPACK_SOURCE = Path(__file__).resolve().parent.parent / "programs" / "venv_unpack.py"
@@ -29,7 +41,8 @@ def site_archive(action: Action) -> StageArchive | None:
 
 
 class MakeStageArchive(Action):
-    """The stack environment is packed (conda-pack, or tar + fix-up for a venv) for node-local staging."""
+    """The stack environment is packed for node-local staging, by what it is when packed: conda-pack for a
+    conda env (conda-meta/), tar + fix-up for a venv (pyvenv.cfg)."""
 
     action = "stage-archive"
 
@@ -46,14 +59,15 @@ class MakeStageArchive(Action):
     def describe(self) -> str:
         if not self.ctx.facts.node.stage_env:
             return "archive the stack env for node-local staging (not needed: facts.node.stage_env is false)"
-        return f"archive the stack env for node-local staging into {self.pack().path}"
+        return (f"archive the stack env for node-local staging into {self.pack().path} (conda-pack for a conda "
+                "env, tar + fix-up for a venv, as the env is when packed)")
 
     def _real(self, host: Host, pack: StageArchive) -> str | None:
         out = host.probe(["readlink", "-e", "--", pack.stack.path])
         return out.stdout.strip() or None if out.ok else None
 
-    def _wanted(self, host: Host, pack: StageArchive, real: str) -> str:
-        return stamp_text(host.read_text(pack.stack.manifest), real, pack.kind)
+    def _wanted(self, host: Host, pack: StageArchive, real: str, kind: str) -> str:
+        return stamp_text(host.read_text(pack.stack.manifest), real, kind)
 
     def pending(self, host: Host) -> str | None:
         if not self.ctx.facts.node.stage_env:
@@ -61,35 +75,53 @@ class MakeStageArchive(Action):
         pack = self.pack()
         real = self._real(host, pack)
         if real is None:
-            return f"stack env {pack.stack.path} missing (made by the stack-venv step)"
+            # Nothing to look at yet: the facts say what to expect; the pack follows what is made.
+            return (f"stack env {pack.stack.path} missing (made by the stack-venv step); expected a "
+                    f"{pack.expected_kind} pack from facts.python.source {pack.stack.source}, to be "
+                    "confirmed by what the env is when it is packed")
+        kind = env_kind(host, real)
         stamp = host.read_text(pack.stamp)
         if stamp is None or not host.exists(pack.path):
-            return f"{pack.path} missing"
-        return None if stamp == self._wanted(host, pack, real) else "the stack changed since it was packed"
+            return f"{pack.path} missing ({kind} pack of {real})"
+        if stamp == self._wanted(host, pack, real, kind):
+            return None
+        recorded = (host.read_json(pack.stamp) or {}).get("kind")
+        if recorded != kind:
+            return f"the stack env is a {kind} now, packed as {recorded or 'an unknown kind'}"
+        return "the stack changed since it was packed"
 
     def apply(self, host: Host) -> None:
         pack = self.pack()
         real = self._real(host, pack)
         if real is None:
             raise SitestackError(f"no stack env at {pack.stack.path} to pack: run the stack-venv step first")
+        kind = env_kind(host, real)
         log = self.ctx.log_dir / log_name(self.name) if self.ctx.log_dir else None
         tmp = f"{pack.path}.new"
         host.run(["mkdir", "-p", "--", pack.path.rsplit("/", 1)[0]])
         host.run(["rm", "-rf", "--", tmp, f"{tmp}.d"])
-        if pack.kind == "conda":
-            if not host.exists(f"{pack.tools}/bin/conda-pack"):
-                base = Base(self.ctx.facts, pack.stack, self.ctx.values["prefix"])
-                host.run(base.base(["python", "-m", "venv", pack.tools]), log=log)
-                host.run([f"{pack.tools}/bin/python", "-m", "pip", "install", "--disable-pip-version-check",
-                          CONDA_PACK], log=log)
-            host.run(pack.conda_pack_argv(real, tmp), log=log)
+        mark = f"{CONDA_MARK}/" if kind == "conda" else VENV_MARK
+        self.ctx.note(f"packing {real} into {pack.path}: a {kind} ({mark} found)")
+        if kind == "conda":
+            self._conda_pack(host, pack, real, tmp, log)
         else:
-            extra = f"{tmp}.d"
-            host.put_file(UNPACK_SOURCE, f"{extra}/{UNPACK_PROGRAM}", 0o755)
-            host.write_text(f"{extra}/{PACK_RECORD}", pack.record(real), 0o644)
-            self.ctx.note(f"packing {real} into {pack.path}")
-            host.run(pack.tar_argv(real, extra, tmp), log=log)
-            host.run(["rm", "-rf", "--", extra])
+            self._venv_pack(host, pack, real, tmp, log)
         host.run(["mv", "-f", "--", tmp, pack.path])
-        host.write_text(pack.stamp, self._wanted(host, pack, real), 0o644)
+        host.write_text(pack.stamp, self._wanted(host, pack, real, kind), 0o644)
 
+    def _conda_pack(self, host: Host, pack: StageArchive, real: str, tmp: str, log: Path | None) -> None:
+        """conda-pack from its tools venv (made on first use), as OLCF's guide runs it."""
+        if not host.exists(f"{pack.tools}/bin/conda-pack"):
+            base = Base(self.ctx.facts, pack.stack, self.ctx.values["prefix"])
+            host.run(base.base(["python", "-m", "venv", pack.tools]), log=log)
+            host.run([f"{pack.tools}/bin/python", "-m", "pip", "install", "--disable-pip-version-check",
+                      CONDA_PACK], log=log)
+        host.run(pack.conda_pack_argv(real, tmp), log=log)
+
+    def _venv_pack(self, host: Host, pack: StageArchive, real: str, tmp: str, log: Path | None) -> None:
+        """A tar of the venv with sitestack's fix-up and the prefixes it replaces."""
+        extra = f"{tmp}.d"
+        host.put_file(UNPACK_SOURCE, f"{extra}/{UNPACK_PROGRAM}", 0o755)
+        host.write_text(f"{extra}/{PACK_RECORD}", pack.record(real), 0o644)
+        host.run(pack.tar_argv(real, extra, tmp), log=log)
+        host.run(["rm", "-rf", "--", extra])

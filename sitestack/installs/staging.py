@@ -7,6 +7,12 @@ unpacks it there and runs ``conda-unpack`` to rewrite the prefixes. Start-up dro
 (Orion) to 2 s. This module says where the pack lives and which commands make it; nothing here
 runs (the ``stage-archive`` action does).
 
+Which of the two packs is made follows what the environment *is* when it is packed, not the
+playbook's ``python.source``: a directory with ``conda-meta/`` is a conda env (conda-pack itself
+requires it, https://conda.github.io/conda-pack/), one with ``pyvenv.cfg`` is a venv (PEP 405,
+https://peps.python.org/pep-0405/); a stack built with ``python.source: conda`` may well be a venv
+(``python3 -m venv`` over the conda module's Python). The kind is recorded in the pack's stamp.
+
 - conda envs: ``conda-pack`` (0.9.2, from PyPI into a small tools venv beside the stack, so the
   stack itself is not changed), which puts ``bin/conda-unpack`` into the tarball.
 - venvs: a plain ``tar`` of the environment plus ``.sitestack-unpack.py``
@@ -23,6 +29,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
 from sitestack.installs.venv_stack import Stack
 
 #: conda-pack from PyPI, pinned (the tools venv installs exactly this).
@@ -30,6 +38,22 @@ CONDA_PACK = "conda-pack==0.9.2"
 #: Files the venv pack carries at its top level besides the environment.
 UNPACK_PROGRAM = ".sitestack-unpack.py"
 PACK_RECORD = ".sitestack-pack.json"
+#: What marks each kind of environment (a directory, a file), checked in this order.
+CONDA_MARK = "conda-meta"
+VENV_MARK = "pyvenv.cfg"
+#: The fix-up program conda-pack puts into its pack, relative to an unpacked copy.
+CONDA_UNPACK = "bin/conda-unpack"
+
+
+def env_kind(host: Host, path: str) -> str:
+    """``conda`` where ``path`` holds ``conda-meta/``, else ``venv`` where it holds ``pyvenv.cfg``;
+    neither is a :class:`SitestackError` naming the path (nothing could pack or fix it up)."""
+    if host.probe(["test", "-d", f"{path}/{CONDA_MARK}"]).ok:
+        return "conda"
+    if host.probe(["test", "-f", f"{path}/{VENV_MARK}"]).ok:
+        return "venv"
+    raise SitestackError(f"{path} is neither a conda env ({CONDA_MARK}/ missing) nor a venv ({VENV_MARK} "
+                         "missing): stage-archive cannot pack it")
 
 
 @dataclass(frozen=True)
@@ -40,8 +64,9 @@ class StageArchive:
     prefix: str
 
     @property
-    def kind(self) -> str:
-        """conda (conda-pack) or venv (tar + sitestack's fix-up)."""
+    def expected_kind(self) -> str:
+        """The kind the playbook's facts lead one to expect (``python.source: conda``: conda), for a plan
+        made before the environment exists; the pack itself follows :func:`env_kind`."""
         return "conda" if self.stack.source == "conda" else "venv"
 
     @property
@@ -57,11 +82,6 @@ class StageArchive:
     def tools(self) -> str:
         """The venv conda-pack runs from (conda envs only)."""
         return f"{self.prefix.rstrip('/')}/tools/conda-pack"
-
-    @property
-    def fixup_program(self) -> str:
-        """The program, relative to an unpacked copy, that fixes it up (run with the copy's own Python)."""
-        return "bin/conda-unpack" if self.kind == "conda" else UNPACK_PROGRAM
 
     def record(self, real: str) -> str:
         """``.sitestack-pack.json`` of a venv pack: the prefixes the fix-up replaces (the generation's
@@ -82,6 +102,7 @@ class StageArchive:
 
 
 def stamp_text(manifest: str | None, real: str, kind: str) -> str:
-    """What the pack was made from: the stack manifest's digest and the generation packed."""
+    """What the pack was made from: the stack manifest's digest, the generation packed and its kind
+    (:func:`env_kind`)."""
     digest = hashlib.sha256((manifest or "").encode()).hexdigest()
     return json.dumps({"kind": kind, "manifest_sha256": digest, "source": real}, indent=2, sort_keys=True) + "\n"

@@ -31,6 +31,7 @@ from typing import Any
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh_default, sh_expanding
+from sitestack.installs.staging import CONDA_UNPACK, UNPACK_PROGRAM
 from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import Facts
@@ -56,8 +57,6 @@ class LaunchInputs:
     env: Mapping[str, str]  # facts.env with {user}/{home} as ${USER}/${HOME}
     scratch: str | None = None  # node.local_scratch with {user}/{home} as ${USER}/${HOME}
     pack: str | None = None  # the packed stack env (sites that stage it)
-    pack_kind: str = "venv"  # conda or venv
-    fixup: str = ""  # the fix-up program, relative to the unpacked env
     stack_module: str = ""  # e.g. pytorch/2.13.0-cpu
     module_root: str = ""  # where the stack's module files are
 
@@ -121,10 +120,11 @@ def render_stage(inputs: LaunchInputs) -> str:
     """``sitestack-stage-env`` (only where the site stages its env)."""
     if not inputs.stage or inputs.pack is None or inputs.scratch is None:
         raise ValueError("the site does not stage its env (facts.node.stage_env) or has no pack")
-    fixup_text = "conda-unpack" if inputs.pack_kind == "conda" else "sitestack's venv fix-up"
+    # The script follows what the unpacked copy holds, not the facts: the pack's kind is decided when
+    # it is made, from what the env is (sitestack.installs.staging.env_kind), after this is rendered.
     return jobs.environment().get_template("stage-env.sh.j2").render(
-        site=inputs.site, path=f"{inputs.bin}/{STAGE}", pack=inputs.pack, kind=inputs.pack_kind,
-        scratch=sh_expanding(inputs.scratch), scratch_text=inputs.scratch, fixup=inputs.fixup, fixup_text=fixup_text)
+        site=inputs.site, path=f"{inputs.bin}/{STAGE}", pack=inputs.pack, scratch=sh_expanding(inputs.scratch),
+        scratch_text=inputs.scratch, conda_unpack=CONDA_UNPACK, venv_unpack=UNPACK_PROGRAM)
 
 
 def helper_files(inputs: LaunchInputs) -> dict[str, tuple[str, int]]:

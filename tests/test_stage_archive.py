@@ -1,0 +1,116 @@
+"""The stage-archive step packs the stack env by what it is when packed, not by the playbook's facts:
+``conda-meta/`` -> conda-pack, ``pyvenv.cfg`` -> tar + sitestack's fix-up, neither -> one error naming
+the path. Frontier's playbook (``python.source: conda``) on this machine, with its stack env made as the
+Frontier twin's conda stand-in makes it (``python3 -m venv``), or with a ``conda-meta/`` directory.
+
+The real staging (sbcast, unpack, fix-up, use) of such a pack is in tests/test_staging.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sitestack.actions import ACTIONS
+from sitestack.actions.stage_archive import MakeStageArchive
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import LocalHost
+from sitestack.engine import playbook as pb
+from sitestack.installs.staging import env_kind
+from sitestack.model.context import RunContext, RunOptions
+
+
+def step(prefix: Path, *, check: bool = False) -> MakeStageArchive:
+    """Frontier's stage-archive step with ``prefix`` as the install prefix."""
+    site = pb.load("frontier")
+    assert site.facts.python.source == "conda" and site.facts.node.stage_env
+    ctx = RunContext.resolve(site, home="/home/u", user="u", account="proj", prefix=str(prefix),
+                             options=RunOptions(), actions=ACTIONS, check=check)
+    spec = next(s for s in site.steps if s.action == "stage-archive")
+    action = MakeStageArchive.from_spec(spec, ctx)
+    assert isinstance(action, MakeStageArchive)
+    return action
+
+
+def link_stack(action: MakeStageArchive, env: Path) -> Path:
+    """The stack's stable path made a link to ``env`` (as the stack-venv step links it to its generation)."""
+    stable = Path(action.pack().stack.path)
+    stable.parent.mkdir(parents=True, exist_ok=True)
+    stable.symlink_to(env)
+    return stable
+
+
+def test_a_conda_source_stack_that_is_a_venv_is_packed_as_a_venv(tmp_path: Path):
+    action = step(tmp_path / "prefix")
+    env = tmp_path / "gen-1"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)  # the twin's "conda create"
+    link_stack(action, env)
+    host = LocalHost()
+    pack = action.pack()
+    assert pack.expected_kind == "conda"  # what the facts say; the env says otherwise
+    assert action.pending(host) == f"{pack.path} missing (venv pack of {env})"
+    action.apply(host)
+    with tarfile.open(pack.path) as tar:
+        names = set(tar.getnames())
+    assert {".sitestack-unpack.py", ".sitestack-pack.json", "./pyvenv.cfg"} <= names
+    assert not Path(pack.tools).exists()  # no conda-pack was installed for it
+    stamp = json.loads(Path(pack.stamp).read_text())
+    assert stamp["kind"] == "venv" and stamp["source"] == str(env)
+    assert action.pending(host) is None
+    # The same path becoming a conda env: packed again, and the plan says why.
+    (env / "conda-meta").mkdir()
+    assert action.pending(host) == "the stack env is a conda now, packed as venv"
+
+
+def test_an_env_with_conda_meta_is_packed_by_conda_pack(tmp_path: Path):
+    """conda-pack needs a real conda env, which this machine cannot make: the tools venv's conda-pack is
+    a stand-in that records its argv and writes the tarball, so the step's own choice and argv are real."""
+    action = step(tmp_path / "prefix")
+    env = tmp_path / "conda-env"
+    (env / "conda-meta").mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")  # conda-meta/ decides, as conda-pack requires it
+    link_stack(action, env)
+    pack = action.pack()
+    record = tmp_path / "argv.json"
+    tool = Path(pack.tools) / "bin" / "conda-pack"
+    tool.parent.mkdir(parents=True)
+    tool.write_text(f"""#!{sys.executable}
+import json, sys, tarfile
+json.dump(sys.argv[1:], open({str(record)!r}, "w"))
+out = sys.argv[sys.argv.index("--output") + 1]
+with tarfile.open(out, "w:gz") as tar:
+    tar.add({str(env / "conda-meta")!r}, arcname="conda-meta")
+""")
+    tool.chmod(0o755)
+    host = LocalHost()
+    assert action.pending(host) == f"{pack.path} missing (conda pack of {env})"
+    action.apply(host)
+    assert json.loads(record.read_text()) == ["--prefix", str(env), "--output", f"{pack.path}.new", "--format",
+                                              "tar.gz", "--n-threads", "-1", "--force", "--quiet"]
+    assert json.loads(Path(pack.stamp).read_text())["kind"] == "conda"
+    assert action.pending(host) is None
+
+
+def test_check_mode_before_the_env_exists_plans_the_facts_kind(tmp_path: Path):
+    action = step(tmp_path / "prefix", check=True)
+    pending = action.pending(LocalHost(read_only=True))
+    assert pending is not None and "missing (made by the stack-venv step)" in pending
+    assert "expected a conda pack from facts.python.source conda" in pending
+    assert "confirmed by what the env is when it is packed" in pending
+
+
+def test_an_env_that_is_neither_is_one_clear_error(tmp_path: Path):
+    action = step(tmp_path / "prefix")
+    env = tmp_path / "not-an-env"
+    (env / "bin").mkdir(parents=True)
+    link_stack(action, env)
+    with pytest.raises(SitestackError, match=f"^{env} is neither a conda env \\(conda-meta/ missing\\) nor a venv"):
+        action.pending(LocalHost())
+    with pytest.raises(SitestackError, match=str(env)):
+        env_kind(LocalHost(), str(env))
+    assert not (tmp_path / "prefix" / "packs").exists()
