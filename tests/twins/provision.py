@@ -95,6 +95,12 @@ def login_env(twin: sites.Twin, root: Path, cluster: SlurmCluster) -> dict[str, 
 def bring_up(site: str, root: Path, python: str | None) -> RunningTwin:
     """The twin of ``site`` made under ``root``, its namespace and cluster started (not provisioned)."""
     twin = sites.make(site, root, account_of(site), python)
+    # the site's login profile: a job submitted with --export=NONE gets the node's login environment
+    # (Slurm runs the user's login shell), where the site's module tree is on MODULEPATH
+    profile = root / "site-profile.sh"
+    profile.write_text(f"# {sites.si.STAND_IN.format(what=f'the login profile of {site}', why='MODULEPATH')}\n"
+                       f"export MODULEPATH={shlex.quote(twin.login['MODULEPATH'])}\n")
+    twin.binds["/etc/profile.d/zz-site.sh"] = profile
     ns = SiteNamespace(twin.binds).start()
     try:
         cluster = SlurmCluster(root / "slurm", partition=twin.slurm["partition"], node=twin.slurm["node"],
