@@ -200,10 +200,11 @@ def cirrus(root: Path, account: str) -> Twin:
 # -- the container sites ------------------------------------------------------------------------------------
 def container_binds(stands: Path, paths: list[str]) -> dict[str, Path]:
     """Stand-ins for what a site binds into its containers and this machine lacks (libraries of the
-    network stack): files that say what they stand for."""
+    network stack): files that say what they stand for (directories in the site's software tree are
+    made with that tree)."""
     out = {}
     for path in paths:
-        if not os.path.lexists(path) and "." in os.path.basename(path):
+        if not os.path.lexists(path) and "." in os.path.basename(path) and not path.startswith(DAWN_SOFTWARE):
             out[path] = si.plain_file(stands / "bind" / path.lstrip("/"), f"the site's {path}",
                                       "the host library does not exist here; containers bind it unused (gloo)")
     return out
