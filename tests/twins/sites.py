@@ -204,9 +204,15 @@ def container_binds(stands: Path, paths: list[str]) -> dict[str, Path]:
     made with that tree)."""
     out = {}
     for path in paths:
-        if not os.path.lexists(path) and "." in os.path.basename(path) and not path.startswith(DAWN_SOFTWARE):
-            out[path] = si.plain_file(stands / "bind" / path.lstrip("/"), f"the site's {path}",
-                                      "the host library does not exist here; containers bind it unused (gloo)")
+        if os.path.lexists(path) or path.startswith(DAWN_SOFTWARE):
+            continue
+        # a library (lib*.so.N) or command (.../bin/x) is a file; anything else (libibverbs/) a directory
+        file = "." in os.path.basename(path) or "/bin/" in path
+        host = stands / "bind" / path.lstrip("/")
+        out[path] = si.plain_file(host if file else host / "STAND-IN", f"the site's {path}",
+                                  "it does not exist here; containers bind it unused (gloo)")
+        if not file:
+            out[path] = host
     return out
 
 
