@@ -59,6 +59,16 @@ def sbatch(cluster, script: Path, out: Path, env: dict[str, str] | None = None) 
     return result.returncode, f"job {job}\n{log}{result.stderr}" if result.returncode else log
 
 
+def job_values(log: str) -> dict[str, list[str]]:
+    """The ``key=value`` lines a job printed: key -> its values, in the order printed."""
+    values: dict[str, list[str]] = {}
+    for line in log.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            values.setdefault(key, []).append(value)
+    return values
+
+
 def test_pack_is_made_once(staged):
     pack = staged["prefix"] / "packs" / "pytorch-2.13.0-cpu.tar.gz"
     assert "changed  stage-archive" in staged["first"], staged["first"]
@@ -95,13 +105,13 @@ echo "left=$(ls -A {staged['scratch']})"
     assert rc == 0, log + slurm_cluster.logs()
     assert any(line.startswith("sitestack-stage-env: the stack env runs from") for line in log.splitlines()), log
     dest = f"{staged['scratch']}/sitestack-env-"
-    values = [line.split("=", 1) for line in log.splitlines() if "=" in line]
-    pythons = [v for k, v in values if k == "python"]
+    values = job_values(log)
+    pythons = values.get("python", [])
     assert len(pythons) == 2 and all(p.startswith(dest) and p.endswith("/bin/python") for p in pythons), log
     root = pythons[0].rsplit("/bin/python", 1)[0]
-    assert [v for k, v in values if k == "torch"] == [f"{root}/lib/python3.11/site-packages/torch/__init__.py"] * 2, log
-    assert [v for k, v in values if k == "pip"] == [f"#!{root}/bin/python3.11"] * 2, log  # shebang fixed up
-    assert [v for k, v in values if k == "left"] == [""], log  # sitestack_unstage removed the copy
+    assert values.get("torch", []) == [f"{root}/lib/python3.11/site-packages/torch/__init__.py"] * 2, log
+    assert values.get("pip", []) == [f"#!{root}/bin/python3.11"] * 2, log  # shebang fixed up
+    assert values.get("left", []) == [""], log  # sitestack_unstage removed the copy
 
 
 def test_the_staged_copy_wins_over_the_stack_module(staged, slurm_cluster, tmp_path: Path):
@@ -135,12 +145,12 @@ sitestack_unstage
 """)
     rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
     assert rc == 0, log + slurm_cluster.logs()
-    values = [line.split("=", 1) for line in log.splitlines() if "=" in line]
-    staged_root = [v for k, v in values if k == "staged"][0]
+    values = job_values(log)
+    staged_root = values.get("staged", [])[0]
     site = f"{staged_root}/lib/python3.11/site-packages"
-    assert [v for k, v in values if k == "torch"] == [f"{site}/torch/__init__.py"] * 2, log
-    assert [v for k, v in values if k == "pip"] == [f"{site}/pip/__init__.py"] * 2, log
-    assert str(staged["venv"]) not in [v for k, v in values if k == "pythonpath"][0], log
+    assert values.get("torch", []) == [f"{site}/torch/__init__.py"] * 2, log
+    assert values.get("pip", []) == [f"{site}/pip/__init__.py"] * 2, log
+    assert str(staged["venv"]) not in values.get("pythonpath", [])[0], log
 
 
 def test_a_failed_sbcast_stops_the_job(staged, slurm_cluster, tmp_path: Path):
@@ -199,9 +209,9 @@ sitestack_unstage
 """)
     rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
     assert rc == 0, log + slurm_cluster.logs()
-    values = [line.split("=", 1) for line in log.splitlines() if "=" in line]
-    root = [v for k, v in values if k == "venv"][0]
+    values = job_values(log)
+    root = values.get("venv", [])[0]
     assert root.startswith(f"{site['scratch']}/sitestack-env-"), log
-    assert [v for k, v in values if k == "conda"] == [""], log
-    assert [v for k, v in values if k == "prefix"] == [root] * 2, log
-    assert [v for k, v in values if k == "pip"] == [f"#!{root}/bin/python3.11"] * 2, log
+    assert values.get("conda", []) == [""], log
+    assert values.get("prefix", []) == [root] * 2, log
+    assert values.get("pip", []) == [f"#!{root}/bin/python3.11"] * 2, log

@@ -24,7 +24,7 @@ from tests.twins import sites
 from tests.twins.namespace import SiteNamespace
 from tests.twins.rocm import upstream_sources
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = sites.REPO
 #: The tags whose steps every twin leaves out (tests/test_twins.py says why): the same every run.
 TWIN_SKIP_TAGS = ("horovod",)
 #: The project each site's user documents use (tests/data/site_commands/<site>.yaml ``account``).

@@ -17,10 +17,8 @@ stand-in MPI is MPICH, started by srun's PMI-2 as cray-mpich is by the site's de
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +71,6 @@ class Twin:
     stand_ins: dict[str, str]
     home: str
     docker: Path | None = None          # where the runtime stand-in's `build` finds docker bases
-    data: dict[str, Path] = field(default_factory=dict)
 
     def facts_file(self) -> Path:
         """The overlay as a site-local facts file (``SITESTACK_FACTS``)."""
@@ -304,12 +301,3 @@ def make(site: str, root: Path, account: str, python: str | None) -> Twin:
         return dawn(root, account, python)
     assert python
     return lumi(root, account, python)
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def remove(root: Path) -> None:
-    """Remove a twin's tree (its file systems included)."""
-    shutil.rmtree(root, ignore_errors=True)
