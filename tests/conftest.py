@@ -177,9 +177,10 @@ def without_lmod_bookkeeping(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not LMOD_BOOKKEEPING.fullmatch(k)}
 
 
-def playbook_copy(tmp: Path, site: str = "local", *, facts: dict | None = None, step_args: dict | None = None) -> Path:
-    """``playbooks/<site>.yml`` copied to ``tmp/<site>.yml`` with facts merged in and step arguments changed
-    (``{action: {arg: value}}``)."""
+def playbook_copy(tmp: Path, site: str = "local", *, facts: dict | None = None, step_args: dict | None = None,
+                  without: tuple[str, ...] = ()) -> Path:
+    """``playbooks/<site>.yml`` copied to ``tmp/<site>.yml`` with facts merged in, step arguments changed
+    (``{action: {arg: value}}``) and the steps named in ``without`` left out."""
     import yaml
     data = yaml.safe_load((REPO / "playbooks" / f"{site}.yml").read_text())
 
@@ -191,6 +192,7 @@ def playbook_copy(tmp: Path, site: str = "local", *, facts: dict | None = None, 
                 into[key] = value
 
     merge(data["facts"], facts or {})
+    data["steps"] = [step for step in data["steps"] if step.get("name") not in without]
     for step in data["steps"]:
         if step_args and step["action"] in step_args:
             step["args"] = {**(step.get("args") or {}), **step_args[step["action"]]}
