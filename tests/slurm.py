@@ -57,12 +57,18 @@ def _free_ports(count: int) -> list[int]:
 class SlurmCluster:
     """slurmctld + slurmd with their state, spool and logs under ``root``."""
 
+    def partition_lines(self) -> str:
+        names = self.partition.split(",")
+        return "\n".join(f"PartitionName={name} Nodes=ALL Default={'YES' if i == 0 else 'NO'} MaxTime=INFINITE State=UP"
+                         for i, name in enumerate(names))
+
     def __init__(self, root: Path, cpus: int = 4, partition: str = "debug", *, node: str = "", gres: str = "",
                  mpi_default: str = "none", launch: Callable[[list[str]], list[str]] | None = None) -> None:
         """``node``: more of the node's line (``RealMemory=``, ``Features=``); ``gres``: its GPUs as a
         count only (``gpu:8``: gres.conf names no device files, there are none); ``mpi_default``: the
         site's ``MpiDefault``; ``launch``: how the daemons are started (e.g. inside a site twin's mount
-        namespace, so that its jobs see the twin's file system)."""
+        namespace, so that its jobs see the twin's file system); ``partition``: one name, or several
+        separated by commas over the same node (the first is the default)."""
         self.root = Path(root)
         self.cpus = cpus
         self.partition = partition
@@ -110,7 +116,7 @@ MinJobAge=600
 FirstJobId={self.first_job_id}
 {"GresTypes=gpu" if self.gres else ""}
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} {f"Gres={self.gres}" if self.gres else ""} {self.node_extra} State=UNKNOWN
-PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+{self.partition_lines()}
 """)
         if self.gres:
             name, count = self.gres.split(":")
@@ -130,7 +136,8 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             out = self.run("sinfo", "-h", "-N", "-o", "%T")
-            if out.returncode == 0 and out.stdout.strip() == "idle":
+            # one line per partition the node is in
+            if out.returncode == 0 and set(out.stdout.split()) == {"idle"}:
                 return self
             time.sleep(0.5)
         self.stop()

@@ -26,6 +26,8 @@ PROBE = re.compile(r"^sitestack-probe: (?:env (?P<name>[A-Za-z_][A-Za-z0-9_]*)=(
                    re.M)
 #: Per site, the ids the site's test ran (the summary reports them).
 RAN: dict[str, list[str]] = {}
+#: Per site, the ids not run because the twin left out the steps they need (``twin_tags``).
+LEFT_OUT: dict[str, list[str]] = {}
 JOB_TIMEOUT = 900
 
 
@@ -42,17 +44,20 @@ def entries(site: str) -> list[dict[str, Any]]:
     return out
 
 
-def text_of(entry: dict[str, Any]) -> str:
-    """``verbatim`` with the substitutions applied in order and the documents' ``$ `` prompts removed."""
+def text_of(entry: dict[str, Any], renames: dict[str, str] | None = None) -> str:
+    """``verbatim`` with the substitutions applied in order, then ``renames`` (what the twin's
+    hardware renames, :meth:`SiteRun.renames`), and the documents' ``$ `` prompts removed."""
     text = str(entry["verbatim"])
     for sub in entry.get("substitutions", []):
         text = text.replace(sub["from"], sub["to"])
+    for old, new in (renames or {}).items():
+        text = text.replace(old, new)
     return "\n".join(line[2:] if line.startswith("$ ") else line for line in text.splitlines()) + "\n"
 
 
-def job_script(entry: dict[str, Any]) -> str:
+def job_script(entry: dict[str, Any], renames: dict[str, str] | None = None) -> str:
     """The job script: the text, ``script_head`` after its leading ``#!``/``#SBATCH`` lines, ``script_tail``."""
-    lines = text_of(entry).splitlines()
+    lines = text_of(entry, renames).splitlines()
     cut = 0
     for index, line in enumerate(lines):
         if line.startswith(("#!", "#SBATCH")):
@@ -80,11 +85,24 @@ class SiteRun:
         scratch = (facts.get("node") or {}).get("local_scratch")
         self.scratch = str(scratch).format(**fill).rstrip("/") + "/" if scratch else None
         self.texts: dict[str, dict[str, Any]] = {}
+        self.renames = self.stack_renames(facts, running.twin.overlay)
+
+    @staticmethod
+    def stack_renames(facts: dict[str, Any], overlay: dict[str, Any]) -> dict[str, str]:
+        """The stack module's version as the twin names it: the site's torch ``2.7.1``/``rocm6.2.4``
+        is the twin's CPU torch (a hardware key, tests/twins/sites.py), so ``pytorch/2.7.1-rocm6.2.4``
+        in a command is ``pytorch/2.13.0-cpu`` on the twin. Nothing else in a command is renamed."""
+        site, twin = facts["torch"], {**facts["torch"], **(overlay.get("torch") or {})}
+        old, new = f"{site['version']}-{site['variant']}", f"{twin['version']}-{twin['variant']}"
+        return {} if old == new else {f"pytorch/{old}": f"pytorch/{new}"}
 
     def shell_file(self, name: str, body: str, timeout: float = JOB_TIMEOUT) -> tuple[int, str, str]:
         """``body`` written to ``name`` in the workdir and fed to bash on its stdin (so that a shell
         the body opens, ``salloc`` or ``singularity shell``, reads the lines after it)."""
-        (self.host / name).write_text(f". {shlex.quote(self.running.modules_init)}\n{body}")
+        # srun forwards its stdin to task 0 and would swallow the lines after it; a user at a terminal
+        # types nothing while srun runs, which is srun --input=none (SLURM_STDINMODE, srun(1))
+        (self.host / name).write_text(f". {shlex.quote(self.running.modules_init)}\n"
+                                      f"export SLURM_STDINMODE=none\n{body}")
         done = self.running.shell(f"cd {shlex.quote(self.workdir)} && bash < {shlex.quote(name)}", cwd=self.workdir,
                                   timeout=timeout)
         return done.returncode, done.stdout, done.stderr
@@ -96,7 +114,7 @@ class SiteRun:
         self.texts[entry["id"]] = entry
         where = entry["where"]
         if where == "file":
-            (self.host / entry["path"]).write_text(text_of(entry))
+            (self.host / entry["path"]).write_text(text_of(entry, self.renames))
             return []
         if where == "job":
             problems = self.job(entry, entry.get("prelude", ""), entry["expect"])
@@ -104,10 +122,11 @@ class SiteRun:
                 prelude = entry.get("prelude", "") + variant.get("prelude", "")
                 problems += [f"variant {variant['name']}: {p}" for p in self.job(entry, prelude, variant["expect"])]
             return problems
-        body = entry.get("prelude", "") + text_of(entry) + entry.get("check", "")
+        body = entry.get("prelude", "") + text_of(entry, self.renames) + entry.get("check", "")
         if where == "container":
             opener = self.texts[entry["inside"]]
-            body = opener.get("prelude", "") + text_of(opener) + text_of(entry) + entry.get("check", "")
+            body = (opener.get("prelude", "") + text_of(opener, self.renames) + text_of(entry, self.renames)
+                    + entry.get("check", ""))
         code, out, err = self.shell_file(f".sitestack-{entry['id']}.sh", body)
         return [f"{p}\n--- stdout\n{out}\n--- stderr\n{err}" for p in self.expect(entry["expect"], code, out)]
 
@@ -116,7 +135,7 @@ class SiteRun:
         status), and check the newest output file matching ``expect.output``."""
         script = self.host / entry["script"]
         script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(job_script(entry))
+        script.write_text(job_script(entry, self.renames))
         for old in self.host.glob(expect["output"]):
             old.unlink()
         submit = entry.get("submit", f"sbatch {entry['script']}")
@@ -177,8 +196,11 @@ def test_site_commands(site: str, site_twins: Any) -> None:
     data = load(site)
     runner = SiteRun(running, data)
     failed: dict[str, list[str]] = {}
-    ran = RAN.setdefault(site, [])
+    ran, left_out = RAN.setdefault(site, []), LEFT_OUT.setdefault(site, [])
     for entry in entries(site):
+        if set(entry.get("twin_tags", [])) & set(running.skipped_tags):
+            left_out.append(entry["id"])   # its steps were not applied on this twin (TWIN_SKIP_TAGS)
+            continue
         blocked = [n for n in entry.get("needs", []) if n in failed]
         if blocked:
             failed[entry["id"]] = [f"not run: needs {blocked}, which failed"]
@@ -202,7 +224,8 @@ def test_site_commands_summary(capsys: pytest.CaptureFixture[str]) -> None:
         by_task = sum(1 for c, k in zip(commands, kinds) if k == "served_by" and "replacement" not in c)
         not_served = kinds.count("not_served")
         assert run + by_task + not_served == len(commands), site
-        done = f" ({len(RAN[site])} run this session)" if site in RAN else ""
+        done = (f" ({len(RAN[site])} run this session, {len(LEFT_OUT[site])} left out with the twin's skipped tags:"
+                f" {', '.join(LEFT_OUT[site]) or 'none'})" if site in RAN else "")
         lines.append(f"{site}: {run} run, {by_task} served by tasks, {not_served} not served{done}")
         replaced = sum(1 for c, k in zip(commands, kinds) if k == "served_by" and "replacement" in c)
         served, served_by, _, files = COUNTS[site]

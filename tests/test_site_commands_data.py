@@ -74,8 +74,15 @@ def check_expect(where: str, expect: Any, context: str) -> None:
         re.compile(pattern)
 
 
+def step_tags(site: str) -> set[str]:
+    """The tags of the steps of ``playbooks/<site>.yml``."""
+    steps = yaml.safe_load((DATA.parents[2] / "playbooks" / f"{site}.yml").read_text())["steps"]
+    return {tag for step in steps for tag in step.get("tags") or ()}
+
+
 def check_run(entry: dict[str, Any], ids: list[str], context: str) -> None:
-    """What a run needs: where, the job's script and submission, an earlier shell, the files, expect."""
+    """What a run needs: where, the job's script and submission, an earlier shell, the files, the
+    playbook tags it depends on, expect. ``context`` starts with ``<site>:``."""
     where = entry.get("where")
     assert where in WHERE, f"{context}: where {where!r}"
     for need in entry.get("needs", []):
@@ -88,6 +95,7 @@ def check_run(entry: dict[str, Any], ids: list[str], context: str) -> None:
     if where == "job":
         assert isinstance(entry.get("script"), str) and entry["script"] in entry.get("submit", ""), \
             f"{context}: a job names its script and the submission line that submits it"
+    assert set(entry.get("twin_tags", [])) <= step_tags(context.split(":")[0]), f"{context}: twin_tags must be tags of the site's playbook steps"
     if where == "container":
         assert entry.get("inside") in ids, f"{context}: inside must name the earlier command that opens the shell"
     check_expect(where, entry.get("expect"), context)
@@ -108,8 +116,8 @@ def apply_substitutions(command: dict[str, Any], context: str) -> str:
     return text
 
 
-def check_command(command: dict[str, Any], documents: dict[str, str], ids: list[str]) -> None:
-    context = f"{command.get('id')}"
+def check_command(site: str, command: dict[str, Any], documents: dict[str, str], ids: list[str]) -> None:
+    context = f"{site}:{command.get('id')}"
     assert KEBAB.match(command.get("id", "")), f"{context}: id must be kebab-case"
     assert command["document"] in documents, f"{context}: document {command['document']!r} is not listed"
     assert isinstance(command.get("section"), str) and command["section"].strip(), f"{context}: section"
@@ -141,7 +149,7 @@ def test_site_commands_file(site: str) -> None:
     ids: list[str] = []
     for command in data["commands"]:
         assert command.get("id") not in ids, f"{site}: duplicate id {command.get('id')}"
-        check_command(command, documents, ids)
+        check_command(site, command, documents, ids)
         ids.append(command["id"])
     unused = set(documents) - {c["document"] for c in data["commands"]}
     assert not unused, f"{site}: documents no command comes from: {unused}"

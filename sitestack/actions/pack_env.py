@@ -33,10 +33,12 @@ from sitestack.core.host import Host
 from sitestack.installs.conda_env import EnvFile, python_problem, read_env_input
 from sitestack.installs.env_sources import Sources, plan_sources
 from sitestack.installs.squashfs_env import (
+    BASE_SCRIPTS,
     MKSQUASHFS_OPTIONS,
     PackedEnv,
     clean_argv,
     commands_of,
+    requirement_names,
     split_options,
     wrapper,
 )
@@ -213,6 +215,9 @@ class PackEnv(Action):
                                root]), log=log)
         if requirements:
             self._pip_install(host, root, options, gdir, log)
+            if p.system_site_packages:
+                host.run(p.in_env([f"{root}/bin/python", "-c", BASE_SCRIPTS, root, *requirement_names(requirements)]),
+                         log=log)
         listing = host.run(["find", f"{root}/bin", "-maxdepth", "1", "(", "(", "-type", "f", "-perm", "-u+x", ")",
                             "-o", "-type", "l", ")", "-printf", "%f\n"]).stdout
         commands = commands_of(listing)

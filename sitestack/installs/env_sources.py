@@ -80,7 +80,7 @@ def plan_sources(host: Host, packed: PackedEnv, env: EnvFile) -> Sources:
     wanted = [pypi_requirement(dep) for dep in env.conda]
     missing = _not_on_index(host, packed, env, wanted)
     if missing:
-        names = "; ".join(f"{env.at(dep)}: {dep.spec}" for dep in missing)
+        names = "; ".join(f"{env.at(dep)}: {dep.spec} (pip: {why})" for dep, why in missing)
         raise InputError(env.path, f"not on the package index under the same name and version, and {where}: "
                          f"{names} (move them to the pip: list with a version the index has, or use conda)")
     shown = ", ".join(f"{dep.spec} as {pypi_requirement(dep)}" for dep in env.conda)
@@ -89,7 +89,12 @@ def plan_sources(host: Host, packed: PackedEnv, env: EnvFile) -> Sources:
 
 
 def _dry_run(host: Host, packed: PackedEnv, options: list[str], requirements: list[str]) -> tuple[bool, str]:
-    argv = [packed.python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
+    """pip's resolver run on ``requirements``, nothing installed: (found all, pip's stderr). ``--report``
+    makes it a dry run that pip does not refuse for an externally managed (PEP 668) interpreter, such as
+    a Debian or Ubuntu image's system Python (pip's install command exempts ``--dry-run --report``:
+    https://pip.pypa.io/en/stable/cli/pip_install/#cmdoption-report, pip >= 22.2)."""
+    argv = [packed.python, "-m", "pip", "install", "--dry-run", "--report", "/dev/null", "--no-deps",
+            "--ignore-installed", "--quiet",
             "--no-input", "--disable-pip-version-check", *options, *requirements]
     out = host.probe(packed.in_env(argv), timeout=DRY_RUN_TIMEOUT)
     if "No module named pip" in out.stderr:
@@ -97,11 +102,17 @@ def _dry_run(host: Host, packed: PackedEnv, options: list[str], requirements: li
     return out.ok, out.stderr
 
 
-def _not_on_index(host: Host, packed: PackedEnv, env: EnvFile, wanted: list[str]) -> list[CondaDep]:
-    """The conda dependencies pip's resolver finds no distribution for (one run; one per
-    dependency only when that run fails, to name every missing one)."""
+def _not_on_index(host: Host, packed: PackedEnv, env: EnvFile, wanted: list[str]) -> list[tuple[CondaDep, str]]:
+    """The conda dependencies pip's resolver finds no distribution for, each with pip's last error
+    line (one run; one per dependency only when that run fails, to name every missing one)."""
     options, _ = split_options(env.pip)
     ok, _ = _dry_run(host, packed, options, wanted)
     if ok:
         return []
-    return [dep for dep, req in zip(env.conda, wanted) if not _dry_run(host, packed, options, [req])[0]]
+    missing = []
+    for dep, req in zip(env.conda, wanted):
+        found, err = _dry_run(host, packed, options, [req])
+        if not found:
+            errors = [line.strip() for line in err.splitlines() if line.startswith("ERROR:")]
+            missing.append((dep, (errors[-1][len("ERROR:"):].strip() if errors else "no distribution")[:200]))
+    return missing

@@ -35,7 +35,8 @@ from sitestack.core.quoting import sh
 from sitestack.model.container_facts import Runtime
 
 #: Bump when the layout or the wrappers change, so existing packs are rebuilt.
-FORMAT = 1
+#: 2: the base's console scripts of the requested distributions are wrapped too.
+FORMAT = 2
 #: Options a requirements file may carry: where packages come from. Anything else (``-r``, ``-e``,
 #: ``-c``) names files or checkouts the host may not have.
 ALLOWED_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--pre", "--only-binary", "--no-binary")
@@ -159,6 +160,40 @@ def wrapper(packed: PackedEnv, gen_dir: str, command: str) -> str:
         '  exec 9<&-\n'
         'fi\n'
         f'exec "$root/bin/{command}" "$@"\n')
+
+
+#: Run by the env's python with ``ROOT NAME...``: for each requested distribution that the base (the
+#: container image, through system site packages) provides, so that pip installed nothing, its
+#: console scripts are written into ROOT/bin as pip writes them. Without this, a requirement the image
+#: already satisfies (``torch`` over a PyTorch image) leaves ``torchrun`` out of the wrappers, which
+#: the user of an env.yml naming torch expects (LUMI's container-wrapper page runs ``srun torchrun``
+#: from ``<install_dir>/bin``).
+BASE_SCRIPTS = r"""
+import importlib.metadata as md, os, sys
+root, names = os.path.realpath(sys.argv[1]), sys.argv[2:]
+for name in names:
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    if os.path.realpath(str(dist.locate_file(""))).startswith(root + os.sep):
+        continue
+    for ep in dist.entry_points.select(group="console_scripts"):
+        path = os.path.join(root, "bin", ep.name)
+        if os.path.exists(path) or "/" in ep.name:
+            continue
+        module, _, attr = ep.value.partition(":")
+        call = attr.split("[")[0].strip() or "main"
+        with open(path, "w") as out:
+            out.write(f"#!{root}/bin/python\nimport sys\nfrom {module.strip()} import {call.split('.')[0]}\n"
+                      f"if __name__ == '__main__':\n    sys.exit({call}())\n")
+        os.chmod(path, 0o755)
+"""
+
+
+def requirement_names(requirements: Sequence[str]) -> list[str]:
+    """The distribution names of checked requirement lines (options left out)."""
+    return [Requirement(line).name for line in requirements if not line.startswith("-")]
 
 
 def commands_of(listing: str) -> list[str]:

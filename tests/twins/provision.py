@@ -84,6 +84,13 @@ def login_env(twin: sites.Twin, root: Path, cluster: SlurmCluster) -> dict[str, 
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "PIP_CONFIG_FILE",
                                                           "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS",
                                                           "SITESTACK_TEST_TWINS", "CI")}
+    # the `sitestack` command on PATH, as an administrator's installation puts it there (only it: the
+    # checkout's venv Python must not stand before the site's)
+    tools = root / "sitestack-bin"
+    tools.mkdir(exist_ok=True)
+    if not (tools / "sitestack").exists():
+        (tools / "sitestack").symlink_to(Path(sys.executable).parent / "sitestack")
+    keep["PATH"] = f"{keep.get('PATH', os.defpath)}:{tools}"
     env = {**keep, "USER": sites.USER, "LOGNAME": sites.USER, **twin.login, **cluster.env,
            "SITESTACK_FACTS": str(twin.facts_file()), "SITESTACK_BUILD_CACHE": builds,
            "SITESTACK_LOG_DIR": str(root / "logs"), "SITESTACK_PROGRESS_INTERVAL": "120"}

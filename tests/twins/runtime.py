@@ -7,6 +7,7 @@ squashfuse (FUSE-mounted squashfs, FUSE works as root here) and squashfs-tools a
 This module implements only the subset of the runtime's command line that sitestack uses, with
 the runtime's documented behaviour, so the product's scripts and argv run unchanged:
 
+- ``shell [--bind SPEC] IMAGE``: ``exec IMAGE /bin/bash --norc`` (the shell reads stdin).
 - ``exec [--bind|-B SPEC[,SPEC]] IMAGE COMMAND [ARGS...]`` (global ``-s/--silent``, ``-q/--quiet``
   accepted before the subcommand). SPEC is ``src``, ``src:dst``, ``src:dst:ro`` or
   ``img.sqfs:dst:image-src=/`` (the squashfs image mounted at dst, read-only: Apptainer's
@@ -148,6 +149,16 @@ def inner_env(runtime: str, env: dict[str, str]) -> tuple[dict[str, str], list[s
     if append:
         lines.append(f'export PATH="$PATH":{shlex.quote(append)}')
     return keep, lines
+
+
+def do_shell(runtime: str, args: list[str]) -> int:
+    """``shell [--bind SPEC] IMAGE``: an interactive shell in the container, reading its stdin: bash
+    without rc files when the container has it, as the runtimes' shell action starts it
+    (Apptainer docs, "shell": "/bin/bash --norc" when present, else /bin/sh)."""
+    options = args[:-1]
+    if not args or args[-1].startswith("-"):
+        raise Fatal("usage: shell [--bind SPEC] IMAGE")
+    return do_exec(runtime, [*options, args[-1], "/bin/bash", "--norc"])
 
 
 def do_exec(runtime: str, args: list[str]) -> int:
@@ -313,6 +324,8 @@ def main(argv: list[str]) -> int:
         command, rest = args[0], args[1:]
         if command == "exec":
             return do_exec(runtime, rest)
+        if command == "shell":
+            return do_shell(runtime, rest)
         if command == "build":
             return do_build(runtime, rest)
         if command == "inspect":

@@ -282,7 +282,7 @@ def lumi(root: Path, account: str, python: str) -> Twin:
              **container_binds(stands, ["/usr/lib64/libcxi.so.1"])}
     overlay = hardware("lumi")
     return Twin("lumi", account, root, binds, {"MODULEPATH": LUMI_MODULES, "HOME": home}, overlay,
-                {"partition": "standard-g", "node": "RealMemory=524288", "mpi_default": "pmi2"}, {
+                {"partition": "standard-g,small-g", "node": "RealMemory=524288", "mpi_default": "pmi2"}, {
         "PrgEnv-gnu, cray-mpich/8.1.29, cc/CC": "Debian's GCC 12 and MPICH 4.0.2, reporting CRAY MPICH 8.1.29",
         "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
         "singularity (/usr/bin/singularity)": "tests/twins/runtime.py (bubblewrap + squashfuse)",

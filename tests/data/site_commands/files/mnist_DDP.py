@@ -4,8 +4,7 @@ RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT from it; a few DDP steps on random data 
 
 import argparse
 
-import torch.distributed as dist
-from standin import init_from_env, probe, train
+from standin import finish, init_from_env, probe, train
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -15,4 +14,4 @@ if __name__ == "__main__":
     rank, _ = init_from_env()
     probe("CONDA_PREFIX", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_NET_GDR_LEVEL", "MIOPEN_USER_DB_PATH")
     train(2, 1, 32, rank=rank, checkpoint=f"{args.modelpath}/model_gpu.pt")
-    dist.destroy_process_group()
+    finish()

@@ -3,8 +3,7 @@ page runs under torchrun: the same arguments and output lines, gloo on the CPU (
 
 import argparse
 
-import torch.distributed as dist
-from standin import init_from_env, probe, train
+from standin import finish, init_from_env, probe, train
 
 
 def main() -> None:
@@ -16,7 +15,7 @@ def main() -> None:
     rank, _ = init_from_env()
     probe("LOCAL_RANK", "NCCL_SOCKET_IFNAME")
     train(args.total_epochs, args.save_every, args.batch_size, rank=rank, checkpoint="snapshot.pt")
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":

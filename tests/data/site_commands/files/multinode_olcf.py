@@ -8,7 +8,7 @@ import os
 import mpi4py.MPI as MPI  # before torch, as the validation job does (cray-mpich NIC_POLICY check)
 import torch
 import torch.distributed as dist
-from standin import probe, train
+from standin import finish, probe, train
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="simple distributed training job")
@@ -25,4 +25,4 @@ if __name__ == "__main__":
     dist.init_process_group(backend="gloo", init_method="env://")
     probe("MIOPEN_USER_DB_PATH", "CONDA_PREFIX")
     train(args.total_epochs, args.save_every, args.batch_size, rank=comm.Get_rank(), checkpoint="snapshot.pt")
-    dist.destroy_process_group()
+    finish()

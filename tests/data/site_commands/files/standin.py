@@ -78,3 +78,11 @@ def train(epochs: int, save_every: int, batch_size: int, *, rank: int | None, ch
             torch.save(model.state_dict(), checkpoint)
             kind = "checkpoint" if rank is None else "snapshot"
             print(f"Epoch {epoch} | Training {kind} saved at {checkpoint}", flush=True)
+
+
+def finish() -> None:
+    """Leave the process group together: a barrier first, so no rank tears gloo down while another
+    still has traffic in flight (without it, a rank sometimes aborted at exit with "terminate called
+    without an active exception" under torchrun's c10d rendezvous)."""
+    dist.barrier()
+    dist.destroy_process_group()
