@@ -60,18 +60,21 @@ class SlurmCluster:
     def partition_lines(self) -> str:
         names = self.partition.split(",")
         return "\n".join(f"PartitionName={name} Nodes=ALL Default={'YES' if i == 0 else 'NO'} MaxTime=INFINITE State=UP"
-                         for i, name in enumerate(names))
+                         f" {self.partition_options.get(name, '')}".rstrip() for i, name in enumerate(names))
 
     def __init__(self, root: Path, cpus: int = 4, partition: str = "debug", *, node: str = "", gres: str = "",
-                 mpi_default: str = "none", launch: Callable[[list[str]], list[str]] | None = None) -> None:
+                 mpi_default: str = "none", launch: Callable[[list[str]], list[str]] | None = None,
+                 partition_options: dict[str, str] | None = None) -> None:
         """``node``: more of the node's line (``RealMemory=``, ``Features=``); ``gres``: its GPUs as a
         count only (``gpu:8``: gres.conf names no device files, there are none); ``mpi_default``: the
         site's ``MpiDefault``; ``launch``: how the daemons are started (e.g. inside a site twin's mount
         namespace, so that its jobs see the twin's file system); ``partition``: one name, or several
-        separated by commas over the same node (the first is the default)."""
+        separated by commas over the same node (the first is the default); ``partition_options``: more
+        of a partition's line, by name (``OverSubscribe=EXCLUSIVE``: each job gets whole nodes)."""
         self.root = Path(root)
         self.cpus = cpus
         self.partition = partition
+        self.partition_options = dict(partition_options or {})
         self.node_extra, self.gres, self.mpi_default = node, gres, mpi_default
         self.launch = launch or (lambda argv: argv)
         self.node = socket.gethostname().split(".")[0]

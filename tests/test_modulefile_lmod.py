@@ -49,6 +49,8 @@ env -0 > "$T/after"
         out = shell(["bash", "-c"], script, clean_env(T=tmp, **(start or {})))
         assert out.returncode == 0, f"rc {out.returncode}\n{out.stdout}\n{out.stderr}"
         assert "Lmod has detected the following error" not in out.stderr, out.stderr
+        # what bash says when Lmod exports a name that is no variable (a family with a '-' did)
+        assert "not a valid identifier" not in out.stdout + out.stderr, out.stdout + out.stderr
         read = {n: parse_env(Path(tmp, n).read_text()) for n in ("before", "loaded", "after")}
         return read["before"], read["loaded"], read["after"], Path(tmp, "out").read_text()
 

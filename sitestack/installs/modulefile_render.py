@@ -72,9 +72,19 @@ class ModuleSpec:
         for name in (*[p.var for p in self.paths], *[n for n, _ in (*self.env, *self.defaults)]):
             if not _VAR.fullmatch(name):
                 raise InputError(self.full, f"{name!r} is not an environment variable name")
+        if self.family is not None and not _VAR.fullmatch(self.family):
+            raise InputError(self.full, f"family {self.family!r}: Lmod exports LMOD_FAMILY_<NAME>, so a family is "
+                             "letters, digits and _ (family_name() makes one from a module name)")
         for name in self.requires:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+/-]*", name):
                 raise InputError(self.full, f"{name!r} is not a module name")
+
+
+def family_name(module: str) -> str:
+    """The Lmod family of modules named ``module``: Lmod exports ``LMOD_FAMILY_<FAMILY>`` (upper case)
+    into the user's shell, so the family must be a variable name: ``aws-ofi-rccl`` is ``aws_ofi_rccl``
+    (with a ``-``, every later ``module`` command printed "not a valid identifier" errors in bash)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", module)
 
 
 def environment(template_dirs: Sequence[str | Path] = ()) -> jinja2.Environment:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sitestack.installs.modulefile_render import ModuleSpec, PathOp
+from sitestack.installs.modulefile_render import ModuleSpec, PathOp, family_name
 from sitestack.installs.modulefile_text import Text, literal, text_of
 from sitestack.installs.venv_stack import Built, Stack
 from sitestack.model.container_facts import runtime_of
@@ -92,7 +92,7 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         name=name, version=version, template="stack", site=ctx.site.name, summary=summary,
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
                 ("Description", description), ("URL", "https://pytorch.org")),
-        requires=needs, autoload=autoload, family=stack.family, paths=tuple(paths), env=tuple(env),
+        requires=needs, autoload=autoload, family=family_name(stack.family), paths=tuple(paths), env=tuple(env),
         defaults=tuple(defaults), data=data)
 
 
@@ -158,7 +158,7 @@ def package_module(ctx: RunContext, b: Built, *, autoload: bool = True) -> Modul
     return ModuleSpec(
         name=name, version=version, template=template, site=ctx.site.name, summary=summary,
         whatis=(("Name", name), ("Version", version), ("Description", summary), ("URL", b.homepage)),
-        requires=requires, autoload=autoload, family=name, paths=tuple(paths), env=tuple(settings_env),
+        requires=requires, autoload=autoload, family=family_name(name), paths=tuple(paths), env=tuple(settings_env),
         defaults=tuple(defaults), help=summary, data=data)
 
 

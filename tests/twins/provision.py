@@ -111,7 +111,8 @@ def bring_up(site: str, root: Path, python: str | None) -> RunningTwin:
     ns = SiteNamespace(twin.binds).start()
     try:
         cluster = SlurmCluster(root / "slurm", partition=twin.slurm["partition"], node=twin.slurm["node"],
-                               mpi_default=twin.slurm["mpi_default"], launch=ns.argv)
+                               mpi_default=twin.slurm["mpi_default"], launch=ns.argv,
+                               partition_options=twin.slurm.get("partition_options"))
         env = login_env(twin, root, cluster)
         cluster.start()
     except BaseException:

@@ -147,7 +147,9 @@ def frontier(root: Path, account: str) -> Twin:
                               **_dirs(root, "/lustre/orion", "/mnt/bb", home)}
     (binds["/mnt/bb"] / USER).mkdir(exist_ok=True)   # made for each job with -C nvme on Frontier
     return Twin("frontier", account, root, binds, {"MODULEPATH": FRONTIER_MODULES, "HOME": home}, hardware("frontier"),
-                {"partition": "batch", "node": "RealMemory=524288 Features=nvme", "mpi_default": "pmi2"}, {
+                {"partition": "batch", "node": "RealMemory=524288 Features=nvme", "mpi_default": "pmi2",
+                 # Frontier allocates whole nodes (https://docs.olcf.ornl.gov/systems/frontier_user_guide.html, "Slurm")
+                 "partition_options": {"batch": "OverSubscribe=EXCLUSIVE"}}, {
         "PrgEnv-gnu, cray-mpich/8.1.28, cc/CC": "Debian's GCC 12 and MPICH 4.0.2, reporting CRAY MPICH 8.1.28",
         "rocm/5.7.1 (/opt/rocm-5.7.1)": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
         "miniforge3/23.11.0-0": "conda create by Python's venv (conda cannot be had here)",
@@ -282,7 +284,9 @@ def lumi(root: Path, account: str, python: str) -> Twin:
              **container_binds(stands, ["/usr/lib64/libcxi.so.1"])}
     overlay = hardware("lumi")
     return Twin("lumi", account, root, binds, {"MODULEPATH": LUMI_MODULES, "HOME": home}, overlay,
-                {"partition": "standard-g,small-g", "node": "RealMemory=524288", "mpi_default": "pmi2"}, {
+                {"partition": "standard-g,small-g", "node": "RealMemory=524288", "mpi_default": "pmi2",
+                 # standard-g allocates whole nodes, small-g shares them (https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/partitions/)
+                 "partition_options": {"standard-g": "OverSubscribe=EXCLUSIVE"}}, {
         "PrgEnv-gnu, cray-mpich/8.1.29, cc/CC": "Debian's GCC 12 and MPICH 4.0.2, reporting CRAY MPICH 8.1.29",
         "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
         "singularity (/usr/bin/singularity)": "tests/twins/runtime.py (bubblewrap + squashfuse)",

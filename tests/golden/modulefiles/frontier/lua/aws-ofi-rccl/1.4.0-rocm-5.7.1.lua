@@ -28,8 +28,8 @@ depends_on("gcc-native/12.3")
 depends_on("cray-mpich/8.1.28")
 depends_on("libtool")
 
--- one aws-ofi-rccl at a time
-family("aws-ofi-rccl")
+-- one aws_ofi_rccl at a time
+family("aws_ofi_rccl")
 
 prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib")
 

@@ -24,8 +24,8 @@ depends_on("LUMI/24.03")
 depends_on("partition/G")
 depends_on("PrgEnv-gnu")
 
--- one aws-ofi-rccl at a time
-family("aws-ofi-rccl")
+-- one aws_ofi_rccl at a time
+family("aws_ofi_rccl")
 
 prepend_path("LD_LIBRARY_PATH", "/projappl/proj123/sitestack/aws-ofi-rccl/1.4.0-rocm-6.2.4/lib")
 
