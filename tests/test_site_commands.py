@@ -44,20 +44,17 @@ def entries(site: str) -> list[dict[str, Any]]:
     return out
 
 
-def text_of(entry: dict[str, Any], renames: dict[str, str] | None = None) -> str:
-    """``verbatim`` with the substitutions applied in order, then ``renames`` (what the twin's
-    hardware renames, :meth:`SiteRun.renames`), and the documents' ``$ `` prompts removed."""
+def text_of(entry: dict[str, Any]) -> str:
+    """``verbatim`` with the substitutions applied in order and the documents' ``$ `` prompts removed."""
     text = str(entry["verbatim"])
     for sub in entry.get("substitutions", []):
         text = text.replace(sub["from"], sub["to"])
-    for old, new in (renames or {}).items():
-        text = text.replace(old, new)
     return "\n".join(line[2:] if line.startswith("$ ") else line for line in text.splitlines()) + "\n"
 
 
-def job_script(entry: dict[str, Any], renames: dict[str, str] | None = None) -> str:
+def job_script(entry: dict[str, Any]) -> str:
     """The job script: the text, ``script_head`` after its leading ``#!``/``#SBATCH`` lines, ``script_tail``."""
-    lines = text_of(entry, renames).splitlines()
+    lines = text_of(entry).splitlines()
     cut = 0
     for index, line in enumerate(lines):
         if line.startswith(("#!", "#SBATCH")):
@@ -87,6 +84,12 @@ class SiteRun:
         self.texts: dict[str, dict[str, Any]] = {}
         self.renames = self.stack_renames(facts, running.twin.overlay)
 
+    def renamed(self, text: str) -> str:
+        """``text`` (a command, its prelude and check, a job script) with the twin's renames."""
+        for old, new in self.renames.items():
+            text = text.replace(old, new)
+        return text
+
     @staticmethod
     def stack_renames(facts: dict[str, Any], overlay: dict[str, Any]) -> dict[str, str]:
         """The stack module's version as the twin names it: the site's torch ``2.7.1``/``rocm6.2.4``
@@ -102,7 +105,7 @@ class SiteRun:
         # srun forwards its stdin to task 0 and would swallow the lines after it; a user at a terminal
         # types nothing while srun runs, which is srun --input=none (SLURM_STDINMODE, srun(1))
         (self.host / name).write_text(f". {shlex.quote(self.running.modules_init)}\n"
-                                      f"export SLURM_STDINMODE=none\n{body}")
+                                      f"export SLURM_STDINMODE=none\n{self.renamed(body)}")
         done = self.running.shell(f"cd {shlex.quote(self.workdir)} && bash < {shlex.quote(name)}", cwd=self.workdir,
                                   timeout=timeout)
         return done.returncode, done.stdout, done.stderr
@@ -114,7 +117,7 @@ class SiteRun:
         self.texts[entry["id"]] = entry
         where = entry["where"]
         if where == "file":
-            (self.host / entry["path"]).write_text(text_of(entry, self.renames))
+            (self.host / entry["path"]).write_text(self.renamed(text_of(entry)))
             return []
         if where == "job":
             problems = self.job(entry, entry.get("prelude", ""), entry["expect"])
@@ -122,11 +125,10 @@ class SiteRun:
                 prelude = entry.get("prelude", "") + variant.get("prelude", "")
                 problems += [f"variant {variant['name']}: {p}" for p in self.job(entry, prelude, variant["expect"])]
             return problems
-        body = entry.get("prelude", "") + text_of(entry, self.renames) + entry.get("check", "")
+        body = entry.get("prelude", "") + text_of(entry) + entry.get("check", "")
         if where == "container":
             opener = self.texts[entry["inside"]]
-            body = (opener.get("prelude", "") + text_of(opener, self.renames) + text_of(entry, self.renames)
-                    + entry.get("check", ""))
+            body = opener.get("prelude", "") + text_of(opener) + text_of(entry) + entry.get("check", "")
         code, out, err = self.shell_file(f".sitestack-{entry['id']}.sh", body)
         return [f"{p}\n--- stdout\n{out}\n--- stderr\n{err}" for p in self.expect(entry["expect"], code, out)]
 
@@ -135,7 +137,7 @@ class SiteRun:
         status), and check the newest output file matching ``expect.output``."""
         script = self.host / entry["script"]
         script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(job_script(entry, self.renames))
+        script.write_text(self.renamed(job_script(entry)))
         for old in self.host.glob(expect["output"]):
             old.unlink()
         submit = entry.get("submit", f"sbatch {entry['script']}")
