@@ -82,7 +82,7 @@ class SiteRun:
         scratch = (facts.get("node") or {}).get("local_scratch")
         self.scratch = str(scratch).format(**fill).rstrip("/") + "/" if scratch else None
         self.texts: dict[str, dict[str, Any]] = {}
-        self.renames = self.stack_renames(facts, running.twin.overlay)
+        self.renames = self.stack_renames(running.site, running.twin.account, str(running.twin.facts_file()))
 
     def renamed(self, text: str) -> str:
         """``text`` (a command, its prelude and check, a job script) with the twin's renames."""
@@ -90,14 +90,47 @@ class SiteRun:
             text = text.replace(old, new)
         return text
 
+    def renamed_expect(self, expect: dict[str, Any]) -> dict[str, Any]:
+        """``expect`` with the renames in its regexes (written with ``\\.`` for a dot) and values."""
+        def pattern(text: str) -> str:
+            for old, new in self.renames.items():
+                text = text.replace(old.replace(".", "\\."), new.replace(".", "\\."))
+            return text
+
+        out = dict(expect)
+        for key in ("stdout_regex", "stdout_absent_regex"):
+            out[key] = [pattern(p) for p in expect.get(key, [])]
+        out["env_inside"] = {k: self.renamed(v) for k, v in expect.get("env_inside", {}).items()}
+        out["env_inside_regex"] = {k: pattern(v) for k, v in expect.get("env_inside_regex", {}).items()}
+        return out
+
     @staticmethod
-    def stack_renames(facts: dict[str, Any], overlay: dict[str, Any]) -> dict[str, str]:
-        """The stack module's version as the twin names it: the site's torch ``2.7.1``/``rocm6.2.4``
-        is the twin's CPU torch (a hardware key, tests/twins/sites.py), so ``pytorch/2.7.1-rocm6.2.4``
-        in a command is ``pytorch/2.13.0-cpu`` on the twin. Nothing else in a command is renamed."""
-        site, twin = facts["torch"], {**facts["torch"], **(overlay.get("torch") or {})}
-        old, new = f"{site['version']}-{site['variant']}", f"{twin['version']}-{twin['variant']}"
-        return {} if old == new else {f"pytorch/{old}": f"pytorch/{new}"}
+    def stack_renames(site: str, account: str, facts_file: str) -> dict[str, str]:
+        """The stack module as the twin names it: the playbook's stack name with the site's torch
+        (``pytorch/2.7.1-rocm6.2.4``) is, with the twin's CPU torch (a hardware key,
+        tests/twins/sites.py), ``pytorch/2.13.0-cpu``; a command's, prelude's or check's mention of
+        the one means the other. Nothing else in a command is renamed."""
+        import os
+
+        from sitestack.actions import ACTIONS
+        from sitestack.engine import playbook as pb
+        from tests.contexts import offline_context
+
+        def name(facts: str) -> str:
+            saved = os.environ.pop("SITESTACK_FACTS", None)
+            try:
+                if facts:
+                    os.environ["SITESTACK_FACTS"] = facts
+                ctx = offline_context(pb.load(site), account=account)
+                step = next(s for s in ctx.site.steps if s.action == "modulefiles")
+                return str(ACTIONS["modulefiles"].from_spec(step, ctx).stack.name)
+            finally:
+                os.environ.pop("SITESTACK_FACTS", None)
+                if saved is not None:
+                    os.environ["SITESTACK_FACTS"] = saved
+
+        old, new = name(""), name(facts_file)
+        return {} if old == new else {old: new}
 
     def shell_file(self, name: str, body: str, timeout: float = JOB_TIMEOUT) -> tuple[int, str, str]:
         """``body`` written to ``name`` in the workdir and fed to bash on its stdin (so that a shell
@@ -151,7 +184,9 @@ class SiteRun:
         return [f"{p}\n--- {found[-1].name}\n{text}\n--- sbatch\n{out}{err}" for p in self.expect(expect, code, text)]
 
     def expect(self, expect: dict[str, Any], code: int, out: str) -> list[str]:
-        """What of ``expect`` the exit status ``code`` and output ``out`` do not meet."""
+        """What of ``expect`` the exit status ``code`` and output ``out`` do not meet (its patterns and
+        values with the twin's renames)."""
+        expect = self.renamed_expect(expect)
         problems = [] if code == expect["exit"] else [f"exit {code}, expected {expect['exit']}"]
         problems += [f"no match for {p!r}" for p in expect.get("stdout_regex", []) if not re.search(p, out)]
         problems += [f"unexpected match for {p!r}" for p in expect.get("stdout_absent_regex", []) if re.search(p, out)]
