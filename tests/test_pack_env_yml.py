@@ -133,6 +133,12 @@ def test_tykky_flow_on_a_lumi_site(tmp_path: Path) -> None:
                                'numpy.__version__)"'], capture_output=True, text=True, env=run_env, timeout=300)
         assert user.returncode == 0, user.stderr
         assert user.stdout.splitlines() == [f"{install_dir}/bin/python", "Python 3.11.7", "2.13.0+cpu 1.26.4"]
+        # conda's order: the conda dependencies first (sympy=1.13.1), then the pip: list, whose torch
+        # needs sympy>=1.13.3 and upgrades it (one resolution of both lists was refused)
+        sympy = subprocess.run([str(install_dir / "bin" / "python"), "-c", "import sympy; print(sympy.__version__)"],
+                               capture_output=True, text=True, env=run_env, timeout=300)
+        from packaging.version import Version
+        assert sympy.returncode == 0 and Version(sympy.stdout.strip()) >= Version("1.13.3"), sympy.stdout + sympy.stderr
         assert {"python", "pip", "torchrun"} <= {p.name for p in (install_dir / "bin").iterdir()}
         again = run_invoke("pack-env", "--site", "lumi", "--playbook", str(playbook), "--requirements",
                            str(ENV_YML), "--dest", str(install_dir), "--prefix", str(tmp_path / "prefix"),

@@ -92,10 +92,17 @@ def test_the_overlay_changes_only_what_the_hardware_forces(site, tmp_path):
 
 
 def test_the_twin_applies_the_repositorys_playbook(provisioned):
-    """The run names the site (no --playbook copy): the product reads playbooks/<site>.yml itself."""
+    """The run names the site (no --playbook copy), and inside the twin the product resolves the site
+    to this checkout's playbooks/<site>.yml with the same bytes as outside it (no bind over it)."""
+    import hashlib
+    import json
     assert "--playbook" not in provisioned.args and provisioned.args[:3] == ["provision", "--site", provisioned.name]
-    assert f"playbooks/{provisioned.name}.yml" in provisioned.first.stdout + provisioned.first.stderr or \
-        provisioned.first.returncode == 0
+    path = REPO / "playbooks" / f"{provisioned.name}.yml"
+    shown = provisioned.running.invoke("show-site", "--site", provisioned.name, "--format", "json")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert json.loads(shown.stdout)["playbook"] == str(path)
+    inside = provisioned.running.shell(f"sha256sum {path}")
+    assert inside.returncode == 0 and inside.stdout.split()[0] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_provision_applies_every_step(provisioned):

@@ -201,9 +201,6 @@ class PackEnv(Action):
         the wrappers; the commands wrapped."""
         assert self.packed is not None
         p, root = self.packed, f"{gdir}/root"
-        options, requirements = split_options(sources.pip)
-        # the requirements go in a file; the index options are pip's command-line options
-        host.write_text(f"{gdir}/requirements.txt", "".join(f"{line}\n" for line in requirements))
         if sources.conda is not None:
             self.ctx.note(f"{p.name}: {sources.summary}")
             host.run(p.in_env(sources.conda_argv(root)), log=log)
@@ -213,11 +210,7 @@ class PackEnv(Action):
             self.ctx.note(f"{p.name}: creating the venv{' in the container' if p.runtime else ''}")
             host.run(p.in_env([p.python, "-m", "venv", *(["--system-site-packages"] if p.system_site_packages else []),
                                root]), log=log)
-        if requirements:
-            self._pip_install(host, root, options, gdir, log)
-            if p.system_site_packages:
-                host.run(p.in_env([f"{root}/bin/python", "-c", BASE_SCRIPTS, root, *requirement_names(requirements)]),
-                         log=log)
+        self._fill(host, root, gdir, sources, log)
         listing = host.run(["find", f"{root}/bin", "-maxdepth", "1", "(", "(", "-type", "f", "-perm", "-u+x", ")",
                             "-o", "-type", "l", ")", "-printf", "%f\n"]).stdout
         commands = commands_of(listing)
@@ -231,13 +224,35 @@ class PackEnv(Action):
             host.write_text(f"{gdir}/bin/{command}", wrapper(p, gdir, command), 0o755)
         return commands
 
-    def _pip_install(self, host: Host, root: str, options: list[str], gdir: str, log: Any) -> None:
+    def _fill(self, host: Host, root: str, gdir: str, sources: Sources, log: Any) -> None:
+        """pip's part, in conda's order: the conda dependencies taken from the package index
+        (``sources.first``, conda-requirements.txt) are installed first, then the ``pip:`` lines
+        (requirements.txt) by a second pip run, which may upgrade what the first installed, as pip
+        does after ``conda env create`` (e.g. an env.yml's ``sympy=1.13.1`` under a torch that needs
+        a newer one). Then the base's console scripts of the requested distributions."""
+        assert self.packed is not None
+        options, requirements = split_options(sources.pip)
+        # the requirements go in files; the index options are pip's command-line options
+        host.write_text(f"{gdir}/requirements.txt", "".join(f"{line}\n" for line in requirements))
+        if sources.first:
+            host.write_text(f"{gdir}/conda-requirements.txt", "".join(f"{line}\n" for line in sources.first))
+            self._pip_install(host, root, options, f"{gdir}/conda-requirements.txt", log,
+                              shown=f"(the conda dependencies of {self.requirements_file})")
+        if requirements:
+            self._pip_install(host, root, options, f"{gdir}/requirements.txt", log, shown=self.requirements_file)
+        names = requirement_names([*sources.first, *requirements])
+        if names and self.packed.system_site_packages:
+            host.run(self.packed.in_env([f"{root}/bin/python", "-c", BASE_SCRIPTS, root, *names]), log=log)
+
+    def _pip_install(self, host: Host, root: str, options: list[str], file: str, log: Any, *, shown: str) -> None:
+        """``pip install OPTIONS -r file`` with the env's pip (``shown``: what the note names); a
+        failure says what stays in use."""
         assert self.packed is not None
         p = self.packed
-        self.ctx.note(" ".join([f"{p.name}: pip install", *options, "-r", self.requirements_file]))
+        self.ctx.note(" ".join([f"{p.name}: pip install", *options, "-r", shown]))
         try:
             host.run(p.in_env([f"{root}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                               *options, "-r", f"{gdir}/requirements.txt"]), log=log)
+                               *options, "-r", file]), log=log)
         except CommandFailed as exc:
             tail = "\n".join(exc.output.rstrip().splitlines()[-8:])
             where = f" (full log: {exc.log})" if exc.log else ""

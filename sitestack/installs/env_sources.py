@@ -37,11 +37,13 @@ DRY_RUN_TIMEOUT = 900
 @dataclass(frozen=True)
 class Sources:
     """What installs the environment: ``conda`` (argv with ``{root}`` for the env's path; None:
-    a venv of the base interpreter) and the pip lines (options and requirements) after it."""
+    a venv of the base interpreter), ``first``: the conda dependencies as requirements on the package
+    index, installed by pip before the rest, and the pip lines (options and requirements) after it."""
 
     conda: tuple[str, ...] | None
     pip: tuple[str, ...]
     summary: str            # one line for the output: who installs what
+    first: tuple[str, ...] = ()
 
     def conda_argv(self, root: str) -> list[str]:
         return [root if word == "{root}" else word for word in self.conda or ()]
@@ -84,7 +86,7 @@ def plan_sources(host: Host, packed: PackedEnv, env: EnvFile) -> Sources:
         raise InputError(env.path, f"not on the package index under the same name and version, and {where}: "
                          f"{names} (move them to the pip: list with a version the index has, or use conda)")
     shown = ", ".join(f"{dep.spec} as {pypi_requirement(dep)}" for dep in env.conda)
-    return Sources(conda=None, pip=(*wanted, *env.pip),
+    return Sources(conda=None, first=tuple(wanted), pip=env.pip,
                    summary=f"conda dependencies from the package index with pip ({where}): {shown}")
 
 

@@ -9,7 +9,8 @@ wrappers. The layout under ``<dest>`` (``<parent>/<leaf>``, a symlink to a gener
         bin/<command>      wrappers: python, pip, torchrun, every console script of the venv
         env.sqfs           the venv, packed with mksquashfs
         root/              empty: where the image is mounted; the venv was built at this path
-        requirements.txt   the requirements it was built from
+        requirements.txt   the requirements it was built from (an env.yml's pip: lines)
+        conda-requirements.txt  an env.yml's conda dependencies taken from the package index, installed first
         packed.json        the stamp: digest of the inputs, the commands wrapped
 
 A wrapper runs its command with the image mounted at ``root``: in the site's container
