@@ -66,7 +66,8 @@ def test_bad_env_files_are_refused_with_file_and_line(tmp_path: Path, body: str,
 def test_conda_only_dependencies_are_refused_by_name_before_anything_is_built(tmp_path: Path) -> None:
     prefix = tmp_path / "prefix"
     for dep, says in [("cudatoolkit=11.8", "cudatoolkit=11.8: a conda package that is not a Python distribution"),
-                      ("sitestack-no-such-package=1.0", "sitestack-no-such-package=1.0 (move them")]:
+                      ("sitestack-no-such-package=1.0", "sitestack-no-such-package=1.0 (pip: No matching distribution "
+                       "found for sitestack-no-such-package==1.0.*) (move them")]:
         path = tmp_path / "env.yml"
         path.write_text(f"name: tools\ndependencies:\n  - six=1.16.0\n  - {dep}\n")
         out = run_invoke("pack-env", "--site", "local", "--requirements", str(path), "--prefix", str(prefix),
