@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -95,12 +96,12 @@ def test_the_twin_applies_the_repositorys_playbook(provisioned):
     """The run names the site (no --playbook copy), and inside the twin the product resolves the site
     to this checkout's playbooks/<site>.yml with the same bytes as outside it (no bind over it)."""
     import hashlib
-    import json
     assert "--playbook" not in provisioned.args and provisioned.args[:3] == ["provision", "--site", provisioned.name]
     path = REPO / "playbooks" / f"{provisioned.name}.yml"
     shown = provisioned.running.invoke("show-site", "--site", provisioned.name, "--format", "json")
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert json.loads(shown.stdout)["playbook"] == str(path)
+    loaded = Path(json.loads(shown.stdout)["playbook"])   # as the product names it: relative to the cwd, REPO
+    assert (REPO / loaded).resolve() == path.resolve()
     inside = provisioned.running.shell(f"sha256sum {path}")
     assert inside.returncode == 0 and inside.stdout.split()[0] == hashlib.sha256(path.read_bytes()).hexdigest()
 
