@@ -69,6 +69,13 @@ def job_values(log: str) -> dict[str, list[str]]:
     return values
 
 
+def passed_job(slurm_cluster, script: Path, out: Path) -> tuple[dict[str, list[str]], str]:
+    """``script`` run with sbatch, which must succeed: its ``key=value`` lines (:func:`job_values`) and its log."""
+    rc, log = sbatch(slurm_cluster, script, out)
+    assert rc == 0, log + slurm_cluster.logs()
+    return job_values(log), log
+
+
 def test_pack_is_made_once(staged):
     pack = staged["prefix"] / "packs" / "pytorch-2.13.0-cpu.tar.gz"
     assert "changed  stage-archive" in staged["first"], staged["first"]
@@ -101,11 +108,9 @@ srun --ntasks=2 sh -c 'echo "python=$(command -v python)"; python -c "import sys
 sitestack_unstage
 echo "left=$(ls -A {staged['scratch']})"
 """)
-    rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
-    assert rc == 0, log + slurm_cluster.logs()
+    values, log = passed_job(slurm_cluster, script, tmp_path / "out")
     assert any(line.startswith("sitestack-stage-env: the stack env runs from") for line in log.splitlines()), log
     dest = f"{staged['scratch']}/sitestack-env-"
-    values = job_values(log)
     pythons = values.get("python", [])
     assert len(pythons) == 2 and all(p.startswith(dest) and p.endswith("/bin/python") for p in pythons), log
     root = pythons[0].rsplit("/bin/python", 1)[0]
@@ -143,9 +148,7 @@ srun --ntasks=1 sh -c 'python -c "{where}"'
 srun --ntasks=1 sh -c '"$SITESTACK_STAGED_ENV/bin/python" -c "{where}"'
 sitestack_unstage
 """)
-    rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
-    assert rc == 0, log + slurm_cluster.logs()
-    values = job_values(log)
+    values, log = passed_job(slurm_cluster, script, tmp_path / "out")
     staged_root = values.get("staged", [])[0]
     site = f"{staged_root}/lib/python3.11/site-packages"
     assert values.get("torch", []) == [f"{site}/torch/__init__.py"] * 2, log
@@ -207,9 +210,7 @@ echo "conda=${{CONDA_PREFIX:-}}"
 srun --ntasks=2 sh -c 'python -c "import sys; print(\\"prefix=\\" + sys.prefix)"; echo "pip=$(head -n 1 "$SITESTACK_STAGED_ENV/bin/pip")"'
 sitestack_unstage
 """)
-    rc, log = sbatch(slurm_cluster, script, tmp_path / "out")
-    assert rc == 0, log + slurm_cluster.logs()
-    values = job_values(log)
+    values, log = passed_job(slurm_cluster, script, tmp_path / "out")
     root = values.get("venv", [])[0]
     assert root.startswith(f"{site['scratch']}/sitestack-env-"), log
     assert values.get("conda", []) == [""], log
