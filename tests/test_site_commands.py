@@ -111,23 +111,17 @@ class SiteRun:
         tests/twins/sites.py), ``pytorch/2.13.0-cpu``; a command's, prelude's or check's mention of
         the one means the other. Nothing else in a command is renamed."""
         import os
+        from unittest import mock
 
         from sitestack.actions import ACTIONS
         from sitestack.engine import playbook as pb
         from tests.contexts import offline_context
 
         def name(facts: str) -> str:
-            saved = os.environ.pop("SITESTACK_FACTS", None)
-            try:
-                if facts:
-                    os.environ["SITESTACK_FACTS"] = facts
+            with mock.patch.dict(os.environ, {"SITESTACK_FACTS": facts}):   # "": no site-local facts
                 ctx = offline_context(pb.load(site), account=account)
-                step = next(s for s in ctx.site.steps if s.action == "modulefiles")
-                return str(ACTIONS["modulefiles"].from_spec(step, ctx).stack.name)
-            finally:
-                os.environ.pop("SITESTACK_FACTS", None)
-                if saved is not None:
-                    os.environ["SITESTACK_FACTS"] = saved
+            step = next(s for s in ctx.site.steps if s.action == "modulefiles")
+            return str(ACTIONS["modulefiles"].from_spec(step, ctx).stack.name)
 
         old, new = name(""), name(facts_file)
         return {} if old == new else {old: new}
