@@ -242,18 +242,19 @@ def test_cmake_host_tools(found, program, venv, make):
     assert tools.venv_name == ("cmake-3.18" if venv else "")
 
 
-def test_swap_points_the_link_at_the_new_tree_and_removes_the_old(tmp_path):
+def test_swap_points_the_link_at_the_new_tree_and_keeps_the_old(tmp_path):
     import subprocess
 
     from sitestack.core.swap import swap_argv
 
     (tmp_path / ".v.tree-a").mkdir()
     (tmp_path / ".v.tree-b").mkdir()
-    (tmp_path / "v").mkdir()  # a foreign directory: moved aside, then removed
+    (tmp_path / "v").mkdir()  # a foreign directory: moved aside
     subprocess.run(swap_argv(str(tmp_path), "v", ".v.tree-a", "t1"), check=True)
     assert (tmp_path / "v").is_symlink() and (tmp_path / "v").readlink().name == ".v.tree-a"
     subprocess.run(swap_argv(str(tmp_path), "v", ".v.tree-b", "t2"), check=True)
     assert (tmp_path / "v").readlink().name == ".v.tree-b"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".v.tree-b", "v"]
+    # the old tree is retired, not removed: a job may still read it (sitestack.installs.generations)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".v.old-t1", ".v.tree-a", ".v.tree-b", "v"]
     with pytest.raises(ValueError):
         swap_argv(str(tmp_path), "v", "/abs/tree", "t3")

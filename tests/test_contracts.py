@@ -98,7 +98,7 @@ def test_the_generation_swap_never_leaves_the_path_missing(tmp_path: Path):
         watcher.join()
     assert not missing, f"the swapped path was missing {len(missing)} times: {missing[0]}"
     assert os.readlink(leaf) == f".v.tree-{i}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f".v.tree-{i}", "v"]
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith(".v.link-")]) == 0
 
 
 

@@ -110,7 +110,9 @@ def test_the_site_facts_reach_the_module_files():
     assert cirrus.startswith("#%Module1.0\n")
     assert 'depends-on "python/3.12.1-gpu"' in cirrus and 'module load "python/3.12.1-gpu"' in cirrus
     assert 'conflict "pytorch"' in cirrus
-    assert 'prepend-path PATH "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu/bin"' in cirrus
+    # the stack's bin in the generation its path points at when loaded (docs/operating.md)
+    assert 'sitestack_generation "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu"' in cirrus
+    assert 'prepend-path PATH "${sitestack_root}/bin"' in cirrus
     # no PYTHONPATH: it would win over a copy of the stack staged on node-local storage
     assert "PYTHONPATH" not in cirrus and "PYTHONPATH" not in rendered("frontier", "lua")["pytorch/2.2.2-rocm5.7.lua"]
     assert 'sitestack_setenv HOROVOD_MPI_THREADS_DISABLE "1"' in cirrus
@@ -129,7 +131,8 @@ def test_the_site_facts_reach_the_module_files():
     assert 'prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib")' in plugin
     lumi = rendered("lumi", "lua")["pytorch/2.7.1-rocm6.2.4.lua"]
     assert 'append_path("SINGULARITY_BINDPATH", "/projappl/proj123/sitestack", ",")' in lumi
-    assert 'prepend_path("SINGULARITYENV_PREPEND_PATH", "/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4/bin")' in lumi
+    assert 'sitestack_generation("/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4", ' in lumi
+    assert 'prepend_path("SINGULARITYENV_PREPEND_PATH", sitestack_root .. "/bin")' in lumi
     assert 'prepend_path("PATH"' not in lumi  # the venv's python is the container's: not on the host PATH
     dawn = rendered("dawn", "tcl")["pytorch/2.8.0-xpu"]
     assert "append-path -d \",\" APPTAINER_BINDPATH" in dawn and 'depends-on "rhel9/default-dawn"' in dawn

@@ -86,9 +86,10 @@ def test_every_installed_module_loads_and_the_stack_works(local_stack):
         assert_restored(before, after)
     before, loaded, after, out = load_unload([str(local_stack.modules)], ["pytorch/2.13.0-cpu"],
                                            "python3 -c 'import sys; print(sys.executable)'")
-    assert loaded["PATH"].startswith(f"{local_stack.venv}/bin:")
+    # the generation the stack's path pointed at when loaded (docs/operating.md)
+    assert loaded["PATH"].startswith(f"{local_stack.venv.resolve()}/bin:")
     assert "PYTHONPATH" not in loaded  # the stack's python finds its own packages (a staged copy too)
-    assert out.strip() == f"{local_stack.venv}/bin/python3"
+    assert out.strip() == f"{local_stack.venv.resolve()}/bin/python3"
     assert loaded["GLOO_SOCKET_IFNAME"] == "lo"  # the site's settings
     assert "PYTHONPATH" not in after and "GLOO_SOCKET_IFNAME" not in after
 
@@ -229,3 +230,49 @@ def test_install_refuses_before_the_stack_exists(tmp_path: Path):
                      env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
     assert out.returncode == 1 and "run `invoke install-venv --site local` first" in out.stdout, out.stdout
     assert not (prefix / "modules").exists()
+
+
+# -- a stack's generation: resolved once at load, kept while loaded -------------------------------------------
+@pytest.mark.parametrize("fmt", ["lua", "tcl"])
+def test_the_stack_module_keeps_the_generation_it_loaded(fmt: str, tmp_path: Path):
+    """Loading resolves the stack's stable link to its generation; after the link is switched (an upgrade),
+    the loaded environment still names the old generation, unloading removes exactly that, and a new load
+    gets the new one (docs/operating.md)."""
+    from sitestack.engine import playbook as pb
+    from sitestack.installs.modulefile_render import render
+    from sitestack.installs.modulefile_specs import stack_module
+    from sitestack.installs.venv_stack import stack_for
+    from tests.contexts import offline_context
+
+    ctx = offline_context(pb.load("local"), prefix=str(tmp_path / "prefix"))
+    stack = stack_for(ctx)
+    spec = stack_module(ctx, stack, [])
+    parent = Path(stack.path).parent
+    for token in ("a", "b"):
+        (parent / f".2.13.0-cpu.gen-{token}" / "bin").mkdir(parents=True)
+    Path(stack.path).symlink_to(".2.13.0-cpu.gen-a")
+    root = tmp_path / "modules"
+    (root / "pytorch").mkdir(parents=True)
+    (root / spec.relpath(fmt)).write_text(render(spec, fmt))
+    var = "__SITESTACK_GENERATION_PYTORCH"
+    switch = f"ln -sfn .2.13.0-cpu.gen-b {shlex.quote(stack.path)}"
+    script = f"""set -e
+. {LMOD_INIT}/bash
+module use {shlex.quote(str(root))}
+module load pytorch/2.13.0-cpu
+echo "loaded $PATH ${var}"
+{switch}
+echo "after $PATH ${var}"
+module unload pytorch/2.13.0-cpu
+echo "unloaded $PATH ${{{var}-unset}}"
+module load pytorch/2.13.0-cpu
+echo "again $PATH ${var}"
+"""
+    out = shell(["bash", "-c"], script, clean_env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line}
+    gen_a, gen_b = f"{parent}/.2.13.0-cpu.gen-a", f"{parent}/.2.13.0-cpu.gen-b"
+    assert lines["loaded"].startswith(f"{gen_a}/bin:") and lines["loaded"].endswith(f" {gen_a}")
+    assert lines["after"] == lines["loaded"]           # the switch does not reach a loaded environment
+    assert gen_a not in lines["unloaded"] and lines["unloaded"].endswith(" unset")  # unload removed what load added
+    assert lines["again"].startswith(f"{gen_b}/bin:") and lines["again"].endswith(f" {gen_b}")

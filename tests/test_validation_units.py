@@ -539,7 +539,8 @@ def test_the_job_id_is_the_directorys():
 @pytest.mark.parametrize("text, seconds", [("10", 600), ("00:10:00", 600), ("1-00", 86400), ("1-2:3:4", 93784),
                                            ("5:30", 330)])
 def test_slurm_times_and_the_checks_limit(text, seconds):
-    from sitestack.validation.jobs import slurm_seconds, time_limit
+    from sitestack.model.slurmtime import slurm_seconds
+    from sitestack.validation.jobs import time_limit
     assert slurm_seconds(text) == seconds
     assert time_limit(600) == 520 and time_limit(60) == 60 and time_limit(86400) < 86400 - 8640
 

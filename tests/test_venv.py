@@ -49,7 +49,8 @@ def test_stack_is_made_from_the_build_and_torch_works(local_stack):
          "mpi4py.__file__, M.Get_library_version().split()[0])"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     version, where, mpi = out.stdout.split()
-    assert version == "2.13.0+cpu" and where.startswith(str(v)) and mpi == "MPICH"
+    # imported from the generation the stable path pointed at when it started, not through the link
+    assert version == "2.13.0+cpu" and where.startswith(str(v.resolve()) + "/") and mpi == "MPICH"
     print(f"\nstack made in {local_stack.seconds['install-venv']:.1f}s (mpi4py step "
           f"{local_stack.seconds['build-mpi4py']:.1f}s)")
 
@@ -110,11 +111,13 @@ def test_rerun_with_nothing_changed_is_a_fast_noop(local_stack):
 
 
 @integration
-def test_changed_pin_updates_only_what_changed(local_stack, tmp_path: Path):
+def test_a_changed_pin_makes_a_new_generation_and_never_writes_into_the_published_one(local_stack, tmp_path: Path):
+    """A changed extra is installed into a copy of the current generation (its files hard-linked), which
+    is then switched in; the generation users had loaded keeps every file's inode and mtime."""
     prefix, v = local_stack.prefix, local_stack.venv
-    sp = v / "lib" / "python3.11" / "site-packages"
-    generation = os.readlink(v)
-    torch_record = (sp / "torch-2.13.0+cpu.dist-info" / "RECORD").stat()
+    generation = v.parent / os.readlink(v)
+    published = snapshot(generation)
+    torch_init = Path("lib/python3.11/site-packages/torch/__init__.py")
     original = json.loads(local_stack.manifest.read_text())
     added = playbook_copy(tmp_path, facts={"torch": {"extras": ["six"]}})
     plan = run_invoke("install-venv", "--playbook", str(added), "--prefix", str(prefix), "--check", "--diff",
@@ -129,10 +132,14 @@ def test_changed_pin_updates_only_what_changed(local_stack, tmp_path: Path):
         assert f"[localhost] pytorch/2.13.0-cpu: {tool} install (+0s): six" in run.stdout, run.stdout
         logs = sorted(Path(local_stack.env["SITESTACK_LOG_DIR"]).rglob("provision.log"), key=os.path.getmtime)
         assert f"pytorch/2.13.0-cpu: {tool} install" in logs[-1].read_text()
-        assert os.readlink(v) == generation  # updated in place, not rebuilt
-        after = (sp / "torch-2.13.0+cpu.dist-info" / "RECORD").stat()
-        assert (after.st_ino, after.st_mtime_ns) == (torch_record.st_ino, torch_record.st_mtime_ns)  # torch untouched
+        new = v.parent / os.readlink(v)
+        assert new != generation and generation.is_dir()  # a new generation; the old one retired, not removed
+        assert snapshot(generation) == published          # nothing written into the published generation
+        # the copy shares torch's files with the generation it was made from (hard links): cheap
+        assert (new / torch_init).stat().st_ino == (generation / torch_init).stat().st_ino
+        assert not list((generation / "lib/python3.11/site-packages").glob("six-*.dist-info"))
         manifest = json.loads(local_stack.manifest.read_text())
+        assert manifest["generation"] == new.name
         six = next(p for p in manifest["packages"] if p["name"] == "six")
         assert six["source"]["kind"] == "index" and six["source"]["requested"]
         assert six["source"]["installer"] == tool.split()[0]
@@ -143,9 +150,11 @@ def test_changed_pin_updates_only_what_changed(local_stack, tmp_path: Path):
     finally:
         back = run_invoke("install-venv", "--site", "local", "--prefix", str(prefix), env=local_stack.env)
     assert back.returncode == 0 and "changed  stack-venv: extras: -six" in back.stdout, back.stdout + back.stderr
-    assert not list(sp.glob("six-*.dist-info"))
+    assert not list(v.resolve().glob("lib/python3.11/site-packages/six-*.dist-info"))
     restored = json.loads(local_stack.manifest.read_text())
-    assert restored["packages"] == original["packages"] and restored["plan"] == original["plan"]
+    assert restored["plan"] == original["plan"]
+    assert [{k: p[k] for k in ("name", "version")} for p in restored["packages"]] == \
+        [{k: p[k] for k in ("name", "version")} for p in original["packages"]]
 
 
 @integration
@@ -169,7 +178,7 @@ def test_horovod_from_its_build_is_in_the_stack(local_stack):
     out = subprocess.run(
         [str(local_stack.venv / "bin" / "python"), "-c", "import torch, mpi4py, horovod.torch as hvd; print(hvd.__file__)"],
         capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.startswith(str(local_stack.venv)), out.stderr
+    assert out.returncode == 0 and out.stdout.startswith(f"{local_stack.venv.resolve()}/"), out.stderr
     manifest = json.loads(local_stack.manifest.read_text())
     assert next(p for p in manifest["packages"] if p["name"].lower() == "horovod")["source"]["kind"] == "built"
 
@@ -386,7 +395,8 @@ exec "$@"
     assert modules.returncode == 0, modules.stdout
     text = (prefix / "modules" / "pytorch" / "2.13.0-cpu.lua").read_text()
     assert f'pushenv("SIF", "{image}")' in text
-    assert f'prepend_path("SINGULARITYENV_PREPEND_PATH", "{prefix}/pytorch/2.13.0-cpu/bin")' in text
+    assert f'sitestack_generation("{prefix}/pytorch/2.13.0-cpu", ' in text
+    assert 'prepend_path("SINGULARITYENV_PREPEND_PATH", sitestack_root .. "/bin")' in text
     assert f'append_path("SINGULARITY_BINDPATH", "{prefix}", ",")' in text
 
 

@@ -22,40 +22,49 @@ site's base Python:
   the installed metadata (direct_url.json, INSTALLER), with pip's report adding the
   index URL and the wheel's sha256 where pip installed.
 
-The path is a symlink to a hidden generation directory beside it. A new environment is built
-in a fresh generation and switched to with one rename, so nothing half-built is ever visible
-at the path; a failure removes the generation. A change of pins, extras or built wheels is
-applied in place, to only what changed (pip installs the changed requirements, uninstalls
-removed extras); a change of base Python, or content that no longer matches the manifest,
-builds a new generation. A re-run with nothing changed reads the manifest and lists the
-dist-info directories: no pip, no index.
+The path is a symlink to a hidden generation directory beside it, and nothing is ever installed
+into a generation once it is switched in (:mod:`sitestack.installs.generations`). A change of pins,
+extras or built wheels makes the next generation from a copy of the current one (files
+hard-linked) and installs only what changed into the copy; a change of base Python, or content
+that no longer matches the manifest, builds one from nothing. Either is switched in with one
+rename, so nothing half-built is ever visible at the path; a failure removes it. The generation
+switched out is retired, and removed by a later run once nothing can use it. Each generation
+holds its manifest; ``<name>.manifest.json`` links to the current one's. A re-run with nothing
+changed reads the manifest and lists the dist-info directories: no pip, no index.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from sitestack.actions.action import Action, unified_diff
-from sitestack.core.errors import SitestackError
+from sitestack.core.errors import CommandFailed, SitestackError
 from sitestack.core.host import Host
+from sitestack.installs import generations
 from sitestack.installs.site_stack import find_built
-from sitestack.installs.venv_env import EnvTools, check_index, list_dists
+from sitestack.installs.venv_env import EnvTools, check_index, list_dists, program
 from sitestack.installs.venv_manifest import (
     dump,
     explain,
     manifest_for,
     needs_new_generation,
     origins_from_report,
+    plan_digest,
     plan_for,
     read_manifest,
     requirement_name,
 )
 from sitestack.installs.venv_stack import (
     DEFAULT_RECIPES,
+    MANIFEST,
     NAME,
+    PIN,
     Base,
     Built,
     built_for_other_python,
@@ -64,7 +73,7 @@ from sitestack.installs.venv_stack import (
     shared_with_group,
     stack_for,
 )
-from sitestack.installs.venv_template import VenvTemplates
+from sitestack.installs.venv_template import VenvTemplates, template_mode
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec
 
@@ -120,7 +129,18 @@ class StackVenv(Action):
             check_index(host, self.stack.index_url)
             if self.notes:
                 reason += f" (left out: {'; '.join(self.notes)})"
-        return reason
+            return reason
+        due = [v for v in self._retired(host) if v.removed]
+        if due:
+            return f"remove {len(due)} retired generation(s): {'; '.join(v.path for v in due)}"
+        return None
+
+    def _retired(self, host: Host) -> list[generations.Verdict]:
+        """What may become of each retired generation of the stack (:mod:`sitestack.installs.generations`)."""
+        history = generations.read_history(host, self.stack.path)
+        if not history.retired():
+            return []
+        return generations.verdicts(host, history, generations.grace_seconds(host, self.ctx.facts))
 
     def _reason(self, host: Host) -> str | None:
         image = self.base.image()
@@ -152,46 +172,53 @@ class StackVenv(Action):
 
     def apply(self, host: Host) -> None:
         require_module_system(facts=self.ctx.facts)
+        reason = self._reason(host)
+        if reason is not None:
+            self._new_generation(host, reason)
+        history = generations.read_history(host, self.stack.path)
+        if history.retired():
+            generations.collect(host, history, generations.grace_seconds(host, self.ctx.facts), note=self.ctx.note)
+
+    def _new_generation(self, host: Host, reason: str) -> None:
+        """Build the stack's next generation and switch to it: from nothing when the base changed or the
+        content is not what the manifest says, else from a copy of the current one with what changed."""
         plan, built = self.desired(host)
         check_index(host, self.stack.index_url)
         manifest = read_manifest(host, self.stack)
         has_python, dists = list_dists(host, self.stack)
         fresh = (manifest is None or needs_new_generation(manifest.get("plan", {}), plan) or not has_python
                  or dists != {p["dist_info"] for p in manifest.get("packages", [])})
-        builder = Builder(self, host, plan, built, manifest)
+        builder = Builder(self, host, plan, built, manifest, reason)
         builder.uv()  # installer: uv without uv on the host is refused here, before anything is made
-        if fresh:
+        if fresh or not builder.next_generation():
             builder.build_generation()
-        else:
-            builder.update()
 
 
 class Builder(EnvTools):
-    """One apply of :class:`StackVenv`: a new generation switched to, or an update in place."""
+    """One apply of :class:`StackVenv`: a new generation, made from nothing or from the current one, switched to."""
 
     def __init__(self, step: StackVenv, host: Host, plan: dict[str, Any], built: list[Built],
-                 manifest: dict[str, Any] | None) -> None:
+                 manifest: dict[str, Any] | None, reason: str) -> None:
         super().__init__(host, step.stack, step.base, step.ctx.log_dir / "stack-venv.log" if step.ctx.log_dir else None,
                          report=step.ctx.note, interval=step.ctx.options.progress_interval)
-        self.plan, self.built, self.manifest = plan, built, manifest
+        self.plan, self.built, self.manifest, self.reason = plan, built, manifest, reason
         self.parent, self.leaf = os.path.split(self.stack.path)
         self.options, self.facts = step.ctx.options, step.ctx.facts
         self.token = secrets.token_hex(4)
+        self.gen = f"{self.parent}/.{self.leaf}.gen-{self.token}"
 
     def wheels(self) -> list[str]:
         return [b.wheel for b in self.built if b.wheel]
 
-    # -- a new generation ---------------------------------------------------------------------
+    # -- a new generation from nothing ----------------------------------------------------------
     def build_generation(self) -> None:
-        """Build the whole environment in a hidden directory, then switch the path to it."""
+        """Build the whole environment in a new generation, then switch the path to it."""
         if self.host.exists(self.stack.path) and not self.host.probe(["test", "-L", self.stack.path]).ok \
                 and self.manifest is None:
             raise SitestackError(f"{self.stack.path} exists and is not a stack sitestack installed (no "
                                  f"{os.path.basename(self.stack.manifest)}): move it away first")
-        gen = f"{self.parent}/.{self.leaf}.gen-{self.token}"
-        self.run(["mkdir", "-p", self.parent])
-        self._clean_stale()
-        try:
+        gen = self.gen
+        with self._making(gen):
             for argv in self.base.create(gen):
                 self.run(argv)
             # what the environment's creation put there (conda's python and pip): not installed by sitestack
@@ -205,43 +232,82 @@ class Builder(EnvTools):
                 templates.store(gen, text)
             scan = self.scan(gen)
             origins = origins_from_report(text, self.built)
-            manifest = manifest_for(self.stack, self.plan, scan, origins, None, os.path.basename(gen), self.built,
-                                    created)
             # the scan saw gen's paths; the manifest describes the stable path
-            self._switch(gen)
+            self._publish(gen, manifest_for(self.stack, self.plan, scan, origins, None, os.path.basename(gen),
+                                            self.built, created=created))
+
+    # -- the next generation: the current one copied, then changed --------------------------------
+    def next_generation(self) -> bool:
+        """Make the next generation from the current one (its files hard-linked, as a template's are:
+        :mod:`sitestack.installs.venv_template`) and install only what changed into the copy; False when
+        the current one cannot be copied that way (a conda or container environment, templates off,
+        another base interpreter), and nothing was made."""
+        mode = template_mode()
+        current = self.host.probe(["readlink", "-e", "--", self.stack.path]).stdout.strip()
+        if self.stack.source not in ("system", "module") or mode == "off" or not current or self.manifest is None:
+            return False
+        gen = self.gen
+        with self._making(gen):
+            for argv in self.base.create(gen):
+                self.run(argv)
+            try:
+                self.run(self.base.env_python(gen, ["-c", program("venv_clone"), current, gen, current, mode]))
+            except CommandFailed as exc:
+                if exc.rc != 3:  # 3: made for another base interpreter
+                    raise
+                self.host.run(["rm", "-rf", "--", gen])
+                return False
+            self._publish(gen, self.update(gen))
+        return True
+
+    @contextlib.contextmanager
+    def _making(self, gen: str) -> Iterator[None]:
+        """Around making ``gen``: leftovers of killed runs removed first; ``gen`` removed on any failure."""
+        self.run(["mkdir", "-p", self.parent])
+        self._clean_stale()
+        try:
+            yield
         except BaseException:
             self.host.probe(["rm", "-rf", "--", gen])
             self.host.probe(["rmdir", "-p", "--ignore-fail-on-non-empty", "--", self.parent])
             raise
-        self.host.write_text(self.stack.manifest, dump(manifest), 0o644)
 
-    def _switch(self, gen: str) -> None:
-        """Point the stack's path at ``gen`` with one rename (:mod:`sitestack.core.swap`)."""
-        # imported here: this step is the only user, and the module's import block is not ours to reorder
-        from sitestack.core.swap import swap_argv
-
-        self.run(swap_argv(self.parent, self.leaf, os.path.basename(gen), self.token))
+    def _publish(self, gen: str, manifest: dict[str, Any]) -> None:
+        """Finish ``gen`` (its manifest and the start-up pin inside it), then switch the stable path to it,
+        retiring the current generation; the stable manifest path links into the current generation."""
+        site_packages = f"{gen}/lib/python{self.stack.python_version}/site-packages"
+        self.host.write_text(f"{site_packages}/{PIN}.py", program("generation_pin"), 0o644)
+        self.host.write_text(f"{site_packages}/{PIN}.pth", f"import {PIN}\n", 0o644)
+        self.host.write_text(f"{gen}/{MANIFEST}", dump(manifest), 0o644)
+        history = generations.read_history(self.host, self.stack.path)
+        entry = generations.Generation(os.path.basename(gen), time.time(), plan_digest(self.plan), self.reason)
+        generations.switch(self.host, history, entry)
+        link = f"{self.leaf}/{MANIFEST}"
+        if self.host.probe(["readlink", "--", self.stack.manifest]).stdout.strip() != link:
+            self.run(["sh", "-c", 'ln -sfn -- "$1" "$2.$3" && mv -T -- "$2.$3" "$2"', "sh", link,
+                      self.stack.manifest, self.token])
 
     def _clean_stale(self) -> None:
-        """Remove generations a killed run left (not the current one)."""
+        """Remove what killed runs left: generations never recorded (never published), links, moved-aside trees."""
+        history = generations.read_history(self.host, self.stack.path)
+        keep = {g.name for g in history.generations} | ({history.current} if history.current else set())
         script = r"""
-parent=$1 leaf=$2
-cur=""; [ -L "$parent/$leaf" ] && cur=$(readlink "$parent/$leaf")
+parent=$1 leaf=$2; shift 2
 for d in "$parent"/."$leaf".gen-* "$parent"/."$leaf".link-* "$parent"/."$leaf".old-*; do
   [ -e "$d" ] || [ -L "$d" ] || continue
-  [ "$(basename "$d")" = "$cur" ] && continue
+  for k in "$@"; do [ "$(basename "$d")" = "$k" ] && continue 2; done
   rm -rf -- "$d"
 done
 exit 0
 """
-        self.run(["bash", "-c", script, "sitestack", self.parent, self.leaf])
+        self.run(["bash", "-c", script, "sitestack", self.parent, self.leaf, *sorted(keep)])
 
-    # -- in place ------------------------------------------------------------------------------
-    def update(self) -> None:
-        """Install what changed in the current generation; uninstall extras that were removed."""
+    # -- what changed, installed into the copy ----------------------------------------------------
+    def update(self, root: str) -> dict[str, Any]:
+        """Install what changed into the environment at ``root`` (a copy of the current generation) and
+        uninstall extras that were removed; the manifest of the result."""
         assert self.manifest is not None
         old = self.manifest.get("plan", {})
-        root = self.stack.path
         keys = ("requirements", "extras", "checks")
         new_reqs = [r for key in keys for r in self.plan.get(key, [])]
         old_reqs = [r for key in keys for r in old.get(key, [])]
@@ -263,10 +329,11 @@ exit 0
         if removed:
             self.uninstall(root, removed)
         origins = {**origins_from_report(text_a, self.built), **origins_from_report(text_b, self.built)}
-        scan = self.scan(root)
-        manifest = manifest_for(self.stack, self.plan, scan, origins, self.manifest,
-                                self.manifest.get("generation", ""), self.built)
-        self.host.write_text(self.stack.manifest, dump(manifest), 0o644)
+        touched = {requirement_name(r) for r in changed if not r.endswith(".whl")} | set(removed)
+        touched |= {normalize(b.recipe) for b in self.built}
+        copied = {normalize(p["name"]) for p in self.manifest.get("packages", [])} - touched
+        return manifest_for(self.stack, self.plan, self.scan(root), origins, self.manifest, os.path.basename(root),
+                            self.built, copied=copied)
 
 
 __all__ = ["StackVenv"]

@@ -224,25 +224,72 @@ def uninstall(c: Context, spec: str, site: str | None = None, prefix: str | None
     "max-size": "keep at most this much (e.g. 500M, 20G); the oldest artefacts go first",
     "max-age": "remove artefacts stored more than this many days ago",
     "dry-run": "list what would be removed, remove nothing", "json": DATA_JSON_HELP,
+    "prefix": PREFIX_HELP, "account": ACCOUNT_HELP,
     "accept-new-host-keys": "accept SSH host keys not yet in known_hosts (default: refuse)"})
 def gc(c: Context, max_size: str | None = None, max_age: str | None = None, dry_run: bool = False,
-       site: str | None = None, playbook: str | None = None, host: str | None = None,
-       accept_new_host_keys: bool = False, json: str | None = None, debug: bool = False) -> None:
-    """Trim the build cache (built artefacts; source tarballs are kept) by age and total size."""
-    from sitestack.engine import inventory, results
+       site: str | None = None, playbook: str | None = None, host: str | None = None, prefix: str | None = None,
+       account: str | None = None, accept_new_host_keys: bool = False, json: str | None = None,
+       debug: bool = False) -> None:
+    """Remove the site's retired stack generations nothing can use any more; with --max-size/--max-age, trim
+    the build cache too (built artefacts; source tarballs are kept)."""
+    from sitestack.engine import inventory, lifecycle, results
     from sitestack.engine import playbook as pb
 
     with errors_to_exit(debug):
-        if max_size is None and max_age is None:
-            raise _InputError("--max-size", "give --max-size and/or --max-age")
         limit = size_option("--max-size", max_size) if max_size is not None else None
         days = float(int_option("--max-age", max_age, low=0, high=100000)) if max_age is not None else None
         loaded = pb.load(site or "local", playbook_path(playbook))
-        options = run_options(c, hosts=(host,) if host else (), accept_new_host_keys=accept_new_host_keys)
+        options = run_options(c, hosts=(host,) if host else (), prefix=prefix, account=account,
+                              accept_new_host_keys=accept_new_host_keys)
         results.check_target(json)
-        gone = inventory.gc(loaded, options, max_age_days=days, max_bytes=limit, dry_run=dry_run)
-        lines = [f"{'would remove' if dry_run else 'removed'} {path} ({size} bytes)" for path, size in gone]
-        lines.append(f"{len(gone)} artefact(s), {sum(s for _, s in gone)} bytes{' (dry run)' if dry_run else ''}")
+        fates = lifecycle.collect(loaded, options, dry_run=dry_run, report=print)
+        gone: list[tuple[str, int]] = []
+        if limit is not None or days is not None:
+            gone = inventory.gc(loaded, options, max_age_days=days, max_bytes=limit, dry_run=dry_run)
+        lines = [f"{v.path}: {'would be ' + v.why if dry_run and v.removed else v.why}" for v in fates]
+        lines += [f"{'would remove' if dry_run else 'removed'} {path} ({size} bytes)" for path, size in gone]
+        lines.append(f"{sum(v.removed for v in fates)} retired generation(s) {'to remove' if dry_run else 'removed'}, "
+                     f"{sum(not v.removed for v in fates)} kept; {len(gone)} artefact(s), "
+                     f"{sum(s for _, s in gone)} bytes{' (dry run)' if dry_run else ''}")
         document = {"dry_run": dry_run, "removed": [{"path": str(path), "bytes": size} for path, size in gone],
-                    "bytes": sum(size for _, size in gone)}
+                    "bytes": sum(size for _, size in gone),
+                    "generations": [{"path": v.path, "removed": v.removed, "why": v.why} for v in fates]}
         results.emit(json, "gc", document, lines)
+
+
+# -- generations of the stacks: list, roll back --------------------------------------------------------
+
+@task(klass=SitestackTask, auto_shortflags=False, help={
+    **INVENTORY_HELP, "json": DATA_JSON_HELP, "stack": "only this stack (its module name, e.g. pytorch/2.13.0-cpu)"})
+def generations(c: Context, site: str | None = None, stack: str | None = None, prefix: str | None = None,
+                account: str | None = None, playbook: str | None = None, host: str | None = None,
+                accept_new_host_keys: bool = False, json: str | None = None, debug: bool = False) -> None:
+    """List each stack's generations: when made, digest, what changed, current or retired, in use, and what gc would do."""
+    from sitestack.engine import lifecycle as gens
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import results as results_mod
+
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        results_mod.check_target(json)
+        options = run_options(c, prefix=prefix, account=account, hosts=(host,) if host else (),
+                              accept_new_host_keys=accept_new_host_keys)
+        found = gens.list_generations(loaded, options, stack)
+        results_mod.emit(json, "generations", {"site": loaded.name, "stacks": found}, gens.lines(found))
+
+
+@task(klass=SitestackTask, auto_shortflags=False, help={
+    **INVENTORY_HELP, "stack": "the stack to switch back (its module name); needed where the site has several"})
+def rollback(c: Context, site: str | None = None, stack: str | None = None, prefix: str | None = None,
+             account: str | None = None, playbook: str | None = None, host: str | None = None,
+             accept_new_host_keys: bool = False, debug: bool = False) -> None:
+    """Switch a stack back to its previous generation (one rename; run it again to undo)."""
+    from sitestack.engine import lifecycle as gens
+    from sitestack.engine import playbook as pb
+
+    with errors_to_exit(debug):
+        loaded = pb.load(site, playbook_path(playbook))
+        options = run_options(c, prefix=prefix, account=account, hosts=(host,) if host else (),
+                              accept_new_host_keys=accept_new_host_keys)
+        for line in gens.rollback(loaded, options, stack, print):
+            print(f"rolled back {line}")

@@ -4,9 +4,9 @@
 ``.<leaf>.gen-TOKEN``, ...). Switching it to a new sibling makes a new link
 ``.<leaf>.link-TOKEN`` and renames it over ``<leaf>`` (``mv -T``: rename(2), atomic), so a
 reader sees the old tree or the new one, never neither. A real directory at ``<leaf>`` (a
-foreign install) is first moved aside to ``.<leaf>.old-TOKEN``. The tree the link pointed at
-is removed after the switch when it is a sibling (a relative name); an absolute target is
-somebody else's and is left alone. A killed swap leaves only hidden ``.<leaf>.*`` siblings,
+foreign install) is first moved aside to ``.<leaf>.old-TOKEN``. The tree the link pointed at is
+left in place: it is retired, and removed only when nothing can be using it any more
+(:mod:`sitestack.installs.generations`). A killed swap leaves only hidden ``.<leaf>.*`` siblings,
 which the caller's next run removes.
 """
 
@@ -16,15 +16,9 @@ SWAP_SCRIPT = r"""
 set -e
 parent=$1 leaf=$2 new=$3 token=$4
 cd "$parent"
-old=""
-if [ -L "$leaf" ]; then old=$(readlink "$leaf");
-elif [ -e "$leaf" ]; then mv -T -- "$leaf" ".$leaf.old-$token"; old=".$leaf.old-$token"; fi
+if [ -e "$leaf" ] && [ ! -L "$leaf" ]; then mv -T -- "$leaf" ".$leaf.old-$token"; fi
 ln -s -- "$new" ".$leaf.link-$token"
 mv -T -- ".$leaf.link-$token" "$leaf"
-case "$old" in
-  ""|*/*) ;;
-  *) rm -rf -- "$old" ;;
-esac
 """
 
 

@@ -41,7 +41,7 @@ class Inventory:
     modules: list[str] = field(default_factory=list)
 
 
-def _glob(host: Host, prefix: str, suffix: str) -> list[str]:
+def prefix_glob(host: Host, prefix: str, suffix: str) -> list[str]:
     out = host.probe(["bash", "-c", _GLOB, "sitestack", prefix, suffix])
     if not out.ok:
         raise SitestackError(f"cannot list {prefix} on {host.name}: {out.stderr.strip()}")
@@ -60,7 +60,7 @@ def open_site(site: Site, options: RunOptions, *, read_only: bool) -> tuple[Host
 def scan(host: Host, prefix: str, modules: str | None) -> Inventory:
     """Read the prefix's stamps, manifests and module files (read-only)."""
     found = Inventory(host.name, prefix)
-    for path in _glob(host, prefix, "/" + STAMP):
+    for path in prefix_glob(host, prefix, "/" + STAMP):
         stamp = host.read_json(path) or {}
         dest = path[: -len("/" + STAMP)]
         installed = stamp.get("installed") or {}
@@ -71,7 +71,7 @@ def scan(host: Host, prefix: str, modules: str | None) -> Inventory:
             # the stamp records the source by its sum (what the build used, whatever the URL)
             "source": f"sha256:{source['sha256'][:12]}" if source.get("sha256") else None,
             "from_cache": (stamp.get("artefact") or {}).get("from_cache")})
-    for path in _glob(host, prefix, ".manifest.json"):
+    for path in prefix_glob(host, prefix, ".manifest.json"):
         manifest = host.read_json(path) or {}
         found.stacks.append({"name": manifest.get("name"), "path": manifest.get("path"),
                              "generation": manifest.get("generation"), "python": manifest.get("python"),

@@ -22,8 +22,7 @@ from sitestack.builders import Command, Layout
 from sitestack.builders.builder import venv_commands
 from sitestack.core.errors import CommandFailed, SitestackError
 from sitestack.core.host import Completed, Host, LocalHost
-from sitestack.core.swap import swap_argv
-from sitestack.installs import checkcache, wheel_cache
+from sitestack.installs import checkcache, generations, wheel_cache
 from sitestack.installs import sources as sources_mod
 from sitestack.installs.inputs import digest
 from sitestack.installs.progress import Progress
@@ -32,15 +31,18 @@ from sitestack.installs.target import Target, build_plan, check_commands, env_ar
 from sitestack.installs.toolchain import Toolchain
 from sitestack.model.context import RunOptions
 
-#: Removes what killed runs left: hidden siblings of dest (not the current tree), their build dirs,
-#: cache entries half-stored more than an hour ago.
+#: Removes what killed runs left: hidden siblings of dest that were never published (not the current
+#: tree, not a retired one the record names: $6...), their build dirs, cache entries half-stored more
+#: than an hour ago.
 CLEAN_SCRIPT = r"""
 parent=$1 base=$2 build_root=$3 work_glob=$4 cache_root=$5
+shift 5
 current=""
 if [ -L "$parent/$base" ]; then current=$(readlink "$parent/$base"); fi
 for d in "$parent"/."$base".tree-* "$parent"/."$base".link-* "$parent"/."$base".old-*; do
   [ -e "$d" ] || [ -L "$d" ] || continue
   [ "$(basename "$d")" = "$current" ] && continue
+  for k in "$@"; do [ "$(basename "$d")" = "$k" ] && continue 2; done
   rm -rf -- "$d" 2>/dev/null || true
 done
 for d in "$build_root"/$work_glob; do [ -e "$d" ] && rm -rf -- "$d" 2>/dev/null; done
@@ -130,9 +132,9 @@ class Installer:
             except BaseException:
                 self.host.probe(["rm", "-rf", "--", self.tree])
                 raise
-            self.commit()
             self.progress.phase("stamp")
-            self.write_stamp(artefact)
+            self.write_stamp(artefact)  # into the new tree: nothing is written into a published one
+            self.commit()
             self.progress.phase("done", f"{t.dest} ({'from the build cache' if self.from_cache else 'built'})")
             self.host.probe(["rm", "-rf", "--", self.work])
 
@@ -144,8 +146,9 @@ class Installer:
         self.host.run(["sh", "-c", 'mkdir -p -- "$1" && chmod 700 -- "$1"', "sh", home_cache])
         t = self.target
         glob = f"{t.recipe.name}-{t.version}-{self.dest_key}-*"
+        kept = [g.name for g in generations.read_history(self.host, t.dest).generations]
         self.host.run(["bash", "-c", CLEAN_SCRIPT, "sitestack", self.parent, self.base, self.build_root, glob,
-                       self.cache_root])
+                       self.cache_root, *kept])
 
     def cached_artefact(self) -> str | None:
         """The cache entry's artefact when its sha256 is the manifest's; a damaged entry is removed."""
@@ -321,10 +324,17 @@ class Installer:
         return results
 
     def commit(self) -> None:
-        """Point ``dest`` at the new tree with one rename (:mod:`sitestack.core.swap`)."""
-        self.progress.phase("commit", f"{self.target.dest} -> {os.path.basename(self.tree)}")
-        self.sh(swap_argv(self.parent, self.base, os.path.basename(self.tree), self.token),
-                shown=["switch", self.target.dest, "to", self.tree])
+        """Point ``dest`` at the new tree with one rename, retiring the tree it pointed at, and remove the
+        retired trees nothing can use any more (:mod:`sitestack.installs.generations`)."""
+        t = self.target
+        self.progress.phase("commit", f"{t.dest} -> {os.path.basename(self.tree)}")
+        history = generations.read_history(self.host, t.dest)
+        entry = generations.Generation(os.path.basename(self.tree), time.time(), self.digest[:16],
+                                       f"{t.recipe.name}@{t.version} from {'the build cache' if self.from_cache else 'a build'}")
+        after = generations.switch(self.host, history, entry)
+        if after.retired():
+            generations.collect(self.host, after, generations.grace_seconds(self.host, t.facts),
+                                note=self.progress.note)
 
     def write_stamp(self, artefact: str) -> None:
         t = self.target
@@ -343,4 +353,4 @@ class Installer:
                           "seconds": round(time.monotonic() - self.progress.start, 1), "log": str(self.log)},
             "inputs": self.inputs,
         }
-        self.host.write_text(f"{t.dest}/{STAMP}", json.dumps(stamp, indent=2, sort_keys=True) + "\n")
+        self.host.write_text(f"{self.tree}/{STAMP}", json.dumps(stamp, indent=2, sort_keys=True) + "\n")

@@ -58,6 +58,10 @@ class ModuleSpec:
     defaults: tuple[tuple[str, Text], ...] = ()
     help: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
+    #: (variable, link): the module resolves the link (a stack's stable path) to its generation once, when
+    #: loaded, keeps it in the variable while loaded, and its paths say :func:`~sitestack.installs.
+    #: modulefile_text.in_generation` for what lies in it (docs/operating.md)
+    generation: tuple[str, str] | None = None
 
     @property
     def full(self) -> str:
@@ -72,6 +76,8 @@ class ModuleSpec:
         for name in (*[p.var for p in self.paths], *[n for n, _ in (*self.env, *self.defaults)]):
             if not _VAR.fullmatch(name):
                 raise InputError(self.full, f"{name!r} is not an environment variable name")
+        if self.generation is not None and not _VAR.fullmatch(self.generation[0]):
+            raise InputError(self.full, f"{self.generation[0]!r} is not an environment variable name")
         if self.family is not None and not _VAR.fullmatch(self.family):
             raise InputError(self.full, f"family {self.family!r}: Lmod exports LMOD_FAMILY_<NAME>, so a family is "
                              "letters, digits and _ (family_name() makes one from a module name)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sitestack.installs.modulefile_render import ModuleSpec, PathOp, family_name
-from sitestack.installs.modulefile_text import Text, literal, text_of
+from sitestack.installs.modulefile_text import Text, in_generation, literal, text_of
 from sitestack.installs.venv_stack import Built, Stack
 from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
@@ -60,7 +60,7 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         # A PYTHONPATH entry would win over a copy staged on node-local storage (sitestack-stage-env, OLCF's
         # https://docs.olcf.ornl.gov/software/python/sbcast_conda.html) and import the shared prefix's packages;
         # users' own venvs get the stack's packages from their activation (extend-venv-activate).
-        paths.append(PathOp("prepend", "PATH", literal(stack.bin)))
+        paths.append(PathOp("prepend", "PATH", in_generation(stack.path, "/bin")))
     settings = [(k, v) for k, v in site_env(ctx.site, ctx.values) if k not in MIOPEN_KEYS]
     # MIOpen's cache: the job's own directory, from SLURM_JOB_ID when the module is loaded (model/miopen.py)
     cache = miopen_cache(facts)
@@ -93,7 +93,9 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
                 ("Description", description), ("URL", "https://pytorch.org")),
         requires=needs, autoload=autoload, family=family_name(stack.family), paths=tuple(paths), env=tuple(env),
-        defaults=tuple(defaults), data=data)
+        defaults=tuple(defaults), data=data,
+        # the job keeps the generation it loaded (docs/operating.md)
+        generation=(f"__SITESTACK_GENERATION_{family_name(stack.family).upper()}", stack.path))
 
 
 def container_settings(ctx: RunContext, stack: Stack, container: Container) -> tuple[list[PathOp], list[tuple[str, Text]]]:
@@ -117,7 +119,7 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
         # `singularity exec $SIF /runscripts/conda-python-simple ...` names that path.
         binds.append(literal(f"{prefix}/runscripts:{RUNSCRIPTS_MOUNT}"))
     paths += [PathOp("append", runtime.bind_var, bind, ",") for bind in binds]
-    paths.append(PathOp("prepend", runtime.prepend_path_var, literal(stack.bin)))
+    paths.append(PathOp("prepend", runtime.prepend_path_var, in_generation(stack.path, "/bin")))
     if runscripts:
         env += [("RUNSCRIPTS", literal(f"{prefix}/runscripts")), (f"RUNSCRIPTS{suffix}", literal(f"{prefix}/runscripts")),
                 ("CONTAINERROOT", literal(prefix))]
@@ -125,7 +127,8 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
         paths.append(PathOp("prepend", runtime.prepend_path_var, literal(RUNSCRIPTS_MOUNT)))
     if container.with_conda:
         env.append(("WITH_CONDA", text_of(container.with_conda, ctx.values)))
-    paths.append(PathOp("prepend", runtime.env_var("PYTHONPATH"), literal(stack.site_packages)))
+    paths.append(PathOp("prepend", runtime.env_var("PYTHONPATH"),
+                        in_generation(stack.path, stack.site_packages[len(stack.path):])))
     return paths, env
 
 

@@ -23,10 +23,20 @@ _ENV_REF = re.compile(r"\$(?:\x00([A-Za-z_][A-Za-z0-9_]*)\x00|([A-Za-z_][A-Za-z0
 class Text:
     """A value in a module file: literal parts and environment variables read at load time."""
 
-    parts: tuple[tuple[str, str], ...]  # ("lit", text) or ("env", NAME)
+    parts: tuple[tuple[str, str], ...]  # ("lit", text), ("env", NAME) or ("gen", LINK)
 
     def __str__(self) -> str:
-        return "".join(t if k == "lit" else f"${{{t}}}" for k, t in self.parts)
+        return "".join(t if k in ("lit", "gen") else f"${{{t}}}" for k, t in self.parts)
+
+
+#: The variable a module file keeps its stack's generation in (see ``generation`` in the base templates).
+GENERATION_VAR = "sitestack_root"
+
+
+def in_generation(link: str, rest: str) -> Text:
+    """``rest`` under the generation the link ``link`` points at when the module is loaded (and under the
+    same one when it is unloaded): the module file resolves the link once, not the shell at each use."""
+    return Text((("gen", link), ("lit", rest)))
 
 
 def literal(text: str) -> Text:
@@ -81,7 +91,8 @@ def lua(value: Any) -> str:
     """A Lua expression for a string or :class:`Text`."""
     if not isinstance(value, Text):
         return _lua_string(str(value))
-    pieces = [_lua_string(t) if k == "lit" else f'(os.getenv({_lua_string(t)}) or "")' for k, t in value.parts]
+    pieces = [_lua_string(t) if k == "lit" else GENERATION_VAR if k == "gen" else f'(os.getenv({_lua_string(t)}) or "")'
+              for k, t in value.parts]
     return " .. ".join(pieces) if pieces else '""'
 
 
@@ -108,5 +119,13 @@ def tcl(value: Any) -> str:
     if not isinstance(value, Text):
         return '"' + _tcl_escape(str(value)) + '"'
     # an unset variable reads as "" (as in Lua), not as an error: SLURM_JOB_ID outside a job
-    return '"' + "".join(_tcl_escape(t) if k == "lit" else f'[expr {{[info exists ::env({t})] ? $::env({t}) : ""}}]'
-                         for k, t in value.parts) + '"'
+    return '"' + "".join(_tcl_part(k, t) for k, t in value.parts) + '"'
+
+
+def _tcl_part(kind: str, text: str) -> str:
+    if kind == "lit":
+        return _tcl_escape(text)
+    if kind == "gen":
+        return "${" + GENERATION_VAR + "}"
+    return f'[expr {{[info exists ::env({text})] ? $::env({text}) : ""}}]'
+

@@ -5,6 +5,7 @@ packages and pip's reports, so a re-run compares plans without running pip.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -69,6 +70,11 @@ def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         elif ob[recipe] != nb[recipe]:
             parts.append(f"{recipe} {ob[recipe]['version']} -> {nb[recipe]['version']} (rebuilt)")
     return "; ".join(parts) or "plan changed"
+
+
+def plan_digest(plan: Mapping[str, Any]) -> str:
+    """A short digest of a plan: what identifies a generation's intended content."""
+    return hashlib.sha256(dump(dict(plan)).encode()).hexdigest()[:16]
 
 
 def needs_new_generation(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -144,6 +150,7 @@ def origin_from_metadata(p: Mapping[str, Any], stack: Stack, wheels: Mapping[str
 
 def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any], origins: Mapping[str, Any],
                  previous: Mapping[str, Any] | None, generation: str, built: Sequence[Built] = (),
+                 copied: Collection[str] = (),
                  created: Collection[str] = ()) -> dict[str, Any]:
     """The manifest: the plan, and every distribution in the environment with its origin.
 
@@ -151,7 +158,9 @@ def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any],
     URL and the wheel's sha256); else the previous manifest's, where the distribution is the same
     (dist-info and RECORD digest); else, for a dist-info in ``created`` (there once the environment
     was made, before anything was installed), the environment's creation; else its installed metadata
-    (:func:`origin_from_metadata`)."""
+    (:func:`origin_from_metadata`). ``copied``: the distributions (normalised names) this environment took
+    unchanged from the previous manifest's generation (:meth:`StackVenv`'s next generation is a copy):
+    the same dist-info is the same distribution there, though the copy rewrote its scripts' RECORD lines."""
     before = {p.get("dist_info"): p for p in (previous or {}).get("packages", [])}
     wheels = by_wheel(built)
     asked = {requirement_name(r) for key in ("requirements", "extras", "checks") for r in plan.get(key, [])}
@@ -159,7 +168,8 @@ def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any],
     for p in scan["packages"]:
         key = normalize(p["name"])
         old = before.get(p.get("dist_info"))
-        same = old is not None and old.get("record_sha256") == p.get("record_sha256") and old.get("source")
+        same = old is not None and old.get("source") and (old.get("record_sha256") == p.get("record_sha256")
+                                                          or key in copied)
         source = origins.get(key) or (old["source"] if same and old else None)
         if source is None and p.get("dist_info") in created:
             source = {"kind": "environment", "detail": "created with the environment"}

@@ -24,6 +24,12 @@ DEFAULT_RECIPES = ("mpi4py", "horovod")
 #: Companion packages built per wheel variant, pinned with the variant's local label.
 LABELLED = ("torch", "torchvision", "torchaudio")
 
+#: The manifest's name inside each generation; ``<path>.manifest.json`` links to the current one's.
+MANIFEST = ".sitestack-manifest.json"
+#: The module (and its .pth) in each generation's site-packages that keeps a process on the generation
+#: it started from (:mod:`sitestack.programs.generation_pin`).
+PIN = "_sitestack_generation"
+
 #: A stack name: a module name with at least one ``/`` (placeholders allowed before they are filled).
 NAME = re.compile(r"[A-Za-z0-9{][A-Za-z0-9._+{}-]*(/[A-Za-z0-9{][A-Za-z0-9._+{}-]*)+")
 
@@ -57,6 +63,7 @@ class Stack:
 
     @property
     def manifest(self) -> str:
+        """The stable manifest path: a link to the current generation's :data:`MANIFEST`."""
         return f"{self.path}.manifest.json"
 
     @property

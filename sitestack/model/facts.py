@@ -19,6 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from sitestack.core import schema, versions
 from sitestack.core.quoting import SHELL_NAME
 from sitestack.model.container_facts import Container as Container
+from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC
 
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
@@ -133,11 +134,6 @@ class Network:
         "NCCL/RCCL network plugin the stack needs on multi-node runs (aws-ofi-rccl, aws-ofi-nccl) or none"))
 
 
-#: Slurm's --time forms (sbatch(1)): MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-SLURM_TIME = r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}"
-SLURM_TIME_DOC = "a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)"
-
-
 @dataclass(frozen=True)
 class Scheduler:
     """The batch system the validation job runs under."""
@@ -149,6 +145,10 @@ class Scheduler:
     time: str = field(default="00:30:00", metadata=_doc(
         "wall time of the validation job (Slurm --time)", pattern=SLURM_TIME, pattern_doc=SLURM_TIME_DOC))
     options: tuple[str, ...] = field(default=(), metadata=_doc("further sbatch options, one per item, e.g. --exclusive"))
+    max_job_time: str | None = field(default=None, metadata=_doc(
+        "the longest job the scheduler allows: a stack generation that was switched out is kept this long "
+        "(docs/operating.md); default: the largest partition MaxTime `scontrol show partition` reports",
+        pattern=SLURM_TIME, pattern_doc=SLURM_TIME_DOC))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
+from sitestack.model.slurmtime import slurm_seconds
 from sitestack.validation import masks as masks_mod
 
 if TYPE_CHECKING:
@@ -65,20 +66,6 @@ IMPORTED = ("mpi4py",)
 
 #: Seconds the guard around the launcher waits after the ranks' deadline (ddpcheck.guard.GUARD_GRACE).
 GUARD_GRACE = 20
-
-
-def slurm_seconds(text: str) -> int:
-    """Slurm's --time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) in seconds."""
-    days, _, rest = text.strip().rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if days:
-        parts += [0] * (3 - len(parts))
-        hours, minutes, seconds = parts
-    elif len(parts) == 3:
-        hours, minutes, seconds = parts
-    else:
-        hours, minutes, seconds = 0, parts[0], parts[1] if len(parts) > 1 else 0
-    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def time_limit(job_seconds: int) -> int:

@@ -34,7 +34,27 @@ depends_on("python/3.12.1-gpu")
 -- one pytorch at a time
 family("pytorch")
 
-prepend_path("PATH", "/work/proj123/shared/sitestack/pytorch/2.3.1-gpu/bin")
+-- the generation /work/proj123/shared/sitestack/pytorch/2.3.1-gpu points at when the module is loaded, kept in
+-- __SITESTACK_GENERATION_PYTORCH while it stays loaded: a job keeps the generation it loaded through an
+-- upgrade, and unloading removes what loading added (docs/operating.md)
+local function sitestack_generation(link, var)
+    local loaded = os.getenv(var)
+    if mode() ~= "load" and loaded ~= nil and loaded ~= "" then
+        return loaded
+    end
+    local target = lfs.symlinkattributes(link, "target")
+    if target == nil or target == "" then
+        return link
+    end
+    if target:sub(1, 1) == "/" then
+        return target
+    end
+    return link:match("^(.*)/[^/]*$") .. "/" .. target
+end
+local sitestack_root = sitestack_generation("/work/proj123/shared/sitestack/pytorch/2.3.1-gpu", "__SITESTACK_GENERATION_PYTORCH")
+setenv("__SITESTACK_GENERATION_PYTORCH", sitestack_root)
+
+prepend_path("PATH", sitestack_root .. "/bin")
 
 -- settings (pushenv: unloading puts back a value set before)
 pushenv("HOROVOD_MPI_THREADS_DISABLE", "1")

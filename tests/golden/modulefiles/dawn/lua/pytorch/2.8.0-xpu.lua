@@ -31,6 +31,26 @@ depends_on("intel-oneapi-ccl/2021.15.0")
 -- one pytorch at a time
 family("pytorch")
 
+-- the generation /home/alice/sitestack/dawn/pytorch/2.8.0-xpu points at when the module is loaded, kept in
+-- __SITESTACK_GENERATION_PYTORCH while it stays loaded: a job keeps the generation it loaded through an
+-- upgrade, and unloading removes what loading added (docs/operating.md)
+local function sitestack_generation(link, var)
+    local loaded = os.getenv(var)
+    if mode() ~= "load" and loaded ~= nil and loaded ~= "" then
+        return loaded
+    end
+    local target = lfs.symlinkattributes(link, "target")
+    if target == nil or target == "" then
+        return link
+    end
+    if target:sub(1, 1) == "/" then
+        return target
+    end
+    return link:match("^(.*)/[^/]*$") .. "/" .. target
+end
+local sitestack_root = sitestack_generation("/home/alice/sitestack/dawn/pytorch/2.8.0-xpu", "__SITESTACK_GENERATION_PYTORCH")
+setenv("__SITESTACK_GENERATION_PYTORCH", sitestack_root)
+
 append_path("APPTAINER_BINDPATH", "/home/alice/sitestack/dawn", ",")
 append_path("APPTAINER_BINDPATH", "/etc/libibverbs.d", ",")
 append_path("APPTAINER_BINDPATH", "/usr/bin/ibv_devices", ",")
@@ -48,8 +68,8 @@ append_path("APPTAINER_BINDPATH", "/usr/lib64/libucp.so.0", ",")
 append_path("APPTAINER_BINDPATH", "/usr/lib64/libucs.so.0", ",")
 append_path("APPTAINER_BINDPATH", "/usr/lib64/libuct.so.0", ",")
 append_path("APPTAINER_BINDPATH", "/usr/local/dawn/software/spack-rocky9/opt-dawn-2025-03-23/linux-rocky9-sapphirerapids/oneapi-2025.1.0", ",")
-prepend_path("APPTAINERENV_PREPEND_PATH", "/home/alice/sitestack/dawn/pytorch/2.8.0-xpu/bin")
-prepend_path("APPTAINERENV_PYTHONPATH", "/home/alice/sitestack/dawn/pytorch/2.8.0-xpu/lib/python3.10/site-packages")
+prepend_path("APPTAINERENV_PREPEND_PATH", sitestack_root .. "/bin")
+prepend_path("APPTAINERENV_PYTHONPATH", sitestack_root .. "/lib/python3.10/site-packages")
 
 -- settings (pushenv: unloading puts back a value set before)
 pushenv("SIF", "/home/alice/sitestack/dawn/apptainer/pytorch2.8.sif")

@@ -37,7 +37,27 @@ depends_on("aws-ofi-rccl/1.4.0-rocm-5.7.1")
 -- one pytorch at a time
 family("pytorch")
 
-prepend_path("PATH", "/lustre/orion/proj123/world-shared/sitestack/pytorch/2.2.2-rocm5.7/bin")
+-- the generation /lustre/orion/proj123/world-shared/sitestack/pytorch/2.2.2-rocm5.7 points at when the module is loaded, kept in
+-- __SITESTACK_GENERATION_PYTORCH while it stays loaded: a job keeps the generation it loaded through an
+-- upgrade, and unloading removes what loading added (docs/operating.md)
+local function sitestack_generation(link, var)
+    local loaded = os.getenv(var)
+    if mode() ~= "load" and loaded ~= nil and loaded ~= "" then
+        return loaded
+    end
+    local target = lfs.symlinkattributes(link, "target")
+    if target == nil or target == "" then
+        return link
+    end
+    if target:sub(1, 1) == "/" then
+        return target
+    end
+    return link:match("^(.*)/[^/]*$") .. "/" .. target
+end
+local sitestack_root = sitestack_generation("/lustre/orion/proj123/world-shared/sitestack/pytorch/2.2.2-rocm5.7", "__SITESTACK_GENERATION_PYTORCH")
+setenv("__SITESTACK_GENERATION_PYTORCH", sitestack_root)
+
+prepend_path("PATH", sitestack_root .. "/bin")
 
 -- settings (pushenv: unloading puts back a value set before)
 pushenv("FI_CXI_ATS", "0")

@@ -28,6 +28,26 @@ PATH and PYTHONPATH:
 -- one pytorch at a time
 family("pytorch")
 
+-- the generation /projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4 points at when the module is loaded, kept in
+-- __SITESTACK_GENERATION_PYTORCH while it stays loaded: a job keeps the generation it loaded through an
+-- upgrade, and unloading removes what loading added (docs/operating.md)
+local function sitestack_generation(link, var)
+    local loaded = os.getenv(var)
+    if mode() ~= "load" and loaded ~= nil and loaded ~= "" then
+        return loaded
+    end
+    local target = lfs.symlinkattributes(link, "target")
+    if target == nil or target == "" then
+        return link
+    end
+    if target:sub(1, 1) == "/" then
+        return target
+    end
+    return link:match("^(.*)/[^/]*$") .. "/" .. target
+end
+local sitestack_root = sitestack_generation("/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4", "__SITESTACK_GENERATION_PYTORCH")
+setenv("__SITESTACK_GENERATION_PYTORCH", sitestack_root)
+
 append_path("SINGULARITY_BINDPATH", "/projappl/proj123/sitestack", ",")
 append_path("SINGULARITY_BINDPATH", "/var/spool/slurmd", ",")
 append_path("SINGULARITY_BINDPATH", "/opt/cray", ",")
@@ -40,9 +60,9 @@ append_path("SINGULARITY_BINDPATH", "/project", ",")
 append_path("SINGULARITY_BINDPATH", "/flash", ",")
 append_path("SINGULARITY_BINDPATH", "/appl", ",")
 append_path("SINGULARITY_BINDPATH", "/projappl/proj123/sitestack/runscripts:/runscripts", ",")
-prepend_path("SINGULARITYENV_PREPEND_PATH", "/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4/bin")
+prepend_path("SINGULARITYENV_PREPEND_PATH", sitestack_root .. "/bin")
 prepend_path("SINGULARITYENV_PREPEND_PATH", "/runscripts")
-prepend_path("SINGULARITYENV_PYTHONPATH", "/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4/lib/python3.12/site-packages")
+prepend_path("SINGULARITYENV_PYTHONPATH", sitestack_root .. "/lib/python3.12/site-packages")
 
 -- settings (pushenv: unloading puts back a value set before)
 pushenv("SIF", "/projappl/proj123/sitestack/container/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif")

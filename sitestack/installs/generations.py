@@ -1,0 +1,268 @@
+"""Generations of a published path: made beside it, switched in, retired, then collected.
+
+``<parent>/<leaf>`` (a stack environment, a recipe install) is a symlink to a hidden sibling, its
+current *generation* (``.<leaf>.gen-TOKEN``, ``.<leaf>.tree-TOKEN``). A change never writes into a
+generation that was published: it makes a new one and switches the link with one rename
+(:mod:`sitestack.core.swap`). The generation switched out is *retired*, not deleted, because a
+job that loaded it keeps reading it until it ends (Spack and Nix keep installs immutable for the
+same reason). A retired generation is collected (removed) by a later run or ``invoke gc`` once
+
+- no process on the host uses it (its files mapped or open, its directories a cwd, its path in a
+  command line or environment: :data:`IN_USE_SCRIPT`; a process started from a stack holds its
+  generation open, :mod:`sitestack.programs.generation_pin`), and
+- the longest job the scheduler allows has passed since the switch (:func:`grace_seconds`:
+  ``facts.scheduler.max_job_time``, else the largest partition MaxTime of ``scontrol show
+  partition``), so a job on a compute node, which this host cannot see, has ended.
+
+The record ``<parent>/.<leaf>.generations.json`` lists every generation the path had: name,
+when it was made and switched out, its digest and what changed. Which one is current is read
+from the link itself, never from the record, so a run killed between writing the record and the
+switch leaves a true answer. :func:`rollback` switches back to the newest retired generation
+still on disk (itself undoable: the one it left becomes that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.core.swap import swap_argv
+from sitestack.model.site import Facts
+from sitestack.model.slurmtime import slurm_seconds
+
+RECORD_FORMAT = 1
+
+#: Prints the pid and command of each process that uses one of the paths given: its exe, cwd or
+#: root, a mapped or open file, or the path in its command line or environment (a shell that loaded
+#: the stack's module has it on PATH). This probe's own shells carry the marker line and are left
+#: out. Processes of other users are seen only by root (procfs' ptrace access check): the caller
+#: says so.
+IN_USE_SCRIPT = r"""# sitestack: in-use probe
+for proc in /proc/[0-9]*; do
+  cmd=$(tr '\0' '\n' <"$proc/cmdline" 2>/dev/null) || continue
+  case $cmd in *"# sitestack: in-use probe"*) continue ;; esac
+  blob=$( { readlink "$proc/exe" "$proc/cwd" "$proc/root"; ls -l "$proc/fd" | sed -n 's/.* -> //p'
+            cat "$proc/maps"; tr '\0' '\n' <"$proc/environ"; } 2>/dev/null)
+  for p in "$@"; do
+    case "$cmd
+$blob" in *"$p"*)
+      printf 'USE\t%s\t%s\t%s\n' "$p" "${proc#/proc/}" "$(printf '%s' "$cmd" | tr '\n' ' ' | cut -c1-120)" ;;
+    esac
+  done
+done
+exit 0
+"""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation of a path, as the record has it."""
+
+    name: str                        # the sibling's name, e.g. .2.13.0-cpu.gen-5d5e98f1
+    created: float                   # epoch seconds
+    digest: str = ""                 # what identifies its content (a stack's plan digest, an install's digest)
+    change: str = ""                 # why it was made ("torch==2.13.0: extras changed: +rich")
+    retired: float | None = None     # when it was switched out; None while current or never switched out
+
+    def when(self, at: float | None) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
+
+
+@dataclass(frozen=True)
+class History:
+    """The generations of ``<parent>/<leaf>`` (oldest first) and the one the link points at now."""
+
+    parent: str
+    leaf: str
+    generations: tuple[Generation, ...] = ()
+    current: str | None = None       # the link's target (a name in parent), read from the link
+    on_disk: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def record(self) -> str:
+        return record_path(self.parent, self.leaf)
+
+    def find(self, name: str) -> Generation | None:
+        return next((g for g in self.generations if g.name == name), None)
+
+    def retired(self) -> list[Generation]:
+        """Generations switched out and still on disk, newest switch first."""
+        out = [g for g in self.generations if g.name != self.current and g.name in self.on_disk]
+        return sorted(out, key=lambda g: g.retired or g.created, reverse=True)
+
+    def switched(self, new: Generation, now: float) -> History:
+        """The history once the link points at ``new``: the current one retired at ``now``."""
+        gens = [replace(g, retired=now) if g.name == self.current else g for g in self.generations
+                if g.name != new.name]
+        return replace(self, generations=(*gens, replace(new, retired=None)), current=new.name,
+                       on_disk=self.on_disk | {new.name})
+
+    def to_json(self) -> str:
+        data = {"format": RECORD_FORMAT, "path": f"{self.parent}/{self.leaf}",
+                "generations": [asdict(g) for g in self.generations]}
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def record_path(parent: str, leaf: str) -> str:
+    return f"{parent}/.{leaf}.generations.json"
+
+
+def _entries(data: object) -> list[Generation]:
+    """The record's generations; a malformed entry is left out (the link and the disk still tell the truth)."""
+    gens = data.get("generations") if isinstance(data, dict) else None
+    out: list[Generation] = []
+    for item in gens if isinstance(gens, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "/" in item["name"]:
+            continue
+        try:
+            retired = item.get("retired")
+            out.append(Generation(item["name"], float(item.get("created") or 0), str(item.get("digest") or ""),
+                                  str(item.get("change") or ""), float(retired) if retired is not None else None))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+LIST_SCRIPT = r"""
+cd -- "$1" 2>/dev/null || exit 0
+[ -L "$2" ] && printf 'CURRENT\t%s\n' "$(readlink -- "$2")"
+for d in ."$2".gen-* ."$2".tree-*; do [ -d "$d" ] && printf 'DIR\t%s\n' "$d"; done
+exit 0
+"""
+
+
+def read_history(host: Host, path: str) -> History:
+    """The generations of ``path`` (a link to a sibling): the record, the link and what is on disk."""
+    parent, leaf = os.path.split(path.rstrip("/"))
+    data = host.read_json(record_path(parent, leaf))
+    out = host.probe(["sh", "-c", LIST_SCRIPT, "sitestack", parent, leaf])
+    current, dirs = None, set()
+    for line in out.stdout.splitlines():
+        kind, _, value = line.partition("\t")
+        if kind == "CURRENT" and "/" not in value:
+            current = value
+        elif kind == "DIR":
+            dirs.add(value)
+    gens = _entries(data)
+    known = {g.name for g in gens}
+    # a generation made before the record existed (or by a run killed before writing it)
+    gens += [Generation(name, 0.0, change="(not recorded)") for name in sorted(dirs - known) if name == current]
+    return History(parent, leaf, tuple(gens), current, frozenset(dirs))
+
+
+def switch(host: Host, history: History, new: Generation, now: float | None = None) -> History:
+    """Record ``new`` and retire the current generation, then point the link at ``new`` (one rename).
+
+    The record is written first: killed before the rename, it names a generation the link does not
+    point at, which :func:`read_history` reads as not current (and a later run removes, never
+    having been published)."""
+    after = history.switched(new, time.time() if now is None else now)
+    host.write_text(history.record, after.to_json(), 0o644)
+    host.run(swap_argv(history.parent, history.leaf, new.name, secrets.token_hex(4)))
+    return after
+
+
+# -- when a retired generation may go --------------------------------------------------------------------
+PARTITIONS_SCRIPT = "scontrol show partition -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^MaxTime=//p'"
+
+
+def grace_seconds(host: Host, facts: Facts) -> tuple[int | None, str]:
+    """How long a retired generation is kept after its switch, and where that comes from. None: for
+    ever (a partition without a time limit, and no ``facts.scheduler.max_job_time`` to bound it)."""
+    sched = facts.scheduler
+    if sched.max_job_time:
+        return slurm_seconds(sched.max_job_time), f"facts.scheduler.max_job_time {sched.max_job_time}"
+    if sched.kind != "slurm":
+        return 0, "no scheduler: only the processes on this host can use it"
+    out = host.probe(["sh", "-c", PARTITIONS_SCRIPT])
+    limits = [v.strip() for v in out.stdout.split() if v.strip()]
+    if not out.ok or not limits:
+        # a login node's scontrol may fail for a while; jobs may still run: never a reason to delete
+        return None, "the scheduler did not answer (scontrol show partition); set facts.scheduler.max_job_time"
+    if any(v.upper() in ("UNLIMITED", "INFINITE") for v in limits):
+        return None, "a partition has MaxTime=UNLIMITED; set facts.scheduler.max_job_time to bound it"
+    try:
+        longest = max(slurm_seconds(v) for v in limits)
+    except ValueError:
+        return None, f"cannot read the partitions' MaxTime ({', '.join(limits)}); set facts.scheduler.max_job_time"
+    return longest, f"the longest partition MaxTime ({longest} s, scontrol show partition)"
+
+
+def in_use(host: Host, paths: Sequence[str]) -> dict[str, list[str]]:
+    """path -> ``pid command`` of the processes on the host that use it."""
+    if not paths:
+        return {}
+    out = host.probe(["sh", "-c", IN_USE_SCRIPT, "sitestack", *paths], timeout=120)
+    found: dict[str, list[str]] = {}
+    for line in out.stdout.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "USE" and len(parts) == 4:
+            found.setdefault(parts[1], []).append(f"{parts[2]} {parts[3].strip()}")
+    return found
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a collection did (or would do) with one retired generation, and why."""
+
+    path: str
+    removed: bool
+    why: str
+
+
+def verdicts(host: Host, history: History, grace: tuple[int | None, str], now: float | None = None) -> list[Verdict]:
+    """For each retired generation on disk: may it be removed now, and why (not) — removes nothing."""
+    now = time.time() if now is None else now
+    seconds, source = grace
+    out: list[Verdict] = []
+    due: list[str] = []
+    for g in history.retired():
+        path = f"{history.parent}/{g.name}"
+        retired = g.retired if g.retired is not None else g.created
+        if seconds is None:
+            out.append(Verdict(path, False, f"kept: {source}"))
+        elif now - retired < seconds:
+            left = int(seconds - (now - retired))
+            out.append(Verdict(path, False, f"kept for {left} s more: jobs may run for {source}"))
+        else:
+            due.append(path)
+    users = in_use(host, due)
+    for path in due:
+        if users.get(path):
+            out.append(Verdict(path, False, f"kept: in use by {'; '.join(users[path][:3])}"))
+        else:
+            out.append(Verdict(path, True, f"removed: switched out over {source} ago and no process here uses it"))
+    return out
+
+
+def collect(host: Host, history: History, grace: tuple[int | None, str], *, dry_run: bool = False,
+            note: Callable[[str], None] | None = None) -> list[Verdict]:
+    """Remove the retired generations that :func:`verdicts` allows (``dry_run``: only say which)."""
+    found = verdicts(host, history, grace)
+    for v in found:
+        if v.removed and not dry_run:
+            host.run(["rm", "-rf", "--", v.path])
+        if note is not None:
+            note(f"{v.path}: {v.why if not dry_run or not v.removed else 'would be ' + v.why}")
+    return found
+
+
+def rollback(host: Host, path: str) -> tuple[Generation, Generation]:
+    """Point ``path`` back at the newest retired generation still on disk; (from, to)."""
+    history = read_history(host, path)
+    if history.current is None:
+        raise SitestackError(f"{path} is not a link to a generation: nothing to roll back")
+    previous = history.retired()
+    if not previous:
+        raise SitestackError(f"{path}: no earlier generation is left on disk to roll back to "
+                             f"(see `invoke generations`)")
+    leaving = history.find(history.current) or Generation(history.current, 0.0)
+    target = previous[0]
+    switch(host, history, replace(target, change=target.change), time.time())
+    return leaving, target
