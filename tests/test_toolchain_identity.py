@@ -170,3 +170,44 @@ def status(out: str) -> str:
     """The hello install's status in a run's report."""
     found = re.findall(r"^\[localhost\] (\w+) +hello@1\.0\b", out, re.M)
     return found[0] if len(found) == 1 else out
+
+
+def older_stamp(stamp_path: Path, spelled: dict[str, str], interpreter: dict[str, str]) -> None:
+    """Rewrite the stamp as sitestack wrote it before tool identities: each tool by the path ``PATH``
+    gave (``spelled``), the interpreter with its ``sys.executable`` (and no ABI)."""
+    stamp = json.loads(stamp_path.read_text())
+    toolchain = stamp["inputs"]["build"]["toolchain"]
+    for name, path in spelled.items():
+        toolchain["tools"][name] = f"{path} | {toolchain['tools'][name].split(' | ', 1)[1]}"
+    toolchain["interpreter"] = interpreter
+    stamp["digest"] = digest(stamp["inputs"])
+    stamp_path.write_text(json.dumps(stamp))
+
+
+@pytest.mark.integration
+def test_an_older_sitestacks_stamp_of_the_same_tools_needs_no_rebuild(tmp_path: Path, home: Path):
+    paths = spellings(tmp_path)
+    env = {"SITESTACK_BUILD_CACHE": str(tmp_path / "cache"), "SITESTACK_SOURCE_CACHE": str(tmp_path / "src"),
+           "PATH": paths["shim"]}
+    args = ["build-recipe", "hello", "--site", "local", "--sources-dir", str(hello_sources(tmp_path)),
+            "--prefix", str(tmp_path / "prefix")]
+    built = run_invoke(*args, env=env, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    stamp_path = tmp_path / "prefix" / "hello" / "1.0" / ".sitestack" / "install.json"
+    current = json.loads(stamp_path.read_text())
+    version = current["inputs"]["build"]["toolchain"]["interpreter"]["version"]
+    spelled = {"python3": str(tmp_path / "shims" / "python3"), "make": str(tmp_path / "links" / "make")}
+    older_stamp(stamp_path, spelled, {"executable": REAL, "realpath": REAL, "version": version})
+
+    checked = run_invoke(*args, "--check", env=env)
+    assert status(checked.stdout) == "ok", checked.stdout + checked.stderr
+    assert json.loads(stamp_path.read_text())["digest"] != current["digest"]   # check mode writes nothing
+    again = run_invoke(*args, env=env)
+    assert status(again.stdout) == "ok", again.stdout + again.stderr
+    assert json.loads(stamp_path.read_text())["digest"] == current["digest"]   # the stamp in the current form
+
+    # an older stamp of another interpreter is another interpreter still
+    older_stamp(stamp_path, spelled, {"executable": "/usr/bin/python3", "realpath": "/usr/bin/python3.11",
+                                      "version": version})
+    other = run_invoke(*args, "--check", env=env)
+    assert "would change: inputs changed: site toolchain changed: interpreter" in other.stdout, other.stdout
