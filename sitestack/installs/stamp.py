@@ -70,10 +70,10 @@ def restamped(host: Host, dest: str, stamp: Mapping[str, Any], inputs: Mapping[s
     recorded the same tools (:func:`sitestack.installs.inputs.spelled_as_before`; its paths resolved on
     the host now). Then the install is current: upgrading sitestack rebuilds nothing, and the stamp gets
     the current digest and inputs where the host is writable (else the next writable run does it)."""
-    old = stamp.get("inputs", {})
-    if not isinstance(old, dict) or old.get("build", {}).get("toolchain") == inputs["build"]["toolchain"]:
+    old, build = stamp.get("inputs", {}), inputs.get("build", {})
+    if not isinstance(old, dict) or "toolchain" not in build or old.get("build", {}).get("toolchain") == build["toolchain"]:
         return False
-    bare = {**inputs, "build": {**inputs["build"], "toolchain": old.get("build", {}).get("toolchain")}}
+    bare = {**inputs, "build": {**build, "toolchain": old.get("build", {}).get("toolchain")}}
     if digest(old) != digest(bare):
         return False   # something besides the toolchain changed: no need to look closer
     paths = recorded_paths(old)
