@@ -98,8 +98,10 @@ import json, sys
 from pathlib import Path
 from sitestack.core.host import LocalHost
 from tests.test_toolchain_identity import build_digest
-seen = LocalHost().probe(["sh", "-c", 'printf "%s\\n%s\\n" "$PATH" "${VIRTUAL_ENV-unset}"']).stdout.splitlines()
-print(json.dumps({"inputs": build_digest(Path(sys.argv[1])), "path": seen[0], "virtual_env": seen[1]}))
+script = 'printf "%s\\n%s\\n%s\\n" "$PATH" "${VIRTUAL_ENV-unset}" "${PYTHONPATH-unset}"'
+seen = LocalHost().probe(["sh", "-c", script]).stdout.splitlines()
+print(json.dumps({"inputs": build_digest(Path(sys.argv[1])), "path": seen[0], "virtual_env": seen[1],
+                  "pythonpath": seen[2]}))
 """
 
 
@@ -120,12 +122,13 @@ def test_the_digest_is_the_interpreters_whatever_path_names_it(tmp_path: Path, h
     # sitestack run from an activated venv of its own (a --copies one: its python3 is another binary):
     # its bin first on PATH, VIRTUAL_ENV set; its steps see neither
     venv = copies_venv(tmp_path)
-    env = {**os.environ, "PATH": f"{venv}/bin:{paths['shim']}", "VIRTUAL_ENV": str(venv)}
+    env = {**os.environ, "PATH": f"{venv}/bin:{paths['shim']}", "VIRTUAL_ENV": str(venv),
+           "PYTHONPATH": f"{venv}/lib/extra"}
     out = subprocess.run([str(venv / "bin" / "python"), "-c", FROM_VENV, str(tmp_path)], cwd="/", env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
-    assert answer["path"] == paths["shim"] and answer["virtual_env"] == "unset"
+    assert answer["path"] == paths["shim"] and answer["virtual_env"] == answer["pythonpath"] == "unset"
     assert digest(answer["inputs"]) == digest(inputs["real"]), answer["inputs"]["toolchain"]
 
     # a genuinely other interpreter: that venv's binary when it is the site's python3 (it is not

@@ -8,6 +8,7 @@ Every name callers use is importable from here: ``Host``, ``Completed``, ``shell
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -129,6 +130,12 @@ def own_venv() -> str | None:
     return os.path.realpath(sys.prefix) if sys.prefix != sys.base_prefix else None
 
 
+@functools.lru_cache(maxsize=64)
+def _outside(value: str, venv: str) -> str:
+    """The entries of a ``PATH``-like ``value`` not inside ``venv`` (kept: every local command asks)."""
+    return os.pathsep.join(d for d in value.split(os.pathsep) if not (d and _inside(d, venv)))
+
+
 def _inside(path: str, root: str) -> bool:
     real = os.path.realpath(path)
     return real == root or real.startswith(root.rstrip("/") + "/")
@@ -153,14 +160,10 @@ def site_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         return env
     for key in ("PATH", "PYTHONPATH"):
         if key in env:
-            kept = [d for d in env[key].split(os.pathsep) if not (d and _inside(d, venv))]
-            if kept or key == "PATH":
-                env[key] = os.pathsep.join(kept)
-            else:
-                del env[key]
-    for key in ("VIRTUAL_ENV", "PYTHONHOME"):
-        if env.get(key) and _inside(env[key], venv):
-            del env[key]
+            env[key] = _outside(env[key], venv)
+    for key in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
+        if key in env and not _outside(env[key], venv):
+            del env[key]   # nothing left, or it pointed into the venv
     return env
 
 

@@ -61,8 +61,11 @@ class Found:
     @property
     def identity(self) -> str:
         """What the tool is, whatever names it: the digest records this, never the ``PATH`` spelling
-        (a symlink farm, a module's wrapper directory or sitestack's own venv first on ``PATH`` is
-        not another tool)."""
+        (a symlink farm or a module's wrapper directory first on ``PATH`` is not another tool). The
+        spelling differs between two runs of the same machine: pyenv's ``exec`` puts the version's
+        ``bin`` first on ``PATH`` (https://github.com/pyenv/pyenv#understanding-shims), so a run
+        started from a Python (cron, CI, a wrapper script) finds the real binary where a login shell
+        finds the shim."""
         return f"{self.real} | {self.version}"
 
     @property
