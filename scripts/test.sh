@@ -18,6 +18,7 @@ PACKAGES=(
   procps psmisc
   bubblewrap squashfuse squashfs-tools fuse3
   zsh fish tcsh
+  python3-pip python3-venv   # the local site's python3 is the system's: .venv is sitestack's, never the site's
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

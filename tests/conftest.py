@@ -39,6 +39,20 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "prefix"
 
 
+def uv_dir(tmp: Path) -> str:
+    """A directory holding the uv the test extras install (``pip install -e .[test]``), as a site's own
+    PATH entry: the one beside this interpreter is sitestack's venv, which the site's commands never
+    see (sitestack/core/host.py: site_environ)."""
+    import shutil
+    found = shutil.which("uv", path=os.path.dirname(sys.executable)) or shutil.which("uv")
+    assert found, "uv is missing: install the test extras (pip install -e '.[test]')"
+    where = tmp / "uv-bin"
+    where.mkdir(parents=True, exist_ok=True)
+    if not (where / "uv").exists():
+        (where / "uv").symlink_to(os.path.realpath(found))
+    return str(where)
+
+
 def tree(path: Path) -> list[str]:
     """Every path below ``path``, relative and sorted (to compare before/after a run)."""
     if not path.exists():

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from sitestack.engine import playbook as pb
 from sitestack.packages.horovod import build_env, build_env_commands, horovod_data, plan_for
 from sitestack.packages.horovod_hooks import cuda_stub
 from sitestack.validation import jobs
+from tests.conftest import uv_dir
 from tests.contexts import offline_context
 from tests.twins import sites
 
@@ -89,9 +89,7 @@ def test_the_stack_env_installs_the_torch_line_with_index_url_alone(tmp_path, in
                   requirements=("sitestack-twin-torch==1.0",), extras=(), checks=(), index_url=f"file://{index}",
                   system_site_packages=False, compile=False, index_only=True, installer=installer)
     if installer == "uv":
-        uv = shutil.which("uv", path=os.path.dirname(sys.executable))
-        assert uv, "uv is missing: install the test extras (pip install -e '.[test]')"
-        monkeypatch.setenv("PATH", f"{os.path.dirname(uv)}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("PATH", f"{uv_dir(tmp_path)}{os.pathsep}{os.environ['PATH']}")
     facts = pb.load("local").facts
     log = tmp_path / "pip.log"
     tools = EnvTools(local_host(), stack, Base(facts, stack, str(tmp_path)), log)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.actions import stack_venv as venv
+from sitestack.core.host import site_environ
 from sitestack.engine import playbook as pb
 from sitestack.installs import venv_manifest, venv_stack
 from tests.conftest import playbook_copy, run_invoke, tree
@@ -128,7 +129,8 @@ def test_a_changed_pin_makes_a_new_generation_and_never_writes_into_the_publishe
         assert run.returncode == 0, run.stdout + run.stderr
         assert "changed  stack-venv: extras: +six" in run.stdout
         # the pip install under a provision-like task reports its progress, console and provision.log alike
-        tool = "uv pip" if shutil.which("uv") else "pip"  # facts.python.installer auto: uv where on the PATH
+        # facts.python.installer auto: uv where on the site's PATH (sitestack's own venv is not the site's)
+        tool = "uv pip" if shutil.which("uv", path=site_environ()["PATH"]) else "pip"
         assert f"[localhost] pytorch/2.13.0-cpu: {tool} install (+0s): six" in run.stdout, run.stdout
         logs = sorted(Path(local_stack.env["SITESTACK_LOG_DIR"]).rglob("provision.log"), key=os.path.getmtime)
         assert f"pytorch/2.13.0-cpu: {tool} install" in logs[-1].read_text()

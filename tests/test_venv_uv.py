@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +15,9 @@ import pytest
 from sitestack.installs import venv_manifest, venv_stack
 from sitestack.installs.venv_env import PIP_SETTINGS
 from sitestack.installs.venv_uv import PipSettings, uv_index_args, uv_install_argv
-from tests.conftest import playbook_copy, run_invoke
+from tests.conftest import playbook_copy, run_invoke, uv_dir
 
 integration = pytest.mark.integration
-
-
-def uv_dir() -> str:
-    """The directory of the uv the test extras install (``pip install -e .[test]``)."""
-    found = shutil.which("uv", path=os.path.dirname(sys.executable)) or shutil.which("uv")
-    assert found, "uv is missing: install the test extras (pip install -e '.[test]')"
-    return os.path.dirname(found)
 
 
 def path_without_uv() -> str:
@@ -147,7 +139,7 @@ def install(tmp_path: Path, name: str, facts: dict, path: str) -> tuple[subproce
 @integration
 def test_uv_and_pip_make_the_same_stack(local_stack, tmp_path: Path):
     """local_stack first: mpi4py is then in the build cache, and the installs below take it from there."""
-    with_uv = f"{uv_dir()}{os.pathsep}{os.environ['PATH']}"
+    with_uv = f"{uv_dir(tmp_path)}{os.pathsep}{os.environ['PATH']}"
     by_uv, uv_prefix = install(tmp_path, "uv", {"python": {"installer": "uv"}}, with_uv)
     assert by_uv.returncode == 0, by_uv.stdout + by_uv.stderr
     assert "uv pip install" in by_uv.stdout
@@ -190,7 +182,7 @@ def test_installer_uv_is_refused_before_anything_is_made(tmp_path: Path, system_
     playbook = playbook_copy(tmp_path, facts={"python": {"installer": "uv"}},
                              step_args={"stack-venv": {"system_site_packages": system_site_packages}})
     prefix = tmp_path / "prefix"
-    path = f"{uv_dir()}{os.pathsep}{os.environ['PATH']}" if found else path_without_uv()
+    path = f"{uv_dir(tmp_path)}{os.pathsep}{os.environ['PATH']}" if found else path_without_uv()
     out = run_invoke("install-venv", "--playbook", str(playbook), "--prefix", str(prefix),
                      env={"SITESTACK_LOG_DIR": str(tmp_path / "logs"), "PATH": path})
     assert out.returncode == 1, out.stdout + out.stderr

@@ -112,7 +112,7 @@ class InstallValidationJob(Action):
         log = self.ctx.log_dir / log_name(self.name) if self.ctx.log_dir else None
         host.run(["rm", "-rf", "--", staging])
         py = self.args.build_python
-        identity = wheel_cache.toolchain_identity(host, self.ctx.facts, [self.cc(), py])
+        identity = wheel_cache.toolchain_identity(host, self.ctx.facts, [self.cc(), py], py)
         entry = (f"{build_cache(host, self.ctx.options)}/mpi-probe/"
                  f"{wheel_cache.entry_key(probe_digest(self.cc(), py, self.ctx.facts.mpi.flavour), identity)}")
         wheel = None if self.ctx.options.no_cache else wheel_cache.cached_file(host, entry)

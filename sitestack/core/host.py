@@ -8,6 +8,7 @@ Every name callers use is importable from here: ``Host``, ``Completed``, ``shell
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -28,7 +29,7 @@ from sitestack.core.hostbase import UMASK, VOLATILE_ENV, Completed, Host, shell_
 from sitestack.core.ssh import SshHost, ssh_host
 
 __all__ = ["Completed", "Host", "LocalHost", "SshHost", "local_host", "private_dir", "shell_line",
-           "ssh_host"]
+           "site_environ", "ssh_host"]
 
 
 class LocalHost(Host):
@@ -48,7 +49,7 @@ class LocalHost(Host):
 
     def file_signature(self, paths: Sequence[str]) -> dict[str, Any]:
         """:meth:`Host.file_signature` from this process: its environment is the one commands get here."""
-        env = "\n".join(sorted(f"{k}={v}" for k, v in os.environ.items() if k not in VOLATILE_ENV))
+        env = "\n".join(sorted(f"{k}={v}" for k, v in site_environ().items() if k not in VOLATILE_ENV))
         files: list[list[int]] = []
         for path in paths:
             try:
@@ -122,6 +123,50 @@ class LocalHost(Host):
         shutil.rmtree(path, ignore_errors=True)
 
 
+def own_venv() -> str | None:
+    """The virtual environment this Python runs from (its real path), or None outside one
+    (https://docs.python.org/3/library/venv.html#how-venvs-work: ``sys.prefix`` differs from
+    ``sys.base_prefix`` exactly there)."""
+    return os.path.realpath(sys.prefix) if sys.prefix != sys.base_prefix else None
+
+
+@functools.lru_cache(maxsize=64)
+def _outside(value: str, venv: str) -> str:
+    """The entries of a ``PATH``-like ``value`` not inside ``venv`` (kept: every local command asks)."""
+    return os.pathsep.join(d for d in value.split(os.pathsep) if not (d and _inside(d, venv)))
+
+
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip("/") + "/")
+
+
+def site_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every command on this machine runs with: ``environ`` (this process's) less
+    sitestack's own virtual environment (:func:`own_venv`): its directories taken out of ``PATH`` and
+    ``PYTHONPATH``, ``VIRTUAL_ENV`` and ``PYTHONHOME`` dropped where they point into it.
+
+    Why: the site's tools are the site's (its modules, its ``PATH``). Run from an activated ``.venv``
+    (as the README has it), ``python3`` on ``PATH`` was sitestack's own interpreter: the steps saw
+    another toolchain than from a plain shell, said "site toolchain changed: python3" and rebuilt,
+    or would have built the site's packages against the tool's environment. Activation only puts the
+    venv's ``bin`` first on ``PATH`` and sets ``VIRTUAL_ENV``
+    (https://docs.python.org/3/library/venv.html#how-venvs-work), so taking those out here, the one
+    place local commands start (:func:`run_local`; :meth:`LocalHost.file_signature` reads the same
+    environment), makes the venv invisible to every step and probe. Remote hosts never see it."""
+    env = dict(os.environ if environ is None else environ)
+    venv = own_venv()
+    if venv is None:
+        return env
+    for key in ("PATH", "PYTHONPATH"):
+        if key in env:
+            env[key] = _outside(env[key], venv)
+    for key in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
+        if key in env and not _outside(env[key], venv):
+            del env[key]   # nothing left, or it pointed into the venv
+    return env
+
+
 #: The shell local command lines run in (Invoke's default on POSIX, as over SSH).
 SHELL = "/bin/bash"
 
@@ -144,7 +189,7 @@ def run_local(line: str, *, out: IO[str] | None = None, timeout: float | None = 
     """Run ``line`` with :data:`SHELL`, standard input closed. Without ``out``, stdout and stderr are
     captured apart; with ``out``, both go to it as they arrive (and into ``stdout``)."""
     try:
-        proc = subprocess.Popen([SHELL, "-c", line], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([SHELL, "-c", line], env=site_environ(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if out is not None else subprocess.PIPE,
                                 **_OWN_GROUP)
     except OSError as exc:

@@ -60,6 +60,43 @@ def digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def recorded_paths(old: Mapping[str, Any]) -> list[str]:
+    """The tool paths a stamp's inputs record (:func:`spelled_as_before` needs them resolved)."""
+    return sorted({path for path, _ in _tool_lines(old).values() if path.startswith("/")})
+
+
+def _tool_lines(inputs: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    tools = inputs.get("build", {}).get("toolchain", {}).get("tools", {})
+    out: dict[str, tuple[str, str]] = {}
+    for name, value in tools.items():
+        path, sep, version = str(value).partition(" | ")
+        if sep:
+            out[name] = (path, version)
+    return out
+
+
+def spelled_as_before(old: Mapping[str, Any], new: Mapping[str, Any], real: Mapping[str, str]) -> dict[str, Any]:
+    """``old`` (a stamp's inputs) with the same tools recorded as ``new`` records them. Stamps of sitestack
+    before tool identities recorded each tool as ``PATH`` spelled it and the interpreter with its
+    ``sys.executable``: a tool is the same when its old path, resolved now (``real``), or for the
+    interpreter the old interpreter's real path, with the same ``--version`` line is its identity in
+    ``new``, and the interpreter when its real path and full version are (its ABI, not recorded then,
+    follows from those). Where that holds for every tool, the result's digest is ``new``'s, and the
+    install is current without a rebuild; anything else keeps its old form and its digest differs."""
+    ot, nt = old.get("build", {}).get("toolchain", {}), new["build"]["toolchain"]
+    oi, ni = ot.get("interpreter", {}), nt.get("interpreter", {})
+    same_interpreter = (oi.get("realpath"), oi.get("version")) == (ni.get("realpath"), ni.get("version"))
+    if not (same_interpreter and bool(oi) == bool(ni)):
+        return dict(old)
+    tools = {}
+    for name, (path, version) in _tool_lines(old).items():
+        now = nt.get("tools", {}).get(name)
+        same = {f"{real.get(path, path)} | {version}", *([f"{ni['realpath']} | {version}"] if ni else [])}
+        tools[name] = now if now in same else f"{path} | {version}"
+    toolchain = {**ot, "tools": {**ot.get("tools", {}), **tools}, **({"interpreter": dict(ni)} if ni else {})}
+    return {**old, "build": {**old.get("build", {}), "toolchain": toolchain}}
+
+
 def _plan_changes(oplan: list[Any], nplan: list[Any]) -> list[str]:
     oa = [a for c in oplan for a in c.get("argv", [])]
     na = [a for c in nplan for a in c.get("argv", [])]

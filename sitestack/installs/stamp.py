@@ -15,7 +15,7 @@ from typing import Any
 from sitestack.builders.pip import WHEEL_DIR
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
-from sitestack.installs.inputs import digest, explain_change
+from sitestack.installs.inputs import digest, explain_change, recorded_paths, spelled_as_before
 
 STAMP = ".sitestack/install.json"
 STAMP_FORMAT = 1
@@ -45,7 +45,9 @@ def sanity_missing(host: Host, root: str, patterns: Sequence[str]) -> list[str]:
 
 
 def install_reason(host: Host, dest: str, inputs: Mapping[str, Any], sanity: Sequence[str]) -> str | None:
-    """Why the install at ``dest`` is needed for ``inputs`` (None: it is done). Read-only."""
+    """Why the install at ``dest`` is needed for ``inputs`` (None: it is done). Read-only, but for a
+    stamp of an older sitestack that names the same tools by their ``PATH`` spelling (:func:`restamped`):
+    on a writable host (the caller holds the install lock) it is brought to the current form."""
     text = host.read_text(f"{dest}/{STAMP}")
     if text is None:
         return "not installed" if not host.exists(dest) else f"no stamp in {dest} (unfinished or foreign install)"
@@ -55,12 +57,35 @@ def install_reason(host: Host, dest: str, inputs: Mapping[str, Any], sanity: Seq
         return f"unreadable stamp {dest}/{STAMP}"
     if not isinstance(stamp, dict):
         return f"unreadable stamp {dest}/{STAMP}"
-    if stamp.get("digest") != digest(inputs):
+    if stamp.get("digest") != digest(inputs) and not restamped(host, dest, stamp, inputs):
         return "inputs changed: " + explain_change(stamp.get("inputs", {}), inputs)
     missing = sanity_missing(host, dest, sanity)
     if missing:
         return f"sanity paths missing in {dest}: {', '.join(missing)}"
     return None
+
+
+def restamped(host: Host, dest: str, stamp: Mapping[str, Any], inputs: Mapping[str, Any]) -> bool:
+    """Whether a stamp whose digest is not that of ``inputs`` differs only in how an older sitestack
+    recorded the same tools (:func:`sitestack.installs.inputs.spelled_as_before`; its paths resolved on
+    the host now). Then the install is current: upgrading sitestack rebuilds nothing, and the stamp gets
+    the current digest and inputs where the host is writable (else the next writable run does it)."""
+    old, build = stamp.get("inputs", {}), inputs.get("build", {})
+    if not isinstance(old, dict) or "toolchain" not in build or old.get("build", {}).get("toolchain") == build["toolchain"]:
+        return False
+    bare = {**inputs, "build": {**build, "toolchain": old.get("build", {}).get("toolchain")}}
+    if digest(old) != digest(bare):
+        return False   # something besides the toolchain changed: no need to look closer
+    paths = recorded_paths(old)
+    out = host.probe(["sh", "-c", 'for p; do r=$(readlink -f -- "$p") || r=$p; printf "%s\\n" "$r"; done', "sh",
+                      *paths])
+    real = dict(zip(paths, out.stdout.splitlines())) if out.ok else {}
+    if digest(spelled_as_before(old, inputs, real)) != digest(inputs):
+        return False
+    if not host.read_only:
+        host.write_text(f"{dest}/{STAMP}", json.dumps({**stamp, "digest": digest(inputs), "inputs": inputs},
+                                                      indent=2, sort_keys=True) + "\n")
+    return True
 
 
 def lock_path(dest: str) -> str:

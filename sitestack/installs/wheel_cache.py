@@ -2,8 +2,8 @@
 
 Used for the validation job's MPI probe (:mod:`sitestack.actions.validation_job`): its wheel links
 the site MPI, so the key is the digest of its sources and of the toolchain that built it
-(:func:`toolchain_identity`: the site modules, the compiler wrapper's and the interpreter's path and
-``--version`` line, the host's architecture). An entry is ``<cache>/<name>/<key>/`` holding the wheel
+(:func:`toolchain_identity`: the site modules, what the compiler wrapper and the interpreter are,
+whatever ``PATH`` calls them, the host's architecture). An entry is ``<cache>/<name>/<key>/`` holding the wheel
 and an ``artefact.json`` (its sha256, checked on every use; ``invoke gc`` trims these entries like
 the recipes' artefacts). Entries are stored whole with one rename, so a reader never sees half of one.
 """
@@ -17,24 +17,21 @@ from collections.abc import Sequence
 
 from sitestack.core.host import Host
 from sitestack.installs.inputs import digest
-from sitestack.installs.toolchain import PROBE_SCRIPT, vouchers
+from sitestack.installs.toolchain import identities, probe_interpreter, probe_tools
 from sitestack.model.site import Facts
-from sitestack.model.siteenv import probe_in_site_env
 
 
-def toolchain_identity(host: Host, facts: Facts, tools: Sequence[str]) -> dict[str, object]:
-    """The site modules, each tool's "path | --version line" (probed with the modules loaded, kept in
-    the probe cache while its files stay the same) and ``uname -m``: what a built binary depends on."""
-    out = probe_in_site_env(host, facts, ["bash", "-c", PROBE_SCRIPT, "sitestack", *dict.fromkeys(tools)],
-                            vouchers=vouchers)
-    found = {}
-    for line in out.stdout.splitlines():
-        parts = line.split("\t")
-        if parts[0] in ("TOOL", "MISSING") and len(parts) >= 2:
-            found[parts[1]] = " | ".join(p.strip() for p in parts[2:]) if parts[0] == "TOOL" else "missing"
+def toolchain_identity(host: Host, facts: Facts, tools: Sequence[str], python: str) -> dict[str, object]:
+    """The site modules, each tool's identity (the executable it is and its ``--version`` line, probed
+    with the modules loaded: :func:`sitestack.installs.toolchain.identities`; ``python``, one of
+    ``tools``, as the interpreter reports itself) and ``uname -m``: what a built binary depends on."""
+    answer = probe_tools(host, facts, tools)
+    interpreter = probe_interpreter(host, facts, python, "the MPI probe") if python in answer.found else {}
+    found: dict[str, object] = {**dict.fromkeys(answer.missing, "missing"),
+                                **identities(answer.found, python, interpreter)}
     arch = host.probe(["uname", "-m"])
     return {"modules": list(facts.modules.load), "module_use": list(facts.modules.use), "tools": found,
-            "arch": arch.stdout.strip() if arch.ok else ""}
+            **({"interpreter": interpreter} if interpreter else {}), "arch": arch.stdout.strip() if arch.ok else ""}
 
 
 def entry_key(sources: str, identity: dict[str, object]) -> str:
