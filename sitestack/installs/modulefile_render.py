@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sitestack.core import templates
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.paths import MODULEFILE_DIR as TEMPLATE_DIR
-from sitestack.installs.modulefile_text import Text, lua, lua_long, tcl, tcl_text
+from sitestack.installs.modulefile_text import Text, lua, lua_long, message_problem, tcl, tcl_text
 
 if TYPE_CHECKING:
     import jinja2
@@ -58,6 +58,8 @@ class ModuleSpec:
     defaults: tuple[tuple[str, Text], ...] = ()
     help: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
+    #: a notice printed on every ``module load`` (the modulefiles step's ``deprecated``); None: none
+    deprecated: str | None = None
 
     @property
     def full(self) -> str:
@@ -78,6 +80,9 @@ class ModuleSpec:
         for name in self.requires:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+/-]*", name):
                 raise InputError(self.full, f"{name!r} is not a module name")
+        problem = message_problem(self.deprecated) if self.deprecated is not None else None
+        if problem:
+            raise InputError(self.full, f"deprecated: {problem}")
 
 
 def family_name(module: str) -> str:
