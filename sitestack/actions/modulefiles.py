@@ -248,9 +248,9 @@ class ModuleFiles(Action):
                 host.write_text(path, text, FILE_MODE)
         for path in [*self.stale(host, files), *rc.stale]:
             host.run(["rm", "-f", "--", path])
-        host.write_text(self.record, self._record_text(files), FILE_MODE)
-        if rc.record_text is not None and host.read_text(rc.record) != rc.record_text:
-            host.write_text(rc.record, rc.record_text, FILE_MODE)
+        for path, text in ((self.record, self._record_text(files)), (rc.record, rc.record_text)):
+            if text is not None and host.read_text(path) != text:
+                host.write_text(path, text, FILE_MODE)
 
 
 class RcPlan(NamedTuple):

@@ -17,7 +17,9 @@ What each format writes (rendered by ``modulefiles/dot-*.j2``):
   Modules and Lmod both read, and ``.modulerc`` hiding versions with ``module-hide`` where the
   module system has it (Environment Modules 4.6+,
   https://modules.readthedocs.io/en/latest/modulefile.html#mfcmd-module-hide), else Lmod's
-  ``hide-version`` (the Lmod page above).
+  ``hide-version`` (the Lmod page above). ``.modulerc`` names the default too
+  (``module-version X default``): Lmod takes the default from the first rc file it finds, and
+  ``.modulerc`` comes before ``.version`` (8.6 with both loaded the highest version).
 """
 
 from __future__ import annotations
