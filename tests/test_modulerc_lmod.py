@@ -18,7 +18,7 @@ import yaml
 from sitestack.actions import ACTIONS
 from sitestack.core.host import local_host
 from sitestack.engine import playbook as pb
-from tests.conftest import LMOD_INIT, REPO, clean_env, shell
+from tests.conftest import LMOD_INIT, REPO, clean_env, run_invoke, shell
 from tests.contexts import offline_context
 
 pytestmark = pytest.mark.integration
@@ -145,3 +145,22 @@ def test_without_the_new_arguments_nothing_new_is_written(tmp_path: Path):
         ".sitestack/pytorch--2.2.2-cpu.json", "pytorch/2.2.2-cpu"]
     assert "deprecated" not in (root / "pytorch" / "2.2.2-cpu").read_text()
     assert os.access(root / "pytorch" / "2.2.2-cpu", os.R_OK)
+
+
+def test_install_modulefiles_check_then_apply(tmp_path: Path):
+    """`invoke install-modulefiles --check --diff` shows the rc file and writes nothing; the run
+    writes it; a second check finds nothing to do."""
+    book = playbook(tmp_path, "tcl")
+    prefix = tmp_path / "prefix"
+    steps_of(book, prefix)  # the stacks' manifests
+    env = {"SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    args = ("install-modulefiles", "--playbook", str(book), "--prefix", str(prefix))
+    check = run_invoke(*args, "--check", "--diff", "--fail-on-change", env=env)
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert f"+set ModulesVersion \"{DEFAULT.split('/')[1]}\"" in check.stdout
+    assert not (tmp_path / "modules").exists()
+    run = run_invoke(*args, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "modules" / "pytorch" / ".version").is_file()
+    again = run_invoke(*args, "--check", "--fail-on-change", env=env)
+    assert again.returncode == 0, again.stdout

@@ -248,7 +248,8 @@ class ModuleFiles(Action):
                 host.write_text(path, text, FILE_MODE)
         for path in [*self.stale(host, files), *rc.stale]:
             host.run(["rm", "-f", "--", path])
-        for path, text in ((self.record, self._record_text(files)), (rc.record, rc.record_text)):
+        records: list[tuple[str, str | None]] = [(self.record, self._record_text(files)), (rc.record, rc.record_text)]
+        for path, text in records:
             if text is not None and host.read_text(path) != text:
                 host.write_text(path, text, FILE_MODE)
 
