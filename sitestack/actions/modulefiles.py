@@ -248,10 +248,9 @@ class ModuleFiles(Action):
                 host.write_text(path, text, FILE_MODE)
         for path in [*self.stale(host, files), *rc.stale]:
             host.run(["rm", "-f", "--", path])
-        records: list[tuple[str, str | None]] = [(self.record, self._record_text(files)), (rc.record, rc.record_text)]
-        for path, text in records:
-            if text is not None and host.read_text(path) != text:
-                host.write_text(path, text, FILE_MODE)
+        for record, wanted in ((self.record, self._record_text(files)), (rc.record, rc.record_text)):
+            if wanted is not None and host.read_text(record) != wanted:
+                host.write_text(record, wanted, FILE_MODE)
 
 
 class RcPlan(NamedTuple):
