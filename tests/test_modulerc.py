@@ -95,3 +95,15 @@ def test_a_message_that_would_break_the_file_is_refused_when_rendered():
     bad = type(step)(site.steps[0], dataclasses.replace(step.args, deprecated='x"]] os.exit(1) --'), ctx)
     with pytest.raises(InputError, match="deprecated: '\"' is not allowed"):
         bad.render_files(built_for(ctx), "lua")
+
+
+def test_placeholders_in_the_notice_are_filled_in():
+    from sitestack.actions import ACTIONS
+    from sitestack.model.site import StepSpec
+
+    site, ctx = context("frontier")
+    spec = StepSpec(name="modules-old", action="modulefiles",
+                    args={"deprecated": "{torch_version} is going: use pytorch/2.10.0-rocm7.1"})
+    step = ACTIONS["modulefiles"].from_spec(spec, ctx)
+    text = step.render_files(built_for(ctx), "lua")[f"{step.root}/{OLD}.lua"]
+    assert 'LmodMessage("2.2.2 is going: use pytorch/2.10.0-rocm7.1")' in text

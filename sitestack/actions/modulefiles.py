@@ -98,7 +98,7 @@ class ModuleFiles(Action):
                    "by its full name works"})
         deprecated: str | None = field(default=None, metadata={
             "doc": "a notice every `module load` of the stack's module prints (one line; no double quotes, "
-                   "backslashes, brackets, braces but placeholders, $ or backticks)"})
+                   "backslashes, brackets, $, backticks or braces but those of {placeholders})"})
 
         def check(self) -> str | None:
             if self.templates is not None and not self.templates.startswith("/"):
