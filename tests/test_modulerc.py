@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from sitestack.actions import ACTIONS
 from sitestack.core.errors import InputError
 from sitestack.installs import modulefile_render as mf
 from sitestack.installs import modulerc
 from sitestack.installs.modulefile_text import literal
 from sitestack.installs.modulerc import Mark, State
+from sitestack.model.site import StepSpec
 from tests.test_modulefile_golden import built_for, context, step_of
 
 GOLDEN = Path(__file__).parent / "golden" / "modulerc"
@@ -98,9 +100,6 @@ def test_a_message_that_would_break_the_file_is_refused_when_rendered():
 
 
 def test_placeholders_in_the_notice_are_filled_in():
-    from sitestack.actions import ACTIONS
-    from sitestack.model.site import StepSpec
-
     site, ctx = context("frontier")
     spec = StepSpec(name="modules-old", action="modulefiles",
                     args={"deprecated": "{torch_version} is going: use pytorch/2.10.0-rocm7.1"})
