@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -52,6 +52,13 @@ class Action(Step):
         """Why this step, with these checked arguments, contradicts the site's facts (None: it does
         not). Asked when the playbook is loaded (``options`` None) and by the tasks that make a step
         of their own (with the run's options), before anything connects."""
+        return None
+
+    @classmethod
+    def steps_problem(cls, steps: Sequence[tuple[StepSpec, Any]], facts: Any) -> tuple[int, str] | None:
+        """Why this action's steps of one playbook (each with its checked arguments), taken together,
+        contradict each other: (index in ``steps``, why), or None (they do not). Asked when the
+        playbook is loaded, after each step's own checks."""
         return None
 
     @classmethod

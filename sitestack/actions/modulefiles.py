@@ -25,6 +25,12 @@ Values keep what must be decided when the module is loaded, not when it is writt
 and ``{home}`` in a fact become the loading user's ``$USER``/``$HOME``, and ``$VAR``/``${VAR}``
 are read from the environment at load time.
 
+Several stacks can share a module directory (``pytorch/2.2.2-rocm5.7`` and ``pytorch/2.10.0-rocm7.1``),
+each installed by its own step. A step's ``default``, ``hidden`` and ``deprecated`` say whether
+``module load pytorch`` loads its stack, whether ``module avail`` lists it, and what a load of it
+prints; the directory's rc files (``.modulerc.lua``; Tcl: ``.version``, ``.modulerc``) hold every
+stack's entry (:mod:`sitestack.installs.modulerc`), so each step rewrites them keeping the others'.
+
 Files are written atomically (temp file + rename) with mode 0644 in directories of mode 0755
 (a+rX, no group or world write). Module files a previous run installed for the stack that are
 no longer wanted are removed (a record in ``<install_root>/.sitestack/``).
@@ -32,19 +38,29 @@ no longer wanted are removed (a record in ``<install_root>/.sitestack/``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sitestack.actions.action import Action, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.modulefile_render import render_all
 from sitestack.installs.modulefile_specs import site_modules
+from sitestack.installs.modulefile_text import message_problem
+from sitestack.installs.modulerc import Mark, State, merged, module_dir, module_file, rc_files, read_state, record_path
 from sitestack.installs.site_stack import find_built
-from sitestack.installs.venv_stack import DEFAULT_RECIPES, Built, module_root, require_module_system, stack_for
+from sitestack.installs.venv_stack import (
+    DEFAULT_RECIPES,
+    Built,
+    default_name,
+    module_root,
+    require_module_system,
+    stack_for,
+)
 from sitestack.model.context import RunContext
 from sitestack.model.site import Facts, StepSpec
 
@@ -74,11 +90,40 @@ class ModuleFiles(Action):
             "doc": "recipes that get a module file when built (the site's network plugin is added)"})
         templates: str | None = field(default=None, metadata={
             "doc": "a controller directory of templates searched before modulefiles/ (site overrides)"})
+        default: bool = field(default=False, metadata={
+            "doc": "the stack's module is its directory's default (`module load pytorch` loads it); "
+                   "no stack marked: the module system loads the highest version"})
+        hidden: bool = field(default=False, metadata={
+            "doc": "`module avail` does not list the stack's module (`--show_hidden` does); loading it "
+                   "by its full name works"})
+        deprecated: str | None = field(default=None, metadata={
+            "doc": "a notice every `module load` of the stack's module prints (one line; no double quotes, "
+                   "backslashes, brackets, $, backticks or braces but those of {placeholders})"})
 
         def check(self) -> str | None:
             if self.templates is not None and not self.templates.startswith("/"):
                 return f"templates: {self.templates!r} must be absolute"
-            return None
+            if self.default and self.hidden:
+                # Environment Modules does not resolve `module load pytorch` to a hidden default
+                # (https://modules.readthedocs.io/en/latest/modulefile.html#mfcmd-module-hide); Lmod does
+                return "default and hidden: the default must be listed by `module avail` (mark one of them)"
+            problem = message_problem(self.deprecated, placeholders=True) if self.deprecated is not None else None
+            return f"deprecated: {problem}" if problem else None
+
+    @classmethod
+    def steps_problem(cls, steps: Sequence[tuple[StepSpec, Any]], facts: Facts) -> tuple[int, str] | None:
+        """Two steps of one playbook whose stacks share a module directory cannot both be its default."""
+        claims: dict[str, tuple[StepSpec, str]] = {}
+        for i, (spec, args) in enumerate(steps):
+            name = args.name or default_name(facts)
+            if not args.default:
+                continue
+            if module_dir(name) in claims:
+                first, other = claims[module_dir(name)]
+                return i, (f"default: {name} and {other} (step {first.name!r}, line {first.line}) both claim "
+                           f"the default of {module_dir(name)}/: mark one")
+            claims[module_dir(name)] = (spec, name)
+        return None
 
     def __init__(self, spec: StepSpec, args: Any, ctx: RunContext) -> None:
         super().__init__(spec, args, ctx)
@@ -97,12 +142,32 @@ class ModuleFiles(Action):
         """path -> text of the module files for the packages ``built`` (no host needed)."""
         specs = site_modules(self.ctx, self.stack, built, requires=self.args.requires, autoload=self.args.autoload,
                              plugins=plugins)
-        dirs = [self.args.templates] if self.args.templates else []
-        return {f"{self.root}/{rel}": text for rel, text in render_all(specs, fmt or self.fmt, dirs).items()}
+        specs = [dataclasses.replace(s, deprecated=self.args.deprecated) if s.full == self.stack.name else s
+                 for s in specs]
+        return {f"{self.root}/{rel}": text for rel, text in render_all(specs, fmt or self.fmt, self.template_dirs()).items()}
+
+    def template_dirs(self) -> list[str]:
+        return [self.args.templates] if self.args.templates else []
 
     def files(self, host: Host) -> dict[str, str]:
         built, _notes = find_built(host, self.ctx, self.recipes())
         return self.render_files(built)
+
+    def rc_plan(self, host: Host) -> RcPlan:
+        """The stack's module directory's rc files after this step: every stack's entry from the
+        directory's record, this stack's from the step's arguments (:func:`modulerc.merged`)."""
+        directory = module_dir(self.stack.name)
+        record = record_path(self.root, directory)
+        before = host.read_text(record)
+        state = read_state(before)
+        mine = module_file(self.root, self.stack.name, self.fmt)
+        mark = Mark(self.fmt, self.args.default, self.args.hidden) if self.args.default or self.args.hidden else None
+        stacks, notes = merged(state, self.stack.name, mark, lambda p: p == mine or host.exists(p), self.root)
+        rel = rc_files(stacks, self.template_dirs())
+        files = {f"{self.root}/{r}": text for r, text in rel.items()}
+        stale = [f"{self.root}/{r}" for r in state.files if r not in rel and host.exists(f"{self.root}/{r}")]
+        text = State(stacks, tuple(rel)).text() if stacks or before is not None else None
+        return RcPlan(files, stale, record, text, notes)
 
     def dirs(self, files: Mapping[str, str]) -> list[str]:
         out = [self.root, os.path.dirname(self.record)]
@@ -124,6 +189,17 @@ class ModuleFiles(Action):
     def pending(self, host: Host) -> str | None:
         require_module_system(facts=self.ctx.facts)
         files = self.files(host)
+        rc = self.rc_plan(host)
+        problems = self._problems(host, {**files, **rc.files})
+        problems += [f"{p} no longer wanted" for p in [*self.stale(host, files), *rc.stale]]
+        if host.read_text(self.record) != self._record_text(files):
+            problems = problems or [f"{self.record} out of date"]
+        if rc.record_text is not None and host.read_text(rc.record) != rc.record_text:
+            problems = problems or [f"{rc.record} out of date"]
+        return "; ".join([*problems, *rc.notes]) if problems else None
+
+    def _problems(self, host: Host, files: Mapping[str, str]) -> list[str]:
+        """Why ``files`` (path -> text) and their directories are not as wanted: missing, differing, modes."""
         problems = []
         modes = self._modes(host, [*self.dirs(files), *files])
         for path, text in files.items():
@@ -137,10 +213,7 @@ class ModuleFiles(Action):
         for d in self.dirs(files):
             if d in modes and modes[d] != DIR_MODE:
                 problems.append(f"{d} mode {modes[d]:04o}, want {DIR_MODE:04o}")
-        problems += [f"{p} no longer wanted" for p in self.stale(host, files)]
-        if host.read_text(self.record) != self._record_text(files):
-            problems = problems or [f"{self.record} out of date"]
-        return "; ".join(problems) or None
+        return problems
 
     @staticmethod
     def _modes(host: Host, paths: Sequence[str]) -> dict[str, int]:
@@ -155,9 +228,9 @@ class ModuleFiles(Action):
         return json.dumps({"stack": self.stack.name, "format": self.fmt, "files": sorted(files)}, indent=2) + "\n"
 
     def diff(self, host: Host) -> str | None:
-        files = self.files(host)
+        files = {**self.files(host), **(rc := self.rc_plan(host)).files}
         out = [unified_diff(host.read_text(p), text, p) for p, text in files.items() if host.read_text(p) != text]
-        out += [unified_diff(host.read_text(p) or "", "", p) for p in self.stale(host, files)]
+        out += [unified_diff(host.read_text(p) or "", "", p) for p in [*self.stale(host, files), *rc.stale]]
         return "".join(out) or None
 
     def apply(self, host: Host) -> None:
@@ -166,16 +239,29 @@ class ModuleFiles(Action):
             raise SitestackError(f"the stack environment {self.stack.path} is not installed ({self.stack.manifest} "
                                  f"missing): run `invoke install-venv --site {self.ctx.site.name}` first")
         files = self.files(host)
-        dirs = self.dirs(files)
+        rc = self.rc_plan(host)
+        dirs = self.dirs({**files, **rc.files})
         host.run(["mkdir", "-p", "--", *dirs])
         host.run(["chmod", f"{DIR_MODE:o}", "--", *dirs])
-        for path, text in files.items():
+        for path, text in {**files, **rc.files}.items():
             if host.read_text(path) != text or self._modes(host, [path]).get(path) != FILE_MODE:
                 host.write_text(path, text, FILE_MODE)
-        for path in self.stale(host, files):
+        for path in [*self.stale(host, files), *rc.stale]:
             host.run(["rm", "-f", "--", path])
-        host.write_text(self.record, self._record_text(files), FILE_MODE)
+        for record, wanted in ((self.record, self._record_text(files)), (rc.record, rc.record_text)):
+            if wanted is not None and host.read_text(record) != wanted:
+                host.write_text(record, wanted, FILE_MODE)
 
+
+class RcPlan(NamedTuple):
+    """What :meth:`ModuleFiles.rc_plan` found: the rc files (path -> text), those to remove, the
+    directory's record (its path and text; None: no record needed) and notes on other stacks."""
+
+    files: dict[str, str]
+    stale: list[str]
+    record: str
+    record_text: str | None
+    notes: list[str]
 
 #: The rendering names are re-exported: other actions (the network plugin's) and the build task import
 #: them from here.

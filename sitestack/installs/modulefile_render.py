@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sitestack.core import templates
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.paths import MODULEFILE_DIR as TEMPLATE_DIR
-from sitestack.installs.modulefile_text import Text, lua, lua_long, tcl, tcl_text
+from sitestack.installs.modulefile_text import Text, lua, lua_long, message_problem, tcl, tcl_text
 
 if TYPE_CHECKING:
     import jinja2
@@ -62,6 +62,8 @@ class ModuleSpec:
     #: loaded, keeps it in the variable while loaded, and its paths say :func:`~sitestack.installs.
     #: modulefile_text.in_generation` for what lies in it (docs/operating.md)
     generation: tuple[str, str] | None = None
+    #: a notice printed on every ``module load`` (the modulefiles step's ``deprecated``); None: none
+    deprecated: str | None = None
 
     @property
     def full(self) -> str:
@@ -84,6 +86,9 @@ class ModuleSpec:
         for name in self.requires:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+/-]*", name):
                 raise InputError(self.full, f"{name!r} is not a module name")
+        problem = message_problem(self.deprecated) if self.deprecated is not None else None
+        if problem:
+            raise InputError(self.full, f"deprecated: {problem}")
 
 
 def family_name(module: str) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sitestack.core.quoting import control_problem
+
 #: Placeholders that must be the loading user's, not the installing user's.
 RUNTIME = {"user": "USER", "home": "HOME"}
 
@@ -79,6 +81,28 @@ def text_of(raw: str, values: Mapping[str, str]) -> Text:
         elif text or kind == "env":
             merged.append((kind, text))
     return Text(tuple(merged) or (("lit", ""),))
+
+
+# -- messages users read (a deprecation notice) ---------------------------------------------------------
+#: What a message in a module file may not hold besides control characters: quotes, backslashes,
+#: brackets, braces, ``$`` and backticks. :func:`lua` and :func:`tcl` would quote them, but a notice
+#: needs none of them, and without them the text reads the same in the file as on the terminal.
+MESSAGE_FORBIDDEN = re.compile(r"[\\\"`$\[\]{}]")
+
+
+def message_problem(text: str, *, placeholders: bool = False) -> str | None:
+    """Why ``text`` cannot be a message a module file prints (None: it can): one line, none of
+    :data:`MESSAGE_FORBIDDEN`; ``placeholders``: ``{name}`` placeholders (filled in later) are allowed."""
+    if not text.strip():
+        return "must not be empty"
+    problem = control_problem(text)
+    if problem:
+        return problem
+    found = MESSAGE_FORBIDDEN.search(re.sub(r"\{[A-Za-z_][A-Za-z0-9_]*\}", "", text) if placeholders else text)
+    if found:
+        return (f"{found.group()!r} is not allowed: a message holds no double quotes, backslashes, brackets, "
+                "braces, $ or backticks")
+    return None
 
 
 # -- quoting for each language ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -240,17 +240,7 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
     steps = _build_list(StepSpec, data, "steps", shown, unique="name")
     handlers = _build_list(StepSpec, data, "handlers", shown, unique="name") if "handlers" in data else ()
     handler_names = {h.name for h in handlers}
-    for group, specs in (("steps", steps), ("handlers", handlers)):
-        for i, spec in enumerate(specs):
-            for target in spec.notify:
-                if target not in handler_names:
-                    raise InputError(f"{shown}:{spec.line}", f"notifies unknown handler {target!r}", key=f"{group}[{i}].notify")
-            if actions is not None:
-                raw = data[group][i].get("args") if isinstance(data[group][i], dict) else None
-                args = _check_action(spec, raw, actions, shown, f"{group}[{i}]")
-                problem = actions[spec.action].site_problem(args, facts)
-                if problem:
-                    raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {problem}", key=f"{group}[{i}]")
+    _check_steps(data, {"steps": steps, "handlers": handlers}, actions, facts, shown)
     clash = handler_names & {s.name for s in steps}
     if clash:
         raise InputError(f"{shown}:{data.lines['handlers']}", f"handler names clash with step names: {', '.join(sorted(clash))}", key="handlers")
@@ -274,6 +264,39 @@ def _build_list(cls: type[Any], data: MarkedDict, key: str, shown: str, *, uniqu
         seen[ident] = line
         out.append(obj)
     return tuple(out)
+
+
+def _check_steps(data: MarkedDict, groups: Mapping[str, Sequence[StepSpec]], actions: Mapping[str, Any] | None,
+                 facts: Facts, shown: str) -> None:
+    """Every step and handler: the handlers it notifies exist; with ``actions``, its arguments (each
+    step's own, then each action's steps together) and that they fit the site's facts."""
+    handler_names = {h.name for h in groups["handlers"]}
+    checked: list[tuple[str, StepSpec, Any]] = []
+    for group, specs in groups.items():
+        for i, spec in enumerate(specs):
+            for target in spec.notify:
+                if target not in handler_names:
+                    raise InputError(f"{shown}:{spec.line}", f"notifies unknown handler {target!r}", key=f"{group}[{i}].notify")
+            if actions is not None:
+                raw = data[group][i].get("args") if isinstance(data[group][i], dict) else None
+                args = _check_action(spec, raw, actions, shown, f"{group}[{i}]")
+                problem = actions[spec.action].site_problem(args, facts)
+                if problem:
+                    raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {problem}", key=f"{group}[{i}]")
+                checked.append((f"{group}[{i}]", spec, args))
+    if actions is not None:
+        _check_together(checked, actions, facts, shown)
+
+
+def _check_together(checked: Sequence[tuple[str, StepSpec, Any]], actions: Mapping[str, Any], facts: Facts,
+                    shown: str) -> None:
+    """Each action's steps taken together (``steps_problem``: e.g. two stacks claiming one default)."""
+    for action in dict.fromkeys(spec.action for _, spec, _ in checked):
+        mine = [(key, spec, args) for key, spec, args in checked if spec.action == action]
+        found = actions[action].steps_problem([(spec, args) for _, spec, args in mine], facts)
+        if found is not None:
+            key, spec, _ = mine[found[0]]
+            raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {found[1]}", key=f"{key}.args")
 
 
 def _check_action(spec: StepSpec, raw_args: Any, actions: Mapping[str, Any], shown: str, key: str) -> Any:

@@ -1,0 +1,145 @@
+"""The rc files of a module directory: which version ``module load pytorch`` loads (the default)
+and which versions ``module avail`` does not list (hidden), for every stack in that directory.
+
+Several stacks share one directory (``pytorch/2.2.2-rocm5.7`` and ``pytorch/2.10.0-rocm7.1`` in
+``<install_root>/pytorch/``), each installed by its own modulefiles step. Each step owns only its
+own stack's entry (a :class:`Mark`); the entries of every stack are kept in one record per
+directory (``<install_root>/.sitestack/<dir>.modulerc.json``), and the rc files are rendered from
+all of them, so one step rewriting them keeps the others' entries. With no entry at all there are
+no rc files: Lmod and Environment Modules then load the highest version.
+
+What each format writes (rendered by ``modulefiles/dot-*.j2``):
+
+- ``lua``: ``.modulerc.lua`` with ``module_version("pytorch/X", "default")`` and
+  ``hide_version("pytorch/Y")`` (https://lmod.readthedocs.io/en/latest/093_modulerc.html;
+  ``hide_version`` rather than ``hide{}``, which Lmod has only from 8.7 on: Debian 12 ships 8.6);
+- ``tcl``: ``.version`` with ``set ModulesVersion "X"`` for the default, which Environment
+  Modules and Lmod both read, and ``.modulerc`` hiding versions with ``module-hide`` where the
+  module system has it (Environment Modules 4.6+,
+  https://modules.readthedocs.io/en/latest/modulefile.html#mfcmd-module-hide), else Lmod's
+  ``hide-version`` (the Lmod page above). ``.modulerc`` names the default too
+  (``module-version X default``): Lmod takes the default from the first rc file it finds, and
+  ``.modulerc`` comes before ``.version`` (8.6 with both loaded the highest version).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sitestack.core import templates
+from sitestack.core.errors import SitestackError
+from sitestack.core.paths import MODULEFILE_DIR
+from sitestack.installs.modulefile_render import EXTENSIONS, environment
+
+#: The rc files of each format, in the module directory; the template of each is ``dot-<name>.<fmt>.j2``.
+RC_FILES = {"lua": (".modulerc.lua",), "tcl": (".version", ".modulerc")}
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One stack's entry in its directory's rc files: its module files' format, and whether it is
+    the directory's default and whether ``module avail`` hides it."""
+
+    format: str
+    default: bool = False
+    hidden: bool = False
+
+
+@dataclass(frozen=True)
+class State:
+    """A module directory's record: every stack's :class:`Mark` (stack name -> mark) and the rc
+    files (relative to the install root) the last run wrote."""
+
+    stacks: Mapping[str, Mark]
+    files: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        stacks = {name: {"format": m.format, "default": m.default, "hidden": m.hidden}
+                  for name, m in sorted(self.stacks.items())}
+        return json.dumps({"stacks": stacks, "files": sorted(self.files)}, indent=2) + "\n"
+
+
+def module_dir(stack: str) -> str:
+    """The directory (relative to the install root) of module ``stack``: ``pytorch`` for ``pytorch/2.3.1-gpu``."""
+    return stack.rsplit("/", 1)[0]
+
+
+def record_path(root: str, directory: str) -> str:
+    return f"{root}/.sitestack/{directory.replace('/', '--')}.modulerc.json"
+
+
+def read_state(text: str | None) -> State:
+    """The record ``text`` (None or unreadable: no entries, no files)."""
+    try:
+        data = json.loads(text) if text else {}
+        stacks = {str(name): Mark(str(m["format"]), bool(m["default"]), bool(m["hidden"]))
+                  for name, m in data.get("stacks", {}).items() if m["format"] in RC_FILES}
+        return State(stacks, tuple(str(f) for f in data.get("files", [])))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return State({})
+
+
+def module_file(root: str, stack: str, fmt: str) -> str:
+    return f"{root}/{stack}{EXTENSIONS[fmt]}"
+
+
+def merged(state: State, stack: str, mark: Mark | None, exists: Callable[[str], bool],
+           root: str) -> tuple[dict[str, Mark], list[str]]:
+    """The entries after ``stack``'s step, and notes on what changed for other stacks.
+
+    ``stack``'s entry becomes ``mark`` (None: neither default nor hidden, no entry). Other stacks
+    keep theirs while their module file is there (``exists``: a path on the host). When ``stack``
+    claims the default, another stack's claim of the same format goes: the latest run wins, and the
+    note says so (two claims in one playbook are refused when it is loaded)."""
+    out: dict[str, Mark] = {}
+    notes: list[str] = []
+    for name, old in sorted(state.stacks.items()):
+        if name == stack or not exists(module_file(root, name, old.format)):
+            continue
+        if mark is not None and mark.default and old.default and old.format == mark.format:
+            notes.append(f"{name} was the default, now {stack} is")
+            old = Mark(old.format, False, old.hidden)
+        if old.default or old.hidden:
+            out[name] = old
+    if mark is not None and (mark.default or mark.hidden):
+        out[stack] = mark
+    return out, notes
+
+
+def rc_files(stacks: Mapping[str, Mark], template_dirs: Sequence[str | Path] = ()) -> dict[str, str]:
+    """relative path -> text of the rc files for ``stacks`` (all in one directory); none for a
+    format without a default or a hidden stack, and no ``.version`` (Tcl) without a default."""
+    out: dict[str, str] = {}
+    directories = {module_dir(name) for name in stacks}
+    if len(directories) > 1:
+        raise SitestackError(f"rc files for several module directories at once: {sorted(directories)}")
+    for fmt, names in RC_FILES.items():
+        mine = {name: m for name, m in sorted(stacks.items()) if m.format == fmt}
+        default = next((name for name, m in mine.items() if m.default), None)
+        hidden = [name for name, m in mine.items() if m.hidden]
+        for rc in names:
+            if (rc == ".version" and default is None) or (rc == ".modulerc" and not hidden) or not mine:
+                continue
+            directory = module_dir(next(iter(mine)))
+            template = f"dot-{rc.lstrip('.').split('.')[0]}.{fmt}.j2"
+            out[f"{directory}/{rc}"] = templates.cached_text(
+                [*template_dirs, MODULEFILE_DIR], repr(("module rc", template, directory, default, hidden)),
+                functools.partial(_render, template, directory, default, hidden, template_dirs))
+    return out
+
+
+def _render(template: str, directory: str, default: str | None, hidden: Sequence[str],
+            template_dirs: Sequence[str | Path]) -> str:
+    import jinja2
+
+    try:
+        text = environment(template_dirs).get_template(template).render(
+            directory=directory, default=default, version=default.rsplit("/", 1)[1] if default else None,
+            hidden=list(hidden), template_file=template)
+    except jinja2.TemplateError as exc:
+        raise SitestackError(f"module rc template {template}: {exc}") from None
+    return text.rstrip("\n") + "\n"
