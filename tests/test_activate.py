@@ -9,6 +9,7 @@ import base64
 import dataclasses
 import hashlib
 import io
+import os
 import shlex
 import shutil
 import subprocess
@@ -237,8 +238,11 @@ env -0 > "$T/again"
     check_active(out.stdout, user_venv, local_stack.name)
     before, during, after, again = dumps(tmp_path, "before", "during", "after", "again")
     assert during["VIRTUAL_ENV"] == str(user_venv)
+    # the stack's site-packages: the generation's the module loaded where it names it, else the stable path's
+    generation = during.get("__SITESTACK_GENERATION_PYTORCH")
+    assert generation is None or generation == os.path.realpath(local_stack.venv), generation
     assert during["PYTHONPATH"].split(":")[:2] == [f"{user_venv}/lib/python3.11/site-packages",
-                                                   f"{local_stack.venv}/lib/python3.11/site-packages"]
+                                                   f"{generation or local_stack.venv}/lib/python3.11/site-packages"]
     assert during["GLOO_SOCKET_IFNAME"] == "lo"  # the module's settings
     assert after == before  # exactly, Lmod's own variables included
     assert again == before  # activating twice, then deactivating
