@@ -400,18 +400,16 @@ def test_deactivate_gives_back_the_values_the_user_had_before(sh: str, tmp_path:
         assert after == before  # exactly, Lmod's own variables included
 
 
-def generations(tmp_path: Path) -> tuple[str, str]:
-    """The stand-in stack's two generations, each with a module ``stackgen`` that says which it is; the
-    stable path (``no-stack``, as :func:`stub_packages` has it) links to the first, the current one."""
-    gens = []
+def generations(tmp_path: Path) -> str:
+    """The stand-in stack's two generations, ``a`` and ``b``, each with a module ``stackgen`` that says
+    which it is; the stable path (``no-stack``, as :func:`stub_packages` has it) links to ``a``, the
+    current one, whose path this returns."""
     for token in ("a", "b"):
-        gen = tmp_path / f".no-stack.gen-{token}"
-        packages = gen / "lib" / f"python{CONFIG['python_version']}" / "site-packages"
+        packages = tmp_path / f".no-stack.gen-{token}" / "lib" / f"python{CONFIG['python_version']}" / "site-packages"
         packages.mkdir(parents=True)
         (packages / "stackgen.py").write_text(f'GEN = "{token}"\n')
-        gens.append(str(gen))
     (tmp_path / "no-stack").symlink_to(".no-stack.gen-a")
-    return gens[0], gens[1]
+    return str(tmp_path / ".no-stack.gen-a")
 
 
 @pytest.mark.integration
@@ -425,7 +423,7 @@ def test_a_shell_keeps_the_generation_its_module_loaded_through_an_upgrade(sh: s
     binary = "tcsh" if sh == "csh" else sh
     if not shutil.which(binary):
         pytest.skip(f"{binary} is not installed")
-    loaded, _ = generations(tmp_path)
+    loaded = generations(tmp_path)
     venv = stub_venv(tmp_path, loaded if module == "sets-generation" else None)
     init, activate = {"bash": ("bash", "activate"), "zsh": ("zsh", "activate"), "fish": ("fish", "activate.fish"),
                       "csh": ("csh", "activate.csh")}[sh]
