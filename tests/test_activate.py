@@ -6,8 +6,10 @@ csh: apart from Lmod's bookkeeping variables)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import io
+import os
 import shlex
 import shutil
 import subprocess
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.programs import activate_hook as hook
-from tests.conftest import LMOD_INIT, clean_env, parse_env, shell, without_lmod_bookkeeping
+from tests.conftest import LMOD_INIT, REPO, clean_env, parse_env, shell, without_lmod_bookkeeping
 
 CONFIG = {"site": "test", "module": "pytorch/2.13.0-cpu", "module_roots": ["/opt/site-modules", "/opt/stack/modules"],
           "init": {"bash": ["/usr/share/lmod/lmod/init/bash"], "zsh": ["/usr/share/lmod/lmod/init/zsh"],
@@ -115,6 +117,33 @@ def test_csh_is_left_alone_when_csh_cannot_quote_the_settings(tmp_path: Path):
     assert hook.BEGIN in (venv / "bin" / "activate").read_text()
 
 
+def test_a_generation_variable_that_is_not_a_name_is_refused(tmp_path: Path, capsys):
+    venv = make_venv(tmp_path / "v")
+    before = scripts(venv)
+    assert hook.main([str(venv)], config={**CONFIG, "generation_var": "X;touch pwned"}) == 1
+    assert "bad generation variable 'X;touch pwned' in this command's settings" in capsys.readouterr().err
+    assert scripts(venv) == before
+
+
+def test_the_settings_name_the_modules_generation_variable():
+    """venv-hook's settings carry the variable the stack's module sets (one function names it for both);
+    a container stack has no site-packages of its own, so no variable."""
+    from sitestack.actions.venv_hook import hook_config
+    from sitestack.engine import playbook as pb
+    from sitestack.installs.venv_stack import generation_var, stack_for
+    from tests.contexts import offline_context
+
+    ctx = offline_context(pb.load(path=REPO / "playbooks" / "local.yml"), prefix="/p")
+    stack = stack_for(ctx)
+    config = hook_config(ctx, stack)
+    assert config["generation_var"] == generation_var(stack) == "__SITESTACK_GENERATION_PYTORCH"
+    pick = hook.pick_packages(config, "bash")["pick"]
+    assert f"""_sitestack_p="$__SITESTACK_GENERATION_PYTORCH"'/lib/python{stack.python_version}/site-packages'""" in pick
+    assert generation_var(dataclasses.replace(stack, name="aws-ofi.rccl/1.0")) == "__SITESTACK_GENERATION_AWS_OFI_RCCL"
+    container = hook_config(ctx, dataclasses.replace(stack, source="container"))
+    assert container["site_packages"] is None and container["generation_var"] is None
+
+
 def test_the_installed_command_carries_its_settings_and_runs_alone(tmp_path: Path):
     text = hook.render_command(CONFIG)
     assert text.startswith("#!/usr/bin/env python3\n") and hook.render_command(CONFIG) == text
@@ -209,8 +238,11 @@ env -0 > "$T/again"
     check_active(out.stdout, user_venv, local_stack.name)
     before, during, after, again = dumps(tmp_path, "before", "during", "after", "again")
     assert during["VIRTUAL_ENV"] == str(user_venv)
+    # the stack's site-packages: the generation's the module loaded where it names it, else the stable path's
+    generation = during.get("__SITESTACK_GENERATION_PYTORCH")
+    assert generation is None or generation == os.path.realpath(local_stack.venv), generation
     assert during["PYTHONPATH"].split(":")[:2] == [f"{user_venv}/lib/python3.11/site-packages",
-                                                   f"{local_stack.venv}/lib/python3.11/site-packages"]
+                                                   f"{generation or local_stack.venv}/lib/python3.11/site-packages"]
     assert during["GLOO_SOCKET_IFNAME"] == "lo"  # the module's settings
     assert after == before  # exactly, Lmod's own variables included
     assert again == before  # activating twice, then deactivating
@@ -311,14 +343,21 @@ def stub_packages(tmp_path: Path) -> str:
     return f"{tmp_path}/no-stack/lib/python{CONFIG['python_version']}/site-packages"
 
 
-def stub_venv(tmp_path: Path) -> Path:
-    """A plain venv extended to load module ``stub/1.0`` (written under ``tmp_path/modules``)."""
+#: The variable in which the stand-in module keeps its generation (when it is given one).
+STUB_GENERATION = "__SITESTACK_GENERATION_STUB"
+
+
+def stub_venv(tmp_path: Path, generation: str | None = None) -> Path:
+    """A plain venv extended to load module ``stub/1.0`` (written under ``tmp_path/modules``). With
+    ``generation``, the module also sets :data:`STUB_GENERATION` to it, as a stack's module does with
+    the generation it loaded; without, it is a module file older than generations."""
     (tmp_path / "modules" / "stub").mkdir(parents=True)
-    (tmp_path / "modules" / "stub" / "1.0.lua").write_text(STUB_MODULE)
+    extra = f'setenv("{STUB_GENERATION}", "{generation}")\n' if generation else ""
+    (tmp_path / "modules" / "stub" / "1.0.lua").write_text(STUB_MODULE + extra)
     venv = make_venv(tmp_path / ODD)
     hook.extend(str(venv), {**CONFIG, "module": "stub/1.0", "module_roots": [str(tmp_path / "modules")],
-                            "stack": str(tmp_path / "no-stack"), "site_packages": stub_packages(tmp_path)},
-                out=io.StringIO())
+                            "stack": str(tmp_path / "no-stack"), "site_packages": stub_packages(tmp_path),
+                            "generation_var": STUB_GENERATION}, out=io.StringIO())
     return venv
 
 
@@ -359,3 +398,55 @@ def test_deactivate_gives_back_the_values_the_user_had_before(sh: str, tmp_path:
         assert without_lmod_bookkeeping(after) == without_lmod_bookkeeping(before)
     else:
         assert after == before  # exactly, Lmod's own variables included
+
+
+def generations(tmp_path: Path) -> str:
+    """The stand-in stack's two generations, ``a`` and ``b``, each with a module ``stackgen`` that says
+    which it is; the stable path (``no-stack``, as :func:`stub_packages` has it) links to ``a``, the
+    current one, whose path this returns."""
+    for token in ("a", "b"):
+        packages = tmp_path / f".no-stack.gen-{token}" / "lib" / f"python{CONFIG['python_version']}" / "site-packages"
+        packages.mkdir(parents=True)
+        (packages / "stackgen.py").write_text(f'GEN = "{token}"\n')
+    (tmp_path / "no-stack").symlink_to(".no-stack.gen-a")
+    return str(tmp_path / ".no-stack.gen-a")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("module", ["sets-generation", "older"])
+@pytest.mark.parametrize("sh", ["bash", "zsh", "fish", "csh"])
+def test_a_shell_keeps_the_generation_its_module_loaded_through_an_upgrade(sh: str, module: str, tmp_path: Path):
+    """The module says which generation it loaded: activation puts that generation's site-packages on
+    PYTHONPATH, not the stable link's, so a process started after the link moved to a new generation
+    still imports from the loaded one. An older module file (no variable): the stable path, as before,
+    and the new generation after the move. Deactivate gives back the environment either way."""
+    binary = "tcsh" if sh == "csh" else sh
+    if not shutil.which(binary):
+        pytest.skip(f"{binary} is not installed")
+    loaded = generations(tmp_path)
+    venv = stub_venv(tmp_path, loaded if module == "sets-generation" else None)
+    init, activate = {"bash": ("bash", "activate"), "zsh": ("zsh", "activate"), "fish": ("fish", "activate.fish"),
+                      "csh": ("csh", "activate.csh")}[sh]
+    source = "." if sh in ("bash", "zsh") else "source"
+    probe = "python -c 'import stackgen; print(\"GEN=\" + stackgen.GEN)'"
+    body = "\n".join([
+        'set prompt = "> "' if sh == "csh" else "", f"{source} {LMOD_INIT}/{init}", 'env -0 > "$T/before"',
+        f"{source} {shlex.quote(str(venv))}/bin/{activate}", 'env -0 > "$T/during"', probe,
+        'ln -sfn .no-stack.gen-b "$T/no-stack"', probe,  # the upgrade: the stable link moves on
+        "deactivate", 'env -0 > "$T/after"', ":\n"])
+    argv = {"bash": ["bash", "-c"], "zsh": ["zsh", "-f", "-c"], "fish": ["fish", "--no-config", "-c"], "csh": ["tcsh", "-f"]}[sh]
+    if sh == "csh":  # csh runs `-c` as one line: a script file
+        (tmp_path / "run.csh").write_text(body)
+        body = str(tmp_path / "run.csh")
+    out = shell(argv, body, clean_env(T=str(tmp_path), PYTHONPATH="/mine"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    before, during, after = dumps(tmp_path, "before", "during", "after")
+    stack = loaded if module == "sets-generation" else str(tmp_path / "no-stack")
+    assert during["PYTHONPATH"] == f"{venv}/lib/python{CONFIG['python_version']}/site-packages:" \
+                                   f"{stack}/lib/python{CONFIG['python_version']}/site-packages:/stub/site-packages:/mine"
+    gens = [line for line in out.stdout.splitlines() if line.startswith("GEN=")]
+    assert gens == (["GEN=a", "GEN=a"] if module == "sets-generation" else ["GEN=a", "GEN=b"]), out.stdout + out.stderr
+    if sh == "csh":
+        assert without_lmod_bookkeeping(after) == without_lmod_bookkeeping(before)
+    else:
+        assert after == before  # exactly: the module's variable and the generation's path are gone

@@ -226,6 +226,6 @@ def test_the_shipped_programs_are_named_in_the_design():
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_the_single_file_programs_stay_under_700_lines(name):
+def test_the_single_file_programs_stay_under_750_lines(name):
     lines = len(all_modules()[name].read_text().splitlines())
-    assert lines <= 700, f"{name} has {lines} lines"
+    assert lines <= 750, f"{name} has {lines} lines"

@@ -14,7 +14,7 @@ from typing import Any
 from sitestack.actions.action import Action, unified_diff
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
-from sitestack.installs.venv_stack import Stack, module_root, require_module_system, stack_for
+from sitestack.installs.venv_stack import Stack, generation_var, module_root, require_module_system, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec
 from sitestack.model.siteenv import INIT_CANDIDATES
@@ -35,6 +35,7 @@ def hook_config(ctx: RunContext, stack: Stack) -> dict[str, Any]:
             inits["bash"].append(path)
             inits["zsh"].append(path)
     roots = [*mods.use, module_root(ctx)]
+    container = stack.source == "container"
     return {
         "site": ctx.site.name,
         "module": stack.name,
@@ -44,7 +45,10 @@ def hook_config(ctx: RunContext, stack: Stack) -> dict[str, Any]:
         "stack": stack.path,
         # A user's venv is based on the stack's base Python: activation puts the stack's packages after the venv's
         # on PYTHONPATH (the module does not: a copy staged on node-local storage must import its own).
-        "site_packages": None if stack.source == "container" else stack.site_packages,
+        "site_packages": None if container else stack.site_packages,
+        # ... those of the generation the module loaded, named by this variable, so that a user's job keeps the
+        # generation it loaded through an upgrade; the stable site-packages when the module does not set it.
+        "generation_var": None if container else generation_var(stack),
     }
 
 

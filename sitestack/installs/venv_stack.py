@@ -75,6 +75,14 @@ class Stack:
         return self.name.split("/", 1)[0]
 
 
+def generation_var(stack: Stack) -> str:
+    """The environment variable in which the stack's module, once loaded, keeps the real path of the
+    generation the stable link pointed at (``__SITESTACK_GENERATION_PYTORCH`` for ``pytorch/...``):
+    what that shell and its jobs read stays that generation through an upgrade (docs/operating.md).
+    The family with every character that may not be in a variable name made ``_``, upper-cased."""
+    return "__SITESTACK_GENERATION_" + re.sub(r"[^A-Za-z0-9_]", "_", stack.family).upper()
+
+
 def default_name(facts: Facts) -> str:
     return f"pytorch/{facts.torch.version}-{facts.torch.variant}"
 

@@ -9,7 +9,12 @@ the stack's ``bin/``). From then on:
   site-packages first on PYTHONPATH and the stack's right after it (a venv made from the stack's
   ``python3`` is based on the stack's base Python, so it sees the stack's packages only this way;
   the module itself sets no PYTHONPATH, so that a copy of the stack staged on node-local storage
-  imports its own packages) and the venv's ``bin`` first on PATH;
+  imports its own packages) and the venv's ``bin`` first on PATH. The stack's site-packages are
+  those of the generation the module loaded, which the module names in
+  ``__SITESTACK_GENERATION_<FAMILY>`` (the settings' "generation_var"), not the stable link's:
+  the shell, and every job started from it, keep importing from the generation they loaded while
+  an upgrade moves the link on to a new one (docs/operating.md). A module file that does not set
+  the variable gets the stable path, as before generations;
 - ``deactivate`` unloads the module (only if activating loaded it), takes back the
   ``module use``, and puts every environment variable activation changed back to the value it
   had before (bash, zsh and fish: exactly, by a snapshot of the environment taken before
@@ -32,6 +37,7 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import Any, TextIO
 
 COMMAND = "extend-venv-activate"
@@ -46,6 +52,7 @@ SCRIPTS = ("activate", "activate.fish", "activate.csh")
 
 _MODULE_NAME = re.compile(r"[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*")
 _CSH_SAFE = re.compile(r"[A-Za-z0-9_./+,:@%=-]+")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Refused(Exception):
@@ -96,8 +103,38 @@ def stack_packages(config: "dict[str, Any]") -> str:
     return str(config.get("site_packages") or "")
 
 
+#: Per shell: its quoting; the line that sets ``_sitestack_p``, the stack's site-packages for PYTHONPATH, to the
+#: stable path; the lines that make it the site-packages of the generation the module loaded, where the module names
+#: that in {var} (an older module file does not); the word for ``_sitestack_p`` in PYTHONPATH.
+PICK: "dict[str, tuple[Callable[[str], str], str, str, str]]" = {
+    "bash": (sh_quote, "_sitestack_p={stable}\n",
+             'case "${{{var}:-}}" in /*) _sitestack_p="${var}"{suffix} ;; esac\n', ':"$_sitestack_p"'),
+    "fish": (fish_quote, "set -l _sitestack_p {stable}\n",
+             "string match -q -- '/*' \"${var}\"; and set _sitestack_p \"${var}\"{suffix}\n", "$_sitestack_p "),
+    "csh": (str, "set _sitestack_p = {stable}\n",
+            'if ( $?{var} ) then\n    if ( "${var}" =~ /* ) set _sitestack_p = "${var}"{suffix}\nendif\n',
+            ":${_sitestack_p}"),
+}
+
+
+def pick_packages(config: "dict[str, Any]", shell: str) -> "dict[str, str]":
+    """The template fields for the stack's site-packages in ``shell`` (bash, fish, csh): ``pick``, :data:`PICK`'s lines
+    (the stable path only with settings older than "generation_var"), and ``stack_packages``, their word in PYTHONPATH;
+    both "" for a stack without site-packages of its own (a container's). The generation's, so that a job keeps the
+    generation it loaded while an upgrade moves the stable link on (docs/operating.md)."""
+    packages, var = stack_packages(config), config.get("generation_var")
+    root = str(config.get("stack") or "").rstrip("/")
+    if not packages:
+        return {"pick": "", "stack_packages": ""}
+    quote, stable, choose, word = PICK[shell]
+    pick = stable.format(stable=quote(packages))
+    if var and root and packages.startswith(root + "/"):  # else no generation holds these site-packages
+        pick += choose.format(var=var, suffix=quote(packages[len(root):]))
+    return {"pick": pick, "stack_packages": word}
+
+
 def check_config(config: "dict[str, Any]") -> None:
-    """Refuse settings that would put an unsafe module name or directory into a shell script."""
+    """Refuse settings that would put an unsafe module name, directory or variable name into a shell script."""
     if not _MODULE_NAME.fullmatch(config["module"]):
         raise Refused("bad module name {!r} in this command's settings".format(config["module"]))
     for root in config["module_roots"]:
@@ -106,6 +143,9 @@ def check_config(config: "dict[str, Any]") -> None:
     packages = stack_packages(config)
     if packages and ("\n" in packages or not packages.startswith("/")):
         raise Refused(f"bad stack site-packages {packages!r} in this command's settings")
+    var = config.get("generation_var")
+    if var is not None and not _VARIABLE.fullmatch(str(var)):
+        raise Refused(f"bad generation variable {var!r} in this command's settings")
 
 
 # -- bash / zsh ----------------------------------------------------------------------------------
@@ -175,10 +215,10 @@ else
     _sitestack_status=1
     echo "{command}: no module command; the venv is active without the stack ($_SITESTACK_MODULE)" >&2
 fi
-# The venv first: its commands on PATH, its packages on PYTHONPATH (ahead of the stack's).
+# The venv first: its commands on PATH, its packages on PYTHONPATH ahead of the stack's (the generation's it loaded).
 PATH="$VIRTUAL_ENV/bin${{PATH:+:$PATH}}"
 export PATH
-PYTHONPATH="$VIRTUAL_ENV/lib/python{python}/site-packages"{stack_packages}"${{PYTHONPATH:+:$PYTHONPATH}}"
+{pick}PYTHONPATH="$VIRTUAL_ENV/lib/python{python}/site-packages"{stack_packages}"${{PYTHONPATH:+:$PYTHONPATH}}"
 export PYTHONPATH
 hash -r 2>/dev/null
 # Keep the old values of exactly the variables activation changed.
@@ -212,7 +252,7 @@ $_sitestack_n
 done <<_SITESTACK_EOF_
 $(printf '%s\n%s\n' "$_SITESTACK_NAMES" "$_sitestack_after" | LC_ALL=C sort -u)
 _SITESTACK_EOF_
-unset _SITESTACK_NAMES _sitestack_after _sitestack_n _sitestack_was _sitestack_now _sitestack_same _sitestack_r
+unset _SITESTACK_NAMES _sitestack_after _sitestack_n _sitestack_was _sitestack_now _sitestack_same _sitestack_r _sitestack_p
 
 # deactivate: the venv's own, wrapped.
 _sitestack_def=$(typeset -f deactivate)
@@ -277,7 +317,7 @@ def bash_text(original: str, config: "dict[str, Any]", python: str) -> str:
         bash_inits=sh_quote("\n".join(inits.get("bash", []))))
     epilogue = BASH_EPILOGUE.format(
         begin=BEGIN, end=END, module=sh_quote(config["module"]), command=COMMAND, python=python,
-        stack_packages=":" + sh_quote(stack_packages(config)) if stack_packages(config) else "",
+        **pick_packages(config, "bash"),
         roots="\n".join(_heredoc_safe(r) for r in config["module_roots"]))
     return prologue + original + ("" if original.endswith("\n") else "\n") + epilogue
 
@@ -337,7 +377,8 @@ else
     echo "{command}: no module command; the venv is active without the stack ($_sitestack_module)" >&2
 end
 set -gx PATH "$VIRTUAL_ENV/bin" $PATH
-set -gx PYTHONPATH "$VIRTUAL_ENV/lib/python{python}/site-packages" {stack_packages}$PYTHONPATH
+# The stack's packages after the venv's: the generation's the module loaded, where it says which.
+{pick}set -gx PYTHONPATH "$VIRTUAL_ENV/lib/python{python}/site-packages" {stack_packages}$PYTHONPATH
 # Keep the old values of exactly the variables activation changed.
 set -g _sitestack_touched
 for _sitestack_n in (printf '%s\\n' $_sitestack_names (set -nx) | LC_ALL=C sort -u)
@@ -412,8 +453,7 @@ def fish_text(original: str, config: "dict[str, Any]", python: str) -> str:
                                     orig=ORIG, inits=inits)
     epilogue = FISH_EPILOGUE.format(begin=BEGIN, end=END, module=fish_quote(config["module"]),
                                     roots=" ".join(fish_quote(r) for r in config["module_roots"]) or "''",
-                                    command=COMMAND, python=python,
-                                    stack_packages=fish_quote(stack_packages(config)) + " " if stack_packages(config) else "")
+                                    command=COMMAND, python=python, **pick_packages(config, "fish"))
     return prologue + original + ("" if original.endswith("\n") else "\n") + epilogue
 
 
@@ -452,13 +492,14 @@ if ( $_sitestack_load == 1 ) then
     endif
     if ( ! $?_sitestack_loaded ) echo "{command}: module load {module} failed; the venv is active without the stack"
 endif
-unset _sitestack_load
 setenv PATH "${{VIRTUAL_ENV}}/bin:${{PATH}}"
-if ( $?PYTHONPATH ) then
+# The stack's packages after the venv's: the generation's the module loaded, where it says which.
+{pick}if ( $?PYTHONPATH ) then
     setenv PYTHONPATH "${{VIRTUAL_ENV}}/lib/python{python}/site-packages{stack_packages}:${{PYTHONPATH}}"
 else
     setenv PYTHONPATH "${{VIRTUAL_ENV}}/lib/python{python}/site-packages{stack_packages}"
 endif
+unset _sitestack_load _sitestack_p
 rehash
 alias deactivate 'source "$VIRTUAL_ENV/bin/{deactivate}"; {original}'
 {end}
@@ -512,8 +553,7 @@ def csh_texts(original: str, config: "dict[str, Any]", python: str) -> "tuple[st
                                    orig=ORIG)
     epilogue = CSH_EPILOGUE.format(begin=BEGIN, end=END, module=config["module"], inits=inits, uses=uses,
                                    command=COMMAND, python=python, deactivate=CSH_DEACTIVATE,
-                                   stack_packages=":" + stack_packages(config) if stack_packages(config) else "",
-                                   original=match.group(1))
+                                   original=match.group(1), **pick_packages(config, "csh"))
     helper = CSH_DEACTIVATE_TEXT.format(module=config["module"], unuses=unuses,
                                         used_vars="".join(f" _sitestack_used_{i}" for i in range(len(roots))))
     return prologue + original + ("" if original.endswith("\n") else "\n") + epilogue, helper
