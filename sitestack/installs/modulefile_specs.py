@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from sitestack.installs.modulefile_render import ModuleSpec, PathOp, family_name
 from sitestack.installs.modulefile_text import Text, in_generation, literal, text_of
-from sitestack.installs.venv_stack import Built, Stack
+from sitestack.installs.venv_stack import Built, Stack, generation_var
 from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
@@ -95,7 +95,7 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         requires=needs, autoload=autoload, family=family_name(stack.family), paths=tuple(paths), env=tuple(env),
         defaults=tuple(defaults), data=data,
         # the job keeps the generation it loaded (docs/operating.md)
-        generation=(f"__SITESTACK_GENERATION_{family_name(stack.family).upper()}", stack.path))
+        generation=(generation_var(stack), stack.path))
 
 
 def container_settings(ctx: RunContext, stack: Stack, container: Container) -> tuple[list[PathOp], list[tuple[str, Text]]]:
