@@ -24,12 +24,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
+from sitestack.installs import generations
 from sitestack.installs.conda_env import EnvFile, python_problem, read_env_input
 from sitestack.installs.env_sources import Sources, plan_sources
 from sitestack.installs.squashfs_env import (
@@ -180,21 +182,25 @@ class PackEnv(Action):
         log = self.ctx.log_dir / log_name(self.name) if self.ctx.log_dir else None
         gen = f".{p.leaf}.gen-{secrets.token_hex(4)}"
         gdir = f"{p.parent}/{gen}"
-        previous = host.probe(["readlink", p.dest]).stdout.strip()
+        history = generations.read_history(host, p.dest)
+        host.run(["mkdir", "-p", "--", p.parent])
+        host.run(clean_argv(p, keep=[g.name for g in history.generations]))
         host.run(["mkdir", "-p", "--", f"{gdir}/root", f"{gdir}/bin"])
         try:
             commands = self._build(host, gdir, sources, log)
             stamp = {"digest": p.digest(), "inputs": p.inputs(), "generation": gen, "commands": commands,
                      "requirements_file": self.requirements_file, "sources": sources.summary}
             host.write_text(f"{gdir}/packed.json", json.dumps(stamp, indent=2, sort_keys=True) + "\n")
-            # an empty directory at dest (Tykky's users make it first) gives way to the link
-            host.run(["bash", "-c", 'cd -- "$1" && ln -s -- "$2" ".$3.link-$4" && '
-                      '{ [ -L "$3" ] || [ ! -d "$3" ] || rmdir -- "$3"; } && mv -T -- ".$3.link-$4" "$3"',
-                      "sitestack", p.parent, gen, p.leaf, gen.rsplit("-", 1)[1]])
+            # the image a running wrapper mounted stays until nothing uses it (docs/operating.md); an
+            # empty directory at dest (Tykky's users make it first) is moved aside by the switch
+            entry = generations.Generation(gen, time.time(), p.digest()[:16], f"packed from {self.requirements_file}")
+            after = generations.switch(host, history, entry)
         except BaseException:
             host.probe(["rm", "-rf", "--", gdir])
             raise
-        host.run(clean_argv(p, keep=os.path.basename(previous)))
+        host.run(["find", p.parent, "-maxdepth", "1", "-name", f".{p.leaf}.old-*", "-type", "d", "-empty", "-delete"])
+        if after.retired():
+            generations.collect(host, after, generations.grace_seconds(host, self.ctx.facts), note=self.ctx.note)
 
     def _build(self, host: Host, gdir: str, sources: Sources, log: Any) -> list[str]:
         """Fill ``gdir``: the environment at root (conda, or a venv), its pip packages, the image,

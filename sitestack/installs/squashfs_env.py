@@ -203,23 +203,24 @@ def commands_of(listing: str) -> list[str]:
     return [n for n in names if not NOT_COMMANDS.fullmatch(n) and re.fullmatch(r"[A-Za-z0-9_.+-]+", n)]
 
 
-#: After the switch: remove older generations, keeping the current and the previous one (a wrapper
-#: started just before the switch still finds its image) and any whose root is still mounted
-#: (squashfuse; a process may be using it). A killed build's generation goes here too.
+#: Before a build: remove the generations a killed build left, that is every one the record does not
+#: name ($3...) except the current one and any whose root is still mounted (squashfuse: a process may be
+#: using it). Retired generations are the record's, collected by :mod:`sitestack.installs.generations`.
 CLEAN_SCRIPT = r"""
-parent=$1 leaf=$2 keep=$3
+parent=$1 leaf=$2; shift 2
 cur=""; [ -L "$parent/$leaf" ] && cur=$(readlink "$parent/$leaf")
-for d in "$parent"/."$leaf".gen-*; do
-  [ -d "$d" ] || continue
+for d in "$parent"/."$leaf".gen-* "$parent"/."$leaf".link-* "$parent"/."$leaf".old-*; do
+  [ -e "$d" ] || [ -L "$d" ] || continue
   name=$(basename "$d")
   [ "$name" = "$cur" ] && continue
-  [ "$name" = "$keep" ] && continue
-  mountpoint -q "$d/root" && continue
+  for k in "$@"; do [ "$name" = "$k" ] && continue 2; done
+  mountpoint -q "$d/root" 2>/dev/null && continue
   rm -rf -- "$d"
 done
 exit 0
 """
 
 
-def clean_argv(packed: PackedEnv, keep: str) -> list[str]:
-    return ["bash", "-c", CLEAN_SCRIPT, "sitestack", packed.parent, packed.leaf, keep]
+def clean_argv(packed: PackedEnv, keep: Sequence[str]) -> list[str]:
+    """The argv of :data:`CLEAN_SCRIPT` keeping the generations named in ``keep``."""
+    return ["bash", "-c", CLEAN_SCRIPT, "sitestack", packed.parent, packed.leaf, *keep]
