@@ -108,9 +108,9 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
         # (a recipe install loads and checks its recipe and plans its build: most of a no-op's CPU
         # per host when only the core steps run).
         unbuilt = [_Unbuilt(s) for s in site.steps]
-        steps = [ACTIONS[s.action].from_spec(s, ctx) if selected(u, options.tags, options.skip_tags) else u
-                 for s, u in zip(site.steps, unbuilt, strict=True)]
-        handlers = [ACTIONS[s.action].from_spec(s, ctx) for s in site.handlers]
+        steps = [ACTIONS[s.action].from_spec(s, ctx.for_step(s)) if selected(u, options.tags, options.skip_tags)
+                 else u for s, u in zip(site.steps, unbuilt, strict=True)]
+        handlers = [ACTIONS[s.action].from_spec(s, ctx.for_step(s)) for s in site.handlers]
 
         def go() -> list[Result]:
             return converge(steps, host, check=options.check, want_diff=options.diff, tags=options.tags,

@@ -24,9 +24,15 @@ from sitestack.validation.jobs import JobInputs
 RECIPE_INSTALL = "recipe-install"
 
 
+def steps_of(ctx: RunContext) -> list[StepSpec]:
+    """The playbook's steps of the stack ``ctx`` is for (a step's ``stack:``; the playbook's own facts'
+    steps where it is for none): a stack's packages, environment and module are its own steps'."""
+    return [s for s in ctx.site.steps if s.stack == ctx.site.stack]
+
+
 def site_stack(ctx: RunContext) -> Stack | None:
     """The site's stack environment, where the playbook makes one (a stack-venv step)."""
-    spec = next((s for s in ctx.site.steps if s.action == "stack-venv"), None)
+    spec = next((s for s in steps_of(ctx) if s.action == "stack-venv"), None)
     if spec is None:
         return None
     args = ctx.actions[spec.action].from_spec(spec, ctx).args  # placeholders filled
@@ -52,7 +58,7 @@ def stack_interpreter(ctx: RunContext, recipe: str) -> str | None:
     if ctx.facts.python.source != "conda":
         return None
     for spec in ctx.site.playbook_steps or ctx.site.steps:   # a build task's one step: the playbook's
-        if spec.action == "stack-venv":
+        if spec.action == "stack-venv" and spec.stack == ctx.site.stack:
             args = ctx.actions[spec.action].from_spec(spec, ctx).args
             if recipe in args.recipes:
                 return f"{stack_for(ctx, args.name).bin}/python"
@@ -62,16 +68,16 @@ def stack_interpreter(ctx: RunContext, recipe: str) -> str | None:
 def stack_includes(ctx: RunContext) -> tuple[str, ...]:
     """The built packages the site's stack includes (the recipes of its recipe-install steps, where a
     stack-venv step makes the stack): the job fails when one of them is missing or broken."""
-    if not any(s.action == "stack-venv" for s in ctx.site.steps):
+    if not any(s.action == "stack-venv" for s in steps_of(ctx)):
         return ()
-    return tuple(sorted({str(s.args["recipe"]) for s in ctx.site.steps
+    return tuple(sorted({str(s.args["recipe"]) for s in steps_of(ctx)
                          if s.action == RECIPE_INSTALL and s.args.get("recipe")}))
 
 
 def launch_dir(ctx: RunContext) -> str | None:
     """Where the playbook's install-launch-env step installs the users' launch helpers, if it has one."""
     spec = next((s for s in ctx.site.steps if s.action == "install-launch-env"), None)
-    return None if spec is None else str(ctx.actions[spec.action].from_spec(spec, ctx).args.dir).rstrip("/")
+    return None if spec is None else str(ctx.actions[spec.action].from_spec(spec, ctx.for_step(spec)).args.dir).rstrip("/")
 
 
 def launch_helper(ctx: RunContext) -> str | None:
@@ -97,7 +103,7 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
     stack = site_stack(ctx)
     # The job validates what users get: the stack's module, loaded as they load it, where the playbook
     # installs module files for it, unless another Python was asked for (--python: validate that one).
-    uses_module = stack is not None and python is None and any(s.action == "modulefiles" for s in ctx.site.steps)
+    uses_module = stack is not None and python is None and any(s.action == "modulefiles" for s in steps_of(ctx))
     return JobInputs(site=ctx.site.name, facts=ctx.facts, dir=directory, env=env, python=python or stack_python(ctx),
                      prefix=ctx.values["prefix"], stage_env=stage_script(ctx),
                      launch_env=launch_helper(ctx) if python is None else None,
@@ -111,7 +117,7 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs
 def _install_targets(ctx: RunContext, recipes: Sequence[str]) -> dict[str, Any]:
     """recipe -> the install target of the playbook's first step that builds it."""
     targets: dict[str, Any] = {}
-    for spec in ctx.site.steps:
+    for spec in steps_of(ctx):
         cls = ctx.actions.get(spec.action)
         if cls is None or not (spec.action == RECIPE_INSTALL or getattr(cls, "installs_recipe", False)):
             continue
@@ -130,13 +136,17 @@ def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built]
     recipe's default version at ``{prefix}/<recipe>/<version>``), without looking at a host.
 
     Returns (packages, notes): a recipe without ``sources/<name>.yml``, or one the site's facts
-    rule out, is a note, not an error.
+    rule out, is a note, not an error. A stack of the playbook's ``stacks:`` has only the installs of
+    its own steps (another stack's are built for another interpreter and toolchain).
     """
     targets = _install_targets(ctx, recipes)
     out: list[Built] = []
     notes: list[str] = []
     for recipe in recipes:
         target = targets.get(recipe)
+        if target is None and ctx.site.stack is not None:
+            notes.append(f"{recipe} (no recipe-install step of stack {ctx.site.stack})")
+            continue
         if target is None:
             spec = StepSpec(name=f"{recipe} (default install)", action=RECIPE_INSTALL, args={"recipe": recipe})
             try:

@@ -194,6 +194,24 @@ class RunContext:
         resolved = site.resolve(home=home, user=user, account=account, prefix=prefix)
         return cls(site=site, facts=resolved.facts, resolved=resolved.data, values=resolved.values, **fields)
 
+    def for_stack(self, key: str | None) -> RunContext:
+        """The context of a step of the playbook's stack ``key`` (a step's ``stack:``): that stack's facts
+        resolved for the same host, prefix and options; this one for the playbook's own (None)."""
+        if key == self.site.stack:
+            return self
+        memo: dict[str | None, RunContext] = self.__dict__.setdefault("_stacks", {})
+        if key not in memo:
+            account = self.values.get("account")
+            memo[key] = RunContext.resolve(self.site.for_stack(key), home=self.values["home"], user=self.values["user"],
+                                           account=None if account in (None, "{account}") else account,
+                                           prefix=self.values["prefix"], check=self.check, log_dir=self.log_dir,
+                                           options=self.options, actions=self.actions)
+        return memo[key]
+
+    def for_step(self, spec: Any) -> RunContext:
+        """The context a playbook step runs with (its ``stack:``, else the playbook's facts)."""
+        return self.for_stack(getattr(spec, "stack", None))
+
     def note(self, text: str) -> None:
         """A progress line: to the run's reporter (and its log), else stdout."""
         if self.options.progress is not None:

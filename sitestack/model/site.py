@@ -9,6 +9,7 @@ placeholders and returns the facts a run uses.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,7 @@ from sitestack.model.facts import (
     facts_fields,
     type_name,
 )
+from sitestack.model.facts_layers import LOCAL_FACTS, layered, local_layers, stack_overlays, with_local_facts
 
 #: The placeholders a string in a playbook may use, with what each becomes.
 PLACEHOLDERS: Mapping[str, str] = {
@@ -103,6 +105,8 @@ class StepSpec:
     tags: tuple[str, ...] = field(default=(), metadata=_doc("tags for --tags / --skip-tags"))
     notify: tuple[str, ...] = field(default=(), metadata=_doc("handlers to run once at the end if this step changed"))
     become: bool = field(default=False, metadata=_doc("run mutations with sudo when not root"))
+    stack: str | None = field(default=None, metadata=_doc(
+        "run with the facts of this stack of the playbook's `stacks:` (default: the playbook's own facts)"))
     line: int = field(default=0, init=False, compare=False, metadata=_doc("line in the playbook (set by the loader)"))
 
     def check(self) -> str | None:
@@ -131,6 +135,23 @@ class Site:
     #: the playbook's own steps where this run makes others (a build task's one step): what the steps
     #: run build for (the stack env whose interpreter builds its packages) is read from them
     playbook_steps: tuple[StepSpec, ...] = field(default=(), repr=False, compare=False)
+    #: the playbook's other stacks (``stacks:``): key -> (facts, raw facts), each its overlay over the facts
+    stacks: Mapping[str, tuple[Facts, Mapping[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
+    #: the stack this view of the playbook is for (:meth:`for_stack`); None: the playbook's own facts
+    stack: str | None = None
+
+    #: the playbook with its own facts, where this is a stack's view of it
+    own: Site | None = field(default=None, repr=False, compare=False)
+
+    def for_stack(self, key: str | None) -> Site:
+        """The playbook as the steps of stack ``key`` see it: that stack's facts (None: the playbook's own)."""
+        if key == self.stack:
+            return self
+        own = self.own or self
+        if key is None:
+            return own
+        facts, raw = own.stacks[key]
+        return dataclasses.replace(own, facts=facts, raw_facts=raw, stack=key, own=own)
 
     def placeholder_values(self, *, home: str, user: str, account: str | None, prefix: str | None) -> dict[str, str]:
         """Values for every placeholder on a host with this ``home`` and ``user``."""
@@ -179,7 +200,7 @@ class Resolved:
     facts: Facts  # the same, typed
 
 
-_PLAYBOOK_KEYS = {"site", "description", "hosts", "facts", "steps", "handlers"}
+_PLAYBOOK_KEYS = {"site", "description", "hosts", "facts", "stacks", "steps", "handlers"}
 
 
 def list_sites(directory: Path = PLAYBOOK_DIR) -> list[str]:
@@ -225,6 +246,7 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
         raise InputError(f"{shown}:{data.lines['site']}", f"must be {path.stem!r} (the file name), not {site_name!r}", key="site")
     if "description" in data and not isinstance(data["description"], str):
         raise InputError(f"{shown}:{data.lines['description']}", "expected a string", key="description")
+    own = data
     data = with_local_facts(data, shown)
     _check_placeholders(data, shown)
     hosts = _build_list(HostSpec, data, "hosts", shown, unique="name")
@@ -237,14 +259,32 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
             raise
         raise InputError(exc.where, f"{exc.detail} (facts merged from ${LOCAL_FACTS}: {os.environ[LOCAL_FACTS]})",
                          key=exc.key) from None
+    stacks = _stacks(own, shown)
     steps = _build_list(StepSpec, data, "steps", shown, unique="name")
     handlers = _build_list(StepSpec, data, "handlers", shown, unique="name") if "handlers" in data else ()
     handler_names = {h.name for h in handlers}
-    _check_steps(data, {"steps": steps, "handlers": handlers}, actions, facts, shown)
+    for spec in (*steps, *handlers):
+        if spec.stack is not None and spec.stack not in stacks:
+            raise InputError(f"{shown}:{spec.line}", f"stack {spec.stack!r} is not one of the playbook's stacks "
+                             f"({', '.join(sorted(stacks)) or 'it has none'})", key="stack")
+    _check_steps(data, {"steps": steps, "handlers": handlers}, actions, facts, shown, stacks)
     clash = handler_names & {s.name for s in steps}
     if clash:
         raise InputError(f"{shown}:{data.lines['handlers']}", f"handler names clash with step names: {', '.join(sorted(clash))}", key="handlers")
-    return Site(name=path.stem, path=shown, hosts=hosts, facts=facts, steps=steps, handlers=handlers, raw_facts=data["facts"])
+    return Site(name=path.stem, path=shown, hosts=hosts, facts=facts, steps=steps, handlers=handlers,
+                raw_facts=data["facts"], stacks=stacks)
+
+
+def _stacks(own: MarkedDict, shown: str) -> dict[str, tuple[Facts, Mapping[str, Any]]]:
+    """The playbook's ``stacks:``, each its overlay merged over the playbook's own facts and the site-local
+    ones over that (a site's hardware keys hold for every stack), checked as facts."""
+    out = {}
+    local = local_layers()
+    for key, overlay in stack_overlays(own, shown).items():
+        raw = layered(own["facts"], overlay, *local)
+        _check_placeholders(raw, shown)
+        out[key] = (schema.build(Facts, raw, shown, line=overlay.line, key=f"stacks.{key}.facts"), raw)
+    return out
 
 
 def _build_list(cls: type[Any], data: MarkedDict, key: str, shown: str, *, unique: str) -> tuple[Any, ...]:
@@ -267,7 +307,7 @@ def _build_list(cls: type[Any], data: MarkedDict, key: str, shown: str, *, uniqu
 
 
 def _check_steps(data: MarkedDict, groups: Mapping[str, Sequence[StepSpec]], actions: Mapping[str, Any] | None,
-                 facts: Facts, shown: str) -> None:
+                 facts: Facts, shown: str, stacks: Mapping[str, tuple[Facts, Any]]) -> None:
     """Every step and handler: the handlers it notifies exist; with ``actions``, its arguments (each
     step's own, then each action's steps together) and that they fit the site's facts."""
     handler_names = {h.name for h in groups["handlers"]}
@@ -280,7 +320,7 @@ def _check_steps(data: MarkedDict, groups: Mapping[str, Sequence[StepSpec]], act
             if actions is not None:
                 raw = data[group][i].get("args") if isinstance(data[group][i], dict) else None
                 args = _check_action(spec, raw, actions, shown, f"{group}[{i}]")
-                problem = actions[spec.action].site_problem(args, facts)
+                problem = actions[spec.action].site_problem(args, stacks[spec.stack][0] if spec.stack else facts)
                 if problem:
                     raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {problem}", key=f"{group}[{i}]")
                 checked.append((f"{group}[{i}]", spec, args))
@@ -309,50 +349,6 @@ def _check_action(spec: StepSpec, raw_args: Any, actions: Mapping[str, Any], sho
         raise InputError(f"{shown}:{spec.line}", f"unknown action {spec.action!r} (known actions: {', '.join(sorted(actions))})", key=f"{key}.action")
     line = getattr(raw_args, "line", spec.line)
     return action.check_args(raw_args, shown, line, f"{key}.args")
-
-
-#: Site-local facts: YAML files (``os.pathsep``-separated absolute paths) whose ``facts:`` mapping is
-#: merged over every playbook's facts. For what a site's own machines differ in from the shipped
-#: playbook (a partition name, a smaller login node) without editing it (docs/cli.md).
-LOCAL_FACTS = "SITESTACK_FACTS"
-
-
-def with_local_facts(data: MarkedDict, shown: str) -> MarkedDict:
-    """``data`` with the facts of the files named by ``$SITESTACK_FACTS`` merged in, in order
-    (mappings merged key by key, anything else replaced); ``data`` itself is never changed (the
-    parse cache holds it). A file must hold only a ``facts:`` mapping."""
-    files = [f for f in os.environ.get(LOCAL_FACTS, "").split(os.pathsep) if f]
-    if not files:
-        return data
-    facts: Any = data.get("facts")
-    for name in files:
-        if not os.path.isabs(name):
-            raise InputError(LOCAL_FACTS, f"{name!r} is not an absolute path")
-        extra = load_yaml(Path(name))
-        where = display_path(Path(name))
-        for key in extra:
-            if key != "facts":
-                raise InputError(f"{where}:{extra.lines.get(key, extra.line)}",
-                                 "a site-local facts file holds only a 'facts:' mapping", key=str(key))
-        if not isinstance(extra.get("facts"), dict):
-            raise InputError(f"{where}:{extra.line}", "expected a 'facts:' mapping", key="facts")
-        if isinstance(facts, MarkedDict):
-            facts = _merged(facts, extra["facts"])
-    merged = MarkedDict(data)
-    merged.line, merged.lines = data.line, data.lines
-    merged["facts"] = facts
-    return merged
-
-
-def _merged(base: MarkedDict, new: Mapping[str, Any]) -> MarkedDict:
-    """A copy of ``base`` with ``new`` merged in (line numbers kept where the key was)."""
-    out = MarkedDict(base)
-    out.line, out.lines = base.line, dict(base.lines)
-    for key, value in new.items():
-        old = base.get(key)
-        out[key] = _merged(old, value) if isinstance(old, MarkedDict) and isinstance(value, dict) and value else value
-        out.lines.setdefault(key, out.line)
-    return out
 
 
 def _check_placeholders(node: Any, shown: str) -> None:
