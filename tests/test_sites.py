@@ -121,8 +121,10 @@ def test_step_names_are_kebab_case_and_the_same_across_sites(name):
     for step in site.steps:
         assert STEP_NAME.fullmatch(step.name), f"{name}: step {step.name!r} is not kebab-case"
         if step.action in SHARED_STEP_NAMES:
-            assert step.name in (SHARED_STEP_NAMES[step.action], *AGAIN.get(step.action, ())), \
-                f"{name}: {step.action} step is called {step.name!r}"
+            names = (SHARED_STEP_NAMES[step.action], *AGAIN.get(step.action, ()))
+            if step.stack:   # a step of another stack of the playbook: the same name after the stack's
+                names = tuple(f"{step.stack}-{n}" for n in names)
+            assert step.name in names, f"{name}: {step.action} step is called {step.name!r}"
         if step.action == "recipe-install":
             recipe = step.args["recipe"]
             assert step.name == {"aws-ofi-rccl": "rccl-net-plugin"}.get(recipe, recipe), f"{name}: {step.name!r}"

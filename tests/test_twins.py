@@ -178,3 +178,23 @@ def test_frontier_mpi4py_is_built_with_the_cray_driver_against_the_sites_mpi(pro
         f"{prefix}/pytorch/2.13.0-cpu/bin/python -c 'import mpi4py; mpi4py.rc.initialize = False; "
         "from mpi4py import MPI; print(MPI.Get_library_version())'")
     assert out.returncode == 0 and "CRAY MPICH version 8.1.28" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("provisioned", ["frontier"], indirect=True)   # the twin whose playbook has two stacks
+def test_frontier_keeps_the_guides_stack_beside_the_current_one(provisioned):
+    """The playbook's `stacks: rocm7` is its own environment and module version beside the guide's stack;
+    `module load pytorch` loads it (its modulefiles step's default), with its own ROCm module, and the
+    guide's stack still loads by its full name."""
+    twin = provisioned.twin
+    prefix = f"/lustre/orion/{twin.account}/world-shared/sitestack"
+    out = provisioned.running.shell(
+        f"module use {prefix}/modules\nmodule -t avail pytorch 2>&1\nmodule load pytorch\n"
+        "echo \"loaded=$LOADEDMODULES\"\npython -c 'import torch, sys; print(\"prefix=\" + sys.prefix)'\n"
+        "module purge\nmodule load pytorch/2.13.0-cpu\necho \"guide=$LOADEDMODULES\"")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "pytorch/2.10.0-rocm7.1" in out.stdout and "pytorch/2.13.0-cpu" in out.stdout
+    loaded = next(line for line in out.stdout.splitlines() if line.startswith("loaded="))
+    assert "pytorch/2.10.0-rocm7.1" in loaded and "rocm/7.1.1" in loaded and "rccl-net-plugin" in loaded, loaded
+    assert f"prefix={prefix}/pytorch/.2.10.0-rocm7.1.gen-" in out.stdout      # the current stack's own env
+    guide = next(line for line in out.stdout.splitlines() if line.startswith("guide="))
+    assert "pytorch/2.13.0-cpu" in guide and "rocm/5.7.1" in guide, guide

@@ -131,9 +131,11 @@ def _frontier(stands: Path) -> None:
     tree = stands / FRONTIER_MODULES.lstrip("/")
     si.cray_pe(stands, tree, mpich="8.1.28")
     si.rocm(stands, tree, "5.7.1", "amd-gfx90a")
+    si.rocm(stands, tree, "7.1.1", "amd-gfx90a")   # the playbook's current stack (stacks: rocm7)
     si.conda(stands, tree, "miniforge3/23.11.0-0", "/sw/frontier/miniforge3/23.11.0-0")
     si.plain(tree, {"gcc-native/12.3": "HPE's gcc-native 12.3 (Debian's GCC 12 is on PATH)",
-                    "libtool": "the libtool module (Debian's libtool is on PATH)"})
+                    "libtool": "the libtool module (Debian's libtool is on PATH)",
+                    "rccl-net-plugin": "OLCF's RCCL network plugin module (aws-ofi-nccl 1.19 for ROCm 7.1.1)"})
     si.libfabric(stands, "/opt/cray/libfabric/1.15.2.0")
 
 
@@ -143,7 +145,8 @@ def frontier(root: Path, account: str) -> Twin:
     stands = si.cached("frontier", _frontier)
     home = f"/ccs/home/{USER}"
     binds: dict[str, Path] = {"/opt/cray": stands / "opt/cray", "/opt/cray/pe/lmod/lmod": Path(si.LMOD),
-                              "/opt/rocm-5.7.1": stands / "opt/rocm-5.7.1", "/sw/frontier": stands / "sw/frontier",
+                              "/opt/rocm-5.7.1": stands / "opt/rocm-5.7.1", "/opt/rocm-7.1.1": stands / "opt/rocm-7.1.1",
+                              "/sw/frontier": stands / "sw/frontier",
                               **_dirs(root, "/lustre/orion", "/mnt/bb", home)}
     (binds["/mnt/bb"] / USER).mkdir(exist_ok=True)   # made for each job with -C nvme on Frontier
     return Twin("frontier", account, root, binds, {"MODULEPATH": FRONTIER_MODULES, "HOME": home}, hardware("frontier"),
@@ -151,7 +154,8 @@ def frontier(root: Path, account: str) -> Twin:
                  # Frontier allocates whole nodes (https://docs.olcf.ornl.gov/systems/frontier_user_guide.html, "Slurm")
                  "partition_options": {"batch": "OverSubscribe=EXCLUSIVE"}}, {
         "PrgEnv-gnu, cray-mpich/8.1.28, cc/CC": "Debian's GCC 12 and MPICH 4.0.2, reporting CRAY MPICH 8.1.28",
-        "rocm/5.7.1 (/opt/rocm-5.7.1)": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
+        "rocm/5.7.1 (/opt/rocm-5.7.1), rocm/7.1.1 (/opt/rocm-7.1.1)": "Debian's HIP 5.2.3 and a stand-in RCCL header (tests/twins/rocm.py)",
+        "rccl-net-plugin": "a module that sets nothing: no RCCL runs here",
         "miniforge3/23.11.0-0": "conda create by Python's venv (conda cannot be had here)",
         "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
         "Lmod of the Cray PE": "Debian's Lmod 8.6",
