@@ -1,5 +1,5 @@
-"""Seed 004's user flow across an upgrade, on the Cirrus twin: a user's venv made on the stack with
-extend-venv-activate keeps working when the administrator upgrades the stack; a process started in
+"""Cirrus' user flow across an upgrade, on the Cirrus twin (the build instructions' venv on the stack with
+extend-venv-activate, https://github.com/hpc-uk/build-instructions): a user's venv keeps working when the administrator upgrades the stack; a process started in
 it before the upgrade keeps importing from the generation it started with, which stays while the
 process runs; the next activation gets the new generation (docs/operating.md)."""
 

@@ -198,3 +198,23 @@ def test_frontier_keeps_the_guides_stack_beside_the_current_one(provisioned):
     assert f"prefix={prefix}/pytorch/.2.10.0-rocm7.1.gen-" in out.stdout      # the current stack's own env
     guide = next(line for line in out.stdout.splitlines() if line.startswith("guide="))
     assert "pytorch/2.13.0-cpu" in guide and "rocm/5.7.1" in guide, guide
+
+
+@pytest.mark.parametrize("provisioned", ["lumi"], indirect=True)   # the twin whose playbook keeps the seed's stack
+def test_lumi_keeps_the_seeds_stack_deprecated_beside_the_current_one(provisioned):
+    """`stacks: seed` is its own module version on its own image (the central one, linked in place); loading it
+    prints its deprecation notice; `module load pytorch` loads the current stack."""
+    twin = provisioned.twin
+    prefix = f"/projappl/{twin.account}/sitestack"
+    out = provisioned.running.shell(
+        f"module use {prefix}/modules\nmodule load pytorch\necho \"current=$LOADEDMODULES SIF=$SIF\"\n"
+        "module purge\nmodule load pytorch/2.2.0-rocm5.6.1 2>&1\necho \"seed=$LOADEDMODULES SIF=$SIF\"\n"
+        "singularity exec \"$SIF\" bash -c \"$WITH_CONDA; python -c 'import torch; print(\\\"torch\\\", torch.__version__)'\"")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = {line.split("=", 1)[0]: line for line in out.stdout.splitlines() if "=" in line}
+    assert "pytorch/2.13.0-cpu" in lines["current"] and "v2.7.1" in lines["current"], lines["current"]
+    assert "pytorch/2.2.0-rocm5.6.1" in lines["seed"] and "v2.2.0" in lines["seed"], lines["seed"]
+    assert "runs a container LUMI has archived" in " ".join(out.stdout.split())   # (Lmod wraps the notice)
+    assert "torch 2.13.0" in out.stdout   # the seed's image is the twin's stand-in image
+    image = twin.site_dir(f"{prefix}/container/{sites.LUMI_SEED_SIF}")
+    assert image.is_symlink() and str(image.readlink()).endswith(f"easybuild-sif-images/{sites.LUMI_SEED_SIF}")

@@ -261,6 +261,8 @@ def dawn(root: Path, account: str, python: str | None = None) -> Twin:
 
 
 LUMI_SIF = "lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
+#: The image of the playbook's seed stack (stacks: seed), in LUMI's easybuild-sif-images area.
+LUMI_SEED_SIF = "lumi-pytorch-rocm-5.6.1-python-3.10-pytorch-v2.2.0-dockerhash-f72ddd8ef883.sif"
 LUMI_MODULES = "/opt/cray/pe/lmod/modulefiles/core"
 
 
@@ -280,8 +282,12 @@ def lumi(root: Path, account: str, python: str) -> Twin:
     fs = _dirs(root, "/appl", "/pfs", "/scratch", "/projappl", "/project", "/flash", "/var/spool/slurmd", home)
     image_tree = root / "lumi-image"
     si.lumi_conda(image_tree)
-    si.torch_image(image_tree, python, fs["/appl"] / "local/containers/sif-images" / LUMI_SIF,
-                   interpreter="/opt/miniconda3/envs/pytorch/bin/python", keep=True)
+    image = fs["/appl"] / "local/containers/sif-images" / LUMI_SIF
+    si.torch_image(image_tree, python, image, interpreter="/opt/miniconda3/envs/pytorch/bin/python", keep=True)
+    seed = fs["/appl"] / "local/containers/easybuild-sif-images" / LUMI_SEED_SIF
+    seed.parent.mkdir(parents=True, exist_ok=True)
+    if not seed.exists():
+        os.link(image, seed)   # the same stand-in image (only the Python minor and torch differ: hardware)
     binds = {"/opt/cray": stands / "opt/cray", "/opt/cray/pe/lmod/lmod": Path(si.LMOD),
              "/usr/bin/singularity": stands / "opt/apptainer/bin/singularity", **fs,
              "/usr/lib64/libjansson.so.4": Path("/usr/lib/x86_64-linux-gnu/libjansson.so.4"),
@@ -296,6 +302,7 @@ def lumi(root: Path, account: str, python: str) -> Twin:
         "singularity (/usr/bin/singularity)": "tests/twins/runtime.py (bubblewrap + squashfuse)",
         LUMI_SIF: "the host's / with /opt/miniconda3/envs/pytorch/bin/python (Python 3.11, torch 2.13.0 CPU), "
                   "$WITH_CONDA",
+        LUMI_SEED_SIF: f"the same stand-in image as {LUMI_SIF}",
         "libcxi": "a file that says what it stands for",
     }, home)
 
