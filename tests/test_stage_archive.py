@@ -8,7 +8,10 @@ The real staging (sbcast, unpack, fix-up, use) of such a pack is in tests/test_s
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -114,3 +117,43 @@ def test_an_env_that_is_neither_is_one_clear_error(tmp_path: Path):
     with pytest.raises(SitestackError, match=str(env)):
         env_kind(LocalHost(), str(env))
     assert not (tmp_path / "prefix" / "packs").exists()
+
+
+def test_a_job_stages_the_pack_of_the_generation_it_loaded(tmp_path: Path):
+    """Each generation has its pack; the stable name links to the current one's; sitestack-stage-env takes
+    the pack of the generation the job's stack module loaded; a removed generation's pack goes."""
+    from sitestack.validation.launch_helpers import LaunchInputs, render_stage
+
+    action = step(tmp_path / "prefix")
+    pack, host = action.pack(), LocalHost()
+    stable = Path(pack.stack.path)
+    stable.parent.mkdir(parents=True)
+    for token in ("a", "b"):
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(stable.parent / f".{stable.name}.gen-{token}")],
+                       check=True)
+    stable.symlink_to(f".{stable.name}.gen-a")
+    action.apply(host)
+    subprocess.run(["ln", "-sfn", f".{stable.name}.gen-b", str(stable)], check=True)   # the upgrade
+    assert action.pending(host) == "the stack changed since it was packed"
+    action.apply(host)
+    packs = Path(pack.generations)
+    assert sorted(p.name for p in packs.iterdir()) == [f"{stable.name}.gen-a.tar.gz", f"{stable.name}.gen-b.tar.gz"]
+    assert Path(pack.path).resolve() == packs / f"{stable.name}.gen-b.tar.gz"
+    assert action.pending(host) is None
+
+    inputs = LaunchInputs(site="frontier", facts=action.ctx.facts, bin="/opt/bin", env={}, scratch="/tmp/stage",
+                          pack=pack.path, pack_generations=pack.generations,
+                          generation_var="__SITESTACK_GENERATION_PYTORCH")
+    head = render_stage(inputs).split("sitestack_unstage()")[0] + 'printf "%s\\n" "$SITESTACK_PACK"\n'
+    loaded = {"__SITESTACK_GENERATION_PYTORCH": str(stable.parent / f".{stable.name}.gen-a"), "PATH": os.defpath}
+    chosen = subprocess.run(["sh", "-c", head], env=loaded, capture_output=True, text=True, check=True).stdout.strip()
+    assert chosen == str(packs / f"{stable.name}.gen-a.tar.gz")     # the job that loaded gen-a stages gen-a
+    none = subprocess.run(["sh", "-c", head], env={"PATH": os.defpath}, capture_output=True, text=True, check=True)
+    assert none.stdout.strip() == pack.path                          # no module loaded: the current pack
+
+    shutil.rmtree(stable.parent / f".{stable.name}.gen-a")           # the generation collected
+    assert action.pending(host) == f"remove the packs of removed generations: {stable.name}.gen-a.tar.gz"
+    action.apply(host)
+    assert sorted(p.name for p in packs.iterdir()) == [f"{stable.name}.gen-b.tar.gz"]
+    with pytest.raises(ValueError):
+        render_stage(dataclasses.replace(inputs, generation_var="X}; rm -rf /; : ${Y"))

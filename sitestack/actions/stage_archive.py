@@ -84,7 +84,8 @@ class MakeStageArchive(Action):
         if stamp is None or not host.exists(pack.path):
             return f"{pack.path} missing ({kind} pack of {real})"
         if stamp == self._wanted(host, pack, real, kind):
-            return None
+            stale = self._stale(host, pack)
+            return f"remove the packs of removed generations: {', '.join(stale)}" if stale else None
         recorded = (host.read_json(pack.stamp) or {}).get("kind")
         if recorded != kind:
             return f"the stack env is a {kind} now, packed as {recorded or 'an unknown kind'}"
@@ -102,12 +103,30 @@ class MakeStageArchive(Action):
         host.run(["rm", "-rf", "--", tmp, f"{tmp}.d"])
         mark = f"{CONDA_MARK}/" if kind == "conda" else VENV_MARK
         self.ctx.note(f"packing {real} into {pack.path}: a {kind} ({mark} found)")
-        if kind == "conda":
-            self._conda_pack(host, pack, real, tmp, log)
-        else:
-            self._venv_pack(host, pack, real, tmp, log)
-        host.run(["mv", "-f", "--", tmp, pack.path])
+        if not host.exists(pack.generation_pack(real)):
+            if kind == "conda":
+                self._conda_pack(host, pack, real, tmp, log)
+            else:
+                self._venv_pack(host, pack, real, tmp, log)
+            host.run(["mkdir", "-p", "--", pack.generations])
+            host.run(["mv", "-f", "--", tmp, pack.generation_pack(real)])
+        # the stable name links to the current generation's pack (one rename); a job that loaded an older
+        # generation stages that one's pack, kept while the generation is (sitestack-stage-env)
+        target = f"{pack.generations.rsplit('/', 1)[1]}/{pack.generation_pack(real).rsplit('/', 1)[1]}"
+        host.run(["sh", "-c", 'ln -sfn -- "$1" "$2.link" && mv -T -- "$2.link" "$2"', "sh", target, pack.path])
         host.write_text(pack.stamp, self._wanted(host, pack, real, kind), 0o644)
+        stale = self._stale(host, pack)
+        if stale:
+            host.run(["rm", "-f", "--", *(f"{pack.generations}/{name}" for name in stale)])
+
+    def _stale(self, host: Host, pack: StageArchive) -> list[str]:
+        """The packs (names in :attr:`StageArchive.generations`) whose generation is gone from disk, but
+        the one the stable name links to."""
+        script = ('cd -- "$1" 2>/dev/null || exit 0; cur=$(readlink -- "$3" 2>/dev/null); cur=${cur##*/}; '
+                  'for f in *.tar.gz; do [ -e "$f" ] || continue; [ "$f" = "$cur" ] && continue; '
+                  '[ -d "$2/.${f%.tar.gz}" ] || echo "$f"; done')
+        parent = pack.stack.path.rsplit("/", 1)[0]
+        return host.probe(["sh", "-c", script, "sh", pack.generations, parent, pack.path]).stdout.split()
 
     def _conda_pack(self, host: Host, pack: StageArchive, real: str, tmp: str, log: Path | None) -> None:
         """conda-pack from its tools venv (made on first use), as OLCF's guide runs it."""

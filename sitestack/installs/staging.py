@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 
 from sitestack.core.errors import SitestackError
@@ -77,6 +78,16 @@ class StageArchive:
     @property
     def stamp(self) -> str:
         return self.path + ".json"
+
+    @property
+    def generations(self) -> str:
+        """Where the pack of each generation lies: :attr:`path` links to the current one's, and a job
+        stages the pack of the generation its stack module loaded (docs/operating.md)."""
+        return self.path[: -len(".tar.gz")] + ".generations"
+
+    def generation_pack(self, real: str) -> str:
+        """The pack of the generation at ``real`` (``.2.13.0-cpu.gen-TOKEN`` packs as ``2.13.0-cpu.gen-TOKEN.tar.gz``)."""
+        return f"{self.generations}/{os.path.basename(real.rstrip('/')).lstrip('.')}.tar.gz"
 
     @property
     def tools(self) -> str:

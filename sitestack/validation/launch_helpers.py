@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.core import templates
-from sitestack.core.quoting import sh_default, sh_expanding
+from sitestack.core.quoting import SHELL_NAME, sh_default, sh_expanding
 from sitestack.installs.staging import CONDA_UNPACK, UNPACK_PROGRAM
 from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
@@ -57,6 +57,10 @@ class LaunchInputs:
     env: Mapping[str, str]  # facts.env with {user}/{home} as ${USER}/${HOME}
     scratch: str | None = None  # node.local_scratch with {user}/{home} as ${USER}/${HOME}
     pack: str | None = None  # the packed stack env (sites that stage it)
+    #: where each generation's pack lies, and the variable in which the stack's module keeps the generation
+    #: it loaded (docs/operating.md): a job stages the pack of the generation it loaded
+    pack_generations: str | None = None
+    generation_var: str = ""
     stack_module: str = ""  # e.g. pytorch/2.13.0-cpu
     module_root: str = ""  # where the stack's module files are
 
@@ -116,6 +120,14 @@ def render_launch(inputs: LaunchInputs) -> str:
     return _render("launch.sh.j2", inputs)
 
 
+def checked_name(name: str) -> str:
+    """``name``, a shell variable name (the stage script reads it unquoted, as ``${NAME:-}``); anything
+    else is refused, never rendered."""
+    if name and not SHELL_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a shell variable name")
+    return name
+
+
 def render_stage(inputs: LaunchInputs) -> str:
     """``sitestack-stage-env`` (only where the site stages its env)."""
     if not inputs.stage or inputs.pack is None or inputs.scratch is None:
@@ -124,7 +136,8 @@ def render_stage(inputs: LaunchInputs) -> str:
     # it is made, from what the env is (sitestack.installs.staging.env_kind), after this is rendered.
     return jobs.environment().get_template("stage-env.sh.j2").render(
         site=inputs.site, path=f"{inputs.bin}/{STAGE}", pack=inputs.pack, scratch=sh_expanding(inputs.scratch),
-        scratch_text=inputs.scratch, conda_unpack=CONDA_UNPACK, venv_unpack=UNPACK_PROGRAM)
+        scratch_text=inputs.scratch, conda_unpack=CONDA_UNPACK, venv_unpack=UNPACK_PROGRAM,
+        pack_generations=inputs.pack_generations, generation_var=checked_name(inputs.generation_var))
 
 
 def helper_files(inputs: LaunchInputs) -> dict[str, tuple[str, int]]:

@@ -14,6 +14,7 @@ twins have neither. A stand-in keeps the command line and the output lines the d
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -26,13 +27,21 @@ PROBE = "sitestack-probe:"
 SAMPLES = 2048   # the documents' MyTrainDataset(2048): 64 steps of 32 on one rank
 
 
+def say(line: str) -> None:
+    """One line in one write: the ranks share the job's output file, and print() writes the text and its
+    newline separately when stdout is unbuffered (torchrun's children), so two ranks' lines could run into
+    one another ("...__init__.pysitestack-probe: ...")."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def probe(*names: str) -> None:
     """Print where torch comes from, the world size once distributed, and the named variables."""
-    print(f"{PROBE} torch_file={torch.__file__}", flush=True)
+    say(f"{PROBE} torch_file={torch.__file__}")
     if dist.is_available() and dist.is_initialized():
-        print(f"{PROBE} world_size={dist.get_world_size()}", flush=True)
+        say(f"{PROBE} world_size={dist.get_world_size()}")
     for name in names:
-        print(f"{PROBE} env {name}={os.environ.get(name, '')}", flush=True)
+        say(f"{PROBE} env {name}={os.environ.get(name, '')}")
 
 
 class RandomDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -69,7 +78,7 @@ def train(epochs: int, save_every: int, batch_size: int, *, rank: int | None, ch
     for epoch in range(epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
-        print(f"[GPU{label}] Epoch {epoch} | Batchsize: {batch_size} | Steps: {len(loader)}", flush=True)
+        say(f"[GPU{label}] Epoch {epoch} | Batchsize: {batch_size} | Steps: {len(loader)}")
         for source, targets in loader:
             optimizer.zero_grad()
             F.mse_loss(model(source), targets).backward()
@@ -77,7 +86,7 @@ def train(epochs: int, save_every: int, batch_size: int, *, rank: int | None, ch
         if label == 0 and epoch % save_every == 0:
             torch.save(model.state_dict(), checkpoint)
             kind = "checkpoint" if rank is None else "snapshot"
-            print(f"Epoch {epoch} | Training {kind} saved at {checkpoint}", flush=True)
+            say(f"Epoch {epoch} | Training {kind} saved at {checkpoint}")
 
 
 def finish() -> None:
