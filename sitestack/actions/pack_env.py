@@ -38,7 +38,6 @@ from sitestack.installs.squashfs_env import (
     BASE_SCRIPTS,
     MKSQUASHFS_OPTIONS,
     PackedEnv,
-    clean_argv,
     commands_of,
     requirement_names,
     split_options,
@@ -184,7 +183,7 @@ class PackEnv(Action):
         gdir = f"{p.parent}/{gen}"
         history = generations.read_history(host, p.dest)
         host.run(["mkdir", "-p", "--", p.parent])
-        host.run(clean_argv(p, keep=[g.name for g in history.generations]))
+        generations.clean_stale(host, history)
         host.run(["mkdir", "-p", "--", f"{gdir}/root", f"{gdir}/bin"])
         try:
             commands = self._build(host, gdir, sources, log)
@@ -199,8 +198,7 @@ class PackEnv(Action):
             host.probe(["rm", "-rf", "--", gdir])
             raise
         host.run(["find", p.parent, "-maxdepth", "1", "-name", f".{p.leaf}.old-*", "-type", "d", "-empty", "-delete"])
-        if after.retired():
-            generations.collect(host, after, generations.grace_seconds(host, self.ctx.facts), note=self.ctx.note)
+        generations.collect_retired(host, after, self.ctx.facts, note=self.ctx.note)
 
     def _build(self, host: Host, gdir: str, sources: Sources, log: Any) -> list[str]:
         """Fill ``gdir``: the environment at root (conda, or a venv), its pip packages, the image,

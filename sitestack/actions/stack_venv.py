@@ -46,6 +46,7 @@ from typing import Any
 from sitestack.actions.action import Action, unified_diff
 from sitestack.core.errors import CommandFailed, SitestackError
 from sitestack.core.host import Host
+from sitestack.core.swap import relink_argv
 from sitestack.installs import generations
 from sitestack.installs.site_stack import find_built
 from sitestack.installs.venv_env import EnvTools, check_index, list_dists, program
@@ -175,9 +176,8 @@ class StackVenv(Action):
         reason = self._reason(host)
         if reason is not None:
             self._new_generation(host, reason)
-        history = generations.read_history(host, self.stack.path)
-        if history.retired():
-            generations.collect(host, history, generations.grace_seconds(host, self.ctx.facts), note=self.ctx.note)
+        generations.collect_retired(host, generations.read_history(host, self.stack.path), self.ctx.facts,
+                                    note=self.ctx.note)
 
     def _new_generation(self, host: Host, reason: str) -> None:
         """Build the stack's next generation and switch to it: from nothing when the base changed or the
@@ -264,7 +264,7 @@ class Builder(EnvTools):
     def _making(self, gen: str) -> Iterator[None]:
         """Around making ``gen``: leftovers of killed runs removed first; ``gen`` removed on any failure."""
         self.run(["mkdir", "-p", self.parent])
-        self._clean_stale()
+        generations.clean_stale(self.host, generations.read_history(self.host, self.stack.path))
         try:
             yield
         except BaseException:
@@ -284,23 +284,7 @@ class Builder(EnvTools):
         generations.switch(self.host, history, entry)
         link = f"{self.leaf}/{MANIFEST}"
         if self.host.probe(["readlink", "--", self.stack.manifest]).stdout.strip() != link:
-            self.run(["sh", "-c", 'ln -sfn -- "$1" "$2.$3" && mv -T -- "$2.$3" "$2"', "sh", link,
-                      self.stack.manifest, self.token])
-
-    def _clean_stale(self) -> None:
-        """Remove what killed runs left: generations never recorded (never published), links, moved-aside trees."""
-        history = generations.read_history(self.host, self.stack.path)
-        keep = {g.name for g in history.generations} | ({history.current} if history.current else set())
-        script = r"""
-parent=$1 leaf=$2; shift 2
-for d in "$parent"/."$leaf".gen-* "$parent"/."$leaf".link-* "$parent"/."$leaf".old-*; do
-  [ -e "$d" ] || [ -L "$d" ] || continue
-  for k in "$@"; do [ "$(basename "$d")" = "$k" ] && continue 2; done
-  rm -rf -- "$d"
-done
-exit 0
-"""
-        self.run(["bash", "-c", script, "sitestack", self.parent, self.leaf, *sorted(keep)])
+            self.run(relink_argv(self.stack.manifest, link, self.token))
 
     # -- what changed, installed into the copy ----------------------------------------------------
     def update(self, root: str) -> dict[str, Any]:

@@ -12,12 +12,14 @@ renamed into place, and the stamp is written last, so a failed pack leaves the o
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
+from sitestack.core.swap import relink_argv
 from sitestack.installs.site_stack import site_stack
 from sitestack.installs.staging import (
     CONDA_MARK,
@@ -113,7 +115,7 @@ class MakeStageArchive(Action):
         # the stable name links to the current generation's pack (one rename); a job that loaded an older
         # generation stages that one's pack, kept while the generation is (sitestack-stage-env)
         target = f"{pack.generations.rsplit('/', 1)[1]}/{pack.generation_pack(real).rsplit('/', 1)[1]}"
-        host.run(["sh", "-c", 'ln -sfn -- "$1" "$2.link" && mv -T -- "$2.link" "$2"', "sh", target, pack.path])
+        host.run(relink_argv(pack.path, target, secrets.token_hex(4)))
         host.write_text(pack.stamp, self._wanted(host, pack, real, kind), 0o644)
         stale = self._stale(host, pack)
         if stale:

@@ -30,3 +30,14 @@ def swap_argv(parent: str, leaf: str, new: str, token: str) -> list[str]:
     if "/" in new or "/" in leaf:
         raise ValueError(f"swap: {leaf!r} and {new!r} must be names inside {parent!r}, not paths")
     return ["bash", "-c", SWAP_SCRIPT, "sitestack", parent, leaf, new, token]
+
+
+#: Makes $2 a symbolic link to $1 with one rename (a temporary link ``$2.link-$3`` renamed over it).
+RELINK_SCRIPT = 'ln -sfn -- "$1" "$2.link-$3" && mv -T -- "$2.link-$3" "$2"'
+
+
+def relink_argv(path: str, target: str, token: str) -> list[str]:
+    """The argv that points the symbolic link ``path`` at ``target`` (a path relative to its directory,
+    or absolute) atomically: a reader sees the old target or the new one (a regular file there is
+    replaced). ``token`` names the temporary link: unique per run."""
+    return ["sh", "-c", RELINK_SCRIPT, "sitestack", target, path, token]

@@ -65,8 +65,9 @@ def chosen(found: dict[str, str], stack: str | None, prefix: str) -> dict[str, s
 def describe(host: Host, name: str, path: str, grace: tuple[int | None, str]) -> dict[str, Any]:
     """One stack's generations, newest first, each with what a collection would do with it."""
     history = gens.read_history(host, path)
-    fate = {v.path.rsplit("/", 1)[1]: v for v in gens.verdicts(host, history, grace)}
-    users = gens.in_use(host, [f"{history.parent}/{history.current}"]) if history.current else {}
+    # one look at the processes for every generation on disk, the verdicts' included
+    users = gens.in_use(host, [f"{history.parent}/{name}" for name in sorted(history.on_disk)])
+    fate = {v.path.rsplit("/", 1)[1]: v for v in gens.verdicts(host, history, grace, users=users)}
     rows = []
     for g in sorted(history.generations, key=lambda g: g.created, reverse=True):
         on_disk = g.name in history.on_disk
@@ -75,7 +76,7 @@ def describe(host: Host, name: str, path: str, grace: tuple[int | None, str]) ->
         state = "current" if current else ("retired" if on_disk else "removed")
         rows.append({"generation": g.name, "state": state, "created": g.when(g.created),
                      "retired": g.when(g.retired) if not current else None, "digest": g.digest, "change": g.change,
-                     "in_use": bool(users) if current else (verdict is not None and "in use" in verdict.why),
+                     "in_use": bool(users.get(f"{history.parent}/{g.name}")),
                      "manifest": f"{history.parent}/{g.name}/{MANIFEST}" if on_disk else None,
                      "fate": None if current or verdict is None else verdict.why})
     return {"stack": name, "path": path, "current": history.current, "grace": grace[1], "generations": rows}

@@ -27,7 +27,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from sitestack.core.errors import SitestackError
@@ -168,6 +168,33 @@ def switch(host: Host, history: History, new: Generation, now: float | None = No
     return after
 
 
+#: Removes what killed runs left beside ``<parent>/<leaf>`` ($1, $2): generations (``.<leaf>.gen-*``,
+#: ``.<leaf>.tree-*``) that the link does not point at and the record does not name ($3...), so were never
+#: published; half-made links (``.link-*``) and trees moved aside (``.old-*``). A generation whose
+#: ``root`` is mounted (a packed env's squashfuse image) is left to its user. Best effort: what cannot
+#: be removed now is tried again by the next run.
+STALE_SCRIPT = r"""
+parent=$1 leaf=$2; shift 2
+cur=""; [ -L "$parent/$leaf" ] && cur=$(readlink "$parent/$leaf")
+for d in "$parent"/."$leaf".gen-* "$parent"/."$leaf".tree-* "$parent"/."$leaf".link-* "$parent"/."$leaf".old-*; do
+  [ -e "$d" ] || [ -L "$d" ] || continue
+  name=$(basename "$d")
+  [ "$name" = "$cur" ] && continue
+  for k in "$@"; do [ "$name" = "$k" ] && continue 2; done
+  mountpoint -q "$d/root" 2>/dev/null && continue
+  rm -rf -- "$d" 2>/dev/null || true
+done
+exit 0
+"""
+
+
+def clean_stale(host: Host, history: History) -> None:
+    """Remove what killed runs left beside the path of ``history`` (:data:`STALE_SCRIPT`), before a new
+    generation is made: every generation the record names stays, retired ones included."""
+    host.run(["bash", "-c", STALE_SCRIPT, "sitestack", history.parent, history.leaf,
+              *sorted(g.name for g in history.generations)])
+
+
 # -- when a retired generation may go --------------------------------------------------------------------
 PARTITIONS_SCRIPT = "scontrol show partition -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^MaxTime=//p'"
 
@@ -216,8 +243,11 @@ class Verdict:
     why: str
 
 
-def verdicts(host: Host, history: History, grace: tuple[int | None, str], now: float | None = None) -> list[Verdict]:
-    """For each retired generation on disk: may it be removed now, and why (not) — removes nothing."""
+def verdicts(host: Host, history: History, grace: tuple[int | None, str], now: float | None = None,
+             users: Mapping[str, list[str]] | None = None) -> list[Verdict]:
+    """For each retired generation on disk: may it be removed now, and why (not) — removes nothing.
+    ``users``: :func:`in_use` of its generations where the caller asked already (else asked here, for
+    those past their grace only)."""
     now = time.time() if now is None else now
     seconds, source = grace
     out: list[Verdict] = []
@@ -232,7 +262,7 @@ def verdicts(host: Host, history: History, grace: tuple[int | None, str], now: f
             out.append(Verdict(path, False, f"kept for {left} s more: jobs may run for {source}"))
         else:
             due.append(path)
-    users = in_use(host, due)
+    users = in_use(host, due) if users is None else users
     for path in due:
         if users.get(path):
             out.append(Verdict(path, False, f"kept: in use by {'; '.join(users[path][:3])}"))
@@ -253,6 +283,13 @@ def collect(host: Host, history: History, grace: tuple[int | None, str], *, dry_
     return found
 
 
+def collect_retired(host: Host, history: History, facts: Facts, *, note: Callable[[str], None] | None = None) -> None:
+    """After a switch: :func:`collect` the retired generations of ``history`` by the site's grace
+    (:func:`grace_seconds`, asked only where there is a retired generation)."""
+    if history.retired():
+        collect(host, history, grace_seconds(host, facts), note=note)
+
+
 def rollback(host: Host, path: str) -> tuple[Generation, Generation]:
     """Point ``path`` back at the newest retired generation still on disk; (from, to)."""
     history = read_history(host, path)
@@ -263,6 +300,5 @@ def rollback(host: Host, path: str) -> tuple[Generation, Generation]:
         raise SitestackError(f"{path}: no earlier generation is left on disk to roll back to "
                              f"(see `invoke generations`)")
     leaving = history.find(history.current) or Generation(history.current, 0.0)
-    target = previous[0]
-    switch(host, history, replace(target, change=target.change), time.time())
-    return leaving, target
+    switch(host, history, previous[0])
+    return leaving, previous[0]

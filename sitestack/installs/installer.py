@@ -31,20 +31,10 @@ from sitestack.installs.target import Target, build_plan, check_commands, env_ar
 from sitestack.installs.toolchain import Toolchain
 from sitestack.model.context import RunOptions
 
-#: Removes what killed runs left: hidden siblings of dest that were never published (not the current
-#: tree, not a retired one the record names: $6...), their build dirs, cache entries half-stored more
-#: than an hour ago.
+#: Removes what killed builds left besides dest's siblings (:func:`sitestack.installs.generations.clean_stale`):
+#: their build dirs, cache entries half-stored more than an hour ago.
 CLEAN_SCRIPT = r"""
-parent=$1 base=$2 build_root=$3 work_glob=$4 cache_root=$5
-shift 5
-current=""
-if [ -L "$parent/$base" ]; then current=$(readlink "$parent/$base"); fi
-for d in "$parent"/."$base".tree-* "$parent"/."$base".link-* "$parent"/."$base".old-*; do
-  [ -e "$d" ] || [ -L "$d" ] || continue
-  [ "$(basename "$d")" = "$current" ] && continue
-  for k in "$@"; do [ "$(basename "$d")" = "$k" ] && continue 2; done
-  rm -rf -- "$d" 2>/dev/null || true
-done
+build_root=$1 work_glob=$2 cache_root=$3
 for d in "$build_root"/$work_glob; do [ -e "$d" ] && rm -rf -- "$d" 2>/dev/null; done
 find "$cache_root" -mindepth 2 -maxdepth 2 -name '.*.tmp-*' -mmin +60 -exec rm -rf -- {} + 2>/dev/null
 exit 0
@@ -146,9 +136,8 @@ class Installer:
         self.host.run(["sh", "-c", 'mkdir -p -- "$1" && chmod 700 -- "$1"', "sh", home_cache])
         t = self.target
         glob = f"{t.recipe.name}-{t.version}-{self.dest_key}-*"
-        kept = [g.name for g in generations.read_history(self.host, t.dest).generations]
-        self.host.run(["bash", "-c", CLEAN_SCRIPT, "sitestack", self.parent, self.base, self.build_root, glob,
-                       self.cache_root, *kept])
+        generations.clean_stale(self.host, generations.read_history(self.host, t.dest))
+        self.host.run(["bash", "-c", CLEAN_SCRIPT, "sitestack", self.build_root, glob, self.cache_root])
 
     def cached_artefact(self) -> str | None:
         """The cache entry's artefact when its sha256 is the manifest's; a damaged entry is removed."""
@@ -332,9 +321,7 @@ class Installer:
         entry = generations.Generation(os.path.basename(self.tree), time.time(), self.digest[:16],
                                        f"{t.recipe.name}@{t.version} from {'the build cache' if self.from_cache else 'a build'}")
         after = generations.switch(self.host, history, entry)
-        if after.retired():
-            generations.collect(self.host, after, generations.grace_seconds(self.host, t.facts),
-                                note=self.progress.note)
+        generations.collect_retired(self.host, after, t.facts, note=self.progress.note)
 
     def write_stamp(self, artefact: str) -> None:
         t = self.target

@@ -201,26 +201,3 @@ def commands_of(listing: str) -> list[str]:
     """The commands to wrap, from ``find bin -maxdepth 1 ( -type f -perm -u+x ) -o -type l`` names."""
     names = sorted({line.strip() for line in listing.splitlines() if line.strip()})
     return [n for n in names if not NOT_COMMANDS.fullmatch(n) and re.fullmatch(r"[A-Za-z0-9_.+-]+", n)]
-
-
-#: Before a build: remove the generations a killed build left, that is every one the record does not
-#: name ($3...) except the current one and any whose root is still mounted (squashfuse: a process may be
-#: using it). Retired generations are the record's, collected by :mod:`sitestack.installs.generations`.
-CLEAN_SCRIPT = r"""
-parent=$1 leaf=$2; shift 2
-cur=""; [ -L "$parent/$leaf" ] && cur=$(readlink "$parent/$leaf")
-for d in "$parent"/."$leaf".gen-* "$parent"/."$leaf".link-* "$parent"/."$leaf".old-*; do
-  [ -e "$d" ] || [ -L "$d" ] || continue
-  name=$(basename "$d")
-  [ "$name" = "$cur" ] && continue
-  for k in "$@"; do [ "$name" = "$k" ] && continue 2; done
-  mountpoint -q "$d/root" 2>/dev/null && continue
-  rm -rf -- "$d"
-done
-exit 0
-"""
-
-
-def clean_argv(packed: PackedEnv, keep: Sequence[str]) -> list[str]:
-    """The argv of :data:`CLEAN_SCRIPT` keeping the generations named in ``keep``."""
-    return ["bash", "-c", CLEAN_SCRIPT, "sitestack", packed.parent, packed.leaf, *keep]
