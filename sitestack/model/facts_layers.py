@@ -9,7 +9,7 @@ shipped playbook (a partition name, a smaller login node), and that holds for ev
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,8 @@ def layered(base: Any, *layers: Mapping[str, Any]) -> Any:
     return facts
 
 
-def with_local_facts(data: MarkedDict, shown: str) -> MarkedDict:
-    """``data`` (a playbook) with the site-local facts merged into its ``facts:``."""
-    layers = local_layers()
+def with_local_facts(data: MarkedDict, layers: Sequence[Mapping[str, Any]]) -> MarkedDict:
+    """``data`` (a playbook) with the site-local facts (:func:`local_layers`) merged into its ``facts:``."""
     if not layers:
         return data
     out = MarkedDict(data)

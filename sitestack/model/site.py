@@ -246,9 +246,9 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
         raise InputError(f"{shown}:{data.lines['site']}", f"must be {path.stem!r} (the file name), not {site_name!r}", key="site")
     if "description" in data and not isinstance(data["description"], str):
         raise InputError(f"{shown}:{data.lines['description']}", "expected a string", key="description")
-    own = data
-    data = with_local_facts(data, shown)
-    _check_placeholders(data, shown)
+    own, local = data, local_layers()
+    data = with_local_facts(data, local)
+    _check_placeholders(data, shown)   # the stacks' overlays and the site-local facts too
     hosts = _build_list(HostSpec, data, "hosts", shown, unique="name")
     if not hosts:
         raise InputError(f"{shown}:{data.lines['hosts']}", "a playbook needs at least one host", key="hosts")
@@ -259,7 +259,7 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
             raise
         raise InputError(exc.where, f"{exc.detail} (facts merged from ${LOCAL_FACTS}: {os.environ[LOCAL_FACTS]})",
                          key=exc.key) from None
-    stacks = _stacks(own, shown)
+    stacks = _stacks(own, shown, local)
     steps = _build_list(StepSpec, data, "steps", shown, unique="name")
     handlers = _build_list(StepSpec, data, "handlers", shown, unique="name") if "handlers" in data else ()
     handler_names = {h.name for h in handlers}
@@ -275,14 +275,12 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
                 raw_facts=data["facts"], stacks=stacks)
 
 
-def _stacks(own: MarkedDict, shown: str) -> dict[str, tuple[Facts, Mapping[str, Any]]]:
+def _stacks(own: MarkedDict, shown: str, local: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Facts, Mapping[str, Any]]]:
     """The playbook's ``stacks:``, each its overlay merged over the playbook's own facts and the site-local
-    ones over that (a site's hardware keys hold for every stack), checked as facts."""
+    ones (``local``) over that (a site's hardware keys hold for every stack), checked as facts."""
     out = {}
-    local = local_layers()
     for key, overlay in stack_overlays(own, shown).items():
         raw = layered(own["facts"], overlay, *local)
-        _check_placeholders(raw, shown)
         out[key] = (schema.build(Facts, raw, shown, line=overlay.line, key=f"stacks.{key}.facts"), raw)
     return out
 
