@@ -171,7 +171,7 @@ def test_bad_validation_facts_are_refused_at_load(tmp_path):
     text = (Path(pb.load("local").path) if Path(pb.load("local").path).is_absolute()
             else Path(__file__).resolve().parent.parent / pb.load("local").path).read_text()
     bad = tmp_path / "local.yml"
-    bad.write_text(text.replace("launchers: [srun, mpiexec, torchrun]", "launchers: [srun, mpirunn]"))
+    bad.write_text(text.replace("launchers: [srun, mpiexec, torchrun, horovodrun]", "launchers: [srun, mpirunn]"))
     with pytest.raises(InputError, match="mpirunn"):
         pb.load(path=bad)
     bad.write_text(text.replace("lower: -0.95", "lower: 0.5"))

@@ -5,7 +5,7 @@ default, or ``--host NAME`` over SSH (connected as ``invoke provision`` connects
 (the site's scheduler, when ``sbatch`` is on the host and the controller answers) the job is
 submitted with ``sbatch --parsable``, waited for with ``squeue``, and its ``result.json`` read
 from the results directory on the host. Without a scheduler (``--scheduler none``, or ``auto``
-where none answers) the torchrun or mpiexec batch script runs on the host directly with
+where none answers) the torchrun, mpiexec or horovodrun batch script runs on the host directly with
 ``bash``: the scripts work outside Slurm (one node, the job id is the shell's pid).
 """
 
@@ -33,7 +33,7 @@ from sitestack.model.site import Facts, Site, expand
 from sitestack.validation.ddp_report import verdict_table
 from sitestack.validation.jobs import script_name, validation_of
 
-LOCAL_LAUNCHERS = ("torchrun", "mpiexec")
+LOCAL_LAUNCHERS = ("torchrun", "mpiexec", "horovodrun")
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
             "DEADLINE"}
 #: Runs the batch script with its output in a log file on the host (script and log are $0 and $1:
@@ -124,7 +124,7 @@ def choose(facts: Facts, options: ValidateOptions, host: Host | None = None) -> 
     else:
         launcher = next((name for name in v.launchers if name in LOCAL_LAUNCHERS), "")
     if scheduler == "none" and launcher not in LOCAL_LAUNCHERS:
-        raise InputError("--scheduler", f"without a scheduler the job runs with torchrun or mpiexec; this site installs "
+        raise InputError("--scheduler", f"without a scheduler the job runs with torchrun, mpiexec or horovodrun; this site installs "
                          f"{', '.join(v.launchers)} (no Slurm answered here)")
     if scheduler == "none" and options.nodes > 1:
         raise InputError("--nodes", "without a scheduler the job runs on this node only")

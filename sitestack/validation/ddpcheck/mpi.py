@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from .ranks import RankInfo
@@ -67,8 +68,11 @@ def import_mpi(info: RankInfo, args: argparse.Namespace, config: dict[str, Any])
     wanted = "mpi4py" in ((config.get("stack") or {}).get("includes") or [])
     if args.no_mpi:
         return None, "mpi4py not used (--no-mpi)", None
-    if info.launcher in ("torchrun", "none", "env"):
-        why = f"the launcher ({info.launcher}) starts no MPI ranks: run the srun or mpiexec job for the MPI checks"
+    # horovodrun --gloo starts its ranks through its own rendezvous (it names the server), not MPI's
+    gloo_horovodrun = info.launcher == "horovodrun" and bool(os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"))
+    if info.launcher in ("torchrun", "none", "env") or gloo_horovodrun:
+        launcher = "horovodrun --gloo" if gloo_horovodrun else info.launcher
+        why = f"the launcher ({launcher}) starts no MPI ranks: run the srun or mpiexec job for the MPI checks"
         if wanted:
             try:
                 import mpi4py  # type: ignore[import-not-found, unused-ignore]

@@ -1,9 +1,8 @@
-"""The mpi-probe, mpi4py and horovod checks: the site-built C MPI probe's result, mpi4py's ranks, library
-and allreduce, and an allreduce through Horovod where the stack includes it."""
+"""The mpi-probe and mpi4py checks: the site-built C MPI probe's result, and mpi4py's ranks, library and
+allreduce."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from typing import Any
@@ -90,32 +89,3 @@ def mpi4py_check(run: Run) -> None:
         extra = f"; ping-pong {ddp_report.latency_text(stats)}, {bandwidth:.4g} MB/s at 1 MiB" if stats else ""
         run.set("mpi4py", PASSED, f"{library[:60]}, {size} ranks, allreduce exact{extra}", **details)
 
-
-def horovod(run: Run) -> None:
-    """The horovod check, where Horovod is part of the stack: its size and an exact allreduce."""
-    try:
-        import horovod.torch as hvd  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        run.set("horovod", SKIPPED, "skipped: Horovod not in this stack")
-        return
-    torch = run.torch
-    hvd.init()
-    size, rank = hvd.size(), hvd.rank()
-    problems = []
-    if size != run.info.world_size:
-        problems.append(f"Horovod sees {size} ranks, the launcher started {run.info.world_size}")
-    t = torch.tensor([float(rank + 1)])
-    if run.dev.kind == "cuda":
-        t = t.cuda()
-    total = hvd.allreduce(t, op=hvd.Sum, name="sitestack.check")
-    if float(total.cpu()[0]) != size * (size + 1) / 2:
-        problems.append(f"Horovod allreduce gave {float(total.cpu()[0]):g}, expected {size * (size + 1) / 2:g}")
-    builds = [name for name, fn in (("MPI", "mpi_built"), ("Gloo", "gloo_built"), ("NCCL", "nccl_built"))
-              if callable(getattr(hvd, fn, None)) and getattr(hvd, fn)()]
-    if problems:
-        run.set("horovod", FAILED, problems[0], problems=problems)
-    else:
-        run.set("horovod", PASSED, f"{size}-rank allreduce exact (Horovod built with {', '.join(builds) or '?'})")
-    # stop Horovod's background thread now: the process leaves through os._exit (see exit_now)
-    with contextlib.suppress(Exception):
-        hvd.shutdown()

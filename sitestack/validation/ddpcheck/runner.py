@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import bandwidth, collectives, env_check, mpichecks, netplugin, procgroup, training
+from . import bandwidth, collectives, env_check, horovodcheck, mpichecks, netplugin, procgroup, training
 from .affinity import judge_affinity, parse_masks
 from .result_file import write_result
 from .siblings import ddp_report
@@ -61,7 +61,7 @@ def run_checks(run: Run) -> int:
     with run.timed("mpi4py"):
         mpichecks.mpi4py_check(run)
     with run.timed("horovod"):
-        mpichecks.horovod(run)
+        horovodcheck.horovod(run)
     return finish(run)
 
 

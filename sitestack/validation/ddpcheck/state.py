@@ -35,6 +35,7 @@ class Run:
         self.bandwidth: dict[str, Any] = {}
         self.mpi_data: dict[str, Any] = {}
         self.pg_ok = False
+        self.horovod_server: Any = None  # rank 0's Horovod rendezvous where the launcher gives none
         self.result: dict[str, Any] | None = None
         self.progress: Progress | None = None  # OUT/ranks/rank-R.json, read by the watchdogs
         self.me: dict[str, Any] = {}  # this rank's report, once the environment check has loaded torch
