@@ -115,19 +115,20 @@ def test_the_site_facts_reach_the_module_files():
     assert 'prepend-path PATH "${sitestack_root}/bin"' in cirrus
     # no PYTHONPATH: it would win over a copy of the stack staged on node-local storage
     assert "PYTHONPATH" not in cirrus and "PYTHONPATH" not in rendered("frontier", "lua")["pytorch/2.2.2-rocm5.7.lua"]
-    assert 'sitestack_setenv HOROVOD_MPI_THREADS_DISABLE "1"' in cirrus
+    # the site's settings (facts.env) only where the user has none (docs/modulefiles.md)
+    assert 'sitestack_default HOROVOD_MPI_THREADS_DISABLE "1"' in cirrus
     frontier = rendered("frontier", "lua")["pytorch/2.2.2-rocm5.7.lua"]
     for module in ("PrgEnv-gnu/8.5.0", "rocm/5.7.1", "craype-accel-amd-gfx90a", "aws-ofi-rccl/1.4.0-rocm-5.7.1"):
         assert f'depends_on("{module}")' in frontier
-    assert 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in frontier
-    assert 'pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")' in frontier
+    assert 'sitestack_default("NCCL_SOCKET_IFNAME", "hsn0")' in frontier
+    assert 'sitestack_default("FI_MR_CACHE_MONITOR", "userfaultfd")' in frontier
     # {user} in a fact is the user who loads the module, not the one who installed it
     # and the MIOpen cache is the job's own, read from SLURM_JOB_ID when the module is loaded
     assert 'pushenv("MIOPEN_USER_DB_PATH", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-" .. ' \
            '(os.getenv("SLURM_JOB_ID") or ""))' in frontier
     assert "alice-miopen" not in frontier
     plugin = rendered("frontier", "lua")["aws-ofi-rccl/1.4.0-rocm-5.7.1.lua"]
-    assert '"NCCL_NET"' not in plugin and 'pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")' in plugin and 'pushenv("NCCL_SOCKET_IFNAME", "hsn0")' in plugin
+    assert '"NCCL_NET"' not in plugin and 'pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")' in plugin and 'sitestack_default("NCCL_SOCKET_IFNAME", "hsn0")' in plugin
     assert 'prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib")' in plugin
     lumi = rendered("lumi", "lua")["pytorch/2.7.1-rocm6.2.4.lua"]
     assert 'append_path("SINGULARITY_BINDPATH", "/projappl/proj123/sitestack", ",")' in lumi

@@ -102,16 +102,23 @@ def test_horovod_module_loads_with_the_stack(local_stack):
     assert "horovod" in out
 
 
-def test_unload_puts_back_values_set_before_loading(local_stack):
-    """pushenv: a setting the user had before loading is theirs again after unloading."""
-    script_env = {"GLOO_SOCKET_IFNAME": "eth7", "PYTHONPATH": "/mine"}
+@pytest.mark.parametrize("mine", ["eth7", ""])
+def test_a_site_setting_the_user_has_is_kept(local_stack, mine):
+    """facts.env (GLOO_SOCKET_IFNAME: lo): a value the user has wins while loaded and stays after unloading,
+    as in the launch helper; an empty one counts as none; without one the site's value comes and goes."""
     q = shlex.quote(str(local_stack.modules))
-    out = shell(["bash", "-c"], f""". {LMOD_INIT}/bash; module use {q}
-module load pytorch/2.13.0-cpu; echo "$GLOO_SOCKET_IFNAME $PYTHONPATH"
-module unload pytorch/2.13.0-cpu; echo "$GLOO_SOCKET_IFNAME $PYTHONPATH" """, clean_env(**script_env))
-    loaded, after = out.stdout.splitlines()[-2:]
-    assert loaded == "lo /mine"  # the module leaves PYTHONPATH alone
-    assert after == "eth7 /mine"
+    script = f""". {LMOD_INIT}/bash; module use {q}
+module load pytorch/2.13.0-cpu; echo "${{GLOO_SOCKET_IFNAME-unset}} $PYTHONPATH"
+module unload pytorch/2.13.0-cpu; echo "${{GLOO_SOCKET_IFNAME-unset}} $PYTHONPATH"
+module load pytorch/2.13.0-cpu; module load pytorch/2.13.0-cpu; echo "${{GLOO_SOCKET_IFNAME-unset}}" """
+    out = shell(["bash", "-c"], script, clean_env(GLOO_SOCKET_IFNAME=mine, PYTHONPATH="/mine"))
+    loaded, after, reloaded = out.stdout.splitlines()[-3:]
+    assert loaded == f"{mine or 'lo'} /mine", out.stdout + out.stderr  # the module leaves PYTHONPATH alone
+    assert after == ("eth7 /mine" if mine else "unset /mine"), out.stdout + out.stderr
+    assert reloaded == (mine or "lo"), out.stdout + out.stderr
+    # without a value of the user's: the site's, gone after unloading
+    out = shell(["bash", "-c"], script, clean_env(PYTHONPATH="/mine"))
+    assert out.stdout.splitlines()[-3:] == ["lo /mine", "unset /mine", "lo"], out.stdout + out.stderr
 
 
 def test_tcl_module_files_of_the_stack_load_too(local_stack, tmp_path: Path):
@@ -164,9 +171,9 @@ def test_site_module_files_load_and_unload_with_lmod(site: str, fmt: str, tmp_pa
     specs = write_site_modules(ctx, fmt, root, stubs)
     for module in modules_in(root):
         spec = next(s for s in specs if s.full == module)
-        # The user had values of their own for every variable the module sets (Lua: pushenv gives
+        # The user had values of their own for every variable the module sets itself (Lua: pushenv gives
         # them back on unload; Lmod's Tcl has no such pushenv, base.tcl.j2 says why: not there), and for
-        # its defaults (facts.env_defaults), which the module leaves as they are, in Lua and Tcl.
+        # the site's settings (facts.env), which the module leaves as they are, in Lua and Tcl.
         start = {name: f"user's {name}" for name, _ in (*(spec.env if fmt == "lua" else ()), *spec.defaults)}
         before, loaded, after, _ = load_unload([str(stubs), str(root)], [module], start=start)
         assert module in loaded["LOADEDMODULES"].split(":")

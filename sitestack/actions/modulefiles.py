@@ -13,8 +13,8 @@ and in ``facts.modules.format``:
 
 - the stack's module (``pytorch/2.3.1-gpu``): PATH of the stack environment (no PYTHONPATH)
   (inside the container for container sites: SIF, the bind path, the container's PATH and
-  PYTHONPATH), the site's settings (``facts.env``; those in ``facts.env_defaults`` only where the
-  user has none, docs/modulefiles.md), the site modules it needs (loaded with it
+  PYTHONPATH), the site's settings (``facts.env``, each only where the user has no value of their
+  own, docs/modulefiles.md), the site modules it needs (loaded with it
   with ``autoload``), one ``pytorch`` at a time;
 - one module per package sitestack built for the site (mpi4py, Horovod), from the ``module``
   settings of its recipe. The network plugin's module is written by the plugin's build step (it

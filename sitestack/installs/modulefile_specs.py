@@ -32,9 +32,11 @@ def site_env(site: Site, values: Mapping[str, str]) -> list[tuple[str, Text]]:
 
 
 def split_defaults(facts: Facts, env: Sequence[tuple[str, Text]]) -> tuple[list[tuple[str, Text]], list[tuple[str, Text]]]:
-    """``env`` as (settings the module sets, defaults it sets only where unset: facts.env_defaults)."""
-    return ([(k, v) for k, v in env if k not in facts.env_defaults],
-            [(k, v) for k, v in env if k in facts.env_defaults])
+    """``env`` as (settings the module sets, whatever the environment holds: its own variables, such as
+    the MIOpen cache per job; the site's settings, facts.env, which it sets only where the environment
+    has no value or an empty one, so a value the user chose wins, as in the launch helper and the job)."""
+    return ([(k, v) for k, v in env if k not in facts.env],
+            [(k, v) for k, v in env if k in facts.env])
 
 
 def is_plugin(b: Built, facts: Facts) -> bool:

@@ -61,8 +61,8 @@ def simple(site: str, facts: Facts) -> str:
 
 def distributed(site: str, facts: Facts) -> str:
     """``conda-python-distributed``: one rank of a Slurm job step (srun), then Python."""
-    env = [f"export {k}={sh_default(k, v) if k in facts.env_defaults else sh_expanding(v)}"
-           for k, v in sorted(facts.env.items()) if k.startswith(("NCCL_", "FI_"))]
+    # a value the rank's environment already has (not empty) is kept, as the module and the launch helper keep it
+    env = [f"export {k}={sh_default(k, v)}" for k, v in sorted(facts.env.items()) if k.startswith(("NCCL_", "FI_"))]
     gpu = "export ROCR_VISIBLE_DEVICES=$SLURM_LOCALID   # one GCD per task (LUMI)\n" \
         if facts.gpu.vendor == "amd" else ""
     return f"""#!/bin/bash -e

@@ -322,13 +322,13 @@ class Facts:
     cuda: Toolkit | None = None
     container: Container | None = None
     env: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
-        "runtime settings set by the stack's module and the validation job (NCCL_*, FI_*, MIOPEN_*); "
+        "runtime settings set by the stack's module, the launch helper and the validation job (NCCL_*, FI_*, "
+        "MIOPEN_*), each only where the environment has no value or an empty one (a user's value wins); "
         "values may refer to $VARIABLES of the job's environment",
         key_pattern=SHELL_NAME.pattern, key_doc="an environment variable name (letters, digits, _)"))
     env_defaults: tuple[str, ...] = field(default=(), metadata=_doc(
-        "names of env entries that are only defaults, a choice users make (e.g. ZE_FLAT_DEVICE_HIERARCHY at "
-        "submission): the module, jobs and launch helper set them only where unset or empty, and pass the value "
-        "into the site's container"))
+        "names of env entries that are a choice users make (e.g. ZE_FLAT_DEVICE_HIERARCHY at submission): "
+        "kept where set, as every env entry is, and also passed into the site's container"))
     validation: Validation | None = field(default=None, metadata=_doc(
         "the validation DDP job (launchers, ranks per node, bandwidth references)"))
     build_jobs: int | None = field(default=None, metadata=_doc("parallel build jobs; default: the host's cores",

@@ -210,8 +210,8 @@ def _job_env(inputs: JobInputs, stacks: int) -> tuple[list[tuple[str, str]], lis
     for key, value in ({} if inputs.launch_env else inputs.env).items():
         if (stacks and key == HIERARCHY) or key in MIOPEN_KEYS:
             continue  # HIERARCHY: the default of the geometry below, which a hierarchy chosen at submission overrides
-        # a default (facts.env_defaults) keeps the value the job was submitted with
-        env_items.append((key, sh_default(key, value) if key in inputs.facts.env_defaults else sh_expanding(value)))
+        # a value the job was submitted with (not empty) is kept, as the module and the launch helper keep it
+        env_items.append((key, sh_default(key, value)))
     cache = miopen_cache(inputs.facts, user="${USER}")
     if cache is None:
         return env_items, []

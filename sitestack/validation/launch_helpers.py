@@ -9,7 +9,7 @@ Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.
   NODELIST, NNODES, TASKS_PER_NODE, CPUS_PER_TASK, WORLD_SIZE, MASTER_ADDR, a job-unique
   MASTER_PORT (:func:`sitestack.validation.jobs.master_port`), RANK/LOCAL_RANK inside a task, the
   CPU masks, the MIOpen cache per job (:mod:`sitestack.model.miopen`), facts.env (where the job's
-  environment has none), and the user's choice of a default (facts.env_defaults) passed into the
+  environment has no value or an empty one), and the user's choice (facts.env_defaults) passed into the
   site's container (``APPTAINERENV_NAME``, which wins over the image's ``%environment``).
 - ``sitestack-launch CMD...``: runs CMD with it sourced, once per task under srun or mpiexec.
 - ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/programs/hostlist.py``), which
@@ -74,9 +74,8 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
     v = jobs.validation_of(facts)
     binding = masks_mod.Binding.from_facts(facts)
     stacks = 2 if facts.gpu.unit == "stack" else 0
-    chosen = facts.env_defaults  # the user's choice where made (facts.env_defaults), else facts.env's value
-    env = [(k, sh_expanding(value)) for k, value in inputs.env.items() if k not in MIOPEN_KEYS and k not in chosen]
-    defaults = [(k, sh_default(k, value)) for k, value in inputs.env.items() if k in chosen]
+    # facts.env: the job's own value where it has one (not empty), else the site's
+    env = [(k, sh_default(k, value)) for k, value in inputs.env.items() if k not in MIOPEN_KEYS]
     cache = miopen_cache(facts, user="${USER}")
     miopen = sh_expanding(cache) if cache else ""
     return {
@@ -89,8 +88,9 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
         "port_base": jobs.PORT_BASE,
         "port_span": jobs.PORT_SPAN,
         "env": env,
-        "defaults": defaults,
-        "pass_in": passed_in(facts.container, [k for k, _ in defaults]),
+        # the users' choices at submission (facts.env_defaults), which the job template names
+        "defaults": [(k, v) for k, v in env if k in facts.env_defaults],
+        "pass_in": passed_in(facts.container, [k for k, _ in env if k in facts.env_defaults]),
         "stacks": stacks,
         "cards": (facts.gpu.per_node // stacks) if stacks else 0,
         "node_cores": facts.node.cores,

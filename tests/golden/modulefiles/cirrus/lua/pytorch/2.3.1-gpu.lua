@@ -56,5 +56,14 @@ setenv("__SITESTACK_GENERATION_PYTORCH", sitestack_root)
 
 prepend_path("PATH", sitestack_root .. "/bin")
 
--- settings (pushenv: unloading puts back a value set before)
-pushenv("HOROVOD_MPI_THREADS_DISABLE", "1")
+-- defaults (facts.env_defaults): set only where the environment has no value or an empty one, so a
+-- value the user chose wins; __SITESTACK_DEFAULT_<name> marks the ones this module set, which
+-- unloading unsets (a user's own value stays)
+local function sitestack_default(name, value)
+    local now = os.getenv(name)
+    if now == nil or now == "" or os.getenv("__SITESTACK_DEFAULT_" .. name) ~= nil then
+        setenv(name, value)
+        setenv("__SITESTACK_DEFAULT_" .. name, "1")
+    end
+end
+sitestack_default("HOROVOD_MPI_THREADS_DISABLE", "1")

@@ -34,12 +34,23 @@ family("aws_ofi_rccl")
 prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib")
 
 -- settings (pushenv: unloading puts back a value set before)
-pushenv("FI_CXI_ATS", "0")
-pushenv("FI_CXI_DEFAULT_CQ_SIZE", "131072")
-pushenv("FI_CXI_DEFAULT_TX_SIZE", "2048")
-pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")
-pushenv("NCCL_CROSS_NIC", "1")
-pushenv("NCCL_NET_GDR_LEVEL", "3")
 pushenv("NCCL_NET_PLUGIN", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib/librccl-net.so")
-pushenv("NCCL_SOCKET_IFNAME", "hsn0")
 pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")
+
+-- defaults (facts.env_defaults): set only where the environment has no value or an empty one, so a
+-- value the user chose wins; __SITESTACK_DEFAULT_<name> marks the ones this module set, which
+-- unloading unsets (a user's own value stays)
+local function sitestack_default(name, value)
+    local now = os.getenv(name)
+    if now == nil or now == "" or os.getenv("__SITESTACK_DEFAULT_" .. name) ~= nil then
+        setenv(name, value)
+        setenv("__SITESTACK_DEFAULT_" .. name, "1")
+    end
+end
+sitestack_default("FI_CXI_ATS", "0")
+sitestack_default("FI_CXI_DEFAULT_CQ_SIZE", "131072")
+sitestack_default("FI_CXI_DEFAULT_TX_SIZE", "2048")
+sitestack_default("FI_MR_CACHE_MONITOR", "userfaultfd")
+sitestack_default("NCCL_CROSS_NIC", "1")
+sitestack_default("NCCL_NET_GDR_LEVEL", "3")
+sitestack_default("NCCL_SOCKET_IFNAME", "hsn0")

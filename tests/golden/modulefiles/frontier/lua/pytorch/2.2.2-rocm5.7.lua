@@ -60,12 +60,23 @@ setenv("__SITESTACK_GENERATION_PYTORCH", sitestack_root)
 prepend_path("PATH", sitestack_root .. "/bin")
 
 -- settings (pushenv: unloading puts back a value set before)
-pushenv("FI_CXI_ATS", "0")
-pushenv("FI_CXI_DEFAULT_CQ_SIZE", "131072")
-pushenv("FI_CXI_DEFAULT_TX_SIZE", "2048")
-pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")
 pushenv("MIOPEN_CUSTOM_CACHE_DIR", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-" .. (os.getenv("SLURM_JOB_ID") or ""))
 pushenv("MIOPEN_USER_DB_PATH", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-" .. (os.getenv("SLURM_JOB_ID") or ""))
-pushenv("NCCL_CROSS_NIC", "1")
-pushenv("NCCL_NET_GDR_LEVEL", "3")
-pushenv("NCCL_SOCKET_IFNAME", "hsn0")
+
+-- defaults (facts.env_defaults): set only where the environment has no value or an empty one, so a
+-- value the user chose wins; __SITESTACK_DEFAULT_<name> marks the ones this module set, which
+-- unloading unsets (a user's own value stays)
+local function sitestack_default(name, value)
+    local now = os.getenv(name)
+    if now == nil or now == "" or os.getenv("__SITESTACK_DEFAULT_" .. name) ~= nil then
+        setenv(name, value)
+        setenv("__SITESTACK_DEFAULT_" .. name, "1")
+    end
+end
+sitestack_default("FI_CXI_ATS", "0")
+sitestack_default("FI_CXI_DEFAULT_CQ_SIZE", "131072")
+sitestack_default("FI_CXI_DEFAULT_TX_SIZE", "2048")
+sitestack_default("FI_MR_CACHE_MONITOR", "userfaultfd")
+sitestack_default("NCCL_CROSS_NIC", "1")
+sitestack_default("NCCL_NET_GDR_LEVEL", "3")
+sitestack_default("NCCL_SOCKET_IFNAME", "hsn0")

@@ -30,11 +30,22 @@ family("aws_ofi_rccl")
 prepend_path("LD_LIBRARY_PATH", "/projappl/proj123/sitestack/aws-ofi-rccl/1.4.0-rocm-6.2.4/lib")
 
 -- settings (pushenv: unloading puts back a value set before)
-pushenv("FI_CXI_DEFAULT_CQ_SIZE", "131072")
-pushenv("FI_CXI_DEFAULT_TX_SIZE", "2048")
-pushenv("FI_MR_CACHE_MONITOR", "userfaultfd")
-pushenv("NCCL_CROSS_NIC", "1")
-pushenv("NCCL_NET_GDR_LEVEL", "3")
 pushenv("NCCL_NET_PLUGIN", "/projappl/proj123/sitestack/aws-ofi-rccl/1.4.0-rocm-6.2.4/lib/librccl-net.so")
-pushenv("NCCL_SOCKET_IFNAME", "hsn0,hsn1,hsn2,hsn3")
 pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")
+
+-- defaults (facts.env_defaults): set only where the environment has no value or an empty one, so a
+-- value the user chose wins; __SITESTACK_DEFAULT_<name> marks the ones this module set, which
+-- unloading unsets (a user's own value stays)
+local function sitestack_default(name, value)
+    local now = os.getenv(name)
+    if now == nil or now == "" or os.getenv("__SITESTACK_DEFAULT_" .. name) ~= nil then
+        setenv(name, value)
+        setenv("__SITESTACK_DEFAULT_" .. name, "1")
+    end
+end
+sitestack_default("FI_CXI_DEFAULT_CQ_SIZE", "131072")
+sitestack_default("FI_CXI_DEFAULT_TX_SIZE", "2048")
+sitestack_default("FI_MR_CACHE_MONITOR", "userfaultfd")
+sitestack_default("NCCL_CROSS_NIC", "1")
+sitestack_default("NCCL_NET_GDR_LEVEL", "3")
+sitestack_default("NCCL_SOCKET_IFNAME", "hsn0,hsn1,hsn2,hsn3")
