@@ -10,6 +10,7 @@ only where a case has no public log (said so).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ import pytest
 import yaml
 
 from sitestack.validation import nccl_log as nl
+from sitestack.validation.ddpcheck import netplugin
+from sitestack.validation.jobs import PROGRAM_FILES
 
 DATA = Path(__file__).resolve().parent / "data" / "nccl-logs"
 INDEX = yaml.safe_load((DATA / "index.yml").read_text())
@@ -41,11 +44,12 @@ def test_each_real_log_is_read_right(entry):
     lines, version = nl.parse((DATA / entry["file"]).read_text())
     hosts = nl.classify(lines)
     assert version == entry["version"]
+    assert nl.nodes(lines).multi is entry["nodes"]  # what the log itself shows of the nodes
     assert {h.host: h.transport for h in hosts} == entry["hosts"]
     assert sorted({h.provider for h in hosts if h.provider}) == entry["providers"]
     assert sorted({h.plugin_state for h in hosts}) == entry["plugin_states"]
     for check in entry["checks"]:
-        verdict = nl.judge(hosts, nl.Expectation(**check["expect"]), version)
+        verdict = nl.judge(hosts, nl.Expectation(**check["expect"]), version, nl.nodes(lines))
         assert (verdict.status, check["cause"] in verdict.cause) == (check["verdict"], True), (check, verdict.cause)
 
 
@@ -203,26 +207,38 @@ def test_one_node_passes_unless_the_plugin_failed():
 
 # -- the command line --------------------------------------------------------------------------------
 
-SCRIPT = Path(nl.__file__)
+# A plain python3 (the system's, without this project's environment), as on a site.
+PLAIN_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    # The script runs on its own, as it does beside ddp_check.py on a site: no sitestack on the path.
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd="/", check=False)
+@pytest.fixture(scope="module")
+def script(tmp_path_factory) -> Path:
+    """nccl_log.py and the files it imports, copied as the validation job installs them (by
+    jobs.PROGRAM_FILES) into a directory of their own: it must run with nothing of sitestack."""
+    job = tmp_path_factory.mktemp("job")
+    for name, source in PROGRAM_FILES.items():
+        if name.startswith("nccl_"):
+            shutil.copy(source, job / name)
+    return job / "nccl_log.py"
 
 
-def test_the_script_prints_hosts_and_verdict_and_exits_by_it():
-    good = run(str(DATA / "nccl-1597-efa-p5en.log"), "--expect-transport", "ofi", "--expect-provider", "efa")
+def run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PLAIN_PYTHON, "-E", "-s", str(script), *args], capture_output=True, text=True, cwd="/",
+                          check=False)
+
+
+def test_the_script_prints_hosts_and_verdict_and_exits_by_it(script):
+    good = run(script, str(DATA / "nccl-1597-efa-p5en.log"), "--expect-transport", "ofi", "--expect-provider", "efa")
     assert good.returncode == 0, good.stderr
     assert "8h200-3" in good.stdout and "OFI (provider efa)" in good.stdout and "PASS: 2 hosts used OFI" in good.stdout
-    bad = run(str(DATA / "nccl-1597-efa-p5en.log"), "--expect-transport", "ofi", "--expect-provider", "cxi", "--json")
+    bad = run(script, str(DATA / "nccl-1597-efa-p5en.log"), "--expect-transport", "ofi", "--expect-provider", "cxi", "--json")
     assert bad.returncode == 1
     data = json.loads(bad.stdout)
     assert data["status"] == "FAIL" and data["hosts"][1]["provider"] == "efa"
 
 
-def test_the_script_names_an_unreadable_file():
-    result = run("/nonexistent/nccl.log")
+def test_the_script_names_an_unreadable_file(script):
+    result = run(script, "/nonexistent/nccl.log")
     assert result.returncode == 2 and result.stderr.startswith("error: /nonexistent/nccl.log:") and "Traceback" not in result.stderr
 
 
@@ -272,3 +288,151 @@ def test_a_prefix_on_every_line_changes_no_classification(prefix):
         prefixed = nl.classify(nl.parse("\n".join(prefix + line for line in text.splitlines()))[0])
         assert [(h.host, h.transport, h.provider, h.plugin_state) for h in prefixed] == \
                [(h.host, h.transport, h.provider, h.plugin_state) for h in plain], entry["file"]
+
+
+# -- how many nodes: the log's own evidence ----------------------------------------------------------
+# tests/data/nccl-logs/cases/ holds runs no public thread shows whole, written in the formats of NCCL's
+# source and of the real logs above (each file's first line names them): 2 nodes x 2 GPUs, ranks 0-1 on
+# the first node, 2-3 on the second. A "# shape:" line is not NCCL's and must not be read as NCCL's.
+
+CASES = DATA / "cases"
+CXI = nl.Expectation(transport="ofi", provider="cxi", plugin="aws-ofi-nccl")
+IB = nl.Expectation(transport="ib")
+# failure class -> (expectation, words of its cause, where it happened)
+FAILURES = {"socket": (IB, "it used Socket, the site expects IB", "node-a"),
+            "plugin-not-found": (CXI, "plugin not found on node-a", "node-a"),
+            "plugin-failed": (CXI, "plugin found but failed to initialise on node-a", "node-a"),
+            "wrong-provider": (CXI, "wrong provider on node-b", "node-b"),
+            "wrong-plugin": (CXI, "wrong plugin on node-a", "node-a")}
+RANKS_OF = {"node-a": [0, 1], "node-b": [2, 3]}
+
+
+def read_files(*paths: Path, expect: nl.Expectation) -> nl.Verdict:
+    return nl.read("\n".join(p.read_text() for p in paths), expect)
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_per_host_files_of_a_failure_fail_together_and_one_at_a_time(failure):
+    expect, words, host = FAILURES[failure]
+    files = sorted((CASES / f"per-host-{failure}").glob("*.log"))
+    together = read_files(*files, expect=expect)
+    assert together.status == nl.FAIL and words.replace(host, f"{host} (ranks {RANKS_OF[host][0]}-{RANKS_OF[host][1]})") \
+        in together.cause, together.cause
+    assert together.nodes and together.nodes.multi and together.nodes.by_nccl
+    for path in files:  # one file holds one process: one host name, yet its lines show a network between nodes
+        host_of_file = path.name.split(".")[0]
+        alone = read_files(path, expect=expect)
+        assert alone.nodes and alone.nodes.multi, alone.nodes
+        if failure == "wrong-provider" and host_of_file == "node-a":  # only node-b's provider is wrong
+            assert alone.status == nl.PASS and "between nodes" in alone.cause
+            continue
+        rank = alone.hosts[0].ranks
+        assert alone.status == nl.FAIL and f"{host_of_file} (rank {rank[0]})" in alone.cause, alone.cause
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_one_host_name_for_every_node_fails_each_failure(failure):
+    expect, words, host = FAILURES[failure]
+    log = CASES / f"one-hostname-{failure}.log"
+    verdict = read_files(log, expect=expect)
+    name = "algo-1" if "algo-1:" in log.read_text() else "ubuntu"
+    assert verdict.status == nl.FAIL and verdict.nodes and verdict.nodes.multi, verdict.cause
+    assert words.split(" on ")[0] in verdict.cause and name in verdict.cause
+    if "Bootstrap : Using" in log.read_text():  # processes told apart by their bootstrap address, and named with their ranks
+        address = {"node-a": "10.0.0.5", "node-b": "10.0.0.6"}[host]
+        assert f"{name} ({address}) (ranks {RANKS_OF[host][0]}-{RANKS_OF[host][1]})" in verdict.cause
+        assert sorted(h.host for h in verdict.hosts) == [f"{name} (10.0.0.5)", f"{name} (10.0.0.6)"]
+    # the job's check: the launcher sees one host name, the log shows two nodes: judged, not skipped
+    status, summary, _ = netplugin.judge_net_plugin(log.read_text(), hosts=1, plugin=expect.plugin, provider=expect.provider,
+                                                    transport=expect.transport)
+    assert status == "failed" and words.split(" on ")[0] in summary, summary
+
+
+@pytest.mark.parametrize("log, how", [("single-node-nnodes1.log", "nNodes 1"),
+                                      ("single-node-p2p-only.log", "every one of the 2 ranks printed its channels")])
+def test_a_healthy_one_node_log_passes_by_what_it_shows(log, how):
+    for expect in (nl.Expectation(), CXI, IB):
+        verdict = read_files(CASES / log, expect=expect)
+        assert verdict.status == nl.PASS and verdict.cause.startswith(f"one node ({how}"), verdict.cause
+
+
+def test_a_log_that_cannot_tell_the_nodes_says_so_and_does_not_pass():
+    log = CASES / "cannot-tell-one-process.log"
+    verdict = read_files(log, expect=CXI)
+    assert verdict.status == nl.WARN and verdict.nodes and verdict.nodes.multi is None
+    assert verdict.cause.startswith("cannot tell: the log does not show whether the run spanned nodes")
+    assert "nNodes" in verdict.cause and "ranks seen: 1 of 4" in verdict.cause and "--nodes single|multi decides" in verdict.cause
+    assert read_files(log, expect=nl.Expectation()).status == nl.WARN
+    for multi in (True, False):  # the user's word decides
+        assert read_files(log, expect=nl.Expectation("ofi", "cxi", multi_node=multi)).status == nl.PASS
+    # a failure it shows is still a failure, with the missing count in a note
+    tcp = read_files(log, expect=nl.Expectation("ofi", "tcp"))
+    assert tcp.status == nl.FAIL and "wrong provider on node-a (rank 1)" in tcp.cause
+    assert any("--nodes single|multi decides" in n for n in tcp.notes)
+
+
+def test_one_node_given_yields_to_nccls_lines_but_not_to_names():
+    verdict = read_files(CASES / "per-host-socket" / "node-a.4102.log", expect=nl.Expectation("ib", multi_node=False))
+    assert verdict.status == nl.FAIL and any("judged as several nodes although one was given" in n for n in verdict.notes)
+    # two host names (or addresses) may be one machine the user knows better: one node given, one node judged
+    two_names = (DATA / "nccl-1597-efa-p5en.log").read_text()
+    assert nl.read(two_names, nl.Expectation("ib", multi_node=False)).status == nl.PASS
+
+
+def test_stripped_lines_are_read_and_program_output_is_not():
+    lines, _ = nl.parse((CASES / "stripped-wrong-provider.log").read_text())
+    assert [ln.msg for ln in lines] == [
+        "NET/Plugin: Failed to find ncclNetPlugin_v9 symbol.", "NET/Plugin: Loaded net plugin Libfabric (v8)",
+        "NET/OFI Initializing aws-ofi-nccl 1.14.2", "NET/OFI Selected Provider is tcp", "Using network Libfabric",
+        "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Libfabric/0", "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"]
+    assert {ln.host for ln in lines} == {nl.NO_HOST}
+    verdict = nl.read((CASES / "stripped-wrong-provider.log").read_text(), CXI)
+    assert verdict.status == nl.FAIL and "wrong provider on ? (ranks 0-1): tcp" in verdict.cause
+    assert verdict.nodes and verdict.nodes.multi and "a channel via NET" in verdict.nodes.how
+    # the stripped line of the user's report (aws/aws-ofi-nccl#801's format)
+    assert [h.provider for h in nl.classify(nl.parse("NET/OFI Selected Provider is cxi")[0])] == ["cxi"]
+
+
+def test_a_hosts_network_is_taken_from_its_peers_channel_lines():
+    text = (CASES / "peer-shows-node-b-ib.log").read_text()
+    strict = nl.Expectation("ib", multi_node=True, strict=True)
+    verdict = nl.read(text, strict)
+    node_b = next(h for h in verdict.hosts if h.host == "node-b")
+    assert verdict.status == nl.PASS and node_b.transport == "ib" and node_b.ranks == [2, 3]
+    # node-a's first channel to one of node-b's ranks: rank 3's send to rank 0, printed by rank 0
+    assert node_b.peer_evidence == "node-a Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0"
+    assert any(e.startswith("node-a (a peer of rank 3) INFO Channel") for e in node_b.evidence)
+    assert "shown by a peer's channel line" in nl.render(verdict)
+    # without node-a's channel lines nothing shows node-b's network: the job's strict reading fails it
+    alone = "\n".join(ln for ln in text.splitlines() if "Channel" not in ln)
+    failed = nl.read(alone, strict)
+    assert failed.status == nl.FAIL and "no line shows which network node-b (ranks 2-3) used" in failed.cause
+    # the same shape in a real log (NVIDIA/nccl#229): rank 0's host shows no network, rank 15's channel to it does
+    real = nl.classify(nl.parse((DATA / "nccl-229-ofi-via-net-aws-libfabric.log").read_text())[0])
+    peer = next(h for h in real if h.host == "ip-192-168-16-255")
+    assert peer.transport == "ofi" and peer.peer_evidence and "15 -> 0 [send] via NET/AWS Libfabric/0" in peer.peer_evidence
+
+
+def test_the_script_and_invoke_judge_the_cases_by_default(script, cli):
+    per_host = sorted((CASES / "per-host-plugin-failed").glob("*.log"))
+    one = run(script, str(per_host[0]), "--expect-transport", "ofi", "--expect-provider", "cxi")
+    assert one.returncode == 1 and "FAIL: plugin found but failed to initialise on node-a (rank 0)" in one.stdout, one.stdout
+    assert "nodes: several" in one.stdout
+    cannot = run(script, str(CASES / "cannot-tell-one-process.log"), "--expect-transport", "ofi", "--json")
+    assert cannot.returncode == 0 and json.loads(cannot.stdout)["status"] == "WARN"
+    assert json.loads(cannot.stdout)["nodes"]["multi"] is None
+    assert run(script, str(CASES / "cannot-tell-one-process.log"), "--nodes", "single").stdout.startswith("node-a")
+    single = run(script, str(CASES / "single-node-p2p-only.log"), "--expect-transport", "ofi")
+    assert single.returncode == 0 and "PASS: one node" in single.stdout
+    lumi = cli("nccl-log", str(CASES / "one-hostname-wrong-provider.log"), "--site", "lumi")
+    assert lumi.returncode == 1 and "FAIL: wrong provider on ubuntu (10.0.0.6) (ranks 2-3): tcp" in lumi.stdout, lumi.stdout
+    directory = cli("nccl-log", str(CASES / "per-host-socket"), "--site", "cirrus", "--json", "-")
+    doc = json.loads(directory.stdout)
+    assert directory.returncode == 1 and doc["status"] == "FAIL" and doc["nodes"]["multi"] is True
+    assert doc["cause"].startswith("node-a (ranks 0-1): it used Socket, the site expects IB")
+    file_alone = cli("nccl-log", str(CASES / "one-hostname-plugin-not-found.log"), "--site", "frontier")
+    assert file_alone.returncode == 1 and "plugin not found on algo-1 (10.0.0.5) (ranks 0-1)" in file_alone.stdout
+    cannot_cli = cli("nccl-log", str(CASES / "cannot-tell-one-process.log"), "--site", "lumi")
+    assert cannot_cli.returncode == 0 and "WARN: cannot tell" in cannot_cli.stdout
+    healthy = cli("nccl-log", str(CASES / "single-node-nnodes1.log"), "--site", "cirrus")
+    assert healthy.returncode == 0 and "PASS: one node (nNodes 1" in healthy.stdout

@@ -13,7 +13,8 @@ from sitestack.engine.task_glue import SitestackTask, errors_to_exit, playbook_p
 @task(klass=SitestackTask, auto_shortflags=False, positional=["files"], help={
     "files": "NCCL_DEBUG=INFO log files of one run: paths or quoted globs, comma-separated (e.g. 'out/nccl/*.log')",
     "site": SITE_HELP + "; judge against what its facts expect (network plugin, libfabric provider, fabric)",
-    "playbook": PLAYBOOK_HELP, "nodes": "multi (the run spanned nodes) or single; default: more than one host in the logs",
+    "playbook": PLAYBOOK_HELP, "nodes": "multi (the run spanned nodes) or single; default: what the logs show (nNodes, local ranks, "
+             "channels via NET, bootstrap addresses, host names), WARN when they cannot tell",
     "json": DATA_JSON_HELP, "debug": DEBUG_HELP})
 def nccl_log(c: Context, files: str | None = None, site: str | None = None, playbook: str | None = None,
              nodes: str | None = None, json: str | None = None, debug: bool = False) -> None:

@@ -38,6 +38,7 @@ PROGRAM_FILES: dict[str, Path] = {
     "ddp_report.py": _HERE / "ddp_report.py",
     "nccl_log.py": _HERE / "nccl_log.py",
     "nccl_parse.py": _HERE / "nccl_parse.py",
+    "nccl_nodes.py": _HERE / "nccl_nodes.py",
     "hostlist.py": _HERE.parent / "programs" / "hostlist.py",
     **{f"ddpcheck/{p.name}": p for p in sorted((_HERE / "ddpcheck").glob("*.py"))},
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Read NCCL/RCCL ``NCCL_DEBUG=INFO`` logs: which network each host used, and whether that is right.
 
-Standard library only, and nothing of sitestack: this file and the reading half it imports from
-its own directory (``nccl_parse.py``) are installed on the site beside ``ddp_check.py`` (whose
+Standard library only, and nothing of sitestack: this file and the two reading parts it imports
+from its own directory (``nccl_parse.py``: the lines; ``nccl_nodes.py``: the nodes and ranks they
+show) are installed on the site beside ``ddp_check.py`` (whose
 net-plugin check calls it) and runs on a log a user already has::
 
     python nccl_log.py FILE... [--expect-transport ofi] [--expect-provider cxi]
-                       [--expect-plugin aws-ofi-rccl] [--multi-node | --single-node] [--json]
+                       [--expect-plugin aws-ofi-rccl] [--nodes single|multi] [--json]
 
 Contract:
 
@@ -14,16 +15,24 @@ Contract:
   ``host:pid:tid [dev] NCCL INFO|WARN msg`` (also ``func:line NCCL WARN msg``) behind any prefix
   (Open MPI's ``[1,N]<stdout>:``, pdsh's ``host: ``, Ray's ``(pid=..)``, timestamps, CloudWatch
   ``| time | line | line`` columns), and lines with no host prefix at all (``[0] NCCL INFO ...``
-  or ``NCCL INFO ...``: users strip it), which count under the host ``?``.
+  or ``NCCL INFO ...``: users strip it), which count under the host ``?``, as do lines stripped of
+  the whole prefix that start as an NCCL message does (``NET/OFI Selected Provider is cxi``).
+- :func:`nodes` says what the log shows of the run's nodes (:class:`Nodes`): several (nNodes > 1,
+  localRanks below nRanks, a channel via NET, two host names or bootstrap addresses), one (nNodes 1,
+  one rank, every rank's channels P2P/SHM), or ``None``: it cannot tell.
 - :func:`classify` gives one :class:`HostReport` per host: the transport it used (``ofi``,
   ``ib``, ``ibext``, ``socket``, ``mixed`` when its processes differ, ``intra-node`` when its
   channels are all P2P/SHM, ``unknown`` when no line shows it), the network NCCL set up
   (``selected``), the libfabric provider, the external plugin and its state (``loaded``,
-  ``not-found``, ``failed``, ``disabled``, or ``none`` when the log says nothing).
+  ``not-found``, ``failed``, ``disabled``, or ``none`` when the log says nothing), its ranks, and,
+  for a host whose own lines show no network, the one its peers' channel lines to its ranks show.
+  Processes that share a host name at different bootstrap addresses are hosts of their own.
 - :func:`judge` compares that with an :class:`Expectation` and returns a :class:`Verdict`:
   ``PASS``, ``FAIL`` or ``WARN`` with a one-line cause (plugin not found; plugin found but failed
   to initialise, quoting its message; wrong provider; wrong plugin; NCCL_NET forced; IB
-  disabled) and notes (a pre-2.4.8 bootstrap ``NET/Socket : Using`` line, which is not a fallback).
+  disabled), naming the host and its ranks, and notes (a pre-2.4.8 bootstrap ``NET/Socket : Using``
+  line, which is not a fallback). The number of nodes is what the expectation states, else what the
+  log shows; a log that cannot tell is WARN (``cannot tell: ...``), never PASS, unless it FAILs.
 
 The messages matched here, and the public logs they come from, are listed beside each pattern;
 ``tests/data/nccl-logs/`` holds those logs with their sources, and the tests run over all of them.
@@ -37,14 +46,35 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 try:  # imported as part of sitestack
-    from .nccl_parse import NO_HOST, HostReport, Line, classify, network_kind, parse
-except ImportError:  # run on its own, beside nccl_parse.py (the validation job's directory)
-    from nccl_parse import NO_HOST, HostReport, Line, classify, network_kind, parse  # type: ignore[no-redef, import-not-found, unused-ignore]
+    from .nccl_nodes import Nodes, attribute, from_peers, span
+    from .nccl_nodes import nodes as _nodes
+    from .nccl_parse import NO_HOST, HostReport, Line, network_kind, parse
+    from .nccl_parse import classify as _classify
+except ImportError:  # run on its own, beside nccl_parse.py and nccl_nodes.py (the validation job's directory)
+    from nccl_nodes import Nodes, attribute, from_peers, span  # type: ignore[no-redef, import-not-found, unused-ignore]
+    from nccl_nodes import nodes as _nodes  # type: ignore[no-redef, import-not-found, unused-ignore]
+    from nccl_parse import NO_HOST, HostReport, Line, network_kind, parse  # type: ignore[no-redef, import-not-found, unused-ignore]
+    from nccl_parse import classify as _classify  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
-__all__ = ["FAIL", "NO_HOST", "PASS", "WARN", "Expectation", "HostReport", "Line", "Verdict", "classify",
-           "judge", "label", "main", "parse", "read", "render", "summary"]
+__all__ = ["FAIL", "NO_HOST", "PASS", "WARN", "Expectation", "HostReport", "Line", "Nodes", "Verdict", "classify",
+           "judge", "label", "main", "nodes", "parse", "read", "render", "summary"]
+
+
+def classify(lines: list[Line]) -> list[HostReport]:
+    """One report per host (:func:`nccl_parse.classify`), with a host name that processes share at
+    different bootstrap addresses told apart (``ubuntu (10.0.0.6)``), each host's ranks, and a host
+    whose own lines show no network given the one its peers' channel lines to its ranks show."""
+    lines = attribute(lines)
+    reports = _classify(lines)
+    from_peers(reports, lines, _nodes(lines))
+    return reports
+
+
+def nodes(lines: list[Line]) -> Nodes:
+    """What ``lines`` show of the run's nodes (:func:`nccl_nodes.nodes`): several, one, or cannot tell."""
+    return _nodes(attribute(lines))
 
 
 @dataclass(frozen=True)
@@ -56,7 +86,7 @@ class Expectation:
     transport: str | None = None
     provider: str | None = None
     plugin: str | None = None
-    multi_node: bool | None = None  # None: more than one host in the log
+    multi_node: bool | None = None  # None: what the log shows (:func:`nodes`); False yields to a network the log shows
     strict: bool = False
 
 
@@ -69,6 +99,7 @@ class Verdict:
     hosts: list[HostReport]
     notes: list[str] = field(default_factory=list)
     version: str | None = None  # e.g. "NCCL 2.4.6", "RCCL 2.21.5"
+    nodes: Nodes | None = None  # what the log showed of the nodes
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -88,7 +119,14 @@ def label(r: HostReport) -> str:
         text += " (" + ", ".join(extra) + ")"
     if r.intra_node_only:
         text = "intra-node only" + ("" if r.selected == "unknown" else f" (network set up: {text})")
+    if r.peer_evidence:
+        text += " (shown by a peer's channel line)"
     return text
+
+
+def _at(r: HostReport) -> str:
+    """A host and its ranks where the log shows them: ``algo-1 (ranks 8-15)``."""
+    return f"{r.host} ({span(r.ranks)})" if r.ranks else r.host
 
 
 _NAMES = {"ofi": "OFI", "ib": "IB", "ibext": "IBext", "socket": "Socket"}
@@ -102,16 +140,16 @@ def _why_not(r: HostReport, want: str | None, wanted: str) -> str:
     """The cause of host ``r`` not using the expected network: what its log says stopped it."""
     site = f", the site expects {wanted}" if wanted else ""
     if r.forced and network_kind(r.forced) != want:  # forcing the expected network only names it
-        return f"NCCL_NET forced to {r.forced!r} by the environment on {r.host}: {_used(r)}{site}"
+        return f"NCCL_NET forced to {r.forced!r} by the environment on {_at(r)}: {_used(r)}{site}"
     if r.plugin_state == "failed":
-        return f"plugin found but failed to initialise on {r.host}: \"{r.plugin_message}\"; {_used(r)}{site}"
+        return f"plugin found but failed to initialise on {_at(r)}: \"{r.plugin_message}\"; {_used(r)}{site}"
     if r.plugin_state == "disabled":
-        return f"plugin {r.plugin or ''} disabled on {r.host} (\"{r.plugin_message}\"); {_used(r)}{site}".replace("  ", " ")
+        return f"plugin {r.plugin or ''} disabled on {_at(r)} (\"{r.plugin_message}\"); {_used(r)}{site}".replace("  ", " ")
     if r.ib_disabled and (want in ("ib", "ibext") or r.plugin_state != "not-found"):
-        return f"IB disabled by NCCL_IB_DISABLE=1 on {r.host}: {_used(r)}{site}"
+        return f"IB disabled by NCCL_IB_DISABLE=1 on {_at(r)}: {_used(r)}{site}"
     if r.plugin_state == "not-found" and want in ("ofi", "ibext", None):
-        return f"plugin not found on {r.host} (\"{r.plugin_message}\"); {_used(r)}{site}"
-    return f"{r.host}: {_used(r)}{site}"
+        return f"plugin not found on {_at(r)} (\"{r.plugin_message}\"); {_used(r)}{site}"
+    return f"{_at(r)}: {_used(r)}{site}"
 
 
 def _judge_host(r: HostReport, expect: Expectation) -> tuple[str, str]:
@@ -124,58 +162,85 @@ def _judge_host(r: HostReport, expect: Expectation) -> tuple[str, str]:
     if r.selected == "unknown":
         if r.plugin_state in ("failed", "not-found", "disabled") and want in ("ofi", "ibext"):
             return FAIL, _why_not(r, want, wanted)
-        return (FAIL if expect.strict else WARN), f"no line shows which network {r.host} used"
+        return (FAIL if expect.strict else WARN), f"no line shows which network {_at(r)} used"
     if "socket" in r.transports and want != "socket":
         if want is None:
-            why = _why_not(r, want, "").removeprefix(f"{r.host}: ")
-            return WARN, f"fell back to TCP sockets between nodes on {r.host} (the site named no network): {why}"
+            why = _why_not(r, want, "").removeprefix(f"{_at(r)}: ")
+            return WARN, f"fell back to TCP sockets between nodes on {_at(r)} (the site named no network): {why}"
         return FAIL, _why_not(r, want, wanted)
     if want == "ofi":
         if "ofi" not in r.transports and r.plugin_state == "loaded":
-            return FAIL, f"wrong plugin on {r.host}: {label(r)} loaded, the site expects {wanted}"
+            return FAIL, f"wrong plugin on {_at(r)}: {label(r)} loaded, the site expects {wanted}"
         if r.transports != ["ofi"]:
             return FAIL, _why_not(r, want, wanted)
         if expect.provider and r.provider and r.provider.split(";")[0] != expect.provider:
-            return FAIL, f"wrong provider on {r.host}: {r.provider}, the site expects {expect.provider}"
+            return FAIL, f"wrong provider on {_at(r)}: {r.provider}, the site expects {expect.provider}"
     elif want in ("ib", "ibext"):
         if "ofi" in r.transports:
-            return FAIL, f"wrong plugin on {r.host}: {label(r)} loaded, the site expects {wanted}"
+            return FAIL, f"wrong plugin on {_at(r)}: {label(r)} loaded, the site expects {wanted}"
         if want == "ibext" and r.transports != ["ibext"]:
             return FAIL, _why_not(r, want, wanted)
     if r.warnings:
-        return WARN, f"{r.host} used {label(r)}, but the network warned: \"{r.warnings[0]}\""
-    return PASS, f"{r.host}: {label(r)}"
+        return WARN, f"{_at(r)} used {label(r)}, but the network warned: \"{r.warnings[0]}\""
+    return PASS, f"{_at(r)}: {label(r)}"
 
 
-def judge(hosts: list[HostReport], expect: Expectation, version: str | None = None) -> Verdict:
-    """The verdict for a run whose hosts are ``hosts``."""
-    named = [r for r in hosts if r.host != NO_HOST]
-    multi = expect.multi_node if expect.multi_node is not None else len(named) > 1
+def judge(hosts: list[HostReport], expect: Expectation, version: str | None = None,
+          shown: Nodes | None = None) -> Verdict:
+    """The verdict for a run whose hosts are ``hosts``; ``shown``: what its log showed of the nodes
+    (:func:`nodes`; without it, only the host names count). Several nodes, or an expectation of
+    several: each host is judged (:func:`_judge_host`). One node: PASS, the network between nodes
+    is not used (WARN where the expected plugin failed). Cannot tell and no expectation: judged as
+    several nodes, and what would pass is a WARN that names what is missing instead."""
+    named = sorted({r.host for r in hosts if r.host != NO_HOST})
+    if shown is None:
+        shown = Nodes(True, f"{len(named)} hosts", count=len(named)) if len(named) > 1 else Nodes(None, "one host name")
     notes = []
     if any(r.bootstrap_socket for r in hosts):
         notes.append("the NET/Socket : Using line is NCCL < 2.4.8's bootstrap, not a socket fallback")
+    multi = expect.multi_node
+    if multi is False and shown.multi and shown.by_nccl:  # names and addresses yield to the user, NCCL's lines not
+        notes.append(f"judged as several nodes although one was given: the log shows {shown.how}")
+        multi = True
     if not hosts:
         status = FAIL if (multi and expect.strict) else WARN
         return Verdict(status, ("no NCCL_DEBUG=INFO lines found: cannot prove which network the hosts used "
-                                     "(is NCCL_DEBUG=INFO set, NCCL_DEBUG_FILE writable?)"),
-                       hosts, notes, version)
-    if not multi:
+                                "(is NCCL_DEBUG=INFO set, NCCL_DEBUG_FILE writable?)"), hosts, notes, version, shown)
+    if multi is None:
+        multi = shown.multi
+    if multi is False:
         problems = [r for r in hosts if r.plugin_state == "failed" and expect.transport in ("ofi", "ibext")]
         where = ", ".join(f"{r.host}: {label(r)}" for r in hosts)
+        how = f"one node ({shown.how})" if shown.multi is False and expect.multi_node is None else "one node"
         if problems:
             cause = _why_not(problems[0], expect.transport, "")
-            return Verdict(WARN, f"one node (the network between nodes is not used), but {cause}", hosts, notes, version)
-        return Verdict(PASS, f"one node: the network between nodes is not used ({where})", hosts, notes, version)
+            return Verdict(WARN, f"{how}: the network between nodes is not used, but {cause}", hosts, notes, version, shown)
+        return Verdict(PASS, f"{how}: the network between nodes is not used ({where})", hosts, notes, version, shown)
+    status, cause = _judge_hosts(hosts, expect)
+    if multi is None:
+        missing = f"the log does not show whether the run spanned nodes: {shown.how}"
+        if status == FAIL:
+            notes.append(f"{missing}; judged as several nodes (--nodes single|multi decides)")
+        else:
+            status, cause = WARN, f"cannot tell: {missing}; --nodes single|multi decides (as several nodes: {status}: {cause})"
+    return Verdict(status, cause, hosts, notes, version, shown)
+
+
+def _judge_hosts(hosts: list[HostReport], expect: Expectation) -> tuple[str, str]:
+    """(status, cause) of hosts that used the network between nodes: the first FAIL, else the first
+    WARN, else PASS with what they used."""
     ordered = sorted(hosts, key=lambda r: r.selected == "unknown")  # a host that shows its network names the cause best
     results = [(r, *_judge_host(r, expect)) for r in ordered]
     for status in (FAIL, WARN):
         # a cause that names why (a plugin message, a variable, a wrong provider) first
         bad = sorted(((r, cause) for r, s, cause in results if s == status),
-                     key=lambda rc: rc[1].startswith((f"{rc[0].host}:", "no line shows")))
+                     key=lambda rc: rc[1].startswith((f"{_at(rc[0])}:", "no line shows")))
         if bad:
             more = f"; {len(bad) - 1} more host{'s' if len(bad) > 2 else ''} with a {status}" if len(bad) > 1 else ""
-            return Verdict(status, bad[0][1] + more, hosts, notes, version)
-    return Verdict(PASS, f"{len(hosts)} host{'s' if len(hosts) > 1 else ''} used {summary(hosts)}", hosts, notes, version)
+            return status, bad[0][1] + more
+    if len(hosts) == 1:  # one host name for several nodes (containers), or one host's log
+        return PASS, f"{_at(hosts[0])} used {summary(hosts)} between nodes"
+    return PASS, f"{len(hosts)} hosts used {summary(hosts)}"
 
 
 def summary(hosts: list[HostReport]) -> str:
@@ -189,7 +254,7 @@ def summary(hosts: list[HostReport]) -> str:
 def read(text: str, expect: Expectation | None = None) -> Verdict:
     """Parse, classify and judge one log's text."""
     lines, version = parse(text)
-    return judge(classify(lines), expect or Expectation(), version)
+    return judge(classify(lines), expect or Expectation(), version, nodes(lines))
 
 
 def render(verdict: Verdict) -> str:
@@ -198,6 +263,10 @@ def render(verdict: Verdict) -> str:
            for r in verdict.hosts]
     if verdict.version:
         out.append(f"version: {verdict.version}")
+    if verdict.nodes:
+        n = verdict.nodes
+        kind = {True: "several", False: "one", None: "cannot tell"}[n.multi] + (f" ({n.count})" if n.count and n.multi else "")
+        out.append(f"nodes: {kind}: {n.how}")
     out += [f"note: {n}" for n in verdict.notes]
     out.append(f"{verdict.status}: {verdict.cause}")
     return "\n".join(out) + "\n"
@@ -213,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--multi-node", dest="multi", action="store_const", const=True, help="the run spanned nodes")
     group.add_argument("--single-node", dest="multi", action="store_const", const=False, help="the run used one node")
+    group.add_argument("--nodes", dest="multi", choices=("single", "multi"), help="the same: single or multi "
+                       "(default: what the log shows; WARN when it cannot tell)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     args = p.parse_args(argv)
     texts = []
@@ -223,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
             return 2
-    expect = Expectation(args.expect_transport, args.expect_provider, args.expect_plugin, args.multi)
+    multi = {"multi": True, "single": False}.get(args.multi, args.multi)
+    expect = Expectation(args.expect_transport, args.expect_provider, args.expect_plugin, multi)
     verdict = read("\n".join(texts), expect)
     print(json.dumps(verdict.as_dict(), indent=2) if args.json else render(verdict), end="" if not args.json else "\n")
     return 1 if verdict.status == FAIL else 0

@@ -93,6 +93,15 @@ _IB_USING = re.compile(r"^NET/IB ?: ?Using \[0\]\S+?/(?P<kind>IB|RoCE)(?P<sharp>
 _IB_NONE = re.compile(r"^NET/IB ?: ?No device found")
 _SOCKET_USING = re.compile(r"^NET/Socket ?: ?Using")
 _BOOTSTRAP = re.compile(r"^Bootstrap ?: ?Using")
+# A line whose "host:pid:tid [dev] NCCL INFO" the user stripped is read only when it starts as one of
+# the messages above does, so that a program's own output is not taken for NCCL's: "NET/OFI Selected
+# Provider is cxi", "Channel 00/0 : 0[0] -> 1[0] [send] via NET/AWS Libfabric/0", "NET/Plugin: Failed
+# to find ncclNetPlugin_v6 symbol" (aws/aws-ofi-nccl#801 posts such lines), "comm 0x.. rank 0 nRanks 2 ...".
+_STRIPPED = re.compile(r"^(?:NET/(?:OFI|Plugin|IB|Socket) ?:? \S|(?:Channel|Ring) \d+(?:/\d+)? : \d+(?:\[\w+\])? -> \d+\S* .*via \S|"
+                       r"Using (?:network|internal Network) [\w.-]+(?: [\w.-]+)?$|Bootstrap ?: ?Using \S|NCCL_[A-Z0-9_]+ set by environment to |"
+                       r"(?:Initialized|Assigned|Failed to initiali[sz]e) NET plugin \S|Plugin Path : /|P2P plugin \S|"
+                       r"(?:ncclCommInitRank\w* |ncclCommSplit )?comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|"
+                       r"Failed to open libibverbs|No plugin found \(lib[nr]ccl-net|Plugin load \(lib[nr]ccl-net)")
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,8 @@ class HostReport:
     ib_devices: str | None = None  # "IB", "RoCE" or "IB/SHARP" from "NET/IB : Using [0]..."
     bootstrap_socket: bool = False  # a NET/Socket line that is NCCL < 2.4.8's bootstrap, not the data path
     intra_node_only: bool = False  # channel lines seen, none of them via NET
+    ranks: list[int] = field(default_factory=list)  # its ranks in the largest communicator, where the log shows them
+    peer_evidence: str | None = None  # a peer's channel line that showed this host's network (its own showed none)
     warnings: list[str] = field(default_factory=list)  # NCCL WARN messages of the network layers
     evidence: list[str] = field(default_factory=list)  # the lines that decided
 
@@ -144,8 +155,12 @@ def parse(text: str) -> tuple[list[Line], str | None]:
             # a log kept as JSON strings ({"log": "...\\n"}) ends each message at its escaped newline
             msg = clean[head.end():end].split("\\n", 1)[0].strip().rstrip("|").strip()
             lines.append(Line(head.group("host"), head.group("pid"), head.group("level"), msg, number))
-        if not heads and (bare := _BARE.match(clean)):
+        if heads:
+            continue
+        if bare := _BARE.match(clean):
             lines.append(Line(NO_HOST, "", bare.group("level"), bare.group("msg").strip(), number))
+        elif _STRIPPED.match(stripped := clean.strip()):
+            lines.append(Line(NO_HOST, "", "INFO", stripped, number))
     return lines, version
 
 

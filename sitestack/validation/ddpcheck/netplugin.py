@@ -19,18 +19,21 @@ def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider:
     ``nccl_log`` names the network each host used and, against the site's expectation
     (``transport``: ofi, ib, ibext, socket or None; default ofi where a ``plugin`` is expected),
     the cause when it is not that one. The job writes the logs itself, so a host without
-    evidence fails. One node uses no network between nodes: skipped. A TCP socket fallback
+    evidence fails. One node (as the launcher and the log both show: the launcher's host names can
+    be one for several containers, so a network between nodes the log shows counts) uses no
+    network between nodes: skipped. A TCP socket fallback
     fails whether or not the site names a network.
     """
     lines, version = nccl_log.parse(log_text)
     reports = nccl_log.classify(lines)
     evidence = [e for r in reports for e in r.evidence[:3]]
-    nodes = max(hosts, len([r for r in reports if r.host != nccl_log.NO_HOST]))
+    shown = nccl_log.nodes(lines)
+    nodes = max(hosts, len([r for r in reports if r.host != nccl_log.NO_HOST]), 2 if shown.multi else 1)
     if nodes < 2:
         seen = f"; the log shows {nccl_log.summary(reports)}" if reports else ""
         return SKIPPED, f"single-node run: the network plugin is only used between nodes{seen}", evidence
     expect = nccl_log.Expectation(transport or ("ofi" if plugin else None), provider, plugin, multi_node=True, strict=True)
-    verdict = nccl_log.judge(reports, expect, version)
+    verdict = nccl_log.judge(reports, expect, version, shown)
     sockets = any("socket" in r.transports for r in reports)
     status = FAILED if verdict.status == nccl_log.FAIL or (verdict.status == nccl_log.WARN and sockets) else PASSED
     notes = "".join(f" ({n})" for n in verdict.notes)
