@@ -240,8 +240,8 @@ def run_by_hand(job: dict, tmp_path: Path, world: int, nprocs: int, port: int, *
     argv = [job["python"], "-E", "-s", "-S", str(program), "--guard", "--out", str(out), "--expect-world-size", str(world),
             "--", "bash", "-c", f"{starts} wait", job["python"]]
     start = time.monotonic()
-    proc = subprocess.Popen(argv, env=job_env(job, out, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                                              SITESTACK_DEADLINE=str(time.time() + LIMIT), **env),
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "SITESTACK_DEADLINE": str(time.time() + LIMIT), **env}
+    proc = subprocess.Popen(argv, env=job_env(job, out, **env),
                             cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     return finish(proc, out, start)
 

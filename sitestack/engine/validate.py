@@ -274,12 +274,31 @@ def slurm_exit_code(job_id: str, host: Host | None = None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+#: The job's last words: the guard's closing line, rank 0's verdict line (no guard), or the batch script's
+#: own line when nothing was written (validation/templates/job.sbatch.j2, ddpcheck/guard.py, runner.py).
+LAST_WORDS = re.compile(r"^sitestack validation(: (PASSED|FAILED|\?), exit code |: no (result|summary) was written| "
+                        r"(PASSED|FAILED): )", re.M)
+#: Seconds to wait for the job's last words after Slurm says it ended: at a time limit Slurm signals
+#: every process of the job, squeue forgets it, and the guard is still writing the result (it ends the
+#: job step first, then writes); Slurm's KillWait (default 30 s) bounds how long that can take.
+RESULT_WAIT = 45.0
+
+
+def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> str | None:
+    """``path``'s text once the job has said its last words (:data:`LAST_WORDS` in ``log``), waiting
+    at most ``wait`` seconds for them; what is there then (None: no result)."""
+    end = time.monotonic() + wait
+    while not LAST_WORDS.search(host.read_text(log) or "") and time.monotonic() < end:
+        time.sleep(1.0)
+    return host.read_text(path)
+
+
 def finish(site: Site, job_id: str, out_dir: str, log: str, rc: int | None, reporter: Reporter,
            host: Host | None = None) -> Outcome:
     """Read ``out_dir/result.json`` on ``host``, report its verdict; 0 only when it passed and the job exited 0."""
     host = host or local_host()
     path = f"{out_dir}/result.json"
-    text = host.read_text(path)
+    text = await_result(host, path, log)
     if text is None:
         tail = "\n".join((host.read_text(log) or "").rstrip().splitlines()[-15:])
         raise SitestackError(f"job {job_id} left no result ({path} missing; exit code {rc}); log {log}:\n{tail}".rstrip())

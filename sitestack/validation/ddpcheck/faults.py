@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import signal
 import time
 from dataclasses import asdict
 from typing import Any
@@ -21,66 +23,103 @@ from .rank_progress import (
     where,
 )
 from .siblings import ddp_report
+from .stacks import Frame, odd_ones, where_words
 from .verdicts import CHECKS, FAILED, SCHEMA, SKIPPED, Check, time_limit_record
+
+#: A check's failure that only says a peer went away: the symptom of another rank's fault, never its cause.
+LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|connection closed|unexpected end|EOF", re.I)
 
 
 def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, expected: int | None,
-                   culprit: int | None = None, rc: int | None = None, launcher: str = "the launcher") -> str:
-    """The one-line cause of a run that did not finish: who, where, and in which phase."""
-    def who(r: int) -> str:
-        return f"rank {r} on {ranks[r].get('host', '?')}"
-
+                   culprit: int | None = None, rc: int | None = None, launcher: str = "the launcher",
+                   stacks: dict[int, list[Frame]] | None = None) -> str:
+    """The one-line cause of a run that did not finish: who (rank and host), where (phase and, at a
+    hang, the frame its Python was in), and why."""
     size = max([expected or 0, *(int(d.get("world_size") or 0) for d in ranks.values()), len(ranks)])
     missing = [r for r in range(size) if r not in ranks]
     never = (f"; rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never reached the check program "
              "(hung or died at start-up: the launcher, the Python start-up or a site hook)") if missing else ""
-    others = [r for r in sorted(ranks) if r != culprit]
-    where_others = "; ".join(f"{who(r)} {state_of(ranks[r])}" for r in others[:4])
-    if kind == "killed" and culprit is not None:
-        d = ranks[culprit]
-        sig = str(d.get("signal", "?"))
-        verb = f"crashed with {sig} ({d.get('signal_text', '')})" if sig in CRASH_SIGNALS else f"was killed by {sig}"
-        return f"{who(culprit)} {verb} {where(d)}" + (f"; {where_others}" if where_others else "") + never
+    if kind in ("killed", "rank exited") and culprit is not None:
+        others = "; ".join([f"{who(ranks, r)} {state_of(ranks[r])}" for r in sorted(ranks) if r != culprit][:4])
+        return f"{who(ranks, culprit)} {_ended(ranks[culprit], kind, rc)}" + (f"; {others}" if others else "") + never
     if kind == "exited":
-        head = f"{launcher} exited with code {rc} before a result was written"
-        if not ranks:
-            return f"{head}: no rank reached the check program (it failed at start-up: see the job log)"
-        states = "; ".join(f"{who(r)} {d.get('state', 'running')} {where(d)}"
-                           for r, d in sorted(ranks.items())[:4])
-        return f"{head}: {states}{never}"
-    head = f"the time limit of {limit:.0f}s passed"
-    first = ranks.get(0) or {}
-    found = next((c for c in first.get("checks") or [] if c.get("status") == FAILED), None)
-    if found:  # what the run had already found is the likelier cause: say it first
-        head = f"{found['name']}: {found['summary']}; then {head}"
-    throttled = [r for r, d in sorted(ranks.items()) if d.get("proc_state") == "throttled"]
-    if throttled:
-        head += (f" ({', '.join(who(r) for r in throttled)} was stopped and continued in turns: held to a fraction "
-                 "of a CPU)")
+        return _launcher_exited(ranks, rc, launcher) + never
+    head = _timeout_head(ranks, limit)
     if not ranks:
         return (f"{head} before any rank reached the check program: the job hung at start-up (the launcher, the "
                 "Python start-up or a site hook)")
     stopped = [r for r, d in sorted(ranks.items()) if d.get("proc_state") in ("T", "t")]
     if stopped:
-        rest = [r for r in sorted(ranks) if r not in stopped]
-        rest_words = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in rest[:4])
-        return (f"{head}: {', '.join(who(r) for r in stopped)} was frozen (stopped by SIGSTOP) "
-                f"{where(ranks[stopped[0]])}" + (f"; {rest_words}" if rest_words else "") + never)
+        rest = "; ".join([f"{who(ranks, r)} {waited(ranks[r])}" for r in sorted(ranks) if r not in stopped][:4])
+        return (f"{head}: {', '.join(who(ranks, r) for r in stopped)} was frozen (stopped by SIGSTOP) "
+                f"{where(ranks[stopped[0]])}" + (f"; {rest}" if rest else "") + never)
+    if missing:
+        return f"{head}:{never[1:]}; {', '.join(who(ranks, r) for r in sorted(ranks))} waited {phase_words(earliest(ranks))}"
+    return f"{head}: {_hung(ranks, stacks or {})}"
+
+
+def who(ranks: dict[int, dict[str, Any]], r: int) -> str:
+    return f"rank {r} on {ranks[r].get('host', '?')}"
+
+
+def _ended(d: dict[str, Any], kind: str, rc: int | None) -> str:
+    """How a rank ended by itself: crashed, killed, or exited with its code, and where."""
+    if kind == "rank exited":
+        why = (" (exit code 0 before finishing: something in the stack or a site hook ended the process: sys.exit, "
+               "os._exit or exit() in a library)") if rc == 0 else ""
+        return f"exited with code {rc} {where(d)}{why}"
+    sig = str(d.get("signal", "?"))
+    verb = f"crashed with {sig} ({d.get('signal_text', '')})" if sig in CRASH_SIGNALS else f"was killed by {sig}"
+    return f"{verb} {where(d)}"
+
+
+def _launcher_exited(ranks: dict[int, dict[str, Any]], rc: int | None, launcher: str) -> str:
+    """The launcher ended (by itself or by a signal) before any rank wrote a result."""
+    how = f"exited with code {rc}"
+    if rc is not None and rc > 128 and rc - 128 in signal.valid_signals():
+        how = f"was killed by {signal.Signals(rc - 128).name} (exit code {rc})"
+    head = f"{launcher} {how} before a result was written"
+    if not ranks:
+        return f"{head}: no rank reached the check program (it failed at start-up: see the job log)"
+    states = "; ".join(f"{who(ranks, r)} was {d.get('state', 'running')} {where(d)}" for r, d in sorted(ranks.items())[:4])
+    return f"{head}: {states}"
+
+
+def _timeout_head(ranks: dict[int, dict[str, Any]], limit: float) -> str:
+    """"the time limit of Ns passed", led by what the run had already found (not a lost peer: a symptom)."""
+    head = f"the time limit of {limit:.0f}s passed"
+    first = ranks.get(0) or {}
+    found = next((c for c in first.get("checks") or [] if c.get("status") == FAILED
+                  and not LOST_PEER.search(str(c.get("summary")))), None)
+    if found:  # what the run had already found is the likelier cause: say it first
+        head = f"{found['name']}: {found['summary']}; then {head}"
+    throttled = [r for r, d in sorted(ranks.items()) if d.get("proc_state") == "throttled"]
+    if throttled:
+        head += (f" ({', '.join(who(ranks, r) for r in throttled)} was stopped and continued in turns: held to a "
+                 "fraction of a CPU)")
+    return head
+
+
+def _hung(ranks: dict[int, dict[str, Any]], stacks: dict[int, list[Frame]]) -> str:
+    """Which rank(s) held the others up: by their stacks where they tell (the odd ones out), else by
+    how far each got (the ones behind); with the frame each was in."""
+    def at(r: int) -> str:
+        return f" {where_words(stacks[r])}" if r in stacks else ""
+
     order = {p: i for i, p in enumerate(PHASES)}
 
     def key(d: dict[str, Any]) -> tuple[int, int]:
         return order.get(d.get("phase", ""), 0), int(d.get("tick") or 0)
 
-    earliest = min(key(d) for d in ranks.values())
-    behind = [r for r, d in sorted(ranks.items()) if key(d) == earliest]
-    phase = PHASES[earliest[0]]
-    if len(behind) == len(ranks) and not missing:
-        return f"{head}: all {len(ranks)} ranks hung {where(ranks[behind[0]])} (ranks {', '.join(map(str, behind))})"
-    ahead = "; ".join(f"{who(r)} {waited(ranks[r])}" for r in sorted(ranks) if r not in behind)
-    if missing:
-        return f"{head}:{never[1:]}" + (f"; {', '.join(who(r) for r in sorted(ranks))} waited "
-                                        f"{phase_words(phase)}" if ranks else "")
-    return f"{head}: {', '.join(who(r) for r in behind)} hung {where(ranks[behind[0]])}" + (f"; {ahead}" if ahead else "")
+    odd = odd_ones(stacks)
+    low = min(key(d) for d in ranks.values())
+    behind = odd or [r for r, d in sorted(ranks.items()) if key(d) == low]
+    rest = "; ".join([f"{who(ranks, r)} {waited(ranks[r])}{at(r)}" for r in sorted(ranks) if r not in behind][:4])
+    if len(behind) == len(ranks):
+        return (f"all {len(ranks)} ranks hung {where(ranks[behind[0]])}{at(behind[0])} "
+                f"(ranks {', '.join(map(str, behind))}; their stacks do not tell one apart)")
+    hung = "; ".join(f"{who(ranks, r)} hung {where(ranks[r])}{at(r)}" for r in behind[:4])
+    return hung + (f"; {rest}" if rest else "")
 
 
 def report_fault(out: str, fault: dict[str, Any]) -> bool:

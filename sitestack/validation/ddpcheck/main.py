@@ -11,10 +11,11 @@ import sys
 import time
 from typing import Any
 
+from . import stacks
 from .bandwidth import parse_size
 from .guard import guard_main
 from .mpi import import_mpi
-from .rank_progress import Progress, deadline_from_env
+from .rank_progress import Progress, deadline_from_env, status_dir
 from .ranks import discover_rank
 from .runner import run_checks
 from .state import Run
@@ -72,14 +73,16 @@ def main(argv: list[str] | None = None) -> int:
             "job_launcher": os.environ.get("SITESTACK_LAUNCHER"), "started": round(time.time(), 3)}
     progress = Progress(args.out, info, host, meta)
     progress.save()
+    deadline = deadline_from_env(os.environ, args.time_limit)
     if not args.no_watchdog:  # before MPI_Init and torch: see "Progress and the watchdogs"
-        supervise(progress, args.out, deadline_from_env(os.environ, args.time_limit), args.time_limit,
-                  args.expect_world_size)
+        supervise(progress, args.out, deadline, args.time_limit, args.expect_world_size)
+    # the watchdog asks for this process's stacks at the deadline (stacks.py)
+    progress.data["main_thread"] = stacks.register(status_dir(args.out), info.rank)
     progress.enter("MPI_Init")
     mpi, why, failure = import_mpi(info, args, config)
     progress.enter("import torch")
     run = Run(args, config, info, mpi)
-    run.progress = progress
+    run.progress, run.deadline = progress, deadline
     if why:
         run.mpi_data["skip"] = why
     if failure:

@@ -1,5 +1,5 @@
 """The process-group check: init_process_group with the device's backend; a taken port, a missing rank
-or an unreachable MASTER_ADDR is named."""
+or an unreachable MASTER_ADDR is named, and a cause that stops every rank ends the run at once."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from .faults import report_fault
 from .ranks import RankInfo
 from .result_file import write_result
 from .state import Run
@@ -82,13 +83,17 @@ def process_group(run: Run) -> bool:
         run.set("process-group", FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
                 "from the first host of the node list and the job id")
         return False
+    unresolved = does_not_resolve(addr)
+    if unresolved:
+        return fail_now(run, f"MASTER_ADDR {addr} does not resolve on {run.host} ({unresolved}): the batch script "
+                        "sets it from the job's first host; a name this node's resolver does not know (a typo, a "
+                        "short name where the site needs the high-speed network's name) stops every rank")
     if run.info.rank == 0 and not agent_store:
         busy = port_in_use(int(port))
         if busy:
-            run.set("process-group", FAILED, f"MASTER_PORT {port} is already in use on {run.host} ({busy}): "
-                    "another job or process holds it; the job derives the port from SLURM_JOB_ID, so a clash "
-                    "means a stray process or a fixed port elsewhere")
-            return False
+            return fail_now(run, f"MASTER_PORT {port} is already in use on {run.host} ({busy}): another job or "
+                            "process holds it; the job derives the port from SLURM_JOB_ID, so a clash means a stray "
+                            "process or a fixed port elsewhere")
     timeout = timedelta(seconds=run.args.init_timeout)
     kwargs: dict[str, Any] = {"backend": run.dev.backend, "init_method": "env://", "rank": run.info.rank,
                               "world_size": run.info.world_size, "timeout": timeout}
@@ -117,12 +122,36 @@ def process_group(run: Run) -> bool:
     return True
 
 
+def does_not_resolve(addr: str) -> str | None:
+    """Why ``addr`` has no address here (the resolver's words), or None. c10d's store retries a name
+    that does not resolve until its timeout, so the rank would wait the whole limit for nothing."""
+    try:
+        socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return exc.strerror or str(exc)
+    except (OSError, UnicodeError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def fail_now(run: Run, summary: str) -> bool:
+    """Fail the process-group check with ``summary`` and report it as the run's fault at once: the
+    other ranks, waiting for this one, are ended within seconds (watchdog.FAULT_GRACE) instead of at
+    the init timeout. False, as process_group returns for a failure."""
+    run.set("process-group", FAILED, summary)
+    report_fault(run.args.out, {"kind": "failed", "cause": f"process-group: rank {run.info.rank} on {run.host}: "
+                                f"{summary}", "rank": run.info.rank, "host": run.host, "phase": "process-group",
+                                "expected": run.args.expect_world_size, "site": run.config.get("site")})
+    return False
+
+
 def on_stuck_init(run: Run, addr: str, port: str) -> None:
     """A rank stuck in init_process_group past its timeout (a port that accepts and never answers): report and leave."""
     run.set("process-group", FAILED, f"rank {run.info.rank} did not get through init_process_group in "
             f"{run.args.init_timeout + 15:.0f}s: {addr}:{port} accepts connections but does not answer as rank 0's "
             "store (another process holds MASTER_PORT?)")
     run.skip_rest("not run: the process group did not start", "process-group")
+    fail_now(run, run.checks["process-group"].summary)
     with contextlib.suppress(Exception):
         if run.info.rank == 0:
             run.ranks = run.ranks or [{**run.me, "problems": run.pre_problems}]

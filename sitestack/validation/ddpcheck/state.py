@@ -38,6 +38,7 @@ class Run:
         self.horovod_server: Any = None  # rank 0's Horovod rendezvous where the launcher gives none
         self.result: dict[str, Any] | None = None
         self.progress: Progress | None = None  # OUT/ranks/rank-R.json, read by the watchdogs
+        self.deadline = float("inf")  # the job's deadline (epoch s): past it, the watchdogs report
         self.me: dict[str, Any] = {}  # this rank's report, once the environment check has loaded torch
         self.pre_problems: list[str] = []  # what this rank alone found wrong (the environment check)
 
@@ -54,7 +55,9 @@ class Run:
         """Record the phase for the watchdogs (rank 0 also its checks so far: a watchdog that ends
         the run reports them)."""
         if self.progress is not None:
-            checks = [asdict(c) for c in self.checks.values()] if self.info.rank == 0 else None
+            # past the deadline a check fails because the watchdogs are ending the ranks: a symptom, not news
+            late = time.time() >= self.deadline
+            checks = [asdict(c) for c in self.checks.values()] if self.info.rank == 0 and not late else None
             self.progress.enter(phase, checks)
 
     def note(self, detail: str, tick: int) -> None:

@@ -1,5 +1,6 @@
 """Each rank's watchdog: the parent process of the rank (forked before MPI_Init and torch), which kills
-the rank at the deadline and names a rank that died by a signal nobody asked for."""
+the rank at the deadline (after asking it for its stacks), ends it soon after another rank's fault was
+reported, and names a rank that died by a signal nobody asked for or exited before it finished."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ import sys
 import time
 from typing import Any
 
+from . import stacks
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all, sampled_state
-from .rank_progress import CRASH_SIGNALS, Progress, read_progress
+from .rank_progress import CRASH_SIGNALS, Progress, read_progress, status_dir
+
+#: Seconds a rank's watchdog gives its rank to end by itself once another rank's fault was reported.
+FAULT_GRACE = 3.0
 
 
 def supervise(progress: Progress, out: str, deadline: float, limit: float, expected: int | None) -> None:
@@ -30,6 +35,17 @@ def supervise(progress: Progress, out: str, deadline: float, limit: float, expec
         progress.save()
         return
     _watch(child, progress, out, deadline, limit, expected)
+
+
+def _recorded(out: str, wait: float = 3.0) -> dict[int, dict[str, Any]]:
+    """Every rank's record once each says how it ended (the other watchdogs time out at the same
+    deadline and dump their ranks' stacks too), or after ``wait`` seconds."""
+    end = time.time() + wait
+    while True:
+        ranks = read_progress(out)
+        if time.time() >= end or all(d.get("state") != "running" for d in ranks.values()):
+            return ranks
+        time.sleep(0.1)
 
 
 def _die_with(parent: int) -> None:
@@ -55,6 +71,7 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
     status = 0
+    fault_seen: float | None = None
     while True:
         try:
             pid, status = os.waitpid(child, os.WNOHANG)
@@ -62,9 +79,21 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
             os._exit(1)
         if pid:
             break
-        if time.time() >= deadline:
+        now = time.time()
+        if now >= deadline:
             _time_out(child, progress, out, limit, expected)
+        if fault_seen is None and os.path.exists(os.path.join(status_dir(out), "fault.json")):
+            fault_seen = now
+        if fault_seen is not None and now - fault_seen >= FAULT_GRACE:
+            # another rank (or its watchdog) reported what ends the run: this rank cannot finish without
+            # it, and the launcher may not end it (srun without --kill-on-bad-exit waits for every task)
+            kill_all(descendants(child))
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)
+            os._exit(1)
         time.sleep(0.2)
+    if os.WIFEXITED(status):
+        _exited(os.WEXITSTATUS(status), progress, out, deadline, limit, expected, asked)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         ranks = read_progress(out)
@@ -87,17 +116,39 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
     os._exit(os.WEXITSTATUS(status))
 
 
+def _exited(code: int, progress: Progress, out: str, deadline: float, limit: float, expected: int | None,
+            asked: list[int]) -> None:
+    """The rank exited by itself before it finished (a site hook's sys.exit, an uncaught error, an MPI
+    library that called exit): name it, with its code, at once; the others cannot finish without it."""
+    ranks = read_progress(out)
+    mine = ranks.get(progress.data["rank"], progress.data)
+    if asked or mine.get("phase") == "finished" or time.time() >= deadline - 1:
+        return
+    progress.data = dict(mine)
+    progress.data.update(state="exited", exit_code=code)
+    progress.save()
+    ranks = read_progress(out)
+    cause = describe_fault("rank exited", ranks, limit, expected, culprit=progress.data["rank"], rc=code)
+    if report_fault(out, {"kind": "rank exited", "cause": cause, "rank": progress.data["rank"],
+                          "host": progress.data["host"], "phase": mine.get("phase"), "exit_code": code,
+                          "expected": expected}):
+        print(f"sitestack watchdog: {cause}", file=sys.stderr, flush=True)
+
+
 def _time_out(child: int, progress: Progress, out: str, limit: float, expected: int | None) -> None:
-    """The deadline passed: record where the rank was, kill it, and (first watchdog only) report."""
-    progress.data = dict(read_progress(out).get(progress.data["rank"], progress.data))
-    progress.data.update(state="timed out", proc_state=sampled_state(child))
+    """The deadline passed: record where the rank was and its stacks, kill it, and (first watchdog
+    only, once the others have recorded theirs) report the rank(s) that held the run up."""
+    rank = progress.data["rank"]
+    progress.data = dict(read_progress(out).get(rank, progress.data))
+    state = sampled_state(child)
+    dumped = state not in ("T", "t") and stacks.request(child, stacks.stacks_path(status_dir(out), rank))
+    progress.data.update(state="timed out", proc_state=state, stacks=dumped)
     progress.save()
     kill_all(descendants(child))
     with contextlib.suppress(ChildProcessError):
         os.waitpid(child, 0)
-    time.sleep(1.0)  # the other ranks' watchdogs record their state too
-    ranks = read_progress(out)
-    cause = describe_fault("timeout", ranks, limit, expected)
+    ranks = _recorded(out)
+    cause = describe_fault("timeout", ranks, limit, expected, stacks=stacks.read_stacks(status_dir(out), ranks))
     if report_fault(out, {"kind": "timeout", "cause": cause, "phase": earliest(ranks), "expected": expected,
                           "limit_s": limit}):
         print(f"sitestack watchdog: {cause}", file=sys.stderr, flush=True)
