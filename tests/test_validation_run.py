@@ -38,7 +38,7 @@ def validate(job: dict, tmp_path: Path, *args: str, env: dict | None = None):
     return result, (outs[-1] if outs else None)
 
 
-# A stand-in for horovod.torch (Horovod is not built here): init/size/rank/allreduce through the
+# A stand-in for horovod.torch (the job's Python here has no Horovod): init/size/rank/allreduce through the
 # torch.distributed group the check program already runs, so the horovod check's own logic runs for
 # real with 2 ranks. FAKE_HOROVOD_OFFSET makes its allreduce wrong.
 FAKE_HOROVOD = """
@@ -58,11 +58,23 @@ def allreduce(tensor, op=Sum, name=None):
 """
 
 
+# Under torchrun the horovod check starts Horovod's rendezvous server on rank 0 (ddpcheck/horovodcheck.py);
+# the stand-in's server and slot type take what the check gives them (the real ones run in
+# test_every_documented_launcher_passes_a_healthy_stack).
+FAKE_RUNNER = {
+    "runner/http/http_server.py": "class RendezvousServer:\n    def start(self): return 1\n    def init(self, plan): self.plan = plan\n",
+    "runner/common/util/hosts.py": "class SlotInfo:\n    def __init__(self, **slot): self.__dict__.update(slot)\n",
+}
+
+
 def fake_horovod(tmp_path: Path) -> dict[str, str]:
     package = tmp_path / "fake-horovod" / "horovod"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "torch.py").write_text(FAKE_HOROVOD)
+    for path, text in FAKE_RUNNER.items():
+        (package / path).parent.mkdir(parents=True, exist_ok=True)
+        (package / path).write_text(text)
     return {"PYTHONPATH": str(package.parent)}
 
 
@@ -288,3 +300,21 @@ def test_the_job_validates_the_stack_as_users_load_it(local_stack, tmp_path):
     assert data["job_environment"]["variables"]["GLOO_SOCKET_IFNAME"] == "lo"
     checks = checks_of(data)
     assert checks["mpi4py"]["status"] == "passed" and checks["environment"]["seconds"] > 0
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "horovodrun"])
+def test_every_documented_launcher_passes_a_healthy_stack(local_stack, tmp_path, launcher):
+    """The stack with Horovod under torchrun (which starts no MPI ranks and no Horovod rendezvous: the
+    horovod check makes Horovod's own Gloo rendezvous) and horovodrun (--gloo with MPICH); mpiexec and
+    srun are the tests above. Every check that applies passes, Horovod sees both ranks."""
+    if local_stack.horovod:
+        pytest.skip(local_stack.horovod)
+    env = {**local_stack.env, "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    install_job_with_helper(local_stack, env)
+    result = run_invoke("validate", "--site", "local", "--prefix", str(local_stack.prefix), "--results", str(tmp_path),
+                        "--scheduler", "none", "--launcher", launcher, "--timeout", "600", env=env, timeout=700)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = sorted(p for p in tmp_path.glob("sitestack-validation-*") if p.is_dir())[-1]
+    checks = checks_of(json.loads((out / "result.json").read_text()))
+    assert checks["horovod"]["status"] == "passed" and checks["horovod"]["summary"].startswith("2-rank allreduce exact")
+    assert checks["mpi4py"]["status"] == "skipped" and "starts no MPI ranks" in checks["mpi4py"]["summary"]
