@@ -68,6 +68,15 @@ IMPORTED = ("mpi4py",)
 #: Seconds the guard around the launcher waits after the ranks' deadline (ddpcheck.guard.GUARD_GRACE).
 GUARD_GRACE = 20
 
+#: The batch script's exit code when its results directory cannot be made or written, or is full: it
+#: ends before any module, probe or launcher runs (the site's module codes are 97 and 98, siteenv).
+OUT_REFUSED = 96
+#: Free space (MiB) the results directory must have before the job starts. A result is small (the NCCL
+#: INIT,NET logs are tens of KiB per rank, the ranks' records and result.json a few KiB per rank, the plot
+#: about 100 KiB, the checkpoint of the ddp check under 100 KiB), a few MiB for a thousand ranks; 64 MiB
+#: leaves room for that and for the job's log when it shares the file system, and refuses a full one.
+RESULT_SPACE_MIB = 64
+
 
 def time_limit(job_seconds: int) -> int:
     """The checks' time limit inside a job of ``job_seconds``: the job's time less a margin (a tenth,
@@ -168,6 +177,8 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "prelude": prelude(facts).rstrip("\n") + "\n" if prelude(facts) else "",
         "stack_module": inputs.stack_module,
         "load_failed": LOAD_FAILED,
+        "out_refused": OUT_REFUSED,
+        "result_space_mib": RESULT_SPACE_MIB,
         "module_root": inputs.module_root,
         "sbatch": _sbatch_options(facts, v),
         "env": env_items,
@@ -364,7 +375,7 @@ def render_readme(inputs: JobInputs) -> str:
         library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
         nccl_log_args=nccl_log_args,
         mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"],
-        guard_grace=GUARD_GRACE)
+        guard_grace=GUARD_GRACE, out_refused=OUT_REFUSED, result_space_mib=RESULT_SPACE_MIB)
     return templates.cached_text([TEMPLATES], repr(("README.md.j2", sorted(variables.items()))),
                                  lambda: environment().get_template("README.md.j2").render(**variables))
 
