@@ -25,8 +25,9 @@ import pytest
 
 from sitestack.validation import ddp_report
 from sitestack.validation.ddpcheck import bandwidth, mpichecks
-from sitestack.validation.jobs import OUT_REFUSED, PROGRAM_FILES, RESULT_SPACE_MIB
+from sitestack.validation.jobs import PROGRAM_FILES
 from sitestack.validation.report_plot import human_bytes
+from sitestack.validation.results_dir import OUT_REFUSED, RESULT_SPACE_MIB, results_check
 from tests.test_faults import finish, job_env, leftovers
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -271,6 +272,29 @@ def test_how_the_probe_ended_is_its_cause(tmp_path, status, log, want):
 
 
 # -- the installed job ------------------------------------------------------------------------------
+
+def in_namespace(setup: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """``argv`` after the shell lines ``setup`` in a private mount namespace."""
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", f'set -e\n{setup}\nexec "$@"', "setup",
+                           *argv], text=True, capture_output=True, timeout=60)
+
+
+def test_the_check_invoke_validate_runs_before_it_submits(tmp_path, can_mount):
+    """The batch script's check, on its own: a good directory passes (and is made), a read-only one
+    and a full one are refused with the job's line and code."""
+    good = subprocess.run(results_check(str(tmp_path / "new" / "results")), text=True, capture_output=True)
+    assert good.returncode == 0 and not good.stderr and (tmp_path / "new" / "results").is_dir()
+    assert list((tmp_path / "new" / "results").iterdir()) == []
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    ro = in_namespace(f"mount --bind {shelf} {shelf}\nmount -o remount,bind,ro {shelf}", results_check(str(shelf)))
+    assert (ro.returncode, ro.stderr) == (OUT_REFUSED, f"sitestack: results directory {shelf} is not writable: "
+                                                       "Read-only file system\n")
+    full = in_namespace(f"mount -t tmpfs -o size=2M none {shelf}", results_check(str(shelf)))
+    assert full.returncode == OUT_REFUSED and re.fullmatch(
+        rf"sitestack: results directory {re.escape(str(shelf))} has only \d+ KiB free \(a result needs 64 MiB\)\n",
+        full.stderr), full.stderr
+
 
 def run_script(job: dict, tmp_path: Path, out: Path, setup: str = "", directory: Path | None = None,
                **env: str):

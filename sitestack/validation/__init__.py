@@ -2,6 +2,7 @@
 
 - :mod:`.masks`: CPU masks per rank derived from ``gpu.cpu_bind``;
 - :mod:`.jobs`: batch scripts (one per launcher), the check config and the README, from the facts;
+  :mod:`.results_dir`: the check of a results directory the batch scripts run before anything else;
 - :mod:`.ddp_check` (entry point) with its package :mod:`.ddpcheck`, :mod:`.ddp_report`
   with :mod:`.report_plot`, :mod:`.nccl_log` with :mod:`.nccl_parse`: the check program, its report and the NCCL log reader,
   installed on the site as plain files (``jobs.PROGRAM_FILES``, with ``programs/hostlist.py``;

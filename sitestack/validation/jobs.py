@@ -24,6 +24,7 @@ from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.model.slurmtime import slurm_seconds
 from sitestack.validation import masks as masks_mod
+from sitestack.validation.results_dir import OUT_REFUSED, RESULT_SPACE_MIB, RESULTS_CHECK
 
 if TYPE_CHECKING:
     import jinja2
@@ -67,15 +68,6 @@ IMPORTED = ("mpi4py",)
 
 #: Seconds the guard around the launcher waits after the ranks' deadline (ddpcheck.guard.GUARD_GRACE).
 GUARD_GRACE = 20
-
-#: The batch script's exit code when its results directory cannot be made or written, or is full: it
-#: ends before any module, probe or launcher runs (the site's module codes are 97 and 98, siteenv).
-OUT_REFUSED = 96
-#: Free space (MiB) the results directory must have before the job starts. A result is small (the NCCL
-#: INIT,NET logs are tens of KiB per rank, the ranks' records and result.json a few KiB per rank, the plot
-#: about 100 KiB, the checkpoint of the ddp check under 100 KiB), a few MiB for a thousand ranks; 64 MiB
-#: leaves room for that and for the job's log when it shares the file system, and refuses a full one.
-RESULT_SPACE_MIB = 64
 
 
 def time_limit(job_seconds: int) -> int:
@@ -179,6 +171,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "load_failed": LOAD_FAILED,
         "out_refused": OUT_REFUSED,
         "result_space_mib": RESULT_SPACE_MIB,
+        "results_check": RESULTS_CHECK,
         "module_root": inputs.module_root,
         "sbatch": _sbatch_options(facts, v),
         "env": env_items,
