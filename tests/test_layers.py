@@ -20,9 +20,9 @@ LAYERS = {"core": 0, "model": 1, "builders": 2, "packages": 3, "installs": 4, "v
 #: Self-contained programs shipped to sites as single files: they import nothing of sitestack.
 STANDALONE = {"programs"}
 #: Modules of the validation package that run on the site on their own (no sitestack imports): the
-#: check program's entry point and every module of its package, its report, the NCCL log reader.
-STANDALONE_MODULES = {"sitestack.validation.ddp_check", "sitestack.validation.ddp_report", "sitestack.validation.nccl_log",
-                      "sitestack.validation.nccl_parse", "sitestack.validation.nccl_nodes"}
+#: check program's entry point and every module of its package, its report and plot, the NCCL log reader.
+STANDALONE_MODULES = {"sitestack.validation.ddp_check", "sitestack.validation.ddp_report", "sitestack.validation.report_plot",
+                      "sitestack.validation.nccl_log", "sitestack.validation.nccl_parse", "sitestack.validation.nccl_nodes"}
 #: Packages shipped whole beside those modules: each of their modules is standalone too.
 STANDALONE_PACKAGES = ("sitestack.validation.ddpcheck",)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.engine import playbook as pb
-from sitestack.validation import ddp_report, masks, nccl_log
+from sitestack.validation import ddp_report, masks, nccl_log, report_plot
 from sitestack.validation.ddpcheck import (
     affinity,
     bandwidth,
@@ -356,12 +356,22 @@ def test_markdown_report_has_the_verdict_table_and_bandwidth():
     assert "FAILED" in table.splitlines()[0]
 
 
-def test_plot_is_skipped_with_a_note_without_matplotlib(tmp_path, monkeypatch):
+def test_without_matplotlib_the_plot_is_an_svg_and_the_summary_links_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    note = ddp_report.write_plot(sample_result(), str(tmp_path / "p.png"))
-    assert note == "matplotlib is not installed in this Python" and not (tmp_path / "p.png").exists()
-    result = sample_result(artefacts={"json": "result.json", "markdown": "summary.md", "plot": None, "plot_note": note})
-    assert "Plot skipped: matplotlib is not installed" in ddp_report.markdown(result)
+    result = sample_result()
+    ddp_report.write_report(result, str(tmp_path))
+    assert result["artefacts"]["plot"] == "bandwidth.svg" and "plot_note" not in result["artefacts"]
+    assert (tmp_path / "bandwidth.svg").read_text().startswith("<?xml")
+    assert json.loads((tmp_path / "result.json").read_text())["artefacts"]["plot"] == "bandwidth.svg"
+    assert "![allreduce bandwidth vs message size](bandwidth.svg)" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_result_without_bandwidth_has_a_note_instead_of_a_plot(tmp_path):
+    result = sample_result(bandwidth={})
+    ddp_report.write_report(result, str(tmp_path))
+    assert result["artefacts"]["plot"] is None and result["artefacts"]["plot_note"] == "no bandwidth was measured"
+    assert "Plot skipped: no bandwidth was measured." in (tmp_path / "summary.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json", "summary.md"]
 
 
 def test_report_cli_renders_a_result_again(tmp_path, monkeypatch, capsys):
@@ -370,10 +380,12 @@ def test_report_cli_renders_a_result_again(tmp_path, monkeypatch, capsys):
     path.write_text(json.dumps(sample_result()))
     assert ddp_report.main([str(path)]) == 0
     assert "PASSED" in capsys.readouterr().out and (tmp_path / "summary.md").exists()
+    assert json.loads(path.read_text())["artefacts"]["plot"] == "bandwidth.svg"  # it names the plot drawn now
 
 
 def test_the_check_program_imports_nothing_from_sitestack():
-    for path in [*Path(verdicts.__file__).parent.glob("*.py"), Path(ddp_report.__file__), Path(nccl_log.__file__)]:
+    for path in [*Path(verdicts.__file__).parent.glob("*.py"), Path(ddp_report.__file__), Path(report_plot.__file__),
+                 Path(nccl_log.__file__)]:
         assert not re.search(r"^\s*(import|from)\s+sitestack", path.read_text(), re.M), path
 
 

@@ -1,30 +1,37 @@
 #!/usr/bin/env python3
-"""The report of a validation run: the verdict table, ``summary.md`` and ``bandwidth.png``.
+"""The report of a validation run: the verdict table, ``summary.md`` and the plot, and the one way
+every file of a result is written (:func:`write_text`, :func:`write_json`: atomically).
 
-Used by ``ddp_check.py`` on the site (installed beside it, standard library plus matplotlib
-when present) and by sitestack on the controller. Run it on a ``result.json`` to render the
-Markdown and the plot again: ``python ddp_report.py RESULT.json [OUTDIR]``.
+Used by ``ddp_check.py`` on the site (installed beside it with ``report_plot.py``, standard library
+plus matplotlib when present) and by sitestack on the controller. Run it on a ``result.json`` to
+render the Markdown and the plot again, in the results directory or into OUTDIR:
+
+    python ddp_report.py RESULT.json [OUTDIR]
+
+Everything is rendered in memory before a file is replaced: a result that cannot be rendered leaves
+the files as they were and says why (exit 1).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterable
 from typing import Any
+
+try:  # imported as part of sitestack
+    from .report_plot import human_bytes as human_bytes
+    from .report_plot import render_plot
+except ImportError:  # run on its own, or imported by the installed job: report_plot.py is beside it
+    from report_plot import human_bytes as human_bytes  # type: ignore[no-redef, import-not-found, unused-ignore]
+    from report_plot import render_plot  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
 #: A latency whose maximum (or another measurement's mean) is this many times the median is noisy.
 NOISE_FACTOR = 10.0
-
-
-def human_bytes(n: float) -> str:
-    n = int(n)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
 
 
 def verdict_table(result: dict[str, Any]) -> str:
@@ -207,94 +214,65 @@ def cpu_list(cpus: Iterable[int], empty: str = "—") -> str:
     return ",".join(runs)
 
 
-def write_json(result: dict[str, Any], path: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=2, sort_keys=False, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
-
-
-def write_plot(result: dict[str, Any], path: str) -> str | None:
-    """Draw bandwidth vs message size into ``path``; return why not when it cannot (None: drawn)."""
-    rows = (result.get("bandwidth") or {}).get("rows") or []
-    if not rows:
-        return "no bandwidth was measured"
+def write_text(path: str, content: str | bytes, sync: bool = True) -> None:
+    """Replace ``path`` with ``content`` atomically: a reader (``invoke validate``, the guard, a rank
+    reading the progress records) sees the old file or the new one whole, never a part, and a writer
+    killed midway leaves the old file. The content goes to a temporary name in the same directory
+    (``.NAME.PID-THREAD.tmp``: two writers, processes or threads, never share one), is synced to
+    disk, then renamed over ``path`` (rename(2) is atomic within a file system). OSError propagates,
+    the temporary file removed. ``sync=False`` skips the fsync (a few ms each on a busy file system)
+    for a record rewritten inside a timed loop: still whole or old for every reader, though a node
+    that crashes may lose it."""
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    data = content.encode("utf-8") if isinstance(content, str) else content
     try:
-        import matplotlib  # type: ignore[import-not-found, unused-ignore]
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return "matplotlib is not installed in this Python"
-    bw = result["bandwidth"]
-    sizes = [r["bytes"] for r in rows]
-    probe = (result.get("mpi") or {}).get("probe") or {}
-    probe_rows = [b for b in probe.get("bandwidth") or [] if b.get("mb_s")]
-    # MPI point-to-point gets its own axis below (another quantity, another scale), sharing the sizes
-    fig, axes = plt.subplots(2 if probe_rows else 1, 1, figsize=(9, 8 if probe_rows else 5.5), dpi=110, sharex=True,
-                             squeeze=False, gridspec_kw={"height_ratios": [3, 2]} if probe_rows else None)
-    ax = axes[0][0]
-    _plot_collective(ax, bw, rows)
-    every = sorted(set(sizes) | {b["bytes"] for b in probe_rows})
-    ticks = every if len(every) <= 12 else every[:: max(1, len(every) // 10)]
-    _frame_axes([row[0] for row in axes], ticks, probe_rows)
-    ax.set_ylabel("bandwidth (GB/s, 10⁹ bytes/s)")
-    verdict = str(result.get("verdict", "?")).upper()
-    ax.set_title(f"{result.get('site', '?')}: {bw.get('op', 'allreduce')} bandwidth, {result.get('world_size')} ranks on "
-                 f"{result.get('nodes')} node(s), {result.get('backend')} on {result.get('device')} "
-                 f"({result.get('launcher')}) — {verdict}", fontsize=10)
-    # the legend sits outside the axes, so it never hides the deciding point
-    if probe_rows:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)
-    else:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=9, framealpha=0.9, ncol=2)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return None
+        # 0o666 less the umask, as open() creates files; O_TRUNC: a name a dead process left is reused
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            if sync:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
-def _plot_collective(ax: Any, bw: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    """Draw the collective's busbw and algbw per message size on ``ax``, and the reference bound and
-    the measured value at the one size the reference applies to, where there is a reference."""
-    sizes = [r["bytes"] for r in rows]
-    ax.plot(sizes, [r["busbw_gbs"] for r in rows], marker="o", linewidth=2, color="#1f77b4",
-            label=f"{bw.get('op', 'allreduce')} busbw = algbw × 2(n−1)/n")
-    same = " (equal to busbw for 2 ranks)" if bw.get("ranks") == 2 else ""
-    ax.plot(sizes, [r["algbw_gbs"] for r in rows], marker="s", markersize=9, markerfacecolor="none", linewidth=1.5,
-            linestyle="--", color="#ff7f0e", label=f"{bw.get('op', 'allreduce')} algbw = bytes / time{same}")
-    ref = bw.get("reference")
-    if ref:
-        # the bound applies at one message size only: drawn there, not across the sweep
-        at = ref["at_bytes"]
-        ax.plot([at / 1.6, at * 1.6], [ref["minimum_gbs"]] * 2, color="#d62728", linestyle="-", linewidth=2.5,
-                label=f"accepted from {ref['minimum_gbs']:.3g} GB/s busbw at {human_bytes(at)} "
-                      f"(reference {ref['busbw_gbs']:.3g} GB/s)")
-        ax.plot([at], [ref["measured_gbs"]], marker="*", markersize=14, color="#d62728", linestyle="none",
-                label=f"measured {ref['measured_gbs']:.3g} GB/s at {human_bytes(at)} (the deciding point)")
+def write_json(data: dict[str, Any], path: str, sync: bool = True) -> None:
+    """``data`` as indented JSON into ``path``, atomically (:func:`write_text`)."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", sync)
 
 
-def _frame_axes(column: list[Any], ticks: list[int], probe_rows: list[dict[str, Any]]) -> None:
-    """Log scales and grids on every axis of ``column``; the MPI probe's bandwidth on the second axis
-    where there is one; the message sizes ``ticks`` labelled on the bottom axis."""
-    from matplotlib.ticker import FixedLocator, NullLocator  # type: ignore[import-not-found, unused-ignore]
+def plot_artefact(result: dict[str, Any], strict: bool = True) -> tuple[str, bytes] | None:
+    """The plot of ``result`` rendered in memory, as (file name, content), and ``result["artefacts"]``
+    set to name it (or to say why there is none: ``plot_note``). ``strict``: a drawing that fails
+    raises (the redraw reports it); otherwise it becomes the note (the job still writes its result)."""
+    artefacts = result.setdefault("artefacts", {"json": "result.json", "markdown": "summary.md"})
+    try:
+        plot = render_plot(result)
+    except Exception as exc:  # matplotlib's errors are its own: any of them only costs the plot
+        if strict:
+            raise
+        plot = f"the plot could not be drawn ({type(exc).__name__}: {one_line(exc)})"
+    if isinstance(plot, str):
+        artefacts.update(plot=None, plot_note=plot)
+        return None
+    artefacts["plot"] = plot[0]
+    artefacts.pop("plot_note", None)
+    return plot
 
-    for axis in column:
-        axis.set_xscale("log", base=2)
-        axis.set_yscale("log")
-        axis.grid(True, which="major", alpha=0.35)
-    if probe_rows:
-        low = column[1]
-        low.plot([b["bytes"] for b in probe_rows], [b["mb_s"] for b in probe_rows], marker="^", linestyle=":",
-                 color="#2ca02c", label="MPI point-to-point (C probe)")
-        low.set_ylabel("MPI bandwidth (MB/s)")
-        low.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), fontsize=9, framealpha=0.9)
-    bottom = column[-1]
-    bottom.xaxis.set_major_locator(FixedLocator(ticks))
-    bottom.xaxis.set_minor_locator(NullLocator())
-    bottom.set_xticks(ticks)
-    bottom.set_xticklabels([human_bytes(s) for s in ticks], rotation=30, ha="right")
-    bottom.set_xlabel("message size")
+
+def write_report(result: dict[str, Any], out: str) -> None:
+    """The job's report into ``out``: the plot, ``result.json``, ``summary.md``, each atomically, the
+    plot first (result.json names it) and the Markdown last (a report that cannot be rendered still
+    leaves its numbers). A plot that cannot be drawn is a note in the result, not an error."""
+    plot = plot_artefact(result, strict=False)
+    if plot:
+        write_text(os.path.join(out, plot[0]), plot[1])
+    write_json(result, os.path.join(out, "result.json"))
+    write_text(os.path.join(out, "summary.md"), markdown(result))
 
 
 def startup_lines(startup: dict[str, Any] | None) -> list[str]:
@@ -311,20 +289,56 @@ def startup_lines(startup: dict[str, Any] | None) -> list[str]:
     return lines + [""]
 
 
+def read_result(path: str) -> tuple[dict[str, Any] | None, str]:
+    """The result in ``path``, or None and why it cannot be one (missing, not JSON, not a result)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        return None, f"cannot read {path}: {exc.strerror or exc}"
+    except ValueError as exc:  # JSONDecodeError names the line and column; UnicodeDecodeError the byte
+        return None, f"{path} is not JSON ({exc})"
+    if not isinstance(data, dict):
+        return None, f"{path} is not a validation result (a JSON {type(data).__name__}, not an object)"
+    checks = data.get("checks")
+    if "verdict" not in data or not isinstance(checks, list):
+        return None, f"{path} is not a validation result (no \"verdict\" and \"checks\"; ddp_check.py writes result.json)"
+    if not all(isinstance(c, dict) and {"name", "status", "summary"} <= set(c) for c in checks):
+        return None, f"{path} is not a validation result (a check without its name, status and summary)"
+    return data, ""
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
+    """``ddp_report.py RESULT.json [OUTDIR]``: render summary.md and the plot again (OUTDIR: the
+    result's directory). 0 when written; 1, with one line saying why, when the result cannot be
+    read or rendered or the files cannot be written; the files already there are left whole."""
+    if not argv or argv[0] in ("-h", "--help") or len(argv) > 2:
         print(__doc__)
-        return 0 if argv else 2
-    with open(argv[0], encoding="utf-8") as handle:
-        result = json.load(handle)
-    out = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(argv[0]))
-    note = write_plot(result, os.path.join(out, "bandwidth.png"))
-    if note:
-        result.setdefault("artefacts", {})["plot"] = None
-        result["artefacts"]["plot_note"] = note
-    with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as handle:
-        handle.write(markdown(result))
-    print(verdict_table(result))
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    path = argv[0]
+    out = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(path))
+    result, problem = read_result(path)
+    if result is None:
+        print(f"ddp_report: {problem}", file=sys.stderr)
+        return 1
+    before = dict(result.get("artefacts") or {})
+    try:  # everything in memory first: no file is touched until the whole report is rendered
+        plot = plot_artefact(result)
+        text, table = markdown(result), verdict_table(result)
+    except Exception as exc:  # a value this report cannot show: say which; nothing was written
+        print(f"ddp_report: cannot render {path} ({type(exc).__name__}: {one_line(exc)}); summary.md and the plot "
+              "are left as they were", file=sys.stderr)
+        return 1
+    try:
+        if plot:
+            write_text(os.path.join(out, plot[0]), plot[1])
+        if result["artefacts"] != before and os.path.samefile(out, os.path.dirname(os.path.abspath(path))):
+            write_json(result, path)  # it names the plot drawn now (bandwidth.png or .svg)
+        write_text(os.path.join(out, "summary.md"), text)
+    except OSError as exc:
+        print(f"ddp_report: cannot write into {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(table)
     return 0
 
 

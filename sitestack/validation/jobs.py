@@ -24,6 +24,7 @@ from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.model.slurmtime import slurm_seconds
 from sitestack.validation import masks as masks_mod
+from sitestack.validation.results_dir import OUT_REFUSED, RESULT_SPACE_MIB, RESULTS_CHECK
 
 if TYPE_CHECKING:
     import jinja2
@@ -31,11 +32,12 @@ if TYPE_CHECKING:
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 _HERE = Path(__file__).resolve().parent
 #: Every file of the check program the job ships, by its path in the job directory: the entry point,
-#: its package, the report, the NCCL log reader and the one host-list parser (standard library
+#: its package, the report and its plot, the NCCL log reader and the one host-list parser (standard library
 #: only; the package imports them from the job directory, :mod:`sitestack.validation.ddpcheck.siblings`).
 PROGRAM_FILES: dict[str, Path] = {
     "ddp_check.py": _HERE / "ddp_check.py",
     "ddp_report.py": _HERE / "ddp_report.py",
+    "report_plot.py": _HERE / "report_plot.py",
     "nccl_log.py": _HERE / "nccl_log.py",
     "nccl_parse.py": _HERE / "nccl_parse.py",
     "nccl_nodes.py": _HERE / "nccl_nodes.py",
@@ -168,6 +170,9 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "prelude": prelude(facts).rstrip("\n") + "\n" if prelude(facts) else "",
         "stack_module": inputs.stack_module,
         "load_failed": LOAD_FAILED,
+        "out_refused": OUT_REFUSED,
+        "result_space_mib": RESULT_SPACE_MIB,
+        "results_check": RESULTS_CHECK,
         "module_root": inputs.module_root,
         "sbatch": _sbatch_options(facts, v),
         "env": env_items,
@@ -364,7 +369,7 @@ def render_readme(inputs: JobInputs) -> str:
         library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
         nccl_log_args=nccl_log_args,
         mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"],
-        guard_grace=GUARD_GRACE)
+        guard_grace=GUARD_GRACE, out_refused=OUT_REFUSED, result_space_mib=RESULT_SPACE_MIB)
     return templates.cached_text([TEMPLATES], repr(("README.md.j2", sorted(variables.items()))),
                                  lambda: environment().get_template("README.md.j2").render(**variables))
 

@@ -2,9 +2,9 @@
 
 Run one process per rank under any launcher (srun, torchrun, mpiexec from MPICH / Intel MPI /
 Open MPI, horovodrun). Every rank runs the checks; rank 0 writes ``result.json``,
-``summary.md`` and ``bandwidth.png`` into ``--out`` and every rank exits 0 only when every
-check passed (a check that does not apply is ``skipped`` with its reason, which does not fail
-the run).
+``summary.md`` and the plot (``bandwidth.png``, or ``bandwidth.svg`` without matplotlib) into
+``--out``, each file atomically, and every rank exits 0 only when every check passed (a check
+that does not apply is ``skipped`` with its reason, which does not fail the run).
 
 Checks, in order:
 
@@ -30,8 +30,9 @@ Checks, in order:
 
 The program needs torch; mpi4py, Horovod and matplotlib are used when present. It needs
 nothing of sitestack: this package is installed on the site as ``ddpcheck/`` beside its entry
-point ``ddp_check.py``, ``ddp_report.py``, ``nccl_log.py`` (and its ``nccl_parse.py`` and
-``nccl_nodes.py``) and ``hostlist.py`` (:mod:`.siblings`), and runs in the site's Python (a container, a conda env, a venv).
+point ``ddp_check.py``, ``ddp_report.py`` (and its ``report_plot.py``), ``nccl_log.py`` (and its
+``nccl_parse.py`` and ``nccl_nodes.py``) and ``hostlist.py`` (:mod:`.siblings`), and runs in the site's Python
+(a container, a conda env, a venv).
 
 Its modules, one concern each: :mod:`.ranks` (ranks under every launcher), :mod:`.devices`,
 :mod:`.state` (one rank's run), the checks (:mod:`.environment`, :mod:`.procgroup`,

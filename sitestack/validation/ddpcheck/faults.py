@@ -136,8 +136,7 @@ def report_fault(out: str, fault: dict[str, Any]) -> bool:
     with contextlib.suppress(OSError):
         result = fault_result(out, fault)
         ddp_report.write_json(result, os.path.join(out, "result.json"))
-        with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as handle:
-            handle.write(ddp_report.markdown(result))
+        ddp_report.write_text(os.path.join(out, "summary.md"), ddp_report.markdown(result))
     return True
 
 

@@ -12,25 +12,59 @@ from .siblings import ddp_report
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 
+#: timeout(1)'s exit status when it ended the command: 124 after its SIGTERM, 128 + 9 when the SIGKILL
+#: of ``-k`` was needed (https://www.gnu.org/software/coreutils/manual/html_node/timeout-invocation.html).
+TIMEOUT_CODES = (124, 137)
+
+
+def probe_failure(result_path: str) -> str | None:
+    """Why the batch script's MPI probe failed, from how it ended (``mpi-probe.status`` beside its
+    result: ``{"exit_code": C, "limit_s": N}``): its timeout, or its exit code with the last line of
+    its log; None when it exited 0 or the status is missing or unreadable."""
+    stem = os.path.splitext(result_path)[0]
+    ended: Any = None
+    with contextlib.suppress(OSError, ValueError), open(stem + ".status", encoding="utf-8") as handle:
+        ended = json.load(handle)
+    code = ended.get("exit_code") if isinstance(ended, dict) else None
+    if not isinstance(code, int) or code == 0:
+        return None
+    log = stem + ".log"
+    if code in TIMEOUT_CODES:
+        limit = ended.get("limit_s")
+        within = f"within {limit} s" if isinstance(limit, int) else "within its time limit"
+        return f"the MPI probe did not finish {within} (killed by timeout; see {log})"
+    last = ""
+    with contextlib.suppress(OSError), open(log, "rb") as handle:
+        handle.seek(max(0, os.fstat(handle.fileno()).st_size - 4096))
+        lines = [s.strip(" =\t") for s in handle.read().decode("utf-8", "replace").splitlines()]
+        # the last line that says something (MPICH ends its banners with a row of "=")
+        last = next((s for s in reversed(lines) if any(c.isalpha() for c in s)), "")
+    return f"the MPI probe exited with code {code}" + (f": {ddp_report.one_line(last)[:200]}" if last else "") + \
+        f" (see {log})"
+
 
 def mpi_probe(run: Run) -> None:
-    """The mpi-probe check: the C probe's result (its library, 2 ranks, allreduce, latency, bandwidth)."""
+    """The mpi-probe check: the C probe's result (its library, 2 ranks, allreduce, latency, bandwidth);
+    a probe that timed out or exited non-zero fails with that cause, even where it wrote a result."""
     path = run.args.mpi_probe_result
     if not path:
         run.set("mpi-probe", SKIPPED, "the MPI probe was not run (not installed, or no MPI launcher for this job)")
         return
+    failure = probe_failure(path)
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
     except (OSError, ValueError) as exc:
         log = os.path.splitext(path)[0] + ".log"
-        run.set("mpi-probe", FAILED, f"the MPI probe left no result ({exc.__class__.__name__}: {exc}); see {log}")
+        run.set("mpi-probe", FAILED, failure or f"the MPI probe left no result ({exc.__class__.__name__}: {exc}); see {log}")
         return
     run.mpi_data["probe"] = data
     want = (run.config.get("mpi") or {}).get("library_match")
     library = str(data.get("library", "")).strip()
     first_line = " ".join(library.splitlines()[0].split()) if library else "?"
-    problems = []
+    problems = [failure] if failure else []
     if want and want not in library:
         problems.append(f"the probe ran on \"{first_line}\", the site expects {want}")
     if int(data.get("size", 0)) < 2:

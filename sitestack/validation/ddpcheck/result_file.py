@@ -1,4 +1,4 @@
-"""Rank 0's report: result.json, summary.md and bandwidth.png, with a fault a watchdog reported."""
+"""Rank 0's report: result.json, summary.md and the plot, with a fault a watchdog reported."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from .verdicts import CHECKS, FAILED, SCHEMA, job_environment, job_id_for, read_
 
 
 def write_result(run: Run) -> dict[str, Any]:
-    """Rank 0: result.json, summary.md and bandwidth.png in OUT (a reported fault applied); the result."""
+    """Rank 0: result.json, summary.md and the plot (bandwidth.png, or bandwidth.svg without matplotlib) in
+    OUT, each written atomically (a reported fault applied); the result."""
     os.makedirs(run.args.out, exist_ok=True)
     checks = [asdict(run.checks[name]) for name in CHECKS]
     fault = await_fault(run, checks)
@@ -48,15 +49,10 @@ def write_result(run: Run) -> dict[str, Any]:
         "job_environment": first.get("setting") or job_environment(run.env, (run.config.get("network") or {}).get("net_plugin")),
         "elapsed_s": round(time.time() - run.start, 2),
         "time_limit": time_limit_record(run.args.time_limit, run.env),
-        "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": "bandwidth.png"},
+        "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None},  # the plot drawn names itself
     }
-    note = ddp_report.write_plot(result, os.path.join(run.args.out, "bandwidth.png"))
-    if note:
-        result["artefacts"]["plot"] = None
-        result["artefacts"]["plot_note"] = note
-    ddp_report.write_json(result, os.path.join(run.args.out, "result.json"))
-    with open(os.path.join(run.args.out, "summary.md"), "w", encoding="utf-8") as handle:
-        handle.write(ddp_report.markdown(result))
+    # each file atomically, the plot (PNG, or SVG without matplotlib) before the result that names it
+    ddp_report.write_report(result, run.args.out)
     run.result = result
     return result
 
