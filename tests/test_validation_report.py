@@ -400,3 +400,23 @@ def test_a_hanging_mpi_probe_is_named_and_the_report_has_its_plot_without_matplo
     result = json.loads((out / "result.json").read_text())
     assert (out / "summary.md").read_text() == ddp_report.markdown(result) and result["artefacts"]["plot"] == "bandwidth.png"
     assert (out / "summary.md").stat().st_mtime_ns >= before and (out / "bandwidth.png").stat().st_size > 1000
+
+
+@pytest.mark.integration
+def test_invoke_validate_refuses_a_results_root_it_cannot_write(installed_local_job, tmp_path, can_mount):
+    """`invoke validate --results` on a read-only file system: one message naming the directory and the
+    cause, exit 1, before any job runs (the job's log would go there too)."""
+    from tests.conftest import REPO
+
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    job = installed_local_job
+    argv = [sys.executable, "-m", "invoke", "validate", "--site", "local", "--prefix", str(job["prefix"]),
+            "--results", str(shelf), "--python", job["python"], "--scheduler", "none"]
+    run = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c",
+                          f'set -e\nmount --bind {shelf} {shelf}\nmount -o remount,bind,ro {shelf}\ncd {REPO}\nexec "$@"',
+                          "setup", *argv], text=True, capture_output=True, timeout=120, env={**os.environ, **job["env"]})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"results directory {shelf} is not writable: Read-only file system" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and "running validate-" not in run.stdout
+    assert list(shelf.iterdir()) == []

@@ -32,6 +32,7 @@ from sitestack.model.context import RunOptions, check_host_option
 from sitestack.model.site import Facts, Site, expand
 from sitestack.validation.ddp_report import verdict_table
 from sitestack.validation.jobs import script_name, validation_of
+from sitestack.validation.results_dir import results_check
 
 LOCAL_LAUNCHERS = ("torchrun", "mpiexec", "horovodrun")
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
@@ -173,7 +174,11 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     if not options.python:
         check_imports(host, directory, site.name)
     check_launch_env(host, directory, site.name)
-    host.run(["mkdir", "-p", root])
+    # the job's log goes there too: a root it cannot write would lose the job and its cause with it
+    check = host.probe(results_check(root), timeout=60)
+    if not check.ok:
+        raise SitestackError(f"{(check.stderr or check.stdout).strip()}; the job's log and results go there "
+                             "(choose another with --results)")
     env: dict[str, str] = {}
     if options.ranks_per_node:
         env["SITESTACK_RANKS_PER_NODE"] = str(options.ranks_per_node)

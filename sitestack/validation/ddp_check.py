@@ -5,8 +5,8 @@ The entry point of the validation job's check program: ``ddp_check.py [OPTIONS]`
 (one process per rank, under any launcher), ``ddp_check.py --guard ... -- LAUNCHER ...`` the
 guard around the launcher. The program itself is the package ``ddpcheck/`` installed beside this
 file (:mod:`sitestack.validation.ddpcheck`, which documents the checks), with ``ddp_report.py``
-(and its ``report_plot.py``), ``nccl_log.py``, ``nccl_parse.py`` and ``hostlist.py``; Python puts this file's directory first on
-``sys.path``, so it runs with the site's Python and nothing of sitestack.
+(and its ``report_plot.py``), ``nccl_log.py``, ``nccl_parse.py``, ``nccl_nodes.py`` and ``hostlist.py``; Python puts
+this file's directory first on ``sys.path``, so it runs with the site's Python and nothing of sitestack.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ allreduce."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any

@@ -89,7 +89,8 @@ class Progress:
     def save(self) -> None:
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            ddp_report.write_json(self.data, self.path)
+            # atomic, not synced: rewritten at every step, read by the watchdogs of a live machine
+            ddp_report.write_json(self.data, self.path, sync=False)
 
 
 def read_progress(out: str) -> dict[int, dict[str, Any]]:
