@@ -77,7 +77,7 @@ def install_validation_job(c: Context, site: str | None = None, check: bool = Fa
     "site": SITE_HELP, "nodes": "nodes to run on (default: 1)",
     "ranks-per-node": "ranks per node (default: the site's validation.ranks_per_node)",
     "launcher": "which installed batch script: srun, mpiexec, torchrun or horovodrun (default: the site's first)",
-    "scheduler": "auto (Slurm when it answers on the host), slurm, or none (torchrun/mpiexec on the host, one node)",
+    "scheduler": "auto (Slurm when it answers on the host), slurm, or none (torchrun, mpiexec or horovodrun on the host, one node)",
     "wait": "wait for the job and print its verdict (--no-wait: submit and return)",
     "collect": "read the verdict of this earlier Slurm job id instead of submitting",
     "results": "directory for the job's log and results (default: ~/sitestack-validation/<site>)",

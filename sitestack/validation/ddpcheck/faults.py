@@ -26,6 +26,8 @@ from .siblings import ddp_report
 from .stacks import Frame, odd_ones, where_words
 from .verdicts import CHECKS, FAILED, SCHEMA, SKIPPED, Check, time_limit_record
 
+#: Seconds a second reporter waits for the first to have written the result (report_fault).
+WRITTEN_WAIT = 5.0
 #: A check's failure that only says a peer went away: the symptom of another rank's fault, never its cause.
 LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|connection closed|unexpected end|EOF", re.I)
 
@@ -124,11 +126,19 @@ def _hung(ranks: dict[int, dict[str, Any]], stacks: dict[int, list[Frame]]) -> s
 
 def report_fault(out: str, fault: dict[str, Any]) -> bool:
     """Write ``fault.json``, result.json and summary.md for a run that did not finish; only the
-    first caller writes (O_EXCL), so the first fault seen is the one reported. True when written."""
+    first caller writes (O_EXCL), so the first fault seen is the one reported. True when written.
+
+    A later caller waits (at most :data:`WRITTEN_WAIT` s) until the first has written everything:
+    it then exits, and a launcher that sees one process exit non-zero kills the rest (Hydra does),
+    the first writer included."""
+    done = os.path.join(status_dir(out), "fault.written")
     try:
         os.makedirs(status_dir(out), exist_ok=True)
         fd = os.open(os.path.join(status_dir(out), "fault.lock"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except OSError:
+        end = time.time() + WRITTEN_WAIT
+        while not os.path.exists(done) and time.time() < end:
+            time.sleep(0.05)
         return False
     os.close(fd)
     fault = {**fault, "at": round(time.time(), 3)}
@@ -137,6 +147,8 @@ def report_fault(out: str, fault: dict[str, Any]) -> bool:
         result = fault_result(out, fault)
         ddp_report.write_json(result, os.path.join(out, "result.json"))
         ddp_report.write_text(os.path.join(out, "summary.md"), ddp_report.markdown(result))
+    with contextlib.suppress(OSError):
+        ddp_report.write_text(done, "")
     return True
 
 
