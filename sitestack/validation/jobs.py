@@ -10,6 +10,7 @@ reads the earlier text (:func:`sitestack.core.templates.cached_text`): no Jinja2
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -107,8 +108,8 @@ def validation_of(facts: Facts) -> Validation:
     given = facts.validation or Validation()
     launchers = given.launchers or (facts.mpi.launcher if facts.mpi.launcher != "mpirun" else "mpiexec",)
     ranks = given.ranks_per_node or (facts.gpu.per_node if facts.gpu.vendor != "none" and facts.gpu.per_node else 2)
-    return Validation(launchers=tuple(launchers), ranks_per_node=ranks, sbatch_tasks=given.sbatch_tasks,
-                      bind=given.bind or default_bind(facts), single_node=given.single_node, multi_node=given.multi_node)
+    return dataclasses.replace(given, launchers=tuple(launchers), ranks_per_node=ranks,
+                               bind=given.bind or default_bind(facts))
 
 
 def default_bind(facts: Facts) -> Literal["mask", "launcher"]:
@@ -322,6 +323,8 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                     "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or ""),
                     "nccl_expect": nccl_expectation(facts)},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
+        "compute": None if v.compute is None else {"gflops": v.compute.gflops, "lower": v.compute.lower,
+                                                   "source": v.compute.source},
         "stack": {"includes": sorted(inputs.stack_includes), "module": inputs.stack_module,
                   "manifest": inputs.manifest, "launch_env": inputs.launch_env, "needs": ["torch", *inputs.checks_need, *sorted(
                       r for r in inputs.stack_includes if r in IMPORTED)]},
