@@ -348,6 +348,8 @@ def render_readme(inputs: JobInputs) -> str:
         if r:
             refs.append(f"{r.busbw_gbs * (1 + r.lower):.4g} GB/s on {label} (reference {r.busbw_gbs:g} GB/s)")
     bandwidth = "; ".join(refs) if refs else "a value reported, not judged (no reference in the site facts)"
+    compute = (f" and reaches {v.compute.gflops * (1 + v.compute.lower):.4g} GFLOPS (reference {v.compute.gflops:g} GFLOPS)"
+               if v.compute else " (the rate is reported, not judged against a reference: none in the site facts)")
     expect = nccl_expectation(facts)
     names = {"ofi": "OFI", "ib": "InfiniBand (NCCL's IB transport or the IBext plugin)", "socket": "TCP sockets"}
     if expect is None:
@@ -363,7 +365,7 @@ def render_readme(inputs: JobInputs) -> str:
         jobs=[{"launcher": name, "script": script_name(name)} for name in v.launchers],
         python=ctx["python"], container=ctx["container"], ranks_per_node_text=(
             "GPUs per node from the allocation and ZE_FLAT_DEVICE_HIERARCHY" if ctx["stacks"] else str(v.ranks_per_node)),
-        library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
+        library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, compute_text=compute, plugin_text=plugin_text,
         nccl_log_args=nccl_log_args,
         mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"],
         guard_grace=GUARD_GRACE)
