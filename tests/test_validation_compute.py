@@ -106,6 +106,16 @@ def test_without_a_reference_nothing_is_judged():
     assert compute.judge_reference([record(0, gflops=1.0, own=1.0)], [rank(0)], None) == ([], None)
 
 
+@pytest.mark.parametrize("config", [{"compute": "fast"}, {"compute": {"gflops": -3}}, {"compute": {"gflops": 9, "lower": 2}},
+                                    {"compute": {"lower": -0.5}}, {"compute": {"gflops": True}},
+                                    {"compute": {"gflops": float("inf")}}])
+def test_a_reference_that_is_not_one_is_named(config):
+    reference, wrong = compute.read_reference(config)
+    assert reference is None and wrong is not None and wrong.startswith("check-config.json: compute is not a reference (")
+    assert compute.read_reference({"compute": None}) == (None, None) == compute.read_reference({})
+    assert compute.read_reference({"compute": REFERENCE}) == (REFERENCE, None)
+
+
 def test_every_rank_below_the_reference_names_thread_oversubscription():
     ranks = [rank(r, torch_threads=2, env={"OMP_NUM_THREADS": "32"}) for r in (0, 1)]
     records = [record(0, gflops=30.2, own=32.3, ran=0.5, waited=0.5), record(1, gflops=40.1, own=38.5, ran=0.5, waited=0.5)]

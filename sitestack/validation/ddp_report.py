@@ -124,7 +124,8 @@ def _rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
     """The ranks' section, by rank: host, device, CPUs bound and expected (none without ranks)."""
     if not ranks:
         return []
-    out = ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs | threads |", "|---|---|---|---|---|---|---|"]
+    out = ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs | threads |",
+           "|---|---|---|---|---|---|---|"]
     for r in sorted(ranks, key=lambda r: r.get("rank", 0)):
         cpus = cpu_list(r.get("affinity") or [])
         # a rank a watchdog reported early may not know its local rank or device yet

@@ -4,6 +4,7 @@ its slowest rank) and against the site's reference; a slow rank is named with it
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any
@@ -212,13 +213,29 @@ def judge_reference(records: list[dict[str, Any]], ranks: list[dict[str, Any]],
             f"{minimum:.3g}{source}): {likely_cause(ranks[r['rank']], r)}" for r in below], compared
 
 
+def read_reference(config: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """check-config.json's ``compute`` reference (None without one), or why it is not one."""
+    reference = config.get("compute")
+    if reference is None:
+        return None, None
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    if isinstance(reference, dict) and number(reference.get("gflops")) and reference["gflops"] > 0 \
+            and number(reference.get("lower", -0.67)) and -1 < reference.get("lower", -0.67) <= 0:
+        return reference, None
+    return None, (f"check-config.json: compute is not a reference ({str(reference)[:120]}): expected "
+                  "{\"gflops\": a positive number, \"lower\": a fraction in (-1, 0], \"source\": text}")
+
+
 def compute(run: Run) -> None:
     """The compute check: every rank timed, judged against the others and the site's reference."""
     records = run.all_gather(measure(run))
     ranks = run.ranks if len(run.ranks) == len(records) else [{} for _ in records]
     problems = judge_balance(records, ranks)
-    off, compared = judge_reference(records, ranks, run.config.get("compute"))
-    problems += off
+    reference, wrong = read_reference(run.config)
+    off, compared = judge_reference(records, ranks, reference)
+    problems += off + ([wrong] if wrong else [])
     details = {"ranks": records, "reference": compared, "windows": WINDOWS, "window_seconds": WINDOW_SECONDS,
                "definition": "GFLOPS = 2 n^3 per float32 n x n product / seconds, the median of the windows; "
                              "judged on a CPU per the rank's own CPU time (unless throttled or stopped)"}
