@@ -20,6 +20,7 @@ Injection mechanisms, all real:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -172,7 +173,7 @@ def rank_progress(out: Path, rank: int) -> dict:
         return {}
 
 
-PHASES = ("startup", "MPI_Init", "import torch", "environment", "process-group", "affinity", "collectives", "ddp",
+PHASES = ("startup", "MPI_Init", "import torch", "environment", "process-group", "affinity", "compute", "collectives", "ddp",
           "checkpoint", "bandwidth", "net-plugin", "mpi-probe", "mpi4py", "horovod", "report", "finished")
 
 
@@ -279,6 +280,12 @@ def test_healthy_mpiexec_job_passes_and_leaves_nothing(installed_local_job, tmp_
     assert run.result["cause"] is None and not run.left
     assert run.log.rstrip().splitlines()[-1].endswith(f"summary: {run.out}/summary.md")
     assert all(r["state"] == "finished" for r in (rank_progress(run.out, 0), rank_progress(run.out, 1)))
+    checks = {c["name"]: c for c in run.result["checks"]}
+    assert checks["compute"]["status"] == "passed", checks["compute"]["summary"]
+    for rank in run.result["ranks"]:  # numpy and the thread settings of every rank are on record
+        assert rank["numpy"] and rank["numpy"][0].isdigit(), rank["numpy"]
+        assert rank["threads"]["torch_threads"] == 1 and rank["threads"]["env"]["OMP_NUM_THREADS"] == "1"
+        assert rank["threads"]["ranks_sharing"] == 2 and rank["threads"]["cpus"] == len(os.sched_getaffinity(0))
 
 
 def test_wrong_world_size(installed_local_job, tmp_path):
@@ -386,17 +393,17 @@ def test_torch_version_mismatch(installed_local_job, tmp_path):
     assert_fault(run, "environment", "torch 2.13.0", "the site facts say 2.12.0")
 
 
-def test_slow_rank_at_ten_percent_cpu(installed_local_job, tmp_path):
-    stop = threading.Event()
-
+def duty_cycle(percent: int, stop: threading.Event):
+    """A ``during`` that holds rank 1 to ``percent`` of a CPU as cpulimit does: SIGCONT, run for
+    ``percent`` ms, SIGSTOP for the rest of each 100 ms."""
     def throttle(out: Path) -> None:
         pid = when_rank_reaches(out, 1, "process-group")["pid"]
         try:
-            while not stop.is_set():  # 10 ms running, 90 ms stopped: 10% of a CPU, as cpulimit holds it
+            while not stop.is_set():
                 os.kill(pid, signal.SIGCONT)
-                time.sleep(0.010)
+                time.sleep(percent / 1000)
                 os.kill(pid, signal.SIGSTOP)
-                time.sleep(0.090)
+                time.sleep((100 - percent) / 1000)
         except OSError:
             pass
         finally:
@@ -404,12 +411,88 @@ def test_slow_rank_at_ten_percent_cpu(installed_local_job, tmp_path):
                 os.kill(pid, signal.SIGCONT)
             except OSError:
                 pass
+    return throttle
 
+
+def test_slow_rank_at_ten_percent_cpu(installed_local_job, tmp_path):
+    stop = threading.Event()
     try:
-        run = run_job(installed_local_job, tmp_path, during=throttle)
+        run = run_job(installed_local_job, tmp_path, during=duty_cycle(10, stop))
     finally:
         stop.set()
-    assert_fault(run, "slow rank: rank 1", "slower than the other ranks")
+    assert_fault(run, "compute: slow rank: rank 1 on", "slower than the other ranks", "stopped part of the time")
+
+
+def test_slow_rank_at_thirty_percent_cpu(installed_local_job, tmp_path):
+    """30% of a CPU, 2.5-3.5x slower: more than the 1.5x the check allows between ranks."""
+    stop = threading.Event()
+    try:
+        run = run_job(installed_local_job, tmp_path, during=duty_cycle(30, stop))
+    finally:
+        stop.set()
+    assert_fault(run, "compute: slow rank: rank 1 on", "slower than the other ranks", "stopped part of the time")
+
+
+class CpuQuota:
+    """A cgroup that holds its processes to ``percent`` of one CPU with CFS bandwidth control
+    (https://docs.kernel.org/scheduler/sched-bwc.html): cgroup v2's cpu.max, or v1's cpu controller."""
+
+    def __init__(self, name: str, percent: int) -> None:
+        v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/cpu")
+        controllers = v2 / "cgroup.controllers"
+        if controllers.exists() and "cpu" in controllers.read_text().split():
+            self.dir = v2 / name
+            self.files = {"cpu.max": f"{percent * 1000} 100000"}
+            with contextlib.suppress(OSError):  # children get cpu.max once the root delegates the controller
+                (v2 / "cgroup.subtree_control").write_text("+cpu")
+        elif (v1 / "cpu.cfs_quota_us").exists():
+            self.dir = v1 / name
+            self.files = {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": str(percent * 1000)}
+        else:
+            pytest.skip("no cgroup CPU controller here (neither cgroup v2's cpu.max nor v1's cpu)")
+        try:
+            self.dir.mkdir()
+            for name_, value in self.files.items():
+                (self.dir / name_).write_text(value)
+        except OSError as exc:
+            pytest.skip(f"cannot make a CPU quota cgroup in {self.dir.parent}: {exc}")
+
+    def add(self, pid: int) -> None:
+        (self.dir / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        """Back to the parent group (what is left of the job), then gone."""
+        for pid in (self.dir / "cgroup.procs").read_text().split():
+            try:
+                (self.dir.parent / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass
+        self.dir.rmdir()
+
+
+def test_rank_held_to_thirty_percent_by_a_cgroup_cpu_quota(installed_local_job, tmp_path):
+    """One rank in a cgroup with cpu.max 30000 100000 (v1: cfs_quota_us 30000 per 100000): it runs
+    30 ms of each 100 ms period, 2.2-3.3x slower; the compute check names the rank and its quota."""
+    quota = CpuQuota(f"sitestack-test-{os.getpid()}-{tmp_path.name}", 30)
+
+    def confine(out: Path) -> None:
+        quota.add(when_rank_reaches(out, 1, "environment")["pid"])
+
+    try:
+        run = run_job(installed_local_job, tmp_path, during=confine)
+    finally:
+        quota.remove()
+    assert_fault(run, "compute: slow rank: rank 1 on", "CPU quota: its cgroup allows 0.3 CPUs")
+
+
+def test_thread_oversubscription_is_named_before_the_timing(installed_local_job, tmp_path):
+    """OMP_NUM_THREADS=32 for 2 ranks on this machine's CPUs: the environment check names it."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus >= 64:
+        pytest.skip(f"{cpus} CPUs: 2 ranks x 32 threads fit")
+    run = run_job(installed_local_job, tmp_path, OMP_NUM_THREADS="32")
+    assert_fault(run, "environment: OMP_NUM_THREADS=32 on rank 0", "2 ranks x", f"threads on {cpus} CPUs",
+                 "thread oversubscription")
 
 
 def test_ranks_that_die_at_start_up_still_give_a_result(installed_local_job, tmp_path):

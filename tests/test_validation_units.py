@@ -23,7 +23,6 @@ from sitestack.validation.ddpcheck import (
     netplugin,
     procgroup,
     ranks,
-    training,
     verdicts,
 )
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port
@@ -525,15 +524,6 @@ def test_a_fault_before_the_device_is_picked_says_so(tmp_path):
     assert result["backend"] is None and result["torch"] is None
     summary = (tmp_path / "summary.md").read_text()
     assert "backend not chosen (the run ended before torch picked a device)" in summary and "None" not in summary
-
-
-@pytest.mark.parametrize("seconds, slow", [([0.01, 0.011], None), ([0.01, 0.1], 1), ([0.2, 0.01, 0.012, 0.011], 0)])
-def test_a_slow_rank_is_named(seconds, slow):
-    why = training.judge_balance(seconds, [f"h{i}" for i in range(len(seconds))])
-    if slow is None:
-        assert why is None
-    else:
-        assert why is not None and why.startswith(f"slow rank: rank {slow} on h{slow} is ")
 
 
 def test_latency_min_median_max_and_noise():

@@ -131,15 +131,31 @@ def _rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
     """The ranks' section, by rank: host, device, CPUs bound and expected (none without ranks)."""
     if not ranks:
         return []
-    out = ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs |", "|---|---|---|---|---|---|"]
+    out = ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs | threads |",
+           "|---|---|---|---|---|---|---|"]
     for r in sorted(ranks, key=lambda r: r.get("rank", 0)):
         cpus = cpu_list(r.get("affinity") or [])
         # a rank a watchdog reported early may not know its local rank or device yet
         out.append(f"| {r.get('rank')} | {_known(r.get('local_rank'))} | {_known(r.get('host'))} | {_known(r.get('device'))}"
                    f"{' (' + r['device_name'] + ')' if r.get('device_name') else ''} | {cpus} | "
-                   f"{r.get('expected_cpus') or '—'} |")
+                   f"{r.get('expected_cpus') or '—'} | {_cell(threads_text(r.get('threads')))} |")
     out.append("")
     return out
+
+
+def threads_text(threads: dict[str, Any] | None) -> str:
+    """A rank's threads in one cell: ``1 torch (2 inter-op) · OMP_NUM_THREADS=1 · 2 ranks share its 2 CPUs``."""
+    if not threads:
+        return "—"
+    parts = [f"{_known(threads.get('torch_threads'))} torch ({_known(threads.get('interop_threads'))} inter-op)"]
+    parts += [f"{var}={value}" for var, value in (threads.get("env") or {}).items() if value is not None]
+    if threads.get("cpus"):
+        sharing = threads.get("ranks_sharing")
+        parts.append(f"{sharing} ranks share its {threads['cpus']} CPUs" if sharing and sharing > 1
+                     else f"{threads['cpus']} CPUs")
+    if threads.get("quota"):
+        parts.append(f"CPU quota {threads['quota'].get('cpus')}")
+    return " · ".join(parts)
 
 
 def _bandwidth_lines(bw: dict[str, Any]) -> list[str]:

@@ -10,6 +10,7 @@ reads the earlier text (:func:`sitestack.core.templates.cached_text`): no Jinja2
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,8 +111,8 @@ def validation_of(facts: Facts) -> Validation:
     given = facts.validation or Validation()
     launchers = given.launchers or (facts.mpi.launcher if facts.mpi.launcher != "mpirun" else "mpiexec",)
     ranks = given.ranks_per_node or (facts.gpu.per_node if facts.gpu.vendor != "none" and facts.gpu.per_node else 2)
-    return Validation(launchers=tuple(launchers), ranks_per_node=ranks, sbatch_tasks=given.sbatch_tasks,
-                      bind=given.bind or default_bind(facts), single_node=given.single_node, multi_node=given.multi_node)
+    return dataclasses.replace(given, launchers=tuple(launchers), ranks_per_node=ranks,
+                               bind=given.bind or default_bind(facts))
 
 
 def default_bind(facts: Facts) -> Literal["mask", "launcher"]:
@@ -328,6 +329,8 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                     "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or ""),
                     "nccl_expect": nccl_expectation(facts)},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
+        "compute": None if v.compute is None else {"gflops": v.compute.gflops, "lower": v.compute.lower,
+                                                   "source": v.compute.source},
         "stack": {"includes": sorted(inputs.stack_includes), "module": inputs.stack_module,
                   "manifest": inputs.manifest, "launch_env": inputs.launch_env, "needs": ["torch", *inputs.checks_need, *sorted(
                       r for r in inputs.stack_includes if r in IMPORTED)]},
@@ -351,6 +354,8 @@ def render_readme(inputs: JobInputs) -> str:
         if r:
             refs.append(f"{r.busbw_gbs * (1 + r.lower):.4g} GB/s on {label} (reference {r.busbw_gbs:g} GB/s)")
     bandwidth = "; ".join(refs) if refs else "a value reported, not judged (no reference in the site facts)"
+    compute = (f" and reaches {v.compute.gflops * (1 + v.compute.lower):.4g} GFLOPS (reference {v.compute.gflops:g} GFLOPS)"
+               if v.compute else " (the rate is reported, not judged against a reference: none in the site facts)")
     expect = nccl_expectation(facts)
     names = {"ofi": "OFI", "ib": "InfiniBand (NCCL's IB transport or the IBext plugin)", "socket": "TCP sockets"}
     if expect is None:
@@ -366,7 +371,7 @@ def render_readme(inputs: JobInputs) -> str:
         jobs=[{"launcher": name, "script": script_name(name)} for name in v.launchers],
         python=ctx["python"], container=ctx["container"], ranks_per_node_text=(
             "GPUs per node from the allocation and ZE_FLAT_DEVICE_HIERARCHY" if ctx["stacks"] else str(v.ranks_per_node)),
-        library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, plugin_text=plugin_text,
+        library=library, backend=backend, affinity_text=affinity, bandwidth_text=bandwidth, compute_text=compute, plugin_text=plugin_text,
         nccl_log_args=nccl_log_args,
         mpi_flavour=facts.mpi.flavour, library_match=facts.mpi.library_match, time_limit=ctx["time_limit"],
         guard_grace=GUARD_GRACE, out_refused=OUT_REFUSED, result_space_mib=RESULT_SPACE_MIB)

@@ -9,24 +9,28 @@ that does not apply is ``skipped`` with its reason, which does not fail the run)
 Checks, in order:
 
 1. ``environment``: ranks found under the launcher, world size as the job expects, versions
-   (torch, NCCL/RCCL, MPI) the same on every rank and as the site facts say, device per rank.
+   (torch, numpy, NCCL/RCCL, MPI) the same on every rank and as the site facts say, device per
+   rank; each rank's thread settings, and no more torch threads than CPUs (oversubscription).
 2. ``process-group``: ``init_process_group`` with the backend for the device (nccl on CUDA
    and ROCm, xccl or ccl on Intel XPU, gloo on CPU); a taken port or a missing rank is named.
 3. ``affinity``: each rank's CPU set is what the site intended (the masks or the cores of the
    NUMA domain closest to its GPU), and ranks are not all pinned to one core.
-4. ``collectives``: allreduce, allgather and broadcast give exactly the right values.
-5. ``ddp``: every rank builds the same initial model; a few DDP steps on synthetic data
+4. ``compute``: every rank's rate on a fixed workload, timed in windows longer than a CPU
+   quota's period; a rank 1.5x slower than the others, or 3x below the site's reference,
+   fails with its likely cause (thread oversubscription, a CPU quota, stopped, a slower CPU).
+5. ``collectives``: allreduce, allgather and broadcast give exactly the right values.
+6. ``ddp``: every rank builds the same initial model; a few DDP steps on synthetic data
    lower the loss; parameters are identical on every rank afterwards.
-6. ``checkpoint``: save, resume into a fresh model: the same state, and the same parameters
+7. ``checkpoint``: save, resume into a fresh model: the same state, and the same parameters
    after further steps.
-7. ``bandwidth``: allreduce sweep; algbw = bytes / time and busbw = algbw * 2(n-1)/n, as
+8. ``bandwidth``: allreduce sweep; algbw = bytes / time and busbw = algbw * 2(n-1)/n, as
    nccl-tests defines them; compared with the site's reference.
-8. ``net-plugin``: with NCCL_DEBUG=INFO logs, every host used the network the site expects
+9. ``net-plugin``: with NCCL_DEBUG=INFO logs, every host used the network the site expects
    between nodes (``nccl_log.py``: OFI with its provider, IB, IBext); a socket fallback, a missing
    or failed plugin, a wrong provider or plugin fails with its cause.
-9. ``mpi-probe``: the site-built C MPI probe's latency/bandwidth and library.
-10. ``mpi4py``: mpi4py sees the same ranks, the right MPI library, a correct allreduce.
-11. ``horovod``: an allreduce through Horovod where Horovod is part of the stack.
+10. ``mpi-probe``: the site-built C MPI probe's latency/bandwidth and library.
+11. ``mpi4py``: mpi4py sees the same ranks, the right MPI library, a correct allreduce.
+12. ``horovod``: an allreduce through Horovod where Horovod is part of the stack.
 
 The program needs torch; mpi4py, Horovod and matplotlib are used when present. It needs
 nothing of sitestack: this package is installed on the site as ``ddpcheck/`` beside its entry
@@ -36,7 +40,7 @@ point ``ddp_check.py``, ``ddp_report.py`` (and its ``report_plot.py``), ``nccl_l
 
 Its modules, one concern each: :mod:`.ranks` (ranks under every launcher), :mod:`.devices`,
 :mod:`.state` (one rank's run), the checks (:mod:`.environment`, :mod:`.procgroup`,
-:mod:`.affinity`, :mod:`.collectives`, :mod:`.training` for ddp and checkpoint,
+:mod:`.affinity`, :mod:`.compute` with :mod:`.threads`, :mod:`.collectives`, :mod:`.training` for ddp and checkpoint,
 :mod:`.bandwidth`, :mod:`.netplugin`, :mod:`.mpichecks` with :mod:`.mpi`), :mod:`.runner` (their
 order), :mod:`.report` and :mod:`.results` (what is written), :mod:`.progress`, :mod:`.procs`,
 :mod:`.faults`, :mod:`.watchdog` and :mod:`.guard` (hangs and crashes), :mod:`.main` (the entry).

@@ -12,6 +12,7 @@ from .affinity import cpu_list
 from .devices import VISIBLE_VARS, select_device
 from .siblings import hostlist
 from .state import Run
+from .threads import THREAD_VARS, numpy_version, oversubscription, share_cpus, thread_settings
 from .verdicts import FAILED, PASSED, job_environment
 
 
@@ -66,12 +67,13 @@ def rank_record(run: Run, torch: Any, affinity: list[int]) -> dict[str, Any]:
         "rank": run.info.rank, "local_rank": run.info.local_rank, "world_size": run.info.world_size,
         "local_world_size": run.info.local_world_size, "launcher": run.info.launcher,
         "source": run.info.source, "host": run.host, "pid": os.getpid(),
-        "python": sys.version.split()[0], "torch": torch.__version__,
+        "python": sys.version.split()[0], "torch": torch.__version__, "numpy": numpy_version(),
         "hip": getattr(torch.version, "hip", None), "cuda": getattr(torch.version, "cuda", None),
         "nccl": nccl, "device": device.name, "device_name": device_name,
         "device_count": device.count, "physical_gpu": device.physical,
         "backend": device.backend, "library": device.library,
-        "affinity": affinity, "mpi_library": run.mpi_data.get("library_short"),
+        "affinity": affinity, "threads": thread_settings(torch, run.env, affinity),
+        "mpi_library": run.mpi_data.get("library_short"),
         "visible": {v: run.env[v] for v in VISIBLE_VARS if v in run.env},
         "master": f"{run.env.get('MASTER_ADDR', '?')}:{run.env.get('MASTER_PORT', '?')}",
         "fault": run.env.get("SITESTACK_CHECK_FAULT") or None,
@@ -95,6 +97,11 @@ def own_problems(run: Run, torch_version: str) -> list[str]:
         problems.append(f"torch {torch_version} here, the site facts say {want_torch}")
     if run.config.get("gpu_vendor") not in (None, "none") and run.dev.kind == "cpu" and run.args.device != "cpu":
         problems.append(f"the site has {run.config['gpu_vendor']} GPUs but torch sees none on {run.host}")
+    for var in THREAD_VARS:
+        value = run.env.get(var)
+        # OpenMP also takes a list, one number per nesting level: OMP_NUM_THREADS=8,2
+        if value is not None and not all(part.strip().isdigit() and int(part) > 0 for part in value.split(",")):
+            problems.append(f"{var}={value!r} is not a number of threads (a positive integer)")
     return problems
 
 
@@ -105,6 +112,9 @@ def environment_after(run: Run) -> None:
     for r in ranks:
         if r["rank"] != run.info.rank and r.get("problems"):
             problems.extend(f"rank {r['rank']}: {p}" for p in r["problems"])
+    share_cpus(ranks)
+    if run.dev.kind == "cpu":  # the ranks compute on their CPUs: more threads than CPUs slow every one
+        problems.extend(filter(None, (oversubscription(r) for r in ranks)))
     seen = sorted(r["rank"] for r in ranks)
     if seen != list(range(len(ranks))):
         problems.append(f"ranks are not 0..{len(ranks) - 1}: {seen}")
@@ -121,7 +131,7 @@ def environment_after(run: Run) -> None:
             devices = [r["physical_gpu"] for r in ranks if r["host"] == host]
             if len(set(devices)) != len(devices):
                 problems.append(f"ranks on {host} share GPUs: {devices}")
-    for key in ("torch", "nccl", "hip", "cuda", "python", "backend", "mpi_library"):
+    for key in ("torch", "numpy", "nccl", "hip", "cuda", "python", "backend", "mpi_library"):
         values = sorted({str(r.get(key)) for r in ranks})
         if len(values) > 1:
             problems.append(f"ranks run different {key} versions: {', '.join(values)}")

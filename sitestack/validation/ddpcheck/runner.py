@@ -6,7 +6,7 @@ import contextlib
 import os
 import time
 
-from . import bandwidth, collectives, env_check, horovodcheck, mpichecks, netplugin, procgroup, training
+from . import bandwidth, collectives, compute, env_check, horovodcheck, mpichecks, netplugin, procgroup, training
 from .affinity import judge_affinity, parse_masks
 from .result_file import write_result
 from .siblings import ddp_report
@@ -42,6 +42,8 @@ def run_checks(run: Run) -> int:
         masks = parse_masks(run.args.cpu_masks) if run.args.cpu_masks else None
         status, summary, lines = judge_affinity(run.ranks, run.config, masks)
         run.set("affinity", status, summary, ranks=lines)
+    with run.timed("compute"):
+        compute.compute(run)
     with run.timed("collectives"):
         collectives.collectives(run)
     ddp_state = None

@@ -6,31 +6,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import time
 from typing import Any
 
 from .state import Run
 from .verdicts import FAILED, PASSED, rank_fault
-
-#: A rank this many times slower than the median of the others fails the ddp check: DDP runs at the
-#: pace of its slowest rank. Healthy ranks sharing a busy node differ by well under 2x here; a rank
-#: held to 10% of a CPU is ~10x slower.
-SLOW_RANK_FACTOR = 3.0
-
-
-def judge_balance(seconds: list[float], hosts: list[str] | None = None) -> str | None:
-    """Why the ranks are out of balance (naming the slowest rank), or None."""
-    if len(seconds) < 2:
-        return None
-    slowest = max(range(len(seconds)), key=lambda i: seconds[i])
-    others = sorted(s for i, s in enumerate(seconds) if i != slowest)
-    median = others[len(others) // 2]
-    if median <= 0 or seconds[slowest] < SLOW_RANK_FACTOR * median:
-        return None
-    where = f" on {hosts[slowest]}" if hosts else ""
-    return (f"slow rank: rank {slowest}{where} is {seconds[slowest] / median:.1f}x slower than the other ranks "
-            f"(a fixed computation took {seconds[slowest]:.3g}s against a median of {median:.3g}s; limit "
-            f"{SLOW_RANK_FACTOR:g}x): it is throttled or shares its CPU/GPU, and every DDP step waits for it")
 
 
 def _model(run: Run, seed: int) -> Any:
@@ -64,38 +43,8 @@ def _batches(run: Run, steps: int) -> list[tuple[Any, Any]]:
     return out
 
 
-def _compute_seconds(run: Run) -> float:
-    """This rank's time for a fixed piece of work (the median of 5 repeats of 96 matrix products,
-    each ~25 ms of CPU: longer than a CFS quota period's share, so a throttled rank cannot hide in
-    one). The ranks of a node take turns (all nodes at once), so ranks that share cores by
-    design (more ranks than cores) do not slow each other; a rank throttled, or sharing its
-    CPU/GPU with something else, takes longer, and holds back every DDP step."""
-    torch = run.torch
-    a = torch.randn(192, 192, device=run.torch_device()) / 14
-    per_node: dict[str, int] = {}
-    for r in run.ranks:
-        per_node[r["host"]] = per_node.get(r["host"], 0) + 1
-    mine = 0.0
-    for turn in range(max(per_node.values(), default=1)):
-        run.barrier()
-        if turn != run.info.local_rank:
-            continue
-        times = []
-        for _ in range(5):
-            run.sync()
-            start = time.perf_counter()
-            b = a
-            for _ in range(96):
-                b = torch.tanh(b @ a)
-            run.sync()
-            times.append(time.perf_counter() - start)
-        mine = round(sorted(times)[len(times) // 2], 6)
-    run.barrier()
-    return mine
-
-
 def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
-    """The ddp check: same initial parameters, ranks in balance, loss lowered, parameters identical after; (model, optimizer, spare batches) for the checkpoint check."""
+    """The ddp check: same initial parameters, loss lowered, parameters identical after; (model, optimizer, spare batches) for the checkpoint check."""
     torch, dist = run.torch, run.dist
     from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
@@ -108,12 +57,6 @@ def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
         problems.append(f"rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} built different initial "
                         f"parameters than rank 0 (fingerprint {prints[differ[0]]} vs {prints[0]}); DDP would silently "
                         "overwrite them: check that every node runs the same torch and code")
-    compute = run.all_gather(_compute_seconds(run))
-    slow = judge_balance(compute, [r["host"] for r in run.ranks] if len(run.ranks) == len(compute) else None)
-    if slow:
-        problems.insert(0, slow)
-        run.set("ddp", FAILED, slow, compute_seconds=compute)
-        run.enter("ddp")  # a watchdog that ends the (slow) run reports it
     ids = [run.dev.index] if run.dev.kind != "cpu" and run.dev.index is not None else None
     ddp_model = DDP(model, device_ids=ids) if run.info.world_size > 1 else model
     optim = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
@@ -139,8 +82,7 @@ def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
     decreased = len(losses) >= 2 and losses[-1] < 0.9 * losses[0]
     if not decreased:
         problems.append(f"loss did not decrease: {losses[0]:.4g} -> {losses[-1]:.4g} over {len(losses)} steps")
-    details = {"losses": losses, "initial_fingerprints": prints, "final_fingerprint": after[0],
-               "compute_seconds": compute}
+    details = {"losses": losses, "initial_fingerprints": prints, "final_fingerprint": after[0]}
     if problems:
         run.set("ddp", FAILED, problems[0], problems=problems, **details)
     else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA = 1
-CHECKS = ("environment", "process-group", "affinity", "collectives", "ddp", "checkpoint", "bandwidth",
+CHECKS = ("environment", "process-group", "affinity", "compute", "collectives", "ddp", "checkpoint", "bandwidth",
           "net-plugin", "mpi-probe", "mpi4py", "horovod")
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
