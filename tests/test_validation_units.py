@@ -315,6 +315,12 @@ def test_init_failures_are_explained():
     used = RuntimeError("The server socket has failed to listen on any local network address. port: 20001, "
                         "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
     assert "already in use" in procgroup.explain_init_failure(used, "vm", "20001", info, 10)
+    iface = RuntimeError("[enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. "
+                         "Unable to find address for: hsn9")
+    assert procgroup.explain_init_failure(iface, "vm", "20001", info, 10).startswith(
+        "GLOO_SOCKET_IFNAME names an interface this host does not have (hsn9: ")
+    assert procgroup.does_not_resolve("localhost") is None
+    assert procgroup.does_not_resolve("nosuchhost.invalid")
 
 
 # -- verdict and report -----------------------------------------------------------------------------------

@@ -63,6 +63,10 @@ def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInf
         return f"cannot connect to {addr}:{port}: rank 0 is not listening there (MASTER_ADDR wrong, or rank 0 failed)"
     if "name or service not known" in low or "getaddrinfo" in low:
         return f"MASTER_ADDR {addr} does not resolve on this host"
+    iface = re.search(r"Unable to find (?:address|interface) for:? (\S+)", text)
+    if iface:  # gloo's device for GLOO_SOCKET_IFNAME (gloo/transport/tcp/device.cc)
+        return (f"GLOO_SOCKET_IFNAME names an interface this host does not have ({iface.group(1)}: "
+                f"{iface.group(0)}): set it to one of this node's interfaces (ip -brief address), or leave it unset")
     return f"init_process_group failed: {text.splitlines()[0] if text else type(exc).__name__}"
 
 
@@ -111,8 +115,8 @@ def process_group(run: Run) -> bool:
             kwargs.pop("device_id", None)
             run.dist.init_process_group(**kwargs)
     except Exception as exc:  # noqa: BLE001  (every failure becomes a reason)
-        run.set("process-group", FAILED, explain_init_failure(exc, addr, port, run.info, run.args.init_timeout),
-                error=str(exc)[:2000])
+        why = explain_init_failure(exc, addr, port, run.info, run.args.init_timeout)
+        run.set("process-group", FAILED, f"rank {run.info.rank} on {run.host}: {why}", error=str(exc)[:2000])
         return False
     finally:
         stuck.cancel()
