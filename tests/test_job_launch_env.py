@@ -37,10 +37,15 @@ CASES = {
 def geometry(text: str) -> str:
     """The job's lines from reading the hierarchy to MASTER_PORT: what decides the launch; and those that
     pass the user's choices into the container (<RUNTIME>ENV_NAME)."""
-    start = text.index("JOB_ID=${SLURM_JOB_ID:-$$}")
+    job_id = re.search(r"^JOB_ID=.*$", text, re.M)
+    start = text.index("\n# Geometry") + 1
+    # the geometry ends where the job's own settings begin (facts.env, caches, logs, container, time limit)
+    end = min(i for i in (text.find(f"\n\n# {word}", start) for word in (
+        "Site runtime settings", "MIOpen cache", "Collective library logs", "The stack runs in", "Time limit")) if i > 0)
     head = re.search(r"^ZE_HIERARCHY=.*$", text, re.M)
     passed = "".join(m.group(0) + "\n" for m in re.finditer(r"^export (APPTAINER|SINGULARITY)ENV_\w+=.*$", text, re.M))
-    return (head.group(0) + "\n" if head else "") + text[start:text.index("\nOUT=", start)] + "\n" + passed
+    assert job_id, text
+    return (head.group(0) + "\n" if head else "") + job_id.group(0) + "\n" + text[start:end] + "\n" + passed
 
 
 def run(script: str, env: dict[str, str], tmp: Path) -> dict[str, str]:
