@@ -94,7 +94,8 @@ def hardware(site: str, *, drop_options: tuple[str, ...] = ("--gpus-per-node",))
     """The overlay every twin has (only :data:`HARDWARE_KEYS`)."""
     facts = playbook_facts(site)
     overlay: dict[str, Any] = {
-        "gpu": {"vendor": "none", "per_node": 0, "cores_per_gpu": 0, "cpu_bind": None},
+        # cores_per_gpu: the cores of each rank (2 cores, 2 ranks), so the jobs give each rank one thread
+        "gpu": {"vendor": "none", "per_node": 0, "cores_per_gpu": 1, "cpu_bind": None},
         "collectives": "gloo",
         "torch": CPU_TORCH,
         "node": {"cores": 2},
