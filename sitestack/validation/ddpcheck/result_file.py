@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from .faults import apply_fault
+from .faults import LOST_PEER, apply_fault
 from .rank_progress import read_fault
 from .siblings import ddp_report
 from .state import Run
@@ -61,7 +61,8 @@ def await_fault(run: Run, checks: list[dict[str, Any]]) -> dict[str, Any] | None
     """A fault a watchdog reported (a rank killed or crashed). When a check failed because a peer
     went away, wait briefly for that rank's watchdog to say what happened to it."""
     fault = read_fault(run.args.out)
-    lost = re.compile(r"closed by peer|reset by peer|broken pipe|connection closed|peer|EOF|unexpected end", re.I)
+    # faults.LOST_PEER's messages, and any other that names a peer: worth a brief wait for its watchdog
+    lost = re.compile(LOST_PEER.pattern + r"|peer", re.I)
     if fault is None and run.info.world_size > 1 and any(
             c["status"] == FAILED and lost.search(c["summary"]) for c in checks):
         end = time.time() + 3.0
