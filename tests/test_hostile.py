@@ -377,6 +377,14 @@ def test_the_corpus_covers_every_class():
 @pytest.mark.parametrize("case", PLAYBOOK_CASES + CLI_CASES, ids=lambda c: c.id)
 def test_hostile_input_is_refused_cleanly(case: Case, tmp_path: Path, repo_before: str):
     result, paths = run_case(case, tmp_path)
+    assert_refused_cleanly(case, result, paths, repo_before)
+
+
+def assert_refused_cleanly(case: Case, result: subprocess.CompletedProcess[str], paths: dict[str, Path],
+                           repo_before: str) -> None:
+    """The corpus's one assertion: exit 1, one ``error:`` line naming ``case.where``, no traceback,
+    nothing on stdout, nothing written to HOME, the current directory or the prefix, no marker, the
+    checkout unchanged. The other ``test_hostile_*`` files use it for their own classes."""
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "Traceback" not in output, output
