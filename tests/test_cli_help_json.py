@@ -90,25 +90,23 @@ def test_data_documents_hold_the_listings():
     assert site["site"] == "local" and site["hosts"] == ["localhost"] and "prefix" in site["facts"]
 
 
-def test_json_to_a_stream_writes_to_it_and_never_replaces_it(tmp_path):
-    """``--json /dev/stdout`` (a pipe here) and a FIFO are written to; a regular file is replaced
-    whole. As root, renaming over ``/dev/stdout`` or a device would replace the node itself."""
+def test_json_to_a_stream_is_refused_and_dash_is_stdout(tmp_path):
+    """``--json /dev/stdout`` (a link) and a FIFO are refused before anything runs, the FIFO left a
+    FIFO (docs/cli.md, "Files you name"); ``--json -`` is how the document goes to stdout. As root,
+    renaming over ``/dev/stdout`` or a device would replace the node itself."""
     import os
     import stat
-    import threading
 
     out = run_invoke("sites", "--json", "/dev/stdout", timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout[out.stdout.index("{"):])["command"] == "sites"
+    assert out.returncode == 1 and out.stdout == "", out.stdout
+    assert out.stderr.strip() == "error: --json: /dev/stdout is a symbolic link: name a regular file (or - for stdout)"
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
-    reader.start()
-    out = run_invoke("sites", "--json", str(fifo), timeout=120)
-    reader.join(60)
-    assert out.returncode == 0, out.stderr
-    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and json.loads(got[0])["command"] == "sites"
+    out = run_invoke("sites", "--json", str(fifo), timeout=60)
+    assert out.returncode == 1 and "--json" in out.stderr and "FIFO" in out.stderr, out.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    out = run_invoke("sites", "--json", "-", timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout)["command"] == "sites", out.stderr
 
 
 def test_benchmark_json_is_checked_before_any_benchmark_runs(tmp_path):

@@ -123,9 +123,9 @@ def checksum(c: Context, target: str, json: str | None = None, debug: bool = Fal
     with errors_to_exit(debug):
         results.check_target(json)
         sha, name, size = sources_mod.checksum(target)
-    where = f"    url: {target}" if "://" in target else f"    filename: {name}"
-    results.emit(json, "checksum", {"target": target, "filename": name, "size": size, "sha256": sha},
-                 [f"{sha}  {name}  ({size} bytes)", where, f"    sha256: {sha}"])
+        where = f"    url: {target}" if "://" in target else f"    filename: {name}"
+        results.emit(json, "checksum", {"target": target, "filename": name, "size": size, "sha256": sha},
+                     [f"{sha}  {name}  ({size} bytes)", where, f"    sha256: {sha}"])
 
 
 @task(klass=SitestackTask, auto_shortflags=False, help={"sources-dir": "read recipes from this directory instead of sources/",

@@ -171,7 +171,7 @@ def actions(c: Context, json: str | None = None, debug: bool = False) -> None:
 
 @task(klass=SitestackTask, auto_shortflags=False, help={
     "site": SITE_HELP, "playbook": PLAYBOOK_HELP, "prefix": PREFIX_HELP, "account": ACCOUNT_HELP,
-    "output": "write the script to FILE (default: print it)", "debug": DEBUG_HELP})
+    "output": "write the script to FILE, a regular file ('-' or default: print it); docs/cli.md", "debug": DEBUG_HELP})
 def job_template(c: Context, site: str | None = None, playbook: str | None = None, prefix: str | None = None,
                  account: str | None = None, output: str | None = None, debug: bool = False) -> None:
     """Print a job script for the site that users can copy: stack module, launch helper, one srun/mpiexec."""
@@ -179,13 +179,11 @@ def job_template(c: Context, site: str | None = None, playbook: str | None = Non
     from sitestack.engine import playbook as pb
 
     with errors_to_exit(debug):
+        jobtemplate.check_output(output)
         loaded = pb.load(site, playbook_path(playbook))
         options = run_options(c, prefix=prefix, account=account)
         text = jobtemplate.job_template(loaded, options)
-        if output:
-            jobtemplate.write_template(text, output)
-        else:
-            print(text, end="")
+        jobtemplate.write_template(text, output if output is not None else "-")
 
 
 @task(klass=SitestackTask, auto_shortflags=False,
@@ -223,6 +221,7 @@ def benchmark(c: Context, name: str | None = None, json: str | None = None) -> N
         lines.append(f"{doc.get('benchmark')} (load average before {load.get('before', '?')}, after {load.get('after', '?')})")
         lines += [f"  {t['name']:<48} {t['value']:10.3f} {t['unit']:<2} (target {'>=' if t.get('at_least') else '<='} "
                   f"{t['limit']:g}: {'met' if t['met'] else 'MISSED'})" for t in doc.get("targets", [])]
-    results.emit(json, "benchmark", {"benchmarks": reported, "failed": bool(failed)}, lines)
+    with errors_to_exit(False):
+        results.emit(json, "benchmark", {"benchmarks": reported, "failed": bool(failed)}, lines)
     if failed:
         raise Exit(code=1)

@@ -8,12 +8,15 @@
   goes to a temporary file in the target's own directory (a rename is atomic only within one
   file system), is flushed and fsynced, gets its mode, and is renamed over the target.
 
-One rule for what the target path names (it is looked up following symlinks):
+These are for paths sitestack chooses (caches, installs through ``Host.write_text``). A file
+the *user* names on the command line (``--json FILE``, ``--output FILE``) follows the stricter
+rule of :mod:`sitestack.core.user_file` instead (regular files only, one message on failure).
+What the target path names here (it is looked up following symlinks):
 
 - nothing, a regular file, or a symlink to one: replaced atomically by a new regular file
   (a symlink itself is replaced, as ``mv`` does on a remote host);
-- a stream (character or block device, FIFO, socket; ``--json /dev/stdout``): written in place,
-  never replaced, so the device stays and the reader gets the bytes;
+- a stream (character or block device, FIFO, socket): written in place, never replaced, so the
+  device stays and the reader gets the bytes;
 - a directory: refused (:class:`IsADirectoryError`).
 """
 

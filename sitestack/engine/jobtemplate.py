@@ -7,12 +7,10 @@ loads the stack module the way users do.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sitestack.actions import ACTIONS
 from sitestack.actions.launch_env import launch_inputs
+from sitestack.core import user_file
 from sitestack.core.errors import InputError
-from sitestack.core.files import atomic_write
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import Site, host_env_defaults
 from sitestack.validation.launch_helpers import render_job_template
@@ -31,12 +29,13 @@ def job_template(site: Site, options: RunOptions) -> str:
     return render_job_template(launch_inputs(ctx, args.dir))
 
 
+def check_output(output: str | None) -> None:
+    """``--output``: a regular file (or a new one) in a directory that exists, or ``-`` for stdout;
+    checked before the script is rendered (:func:`sitestack.core.user_file.check`)."""
+    user_file.check("--output", output)
+
+
 def write_template(text: str, output: str) -> None:
-    """Write the script to ``output`` (a file; its directory must exist)."""
-    path = Path(output)
-    if path.is_dir():
-        raise InputError("--output", f"{output!r} is a directory; name the job script's file")
-    if not path.parent.is_dir():
-        raise InputError("--output", f"{str(path.parent)!r} does not exist")
-    # the one rule of core/files.py: a file or a link to one is replaced whole, a stream written to
-    atomic_write(path, text.encode("utf-8"), mode=0o755)
+    """Write the script to ``output`` by the one rule of :mod:`sitestack.core.user_file` (a new
+    file is executable, 0755 less the umask, as a job script is run)."""
+    user_file.write("--output", output, text, mode=0o755)

@@ -1,21 +1,19 @@
 """``--json FILE`` (or ``--json -``): a task's outcome or data as one JSON document, for scripts and CI.
 
 The schema is documented in docs/cli.md; :data:`SCHEMA_VERSION` changes when a field changes
-meaning or goes away (new fields may appear without a change). The file is written whole
-(a temporary file renamed over it), after the run, so a reader never sees half a document.
+meaning or goes away (new fields may appear without a change). The file is written after the run
+by the one rule for files the user names (:mod:`sitestack.core.user_file`: a regular file or a new
+one, written whole; ``-`` is stdout), so a reader never sees half a document.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sitestack.core.errors import InputError
-from sitestack.core.files import atomic_write
-from sitestack.core.quoting import control_problem
+from sitestack.core import user_file
 from sitestack.core.report import HostRun
 from sitestack.engine.validate import Outcome
 
@@ -24,17 +22,9 @@ SCHEMA_VERSION = 1
 
 
 def check_target(value: str | None) -> None:
-    """``--json``: ``-`` or a file path whose directory exists; refused before anything runs."""
-    if value is None or value == "-":
-        return
-    problem = control_problem(value) if value else "empty"
-    if problem:
-        raise InputError("--json", problem)
-    parent = Path(value).expanduser().resolve().parent
-    if not parent.is_dir():
-        raise InputError("--json", f"{value!r}: directory {parent} does not exist")
-    if Path(value).is_dir():
-        raise InputError("--json", f"{value!r} is a directory")
+    """``--json``: ``-`` or a regular file (or a new one) in a directory that exists; refused before
+    anything runs (:func:`sitestack.core.user_file.check`)."""
+    user_file.check("--json", value)
 
 
 def host_document(run: HostRun) -> dict[str, Any]:
@@ -78,16 +68,9 @@ def validate_document(site: str, outcome: Outcome | None, error: str | None = No
 
 
 def write(target: str | None, document: Mapping[str, Any]) -> None:
-    """Write ``document`` to ``target`` (``-``: stdout); nothing for None."""
-    if target is None:
-        return
-    text = json.dumps(document, indent=2, default=str) + "\n"
-    if target == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    # private, as the run's logs are; a stream (/dev/stdout, a FIFO) is written to, never replaced
-    atomic_write(Path(target).expanduser(), text.encode(), mode=0o600)
+    """Write ``document`` to ``target`` (``-``: stdout; None: nothing) by the one rule of
+    :mod:`sitestack.core.user_file`; a failed write is one message naming ``--json``."""
+    user_file.write("--json", target, json.dumps(document, indent=2, default=str) + "\n")
 
 
 def data_document(command: str, data: Mapping[str, Any]) -> dict[str, Any]:
