@@ -26,6 +26,7 @@ from invoke.context import Context
 from sitestack.core.errors import SitestackError
 from sitestack.core.files import atomic_write
 from sitestack.core.hostbase import UMASK, VOLATILE_ENV, Completed, Host, shell_line, with_umask
+from sitestack.core.private import private_dir as private_dir  # where callers have found it
 from sitestack.core.ssh import SshHost, ssh_host
 
 __all__ = ["Completed", "Host", "LocalHost", "SshHost", "local_host", "private_dir", "shell_line",
@@ -252,11 +253,3 @@ def local_host(name: str = "localhost", *, read_only: bool = False) -> LocalHost
     the process umask becomes :data:`~sitestack.core.hostbase.UMASK`."""
     os.umask(int(UMASK, 8))
     return LocalHost(name, read_only=read_only)
-
-
-def private_dir(path: Path) -> Path:
-    """``path`` made (with its parents) and readable by this user only: caches and logs hold
-    build output, environment dumps and tarballs that are the user's, not the site's."""
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o700)
-    return path

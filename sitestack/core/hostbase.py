@@ -29,6 +29,7 @@ from invoke.context import Context
 
 from sitestack.core.errors import CommandFailed, MutationRefused, SitestackError
 from sitestack.core.lock import hold
+from sitestack.core.private import open_private
 from sitestack.core.redact import redact
 
 
@@ -141,8 +142,7 @@ class Host:
             buffer = io.StringIO()
             handle = None
             if log is not None:
-                log.parent.mkdir(parents=True, exist_ok=True)
-                handle = stack.enter_context(open(log, "a", encoding="utf-8"))
+                handle = stack.enter_context(open_private(log))   # logs are the user's alone
                 handle.write(f"$ {redact(line)}\n")
                 handle.flush()
             tee = _Tee(buffer, handle, self.echo)

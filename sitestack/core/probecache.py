@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.core.files import atomic_write
-from sitestack.core.host import private_dir
 from sitestack.core.hostbase import Completed, Host, shell_line, with_umask
 from sitestack.core.paths import derived_cache
+from sitestack.core.private import private_dir
 
 #: Package databases whose change means some installed program may have changed (Debian, RPM).
 PACKAGE_DBS = ("/var/lib/dpkg/status", "/var/lib/rpm/rpmdb.sqlite", "/var/lib/rpm/Packages")

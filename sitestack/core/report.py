@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from sitestack.core.private import open_private
 from sitestack.core.redact import redact
 from sitestack.core.step import Result
 
@@ -64,12 +65,13 @@ class Reporter:
             if not self.quiet:
                 print(text, file=self.stream, flush=True)
             if host in self._logs:
-                with open(self._logs[host], "a", encoding="utf-8") as handle:
+                with open_private(self._logs[host]) as handle:
                     handle.write(redact(text) + "\n")
 
     def log_host_to(self, host: str, path: Path) -> None:
-        """Also append everything reported for ``host`` to ``path`` (its own log file)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Also append everything reported for ``host`` to ``path`` (its own log file, private:
+        :func:`~sitestack.core.private.open_private`)."""
+        open_private(path).close()
         self._logs[host] = path
 
     def start(self, site: str, hosts: Sequence[str], check: bool, log_dir: Path | None = None) -> None:

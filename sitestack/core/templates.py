@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from sitestack.core.files import atomic_write, signature
 from sitestack.core.paths import derived_cache
+from sitestack.core.private import private_dir
 
 if TYPE_CHECKING:
     import jinja2
@@ -62,8 +63,7 @@ def cached_text(search_path: Sequence[str | Path], inputs: str, render: Callable
         pass
     text = render()
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.parent.chmod(0o700)
+        private_dir(path.parent)
         atomic_write(path, text.encode("utf-8"), 0o600)
     return text
 

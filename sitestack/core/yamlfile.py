@@ -28,6 +28,7 @@ import yaml
 from sitestack.core.errors import InputError
 from sitestack.core.files import atomic_write, signature_of
 from sitestack.core.paths import derived_cache
+from sitestack.core.private import private_dir
 
 
 class MarkedDict(dict[Any, Any]):
@@ -203,8 +204,7 @@ def _keep(key: str | None, data: MarkedDict, info: os.stat_result) -> None:
     if key is None or directory is None or max(info.st_mtime, info.st_ctime) >= time.time() - RACY:
         return
     with contextlib.suppress(OSError):
-        directory.mkdir(parents=True, exist_ok=True)
-        directory.chmod(0o700)
+        private_dir(directory)
         atomic_write(directory / f"{key}.pickle", pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL), 0o600)
 
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from sitestack.actions import ACTIONS
 from sitestack.core.errors import InputError, SitestackError
-from sitestack.core.host import Host, LocalHost, local_host, private_dir, ssh_host
+from sitestack.core.host import Host, LocalHost, local_host, ssh_host
 from sitestack.core.hostbase import GROUP_UMASK
+from sitestack.core.private import private_dir
 from sitestack.core.report import HostRun, Reporter
 from sitestack.core.ssh import check_ssh_config
 from sitestack.core.step import Result, Step, converge, selected
@@ -54,11 +55,15 @@ def check_tags(site: Site, options: Options) -> None:
 
 
 def log_root(options: Options, site: Site) -> Path:
-    """This run's log directory, made (before anything runs: an unusable one is one message)."""
-    root = options.log_root or private_dir(Path.home() / ".cache" / "sitestack") / "logs"
+    """This run's log directory, made private whatever the umask (every directory it makes is 0700:
+    :mod:`sitestack.core.private`), before anything runs: an unusable one is one message."""
+    cache = Path.home() / ".cache" / "sitestack"
+    root = options.log_root or cache / "logs"
     path = root / site.name / time.strftime("%Y%m%d-%H%M%S")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if not options.log_root:
+            private_dir(cache)   # sitestack's own: 0700 even where an older run left it wider
+        private_dir(path)
     except OSError as exc:
         raise InputError("SITESTACK_LOG_DIR" if options.log_root else str(root),
                          f"cannot make the log directory {path}: {exc.strerror}") from None

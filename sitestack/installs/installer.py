@@ -131,9 +131,11 @@ class Installer:
     def clean_stale(self) -> None:
         """Remove what killed runs left: hidden trees/links beside dest, their build dirs."""
         self.progress.phase("clean")
-        # The user's caches on the host are theirs alone (build logs, tarballs, wheels).
+        # The user's caches on the host are theirs alone (build logs, tarballs, wheels); a
+        # $SITESTACK_BUILD_CACHE this run makes is 0700 too (one that exists keeps its mode).
         home_cache = f"{self.host.home()}/.cache/sitestack"
-        self.host.run(["sh", "-c", 'mkdir -p -- "$1" && chmod 700 -- "$1"', "sh", home_cache])
+        self.host.run(["sh", "-c", 'mkdir -p -- "$1" && chmod 700 -- "$1" && '
+                       '{ [ -d "$2" ] || { mkdir -p -- "$2" && chmod 700 -- "$2"; }; }', "sh", home_cache, self.cache_root])
         t = self.target
         glob = f"{t.recipe.name}-{t.version}-{self.dest_key}-*"
         generations.clean_stale(self.host, generations.read_history(self.host, t.dest))

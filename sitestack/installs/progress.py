@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sitestack.core.private import make_private, open_private
+
 
 def _fmt(seconds: float) -> str:
     whole = int(seconds)
@@ -30,7 +32,7 @@ class Progress:
         self._since = self.start
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        log.parent.mkdir(parents=True, exist_ok=True)
+        make_private(log.parent)   # build logs are the user's alone, whatever the umask
 
     def elapsed(self) -> str:
         return _fmt(time.monotonic() - self.start)
@@ -40,14 +42,14 @@ class Progress:
         self.current = name
         self._since = time.monotonic()
         line = f"==> sitestack: {self.label}: phase {name} (+{self.elapsed()}){': ' + detail if detail else ''}"
-        with open(self.log, "a", encoding="utf-8") as handle:
+        with open_private(self.log) as handle:
             handle.write(line + "\n")
         if self.report:
             self.report(f"    {self.shown}: {name} (+{self.elapsed()}){': ' + detail if detail else ''}")
 
     def note(self, text: str) -> None:
         """A line in the build log only."""
-        with open(self.log, "a", encoding="utf-8") as handle:
+        with open_private(self.log) as handle:
             handle.write(f"==> sitestack: {self.label}: {text}\n")
 
     def __enter__(self) -> Progress:

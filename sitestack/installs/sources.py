@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.files import atomic_stream, atomic_write
-from sitestack.core.host import private_dir
+from sitestack.core.private import make_private, private_dir
 from sitestack.model.recipe import FILE_NAME, Recipe, expand
 
 
@@ -29,7 +29,8 @@ class ChecksumMismatch(SitestackError):
 
 
 def cache_dir() -> Path:
-    """The controller's source cache ($SITESTACK_SOURCE_CACHE, else ~/.cache/sitestack/sources, private)."""
+    """The controller's source cache ($SITESTACK_SOURCE_CACHE, else ~/.cache/sitestack/sources, private;
+    what sitestack makes under either is 0700, whatever the umask: :mod:`sitestack.core.private`)."""
     given = os.environ.get("SITESTACK_SOURCE_CACHE")
     if given:
         return Path(given)
@@ -133,7 +134,8 @@ def fetch(recipe: Recipe, version: str, *, source: Path | None = None, mirrors: 
 
 def _store(src: Path, dest: Path) -> None:
     """Copy a verified tarball into the cache atomically (a reader never sees part of it)."""
-    atomic_write(dest, src.read_bytes())
+    make_private(dest.parent)
+    atomic_write(dest, src.read_bytes(), 0o600)
 
 
 def _download(url: str, dest: Path, want: str | None, label: str, timeout: float) -> str:
@@ -141,7 +143,8 @@ def _download(url: str, dest: Path, want: str | None, label: str, timeout: float
     digest = hashlib.sha256()
     import urllib.request  # here: it pulls in http, ssl and email, which only a download needs
 
-    with atomic_stream(dest) as out:   # renamed into the cache only once verified
+    make_private(dest.parent)
+    with atomic_stream(dest, 0o600) as out:   # renamed into the cache only once verified
         try:
             with urllib.request.urlopen(url, timeout=timeout) as response:
                 for block in iter(lambda: response.read(1 << 20), b""):
