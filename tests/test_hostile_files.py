@@ -215,12 +215,15 @@ def test_a_regular_file_is_replaced_whole_keeping_its_mode_and_dash_is_stdout(tm
     assert run("sites", "--json", str(kept), home=home).returncode == 0
     assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.stat().st_ino != inode
     assert '"command": "sites"' in kept.read_text()
+    new = tmp_path / "new.json"
+    assert run("sites", "--json", str(new), home=home).returncode == 0
+    assert stat.S_IMODE(new.stat().st_mode) == 0o600   # private, as the run's logs are
     job = tmp_path / "job.sh"
     assert run("job-template", "--site", "local", "--output", str(job), home=home).returncode == 0
     assert stat.S_IMODE(job.stat().st_mode) == 0o755   # a new script: 0755 less the umask (022 here)
     printed = run("job-template", "--site", "local", "--output", "-", home=home)
     assert printed.returncode == 0 and printed.stdout == job.read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "job.sh", "kept.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "job.sh", "kept.json", "new.json"]
 
 
 def test_a_target_swapped_for_a_link_after_the_check_is_refused_at_write_time(tmp_path: Path):

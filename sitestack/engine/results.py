@@ -69,8 +69,9 @@ def validate_document(site: str, outcome: Outcome | None, error: str | None = No
 
 def write(target: str | None, document: Mapping[str, Any]) -> None:
     """Write ``document`` to ``target`` (``-``: stdout; None: nothing) by the one rule of
-    :mod:`sitestack.core.user_file`; a failed write is one message naming ``--json``."""
-    user_file.write("--json", target, json.dumps(document, indent=2, default=str) + "\n")
+    :mod:`sitestack.core.user_file`; a failed write is one message naming ``--json``. A new file is
+    private (0600), as the run's logs are."""
+    user_file.write("--json", target, json.dumps(document, indent=2, default=str) + "\n", mode=0o600)
 
 
 def data_document(command: str, data: Mapping[str, Any]) -> dict[str, Any]:
