@@ -16,6 +16,7 @@ from typing import Any
 from sitestack.core.errors import InputError
 from sitestack.core.files import atomic_write
 from sitestack.core.quoting import control_problem
+from sitestack.core.redact import redact, redact_data
 from sitestack.core.report import HostRun
 from sitestack.engine.validate import Outcome
 
@@ -81,7 +82,8 @@ def write(target: str | None, document: Mapping[str, Any]) -> None:
     """Write ``document`` to ``target`` (``-``: stdout); nothing for None."""
     if target is None:
         return
-    text = json.dumps(document, indent=2, default=str) + "\n"
+    # no secret in any document: an index URL's credentials and the like are *** (sitestack.core.redact)
+    text = json.dumps(redact_data(document), indent=2, default=str) + "\n"
     if target == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -102,5 +104,5 @@ def emit(target: str | None, command: str, data: Mapping[str, Any], human: Itera
     (:func:`check_target`) before the task did its work."""
     if target != "-":
         for line in human:
-            print(line)
+            print(redact(line))
     write(target, data_document(command, data))

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sitestack.core.redact import redact
+
 
 def _fmt(seconds: float) -> str:
     whole = int(seconds)
@@ -39,6 +41,7 @@ class Progress:
         """Start phase ``name``: a ``==> sitestack: ... phase NAME (+ELAPSED)`` log line, and a report."""
         self.current = name
         self._since = time.monotonic()
+        detail = redact(detail)  # a requirement may name a URL with credentials
         line = f"==> sitestack: {self.label}: phase {name} (+{self.elapsed()}){': ' + detail if detail else ''}"
         with open(self.log, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
@@ -48,7 +51,7 @@ class Progress:
     def note(self, text: str) -> None:
         """A line in the build log only."""
         with open(self.log, "a", encoding="utf-8") as handle:
-            handle.write(f"==> sitestack: {self.label}: {text}\n")
+            handle.write(redact(f"==> sitestack: {self.label}: {text}") + "\n")
 
     def __enter__(self) -> Progress:
         if self.report and self.interval > 0:
