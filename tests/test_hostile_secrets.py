@@ -8,6 +8,7 @@ sends them); a changed password still changes the install's stamp."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -175,6 +176,38 @@ def test_a_failed_commands_message_is_redacted() -> None:
     from sitestack.core.errors import CommandFailed
     exc = CommandFailed(["pip", "install"], 1, f"Looking in indexes: https://tok{SECRET}@h/simple\nERROR: no")
     assert SECRET not in str(exc) and "https://***@h/simple" in str(exc)
+
+
+def test_pip_gets_credentials_by_environment_with_its_own_semantics() -> None:
+    """--index-url -> PIP_INDEX_URL; extras -> PIP_EXTRA_INDEX_URL after pip's configured ones (the
+    variable replaces them, the option adds to them); a direct URL -> ${VAR}; uv -> all its indexes."""
+    from sitestack.core.pip_auth import Configured, pip_auth, uv_auth
+    from sitestack.engine import playbook as pb
+    from sitestack.packages.horovod import build_env_commands
+
+    asked = []
+
+    def configured() -> Configured:
+        asked.append(1)
+        return Configured(extra_index_urls=("https://site.example/extra",))
+
+    auth = pip_auth(["--pre", "--index-url", f"https://u:{SECRET}@i/simple", "--extra-index-url", "https://plain/x",
+                     "--extra-index-url", f"https://tok{SECRET}@e/simple"],
+                    ["six", f"pkg @ https://u:{SECRET}@h/pkg-1.0-py3-none-any.whl"], configured)
+    assert auth.options == ["--pre", "--extra-index-url", "https://plain/x"]
+    assert auth.env["PIP_INDEX_URL"] == f"https://u:{SECRET}@i/simple"
+    assert auth.env["PIP_EXTRA_INDEX_URL"] == f"https://site.example/extra https://tok{SECRET}@e/simple"
+    assert auth.lines == ["six", "pkg @ https://${SITESTACK_INDEX_CREDENTIALS_1}@h/pkg-1.0-py3-none-any.whl"]
+    assert auth.env["SITESTACK_INDEX_CREDENTIALS_1"] == f"u:{SECRET}"
+    assert pip_auth(["--extra-index-url", "https://plain/x"], [], configured).env == {} and len(asked) == 1
+    argv, env = uv_auth(["uv", "--index-url", "https://a/s", "--extra-index-url", f"https://u:{SECRET}@b/s", "--no-deps"])
+    assert argv == ["uv", "--no-deps"] and env == {"UV_INDEX_URL": "https://a/s", "UV_EXTRA_INDEX_URL": f"https://u:{SECRET}@b/s"}
+    # Horovod's build environment: the torch line's index from the facts, the same way
+    facts = pb.load("frontier").facts
+    facts = dataclasses.replace(facts, torch=dataclasses.replace(facts.torch, index_url=f"https://u:{SECRET}@i/rocm"))
+    for argv in build_env_commands("python3", "/env", facts):
+        moved = pip_auth(argv, (), configured)
+        assert not any(SECRET in word for word in moved.options)
 
 
 class Recording(LocalHost):

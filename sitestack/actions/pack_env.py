@@ -31,11 +31,11 @@ from typing import Any
 from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
+from sitestack.core.pip_auth import Configured, configured_for, pip_auth
 from sitestack.core.redact import redact
 from sitestack.installs import generations
 from sitestack.installs.conda_env import EnvFile, python_problem, read_env_input
 from sitestack.installs.env_sources import Sources, plan_sources
-from sitestack.installs.pip_auth import Configured, configured_for, pip_auth
 from sitestack.installs.squashfs_env import (
     BASE_SCRIPTS,
     MKSQUASHFS_OPTIONS,

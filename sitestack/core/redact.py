@@ -13,7 +13,7 @@
 - :func:`fingerprint` is what a stamp keeps instead of the secrets, so that a changed password
   still changes the stamp's digest: a salted, slow hash (PBKDF2), never the secret itself.
 - :func:`split_credentials` takes the userinfo out of a URL, for passing it to pip by environment
-  (:mod:`sitestack.installs.pip_auth`) rather than on a command line or in a file.
+  (:mod:`sitestack.core.pip_auth`) rather than on a command line or in a file.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.hostbase import Host
+from sitestack.core.pip_auth import configured_for, pip_auth
 from sitestack.core.redact import redact
 from sitestack.installs.conda_env import (
     CONDA_PROBE,
@@ -29,7 +30,6 @@ from sitestack.installs.conda_env import (
     pypi_requirement,
     python_problem,
 )
-from sitestack.installs.pip_auth import configured_for, pip_auth
 from sitestack.installs.squashfs_env import PackedEnv, split_options
 
 #: pip's resolver may fetch metadata over the network: give it time.

@@ -14,8 +14,8 @@ from typing import Any
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
+from sitestack.core.pip_auth import Configured, pip_auth, uv_auth
 from sitestack.core.redact import redact
-from sitestack.installs.pip_auth import Configured, pip_auth, uv_auth
 from sitestack.installs.progress import Progress
 from sitestack.installs.venv_stack import Base, Stack, shared_with_group
 from sitestack.installs.venv_uv import PipSettings, uv_install_argv, uv_uninstall_argv

@@ -26,14 +26,15 @@ The environment reaches the command through :meth:`sitestack.core.hostbase.Host.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.hostbase import Host
 from sitestack.core.redact import redact, split_credentials
-from sitestack.installs.venv_uv import PipSettings
 
 #: The variable a requirement line's credentials are given in (``{n}``: 1, 2, ...).
 CREDENTIALS_VAR = "SITESTACK_INDEX_CREDENTIALS_{n}"
@@ -58,11 +59,13 @@ def configured_for(host: Host, python: Sequence[str]) -> Configured:
     ``host`` (:mod:`sitestack.programs.pip_settings`, run by that interpreter)."""
     text = resources.files("sitestack.programs").joinpath("pip_settings.py").read_text(encoding="utf-8")
     out = host.probe([*python, "-c", text])
-    if not out.ok:
+    try:
+        data: Any = json.loads(out.stdout.strip().splitlines()[-1] if out.ok else "null")
+        return Configured(extra_index_urls=tuple(str(u) for u in data["extra_index_urls"]),
+                          find_links=tuple(str(u) for u in data["find_links"]))
+    except (ValueError, IndexError, KeyError, TypeError):
         raise SitestackError(redact(f"[{host.name}] cannot read pip's index settings: "
-                                    f"{(out.stderr or out.stdout).strip()[-300:]}"))
-    settings = PipSettings.parse(out.stdout, host.name)
-    return Configured(extra_index_urls=settings.extra_index_urls, find_links=settings.find_links)
+                                    f"{(out.stderr or out.stdout).strip()[-300:]}")) from None
 
 
 @dataclass(frozen=True)
