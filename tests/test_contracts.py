@@ -187,7 +187,7 @@ def test_redact_hides_secret_assignments_of_any_case_and_url_passwords():
     out = redact(text)
     for secret in ("abc1", "p w", "k3", "k4", "k5", "hunter2"):
         assert secret not in out, (secret, out)
-    assert "https://alice:***@example.org/x" in out and "KEYBOARD=fine" in out and "PATH=/bin" in out
+    assert "https://***@example.org/x" in out and "KEYBOARD=fine" in out and "PATH=/bin" in out
 
 
 # -- the umask commands run under --------------------------------------------------------------------------

@@ -31,6 +31,8 @@ from typing import Any
 from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
+from sitestack.core.pip_auth import Configured, configured_for, pip_auth
+from sitestack.core.redact import redact
 from sitestack.installs import generations
 from sitestack.installs.conda_env import EnvFile, python_problem, read_env_input
 from sitestack.installs.env_sources import Sources, plan_sources
@@ -144,7 +146,7 @@ class PackEnv(Action):
         stamp = host.read_json(f"{p.dest}/packed.json")
         if stamp is None:
             summary = self.sources(host).summary
-            return f"{p.dest} not packed yet" + (f"; {summary}" if summary else "")
+            return f"{p.dest} not packed yet" + (f"; {redact(summary)}" if summary else "")
         if stamp.get("digest") != p.digest():
             old, new = stamp.get("inputs", {}), p.inputs()
             changed = sorted(k for k in new if old.get(k) != new[k])
@@ -188,7 +190,7 @@ class PackEnv(Action):
         try:
             commands = self._build(host, gdir, sources, log)
             stamp = {"digest": p.digest(), "inputs": p.inputs(), "generation": gen, "commands": commands,
-                     "requirements_file": self.requirements_file, "sources": sources.summary}
+                     "requirements_file": self.requirements_file, "sources": redact(sources.summary)}
             host.write_text(f"{gdir}/packed.json", json.dumps(stamp, indent=2, sort_keys=True) + "\n")
             # the image a running wrapper mounted stays until nothing uses it (docs/operating.md); an
             # empty directory at dest (Tykky's users make it first) is moved aside by the switch
@@ -206,11 +208,11 @@ class PackEnv(Action):
         assert self.packed is not None
         p, root = self.packed, f"{gdir}/root"
         if sources.conda is not None:
-            self.ctx.note(f"{p.name}: {sources.summary}")
+            self.ctx.note(redact(f"{p.name}: {sources.summary}"))
             host.run(p.in_env(sources.conda_argv(root)), log=log)
         else:
             if sources.summary:
-                self.ctx.note(f"{p.name}: {sources.summary}")
+                self.ctx.note(redact(f"{p.name}: {sources.summary}"))
             self.ctx.note(f"{p.name}: creating the venv{' in the container' if p.runtime else ''}")
             host.run(p.in_env([p.python, "-m", "venv", *(["--system-site-packages"] if p.system_site_packages else []),
                                root]), log=log)
@@ -236,30 +238,41 @@ class PackEnv(Action):
         a newer one). Then the base's console scripts of the requested distributions."""
         assert self.packed is not None
         options, requirements = split_options(sources.pip)
-        # the requirements go in files; the index options are pip's command-line options
-        host.write_text(f"{gdir}/requirements.txt", "".join(f"{line}\n" for line in requirements))
+        # an index's credentials go to pip by environment; the files keep ${VAR} in their place (pip_auth)
+        auth = pip_auth(options, requirements, lambda: self._configured(host, root))
+        first = pip_auth([], sources.first)
+        secrets = {**auth.env, **first.env}
+        host.write_text(f"{gdir}/requirements.txt", "".join(f"{line}\n" for line in auth.lines))
         if sources.first:
-            host.write_text(f"{gdir}/conda-requirements.txt", "".join(f"{line}\n" for line in sources.first))
-            self._pip_install(host, root, options, f"{gdir}/conda-requirements.txt", log,
-                              shown=f"(the conda dependencies of {self.requirements_file})")
+            host.write_text(f"{gdir}/conda-requirements.txt", "".join(f"{line}\n" for line in first.lines))
+            self._pip_install(host, root, auth.options, f"{gdir}/conda-requirements.txt", log, secrets,
+                              shown=f"(the conda dependencies of {self.requirements_file})", given=options)
         if requirements:
-            self._pip_install(host, root, options, f"{gdir}/requirements.txt", log, shown=self.requirements_file)
+            self._pip_install(host, root, auth.options, f"{gdir}/requirements.txt", log, secrets,
+                              shown=self.requirements_file, given=options)
         names = requirement_names([*sources.first, *requirements])
         if names and self.packed.system_site_packages:
             host.run(self.packed.in_env([f"{root}/bin/python", "-c", BASE_SCRIPTS, root, *names]), log=log)
 
-    def _pip_install(self, host: Host, root: str, options: list[str], file: str, log: Any, *, shown: str) -> None:
-        """``pip install OPTIONS -r file`` with the env's pip (``shown``: what the note names); a
-        failure says what stays in use."""
+    def _configured(self, host: Host, root: str) -> Configured:
+        """pip's configured extra indexes and find-links, as the env's pip reads them on ``host``."""
+        assert self.packed is not None
+        return configured_for(host, self.packed.in_env([f"{root}/bin/python"]))
+
+    def _pip_install(self, host: Host, root: str, options: list[str], file: str, log: Any,
+                     secrets: dict[str, str], *, shown: str, given: list[str]) -> None:
+        """``pip install OPTIONS -r file`` with the env's pip (``shown``: what the note names; ``given``:
+        the options as written, shown redacted), ``secrets`` in its environment; a failure says what
+        stays in use."""
         assert self.packed is not None
         p = self.packed
-        self.ctx.note(" ".join([f"{p.name}: pip install", *options, "-r", shown]))
+        self.ctx.note(redact(" ".join([f"{p.name}: pip install", *given, "-r", shown])))
         try:
             host.run(p.in_env([f"{root}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                               *options, "-r", file]), log=log)
+                               *options, "-r", file]), log=log, secrets=secrets)
         except CommandFailed as exc:
             tail = "\n".join(exc.output.rstrip().splitlines()[-8:])
             where = f" (full log: {exc.log})" if exc.log else ""
-            raise SitestackError(f"pip could not install the requirements of "
-                                 f"{self.requirements_file}; nothing was changed, the previous environment stays "
-                                 f"in use{where}\n{tail}") from None
+            raise SitestackError(redact(f"pip could not install the requirements of "
+                                        f"{self.requirements_file}; nothing was changed, the previous environment "
+                                        f"stays in use{where}\n{tail}")) from None

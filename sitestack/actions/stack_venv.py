@@ -296,7 +296,7 @@ class Builder(EnvTools):
         new_reqs = [r for key in keys for r in self.plan.get(key, [])]
         old_reqs = [r for key in keys for r in old.get(key, [])]
         changed = [r for r in new_reqs if r not in old_reqs]
-        if self.plan.get("index_url") != old.get("index_url"):
+        if any(self.plan.get(k) != old.get(k) for k in ("index_url", "index_credentials")):
             changed = list(new_reqs)
         wanted = {requirement_name(r) for r in new_reqs}
         removed = sorted({requirement_name(r) for r in old_reqs} - wanted)

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -46,7 +46,16 @@ class LocalHost(Host):
         a no-op provision of the local site spent a third of its time in those sleeps). The same
         shell as Invoke's Context (``/bin/bash``), the same result: ``return_code``, ``stdout``,
         ``stderr``; a timeout gives return code 124 after the whole process group is killed."""
-        return run_local(with_umask(line, self.umask), out=kwargs.get("out_stream"), timeout=kwargs.get("timeout"))
+        return run_local(with_umask(line, self.umask), out=kwargs.get("out_stream"), timeout=kwargs.get("timeout"),
+                         secrets=kwargs.get("secrets"))
+
+    def _probe_secrets(self, line: str, secrets: Mapping[str, str] | None) -> tuple[str, dict[str, Any]]:
+        """Here ``secrets`` go into the command's environment directly: on no command line, in no file."""
+        return line, ({"secrets": dict(secrets)} if secrets else {})
+
+    @contextlib.contextmanager
+    def _run_secrets(self, line: str, secrets: Mapping[str, str] | None) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield self._probe_secrets(line, secrets)
 
     def file_signature(self, paths: Sequence[str]) -> dict[str, Any]:
         """:meth:`Host.file_signature` from this process: its environment is the one commands get here."""
@@ -186,11 +195,13 @@ class LocalResult:
 _OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 
 
-def run_local(line: str, *, out: IO[str] | None = None, timeout: float | None = None) -> LocalResult:
+def run_local(line: str, *, out: IO[str] | None = None, timeout: float | None = None,
+              secrets: Mapping[str, str] | None = None) -> LocalResult:
     """Run ``line`` with :data:`SHELL`, standard input closed. Without ``out``, stdout and stderr are
-    captured apart; with ``out``, both go to it as they arrive (and into ``stdout``)."""
+    captured apart; with ``out``, both go to it as they arrive (and into ``stdout``). ``secrets`` are
+    added to its environment (never to its command line)."""
     try:
-        proc = subprocess.Popen([SHELL, "-c", line], env=site_environ(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([SHELL, "-c", line], env={**site_environ(), **(secrets or {})}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if out is not None else subprocess.PIPE,
                                 **_OWN_GROUP)
     except OSError as exc:

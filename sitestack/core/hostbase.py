@@ -8,6 +8,10 @@ Fabric Connection (SSH).
   log file when given one.
 - ``read_text`` / ``write_text`` / ``put_file``: ``write_text`` is atomic (a temporary file
   beside the target, then a rename), locally and remotely.
+- ``secrets``: variables for the command's environment that must appear on no command line (an
+  index's credentials for pip): locally the process's environment; on another host a file made 0600
+  in a private ``mktemp -d`` directory, sourced and removed before the command runs (a probe's
+  line, sent on the remote shell's standard input, exports them itself).
 
 Commands are argv lists; they are quoted into a shell line in exactly one place,
 :func:`shell_line`.
@@ -110,14 +114,16 @@ class Host:
 
     # -- commands ------------------------------------------------------------------------
     def probe(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-              cwd: str | None = None, timeout: float | None = 60) -> Completed:
+              cwd: str | None = None, timeout: float | None = 60,
+              secrets: Mapping[str, str] | None = None) -> Completed:
         """Run a read-only command and return its outcome, whatever its exit code.
 
         A command that cannot start has rc 127. Raises only :class:`ConnectionLost` when the
         host cannot be reached at all (no answer is better than a wrong one).
         """
+        line, extra = self._probe_secrets(shell_line(argv, env, cwd), secrets)
         try:
-            result = self._exec(shell_line(argv, env, cwd), hide=True, warn=True, in_stream=False, timeout=timeout)
+            result = self._exec(line, hide=True, warn=True, in_stream=False, timeout=timeout, **extra)
         except invoke.exceptions.CommandTimedOut as exc:
             return Completed(124, exc.result.stdout, exc.result.stderr + f"\ntimed out after {timeout}s")
         except (invoke.exceptions.UnexpectedExit, OSError) as exc:  # pragma: no cover - warn=True
@@ -125,7 +131,8 @@ class Host:
         return Completed(result.return_code, result.stdout, result.stderr)
 
     def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
-            log: Path | None = None, sudo: bool = False, timeout: float | None = None) -> Completed:
+            log: Path | None = None, sudo: bool = False, timeout: float | None = None,
+            secrets: Mapping[str, str] | None = None) -> Completed:
         """Run a mutating command; raise CommandFailed on a non-zero exit.
 
         With ``log``, output is appended to that controller-side file as it arrives and the
@@ -134,11 +141,13 @@ class Host:
         self._refuse_if_read_only(f"run {shlex.join(list(argv))}")
         self.changed()
         if sudo and self.user() != "root":
+            if secrets:
+                raise ValueError("secrets are not passed through sudo")
             # sudo drops the caller's environment: pass it through env(1) behind sudo.
             argv = ["sudo", "-n", "--", "env", *(f"{k}={v}" for k, v in (env or {}).items()), *argv]
             env = None
-        line = shell_line(argv, env, cwd)
         with contextlib.ExitStack() as stack:
+            line, extra = stack.enter_context(self._run_secrets(shell_line(argv, env, cwd), secrets))
             buffer = io.StringIO()
             handle = None
             if log is not None:
@@ -149,7 +158,7 @@ class Host:
             stack.callback(tee.close)
             try:
                 result = self._exec(line, hide=True, warn=True, in_stream=False, out_stream=tee,
-                                    err_stream=tee, timeout=timeout)
+                                    err_stream=tee, timeout=timeout, **extra)
                 rc = result.return_code
             except invoke.exceptions.CommandTimedOut:
                 rc = 124
@@ -160,6 +169,32 @@ class Host:
     def _exec(self, line: str, **kwargs: Any) -> Any:
         """Run one shell line through the Context (the only place commands leave the Host)."""
         return self.context.run(with_umask(line, self.umask), **kwargs)
+
+    # -- secrets in a command's environment (never on its command line) ---------------------
+    def _probe_secrets(self, line: str, secrets: Mapping[str, str] | None) -> tuple[str, dict[str, Any]]:
+        """``line`` exporting ``secrets`` first, and what :meth:`_exec` needs besides. Over SSH a probe's
+        line is written to the remote shell's standard input, so no process's arguments show them."""
+        if not secrets:
+            return line, {}
+        return "".join(f"export {k}={shlex.quote(v)}; " for k, v in secrets.items()) + line, {}
+
+    @contextlib.contextmanager
+    def _run_secrets(self, line: str, secrets: Mapping[str, str] | None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``line`` taking ``secrets`` from a file made 0600 in a private temporary directory (mktemp
+        -d: 0700), sourced and removed before the command starts; the directory is removed afterwards
+        whatever happened. A command run over SSH is the remote shell's argument, which ``ps`` shows."""
+        if not secrets:
+            yield line, {}
+            return
+        out = self.probe(["mktemp", "-d"])
+        tmp = out.stdout.strip()
+        if not out.ok or not tmp.startswith("/"):
+            raise SitestackError(f"[{self.name}] cannot make a private temporary directory: {out.stderr.strip()}")
+        try:
+            self.write_text(f"{tmp}/env", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in secrets.items()), 0o600)
+            yield f". {shlex.quote(tmp + '/env')} && rm -rf -- {shlex.quote(tmp)} && {line}", {}
+        finally:
+            self.probe(["rm", "-rf", "--", tmp])
 
     # -- identity ------------------------------------------------------------------------
     def user(self) -> str:

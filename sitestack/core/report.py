@@ -61,12 +61,13 @@ class Reporter:
         self._logs: dict[str, Path] = {}
 
     def _print(self, text: str, host: str | None = None) -> None:
+        text = redact(text)  # the console, as the logs, never shows a secret
         with self._lock:
             if not self.quiet:
                 print(text, file=self.stream, flush=True)
             if host in self._logs:
                 with open_private(self._logs[host]) as handle:
-                    handle.write(redact(text) + "\n")
+                    handle.write(text + "\n")
 
     def log_host_to(self, host: str, path: Path) -> None:
         """Also append everything reported for ``host`` to ``path`` (its own log file, private:
@@ -103,7 +104,7 @@ class Reporter:
         own log file already has it."""
         if not self.quiet:
             with self._lock:
-                print(f"[{host}] | {line}", file=self.stream, flush=True)
+                print(redact(f"[{host}] | {line}"), file=self.stream, flush=True)
 
     def note(self, text: str, host: str | None = None) -> None:
         """A progress line; with ``host``, also into that host's log (provision.log)."""

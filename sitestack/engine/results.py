@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.core import user_file
+from sitestack.core.redact import redact, redact_data
 from sitestack.core.report import HostRun
 from sitestack.engine.validate import Outcome
 
@@ -70,8 +71,9 @@ def validate_document(site: str, outcome: Outcome | None, error: str | None = No
 def write(target: str | None, document: Mapping[str, Any]) -> None:
     """Write ``document`` to ``target`` (``-``: stdout; None: nothing) by the one rule of
     :mod:`sitestack.core.user_file`; a failed write is one message naming ``--json``. A new file is
-    private (0600), as the run's logs are."""
-    user_file.write("--json", target, json.dumps(document, indent=2, default=str) + "\n", mode=0o600)
+    private (0600), as the run's logs are; no secret in any document (an index URL's
+    credentials are ***: :mod:`sitestack.core.redact`)."""
+    user_file.write("--json", target, json.dumps(redact_data(document), indent=2, default=str) + "\n", mode=0o600)
 
 
 def data_document(command: str, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,5 +88,5 @@ def emit(target: str | None, command: str, data: Mapping[str, Any], human: Itera
     (:func:`check_target`) before the task did its work."""
     if target != "-":
         for line in human:
-            print(line)
+            print(redact(line))
     write(target, data_document(command, data))

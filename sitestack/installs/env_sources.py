@@ -18,6 +18,8 @@ from packaging.utils import canonicalize_name
 
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.hostbase import Host
+from sitestack.core.pip_auth import configured_for, pip_auth
+from sitestack.core.redact import redact
 from sitestack.installs.conda_env import (
     CONDA_PROBE,
     NON_PYTHON,
@@ -95,10 +97,12 @@ def _dry_run(host: Host, packed: PackedEnv, options: list[str], requirements: li
     makes it a dry run that pip does not refuse for an externally managed (PEP 668) interpreter, such as
     a Debian or Ubuntu image's system Python (pip's install command exempts ``--dry-run --report``:
     https://pip.pypa.io/en/stable/cli/pip_install/#cmdoption-report, pip >= 22.2)."""
+    # an index's credentials by environment, not on the command line (pip_auth)
+    auth = pip_auth(options, (), lambda: configured_for(host, packed.in_env([packed.python])))
     argv = [packed.python, "-m", "pip", "install", "--dry-run", "--report", "/dev/null", "--no-deps",
             "--ignore-installed", "--quiet",
-            "--no-input", "--disable-pip-version-check", *options, *requirements]
-    out = host.probe(packed.in_env(argv), timeout=DRY_RUN_TIMEOUT)
+            "--no-input", "--disable-pip-version-check", *auth.options, *requirements]
+    out = host.probe(packed.in_env(argv), timeout=DRY_RUN_TIMEOUT, secrets=auth.env)
     if "No module named pip" in out.stderr:
         raise SitestackError(f"{packed.python} has no pip on {host.name}: it cannot look packages up")
     return out.ok, out.stderr
@@ -116,5 +120,5 @@ def _not_on_index(host: Host, packed: PackedEnv, env: EnvFile, wanted: list[str]
         found, err = _dry_run(host, packed, options, [req])
         if not found:
             errors = [line.strip() for line in err.splitlines() if line.startswith("ERROR:")]
-            missing.append((dep, (errors[-1][len("ERROR:"):].strip() if errors else "no distribution")[:200]))
+            missing.append((dep, redact(errors[-1][len("ERROR:"):].strip() if errors else "no distribution")[:200]))
     return missing

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from sitestack.core.redact import redact
 from sitestack.installs.modulefile_render import ModuleSpec, PathOp, family_name
 from sitestack.installs.modulefile_text import Text, in_generation, literal, text_of
 from sitestack.installs.venv_stack import Built, Stack, generation_var
@@ -83,7 +84,7 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         "python": stack.python_version,
         "torch_version": torch.version,
         "variant": torch.variant,
-        "index_url": stack.index_url,
+        "index_url": redact(stack.index_url) if stack.index_url else None,  # modulefiles are world-readable
         "requirements": list(stack.requirements),
         "extras": list(stack.extras),
         "built": built_lines,

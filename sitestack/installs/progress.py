@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.core.private import make_private, open_private
+from sitestack.core.redact import redact
 
 
 def _fmt(seconds: float) -> str:
@@ -41,6 +42,7 @@ class Progress:
         """Start phase ``name``: a ``==> sitestack: ... phase NAME (+ELAPSED)`` log line, and a report."""
         self.current = name
         self._since = time.monotonic()
+        detail = redact(detail)  # a requirement may name a URL with credentials
         line = f"==> sitestack: {self.label}: phase {name} (+{self.elapsed()}){': ' + detail if detail else ''}"
         with open_private(self.log) as handle:
             handle.write(line + "\n")
@@ -50,7 +52,7 @@ class Progress:
     def note(self, text: str) -> None:
         """A line in the build log only."""
         with open_private(self.log) as handle:
-            handle.write(f"==> sitestack: {self.label}: {text}\n")
+            handle.write(redact(f"==> sitestack: {self.label}: {text}") + "\n")
 
     def __enter__(self) -> Progress:
         if self.report and self.interval > 0:

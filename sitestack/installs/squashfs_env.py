@@ -33,6 +33,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from sitestack.core.errors import InputError
 from sitestack.core.quoting import sh
+from sitestack.core.redact import fingerprint, redact
 from sitestack.model.container_facts import Runtime
 
 #: Bump when the layout or the wrappers change, so existing packs are rebuilt.
@@ -61,7 +62,9 @@ def check_requirement_line(raw: str, where: str) -> str | None:
     if not line:
         return None
     if line.startswith("-"):
-        option, _, value = line.replace("=", " ", 1).partition(" ")
+        # --option=value or --option value: the first "=" or blank ends the option (a URL's query
+        # has "=" of its own: ?token=...)
+        option, value = re.match(r"(-[^\s=]*)[\s=]*(.*)", line).groups()  # type: ignore[union-attr]
         value = value.strip()
         if option not in ALLOWED_OPTIONS:
             raise InputError(where, f"option {option!r} is not supported in a packed "
@@ -118,12 +121,16 @@ class PackedEnv:
         return self.dest.rstrip("/").rsplit("/", 1)[1]
 
     def inputs(self) -> dict[str, object]:
-        """Everything the packed image depends on; its digest decides whether to re-pack."""
-        return {"format": FORMAT, "requirements": list(self.requirements), "python": self.python,
+        """Everything the packed image depends on; its digest decides whether to re-pack. It is kept
+        in the world-readable stamp: an index's credentials are there as ``***`` and a fingerprint
+        (:func:`sitestack.core.redact.fingerprint`), which a changed password changes."""
+        secret = fingerprint([*self.requirements, *self.channels])
+        return {"format": FORMAT, "requirements": [redact(r) for r in self.requirements], "python": self.python,
                 "system_site_packages": self.system_site_packages,
                 "runtime": self.runtime.name if self.runtime else None, "image": self.image,
                 "mksquashfs": list(MKSQUASHFS_OPTIONS),
-                **({"conda": list(self.conda), "channels": list(self.channels)} if self.conda else {})}
+                **({"conda": list(self.conda), "channels": [redact(c) for c in self.channels]} if self.conda else {}),
+                **({"credentials": secret} if secret else {})}
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.inputs(), sort_keys=True).encode()).hexdigest()

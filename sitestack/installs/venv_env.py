@@ -14,6 +14,8 @@ from typing import Any
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
+from sitestack.core.pip_auth import Configured, pip_auth, uv_auth
+from sitestack.core.redact import redact
 from sitestack.installs.progress import Progress
 from sitestack.installs.venv_stack import Base, Stack, shared_with_group
 from sitestack.installs.venv_uv import PipSettings, uv_install_argv, uv_uninstall_argv
@@ -36,17 +38,20 @@ PIP_SETTINGS = program("pip_settings")
 
 
 def check_index(host: Host, url: str | None, timeout: float = 15) -> None:
-    """Raise a clear error when the wheel index cannot be reached from ``host``."""
+    """Raise a clear error when the wheel index cannot be reached from ``host``. The URL goes to the
+    probe in its environment (it may hold credentials: never on a command line); the error shows it
+    redacted."""
     if not url:
         return
-    out = host.probe(["python3", "-c", INDEX_PROBE, url, str(timeout)], timeout=timeout + 15)
+    out = host.probe(["python3", "-c", INDEX_PROBE, str(timeout)], timeout=timeout + 15,
+                     secrets={"SITESTACK_INDEX_URL": url})
     if out.rc == 127 and "not found" in (out.stderr + out.stdout):
         return  # no python3 to ask with: pip will say it
     if out.rc != 0:
         lines = out.stderr.strip().splitlines()[-1:]
         reason = out.stdout.strip() or (lines[0] if lines else "no answer")
-        raise SitestackError(f"wheel index {url} cannot be reached from {host.name}: {reason} "
-                             "(facts.torch.index_url; nothing was installed)")
+        raise SitestackError(redact(f"wheel index {url} cannot be reached from {host.name}: {reason} "
+                                    "(facts.torch.index_url; nothing was installed)"))
 
 
 class EnvTools:
@@ -59,8 +64,9 @@ class EnvTools:
         self.host, self.stack, self.base, self.log = host, stack, base, log
         self.report, self.interval = report, interval
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Completed:
-        return self.host.run(argv, env=env, log=self.log)
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            secrets: Mapping[str, str] | None = None) -> Completed:
+        return self.host.run(argv, env=env, log=self.log, secrets=secrets)
 
     def uv(self) -> str | None:
         """The uv to install with (its path on the host), or None for pip: facts.python.installer
@@ -143,21 +149,26 @@ class EnvTools:
     def _pip_install(self, root: str, requirements: Sequence[str], report: str, index: Sequence[str],
                      extra: Sequence[str]) -> str | None:
         uv = self.uv()
+        # an index's credentials go to pip and uv by environment, never on the command line (pip_auth)
         if uv:
-            argv = self.base.base(uv_install_argv(uv, root, self.pip_settings(root), index, extra, self.stack.compile,
-                                                  shared=shared_with_group(self.base.facts)))
+            argv, secrets = uv_auth(uv_install_argv(uv, root, self.pip_settings(root), index, extra, self.stack.compile,
+                                                    shared=shared_with_group(self.base.facts)))
+            argv = self.base.base(argv)
         else:
-            argv = [*self.pip(root), "install", "--no-input", "--disable-pip-version-check", "--progress-bar", "off",
-                    "--retries", "2", "--timeout", "60", "--report", report, *extra, *index]
+            auth = pip_auth(index, (), lambda: Configured(self.pip_settings(root).extra_index_urls,
+                                                          self.pip_settings(root).find_links))
+            argv, secrets = [*self.pip(root), "install", "--no-input", "--disable-pip-version-check", "--progress-bar",
+                             "off", "--retries", "2", "--timeout", "60", "--report", report, *extra,
+                             *auth.options], auth.env
             if not self.stack.compile:
                 argv.append("--no-compile")
         if self.log is None or self.report is None:
-            self.run([*argv, *requirements])
+            self.run([*argv, *requirements], secrets=secrets)
         else:
             with Progress(self.log, self.stack.name, self.report, self.interval,
                           shown=f"[{self.host.name}] {self.stack.name}") as progress:
                 progress.phase(f"{self.installer_name()} install", ", ".join(requirements)[:200])
-                self.run([*argv, *requirements])
+                self.run([*argv, *requirements], secrets=secrets)
                 progress.phase("installed")
         if uv:
             return None

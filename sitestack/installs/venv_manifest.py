@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sitestack.core.host import Host
+from sitestack.core.redact import fingerprint, redact
 from sitestack.installs.venv_stack import Built, Stack, normalize
 from sitestack.model.site import Facts
 
@@ -30,10 +31,14 @@ def plan_for(stack: Stack, facts: Facts, built: Sequence[Built]) -> dict[str, An
         base["modules"] = list(facts.modules.load)
     if stack.source == "container" and facts.container:
         base["image"] = facts.container.image
+    # the manifest is world-readable: an index's credentials are *** there, and a fingerprint that a
+    # changed password changes (so the plan, and what update() installs again, follows them)
+    secret = fingerprint([stack.index_url]) if stack.index_url else None
     return {
+        **({"index_credentials": secret} if secret else {}),
         "base": base,
         "compile": stack.compile,
-        "index_url": stack.index_url,
+        "index_url": redact(stack.index_url) if stack.index_url else None,
         "requirements": list(stack.requirements),
         "extras": list(stack.extras),
         "checks": list(stack.checks),
@@ -56,6 +61,8 @@ def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         parts.append("bytecode compilation changed")
     if old.get("index_url") != new.get("index_url"):
         parts.append(f"index {old.get('index_url')} -> {new.get('index_url')}")
+    elif old.get("index_credentials") != new.get("index_credentials"):
+        parts.append(f"index {new.get('index_url')}: credentials changed")
     for key in ("requirements", "extras", "checks"):
         added = [r for r in new.get(key, []) if r not in old.get(key, [])]
         gone = [r for r in old.get(key, []) if r not in new.get(key, [])]
@@ -118,7 +125,7 @@ def origins_from_report(text: str | None, built: Sequence[Built]) -> dict[str, d
         sha = (info.get("archive_info", {}).get("hashes") or {}).get("sha256") or \
             (info.get("archive_info", {}).get("hash", "").partition("=")[2] or None)
         out[normalize(meta.get("name", ""))] = built_origin(url, wheels) or \
-            {"kind": "index", "url": url, "sha256": sha, "requested": bool(item.get("requested"))}
+            {"kind": "index", "url": redact(url), "sha256": sha, "requested": bool(item.get("requested"))}
     return out
 
 
@@ -140,11 +147,12 @@ def origin_from_metadata(p: Mapping[str, Any], stack: Stack, wheels: Mapping[str
         built = built_origin(url, wheels)
         if built is not None:
             return {**built, "installer": installer}
-        return {"kind": "url", "url": url, "sha256": direct.get("sha256"), "requested": requested,
+        return {"kind": "url", "url": redact(url), "sha256": direct.get("sha256"), "requested": requested,
                 "installer": installer}
     if installer in ("pip", "uv"):
         # pip and uv record neither the index nor the file's hash in the metadata
-        return {"kind": "index", "index_url": stack.index_url, "requested": requested, "installer": installer}
+        return {"kind": "index", "index_url": redact(stack.index_url or "") or None, "requested": requested,
+                "installer": installer}
     return {"kind": "environment", "detail": "created with the environment", "installer": installer}
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from sitestack.core import versions
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
+from sitestack.core.pip_auth import configured_for, pip_auth
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import Recipe
 from sitestack.model.site import Facts
@@ -161,7 +162,9 @@ class HorovodHooks(PackageHooks):
                 if host.exists(f"{env_dir}/bin/python"):
                     commands = commands[-1:]   # there already: complete it (pip install is idempotent)
                 for argv in commands:
-                    host.run(in_site_env(facts, argv), log=log)
+                    # facts.torch.index_url's credentials by environment, not on the command line
+                    auth = pip_auth(argv, (), lambda: configured_for(host, in_site_env(facts, [f"{env_dir}/bin/python"])))
+                    host.run(in_site_env(facts, auth.options), log=log, secrets=auth.env)
                 host.write_text(f"{env_dir}/.sitestack-ready", build_env_marker(facts))
 
     def before_install(self, host: Host) -> None:
