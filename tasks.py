@@ -7,7 +7,14 @@ root namespace, the one the installed ``sitestack`` command runs (sitestack/cli/
 
 from __future__ import annotations
 
-from sitestack.cli.program import namespace
+from invoke.config import Config
 
+from sitestack.cli.program import namespace
+from sitestack.engine.settings import guard
+
+#: ``invoke`` made its Config before it imported this file: its class is made to check the
+#: configuration it loads from here on (the project's invoke.yaml, ``-f FILE``, the ``sitestack:``
+#: section of every file, INVOKE_SITESTACK_* variables; sitestack/engine/settings.py).
+guard(Config)
 #: The root namespace: every task, with the ``sitestack:`` settings declared (docs/cli.md).
 ns = namespace()

@@ -201,7 +201,7 @@ def test_configuration_file_and_invoke_environment_give_defaults(tmp_path):
     assert out.returncode == 0 and (tmp_path / "envlogs" / "local").is_dir()
     config.write_text("sitestack:\n  forks: lots\n")
     out = run_invoke("-f", str(config), "provision", "--site", "local", "--tags", "layout")
-    bad(out, "sitestack.forks")
+    bad(out, f"{config}: sitestack.forks")   # the file the value came from, and the key
 
 
 # -- 5/6. what is installed; rebuild controls -----------------------------------------------------------

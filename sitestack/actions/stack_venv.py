@@ -128,6 +128,8 @@ class StackVenv(Action):
         reason = self._reason(host)
         if reason is not None:
             check_index(host, self.stack.index_url)
+            if self.stack.installer == "uv":   # without uv (or beside the base's packages) the run would fail: so does the plan
+                EnvTools(host, self.stack, self.base, None).uv()
             if self.notes:
                 reason += f" (left out: {'; '.join(self.notes)})"
             return reason

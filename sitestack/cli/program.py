@@ -3,7 +3,8 @@
 ``sitestack TASK ...`` is ``invoke TASK ...`` run from the checkout, from any directory: the same
 tasks, options, core flags (``--list``, ``--help TASK``, ``--complete``,
 ``--print-completion-script``) and configuration (the ``sitestack:`` section of Invoke's
-configuration files, INVOKE_SITESTACK_* variables; docs/cli.md).
+configuration files, INVOKE_SITESTACK_* variables; docs/cli.md), checked as Invoke loads it
+(:class:`~sitestack.engine.settings.SitestackConfig`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from invoke.program import Program
 
 from sitestack import __version__
 from sitestack.cli import build_tasks, container_tasks, log_tasks, site_tasks, stack_tasks
-from sitestack.engine.task_glue import SETTINGS
+from sitestack.engine.settings import SETTINGS, SitestackConfig
 
 #: The task modules, in the order ``--list`` shows them (alphabetical within Invoke's listing).
 TASK_MODULES = (site_tasks, build_tasks, stack_tasks, log_tasks, container_tasks)
@@ -33,4 +34,4 @@ def namespace() -> Collection:
 def main() -> None:
     """The ``sitestack`` console script (pyproject.toml ``[project.scripts]``)."""
     Program(namespace=namespace(), name="sitestack", version=__version__, binary="sitestack",
-            binary_names=["sitestack"]).run()
+            binary_names=["sitestack"], config_class=SitestackConfig).run()

@@ -64,10 +64,12 @@ def show_site(c: Context, site: str | None = None, playbook: str | None = None, 
     from sitestack.core.host import local_host
     from sitestack.engine import playbook as pb
     from sitestack.engine import results
+    from sitestack.model.context import check_prefix
 
     with errors_to_exit(debug):
         if format not in ("yaml", "json"):
             raise Exit("error: --format: must be yaml or json", code=1)
+        check_prefix("--prefix", prefix)   # as every task that installs takes it: absolute, no '..', no system directory
         results.check_target(json)
         loaded = pb.load(site, playbook_path(playbook))
         here = local_host()
@@ -114,10 +116,10 @@ PROVISION_HELP = {
 
 
 @task(klass=SitestackTask, auto_shortflags=False, iterable=["host", "source"], help=PROVISION_HELP)
-def provision(c: Context, site: str | None = None, check: bool = False, diff: bool = False, tags: str = '',
-              skip_tags: str = '', fail_on_change: bool = False, host: list[str] | None = None,
-              limit: str = '', forks: str | None = None, start_at: str | None = None, step: bool = False,
-              list_steps: bool = False, list_tags: bool = False, rebuild: str = '', no_cache: bool = False,
+def provision(c: Context, site: str | None = None, check: bool = False, diff: bool = False, tags: str | None = None,
+              skip_tags: str | None = None, fail_on_change: bool = False, host: list[str] | None = None,
+              limit: str | None = None, forks: str | None = None, start_at: str | None = None, step: bool = False,
+              list_steps: bool = False, list_tags: bool = False, rebuild: str | None = None, no_cache: bool = False,
               source: list[str] | None = None, mirror: str | None = None, prefix: str | None = None,
               account: str | None = None, accept_new_host_keys: bool = False, playbook: str | None = None,
               json: str | None = None, verbose: bool = False, debug: bool = False) -> None:

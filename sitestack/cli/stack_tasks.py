@@ -232,6 +232,7 @@ def gc(c: Context, max_size: str | None = None, max_age: str | None = None, dry_
        debug: bool = False) -> None:
     """Remove the site's retired stack generations nothing can use any more; with --max-size/--max-age, trim
     the build cache too (built artefacts; source tarballs are kept)."""
+    from sitestack.core.quoting import printable
     from sitestack.engine import inventory, lifecycle, results
     from sitestack.engine import playbook as pb
 
@@ -242,12 +243,12 @@ def gc(c: Context, max_size: str | None = None, max_age: str | None = None, dry_
         options = run_options(c, hosts=(host,) if host else (), prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys)
         results.check_target(json)
-        fates = lifecycle.collect(loaded, options, dry_run=dry_run, report=print)
         gone: list[tuple[str, int]] = []
-        if limit is not None or days is not None:
+        if limit is not None or days is not None:   # first: a cache that is not sitestack's stops gc before any removal
             gone = inventory.gc(loaded, options, max_age_days=days, max_bytes=limit, dry_run=dry_run)
-        lines = [f"{v.path}: {'would be ' + v.why if dry_run and v.removed else v.why}" for v in fates]
-        lines += [f"{'would remove' if dry_run else 'removed'} {path} ({size} bytes)" for path, size in gone]
+        fates = lifecycle.collect(loaded, options, dry_run=dry_run, report=print)
+        lines = [f"{printable(v.path)}: {'would be ' + v.why if dry_run and v.removed else v.why}" for v in fates]
+        lines += [f"{'would remove' if dry_run else 'removed'} {printable(path)} ({size} bytes)" for path, size in gone]
         lines.append(f"{sum(v.removed for v in fates)} retired generation(s) {'to remove' if dry_run else 'removed'}, "
                      f"{sum(not v.removed for v in fates)} kept; {len(gone)} artefact(s), "
                      f"{sum(s for _, s in gone)} bytes{' (dry run)' if dry_run else ''}")

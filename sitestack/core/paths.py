@@ -12,8 +12,10 @@ docs/ and benchmarks/ are the checkout's only (the docs reference generator, ``i
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from sitestack.core import envvars
+from sitestack.core.errors import InputError
 
 #: The package directory (``sitestack/``).
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -28,9 +30,12 @@ DATA_ENV = "SITESTACK_DATA_DIR"
 
 def data_dir() -> Path:
     """The data directory, as the module docstring orders them."""
-    configured = os.environ.get(DATA_ENV)
+    try:
+        configured = envvars.get(DATA_ENV)
+    except InputError:   # refused, naming the variable, when a task starts (envvars.check_all)
+        configured = None
     if configured:
-        return Path(configured).expanduser().resolve()
+        return Path(configured).resolve()
     if all((REPO / name).is_dir() for name in DATA_FOLDERS):
         return REPO
     return PACKAGE / "_data"

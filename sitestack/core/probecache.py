@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sitestack.core import envvars
 from sitestack.core.files import atomic_write
 from sitestack.core.hostbase import Completed, Host, shell_line, with_umask
 from sitestack.core.paths import derived_cache
@@ -46,7 +47,7 @@ RACY = 2.0
 
 
 def enabled() -> bool:
-    return os.environ.get("SITESTACK_PROBE_CACHE", "").lower() not in ("off", "0", "no", "false")
+    return envvars.switched_on("SITESTACK_PROBE_CACHE")
 
 
 def cached_probe(host: Host, argv: Sequence[str], vouchers: Callable[[Completed], Sequence[str] | None], *,

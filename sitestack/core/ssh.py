@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sitestack.core import envvars
 from sitestack.core.errors import ConnectionLost, InputError, SitestackError
 from sitestack.core.hostbase import Host, shell_line, with_umask
 from sitestack.core.redact import redact
@@ -223,10 +224,8 @@ def check_ssh_config(target: str) -> None:
     """Refuse a bad SSH setup before anything connects, with one message: a
     ``$SITESTACK_SSH_CONFIG`` that is not a file, or a config whose ``Port`` for ``target`` is not
     a port number (Fabric would raise a bare ValueError from deep inside)."""
-    config_path = os.environ.get("SITESTACK_SSH_CONFIG")
+    config_path = envvars.get("SITESTACK_SSH_CONFIG")   # an existing file, or an error naming the variable
     path = config_path or os.path.expanduser("~/.ssh/config")
-    if config_path and not os.path.isfile(config_path):
-        raise InputError("SITESTACK_SSH_CONFIG", f"{config_path}: no such file (the SSH config to use)")
     if not os.path.isfile(path):
         return
     try:
@@ -250,7 +249,7 @@ def ssh_host(name: str, address: str | None = None, *, user: str | None = None, 
     import fabric
     import paramiko
 
-    config = _fabric_config(os.environ.get("SITESTACK_SSH_CONFIG"))
+    config = _fabric_config(envvars.get("SITESTACK_SSH_CONFIG"))
     target = address or name
     connection = fabric.Connection(target, user=user, port=port, connect_timeout=int(connect_timeout), config=config)
     # The target and every ProxyJump gateway Fabric made from the config check host keys alike.

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sitestack.core import envvars
 from sitestack.core.files import atomic_write, signature
 from sitestack.core.paths import derived_cache
 from sitestack.core.private import private_dir
@@ -50,7 +51,7 @@ def cached_text(search_path: Sequence[str | Path], inputs: str, render: Callable
     """``render()``, or the text it returned before for the same ``inputs`` (a complete, deterministic
     description of what is rendered, e.g. the repr of frozen dataclasses), the same files under
     ``search_path`` and the same sitestack code."""
-    if os.environ.get("SITESTACK_RENDER_CACHE", "").lower() in ("off", "0", "no", "false"):
+    if not envvars.switched_on("SITESTACK_RENDER_CACHE"):
         return render()
     directory = derived_cache("renders")
     if directory is None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from sitestack.core import envvars
 from sitestack.core.errors import InputError
 from sitestack.core.files import atomic_write, signature_of
 from sitestack.core.paths import derived_cache
@@ -177,7 +178,7 @@ RACY = 2.0
 
 
 def _cache_key(path: Path, info: os.stat_result) -> str | None:
-    if os.environ.get("SITESTACK_PARSE_CACHE", "").lower() in ("off", "0", "no", "false"):
+    if not envvars.switched_on("SITESTACK_PARSE_CACHE"):
         return None
     ident = f"{PARSE_FORMAT}|{path.resolve()}|" + "|".join(map(str, signature_of(info)))
     return hashlib.sha256(ident.encode()).hexdigest()[:40]

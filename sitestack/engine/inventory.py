@@ -18,9 +18,10 @@ from typing import Any
 
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
+from sitestack.core.quoting import printable
 from sitestack.engine.playbook import connect, context_for
 from sitestack.engine.select import select_hosts
-from sitestack.installs.installer import build_cache
+from sitestack.installs.installer import CACHE_MARKER, build_cache
 from sitestack.installs.stamp import STAMP, install_lock, lock_path
 from sitestack.installs.venv_stack import module_root
 from sitestack.model.context import RunOptions
@@ -134,19 +135,31 @@ def uninstall(host: Host, found: Inventory, spec: str, report: Callable[[str], N
     return dest
 
 
+#: Lists a build cache's artefacts, NUL-terminated (an entry's name may hold any character, a newline
+#: too): ``mtime size entry``; refuses (exit 3) a directory that is not sitestack's cache ($2: the marker).
+_CACHE_LIST = ('[ -d "$1" ] || exit 0; [ -f "$1/$2" ] || [ "$3" = legacy ] || exit 3; cd "$1" || exit 1; '
+               'for d in */*/artefact.json; do [ -f "$d" ] || continue; d=${d%/*}; '
+               's=$(du -sb -- "$d"); printf "%s %s %s\\0" "$(stat -c %Y -- "$d")" "${s%%[!0-9]*}" "$d"; done')
+
+
 def gc_cache(host: Host, cache_root: str, *, max_age_days: float | None, max_bytes: int | None,
-             dry_run: bool) -> list[tuple[str, int]]:
+             dry_run: bool, legacy: bool = False) -> list[tuple[str, int]]:
     """Remove build artefacts (``<cache>/<recipe>/<digest>``, the entries with an artefact.json)
     stored more than ``max_age_days`` ago, then the oldest until the rest fits in ``max_bytes``.
     Source tarballs and build tools in the cache are kept (an air-gapped site may have no other
     copy). A run that needs a removed artefact builds it again. Returns (entry, bytes) removed
-    (or, with ``dry_run``, that would be)."""
-    script = ('cd "$1" 2>/dev/null || exit 0; for d in */*/artefact.json; do [ -f "$d" ] || continue; d=${d%/*}; '
-              'printf "%s %s %s\\n" "$(stat -c %Y "$d")" "$(du -sb "$d" | cut -f1)" "$d"; done')
-    out = host.probe(["bash", "-c", script, "sitestack", cache_root])
+    (or, with ``dry_run``, that would be).
+
+    ``cache_root`` must hold sitestack's marker (``.sitestack-cache``, which builds write), unless
+    ``legacy`` (the default cache, which builds made before the marker existed): any other
+    directory is refused, naming $SITESTACK_BUILD_CACHE, and nothing is removed."""
+    out = host.probe(["bash", "-c", _CACHE_LIST, "sitestack", cache_root, CACHE_MARKER, "legacy" if legacy else ""])
+    if out.rc == 3:
+        raise InputError("SITESTACK_BUILD_CACHE", f"{printable(cache_root)} is not a sitestack build cache (it has no "
+                         f"{CACHE_MARKER}, which a build that uses the cache writes): nothing removed")
     if not out.ok:
-        raise SitestackError(f"cannot read the build cache {cache_root}: {out.stderr.strip()}")
-    entries = sorted((int(t), int(b), p) for t, b, p in (line.split(" ", 2) for line in out.stdout.splitlines()))
+        raise SitestackError(f"cannot read the build cache {printable(cache_root)}: {printable(out.stderr.strip())}")
+    entries = sorted((int(t), int(b), p) for t, b, p in (item.split(" ", 2) for item in out.stdout.split("\0") if item))
     now = time.time()
     doomed = [e for e in entries if max_age_days is not None and now - e[0] > max_age_days * 86400]
     kept = [e for e in entries if e not in doomed]
@@ -182,6 +195,6 @@ def gc(site: Site, options: RunOptions, *, max_age_days: float | None, max_bytes
     host, _, _ = open_site(site, options, read_only=dry_run)
     try:
         return gc_cache(host, build_cache(host, options), max_age_days=max_age_days, max_bytes=max_bytes,
-                        dry_run=dry_run)
+                        dry_run=dry_run, legacy=options.build_cache is None)
     finally:
         host.close()

@@ -20,20 +20,16 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import Task
 
+from sitestack.core import envvars
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.redact import redact
+from sitestack.engine.settings import SETTING_ENV, SETTINGS
 
 if TYPE_CHECKING:
     from sitestack.core.report import HostRun, Reporter
     from sitestack.model.context import RunOptions
 
-#: The ``sitestack:`` section of Invoke's configuration (invoke.yaml beside tasks.py, ~/.invoke.yaml,
-#: /etc/invoke.yaml, ``-f FILE``, INVOKE_SITESTACK_* variables): defaults for options (docs/cli.md).
-#: None: not set. Invoke only reads an INVOKE_SITESTACK_X variable for a key declared here.
-SETTINGS: dict[str, Any] = {"account": None, "prefix": None, "sources_dir": None, "mirror": None,
-                            "log_dir": None, "forks": None}
-#: The SITESTACK_* environment variables that come before the configuration files.
-SETTING_ENV = {"account": "SITESTACK_ACCOUNT", "log_dir": "SITESTACK_LOG_DIR"}
+__all__ = ["SETTINGS", "SETTING_ENV"]   # the ``sitestack:`` section (sitestack/engine/settings.py)
 
 
 #: What asks for a task's help after its name (``invoke nccl-log --help``).
@@ -64,10 +60,38 @@ class SitestackTask(Task[Any]):
         return opts
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the task, once its options and the SITESTACK_* variables are checked: a bad one is
+        one ``error:`` line naming it (exit 1), before anything runs."""
         if any(kwargs.get(name) in HELP_FLAGS for name in self.positional):
             print_task_help(self)
             return None
+        try:
+            check_given(self, kwargs)
+            envvars.check_all()
+        except InputError as exc:
+            if kwargs.get("debug"):
+                import traceback
+
+                traceback.print_exc()
+            raise Exit(f"error: {exc}", code=1) from None
         return super().__call__(*args, **kwargs)
+
+
+def check_given(task: Task[Any], kwargs: dict[str, Any]) -> None:
+    """An option given an empty or all-blank value is refused, naming it: it would otherwise mean the
+    option's default (``--limit ''``: every host; ``--rocm ''``: the site's ROCm), not what was asked."""
+    for name, value in kwargs.items():
+        values = value if isinstance(value, list) else [value]
+        if name not in task.positional and any(isinstance(v, str) and not v.strip() for v in values) \
+                and value != _default(task, name):
+            raise InputError(f"--{name.replace('_', '-')}", f"{value!r} is empty: give a value, or leave the option out")
+
+
+def _default(task: Task[Any], name: str) -> Any:
+    import inspect
+
+    parameter = inspect.signature(task.body).parameters.get(name)
+    return None if parameter is None else parameter.default
 
 
 def print_task_help(task: Task[Any]) -> None:
@@ -97,8 +121,8 @@ def setting(c: Context, key: str, value: Any = None) -> Any:
     if value is not None:
         return value
     env = SETTING_ENV.get(key)
-    if env and os.environ.get(env):
-        return os.environ[env]
+    if env and envvars.get(env) is not None:
+        return envvars.get(env)
     section = c.config.get("sitestack") or {}
     configured = section.get(key) if hasattr(section, "get") else None
     if configured is None or configured == "":
@@ -153,10 +177,13 @@ def finish(command: str, runs: Sequence[HostRun], report: Reporter, *, check: bo
 
 
 def split_list(value: str | None, option: str = "") -> tuple[str, ...]:
-    """``"a,b, c"`` -> ``("a", "b", "c")``; an empty item (``",,,"``, ``"a,,b"``) is an error naming
-    ``option``: it would otherwise select nothing, or everything."""
-    if not value:
+    """``"a,b, c"`` -> ``("a", "b", "c")``; None (not given) -> ``()``. An empty or blank value (``''``,
+    ``'  '``) or an empty item (``",,,"``, ``"a,,b"``) is an error naming ``option``: it would otherwise
+    select nothing, or everything (``--limit ''``: every host)."""
+    if value is None:
         return ()
+    if not value.strip():
+        raise InputError(option or "option", f"{value!r} is empty (a comma-separated list of names)")
     items = tuple(v.strip() for v in value.split(","))
     if not all(items):
         raise InputError(option or "option", f"{value!r} has an empty item (a comma-separated list of names)")
@@ -201,7 +228,7 @@ def account_option(value: str | None) -> str | None:
     """--account, else $SITESTACK_ACCOUNT; checked as every run option is (:class:`RunOptions`)."""
     from sitestack.model.context import RunOptions
 
-    account = value if value is not None else (os.environ.get("SITESTACK_ACCOUNT") or None)
+    account = value if value is not None else envvars.get("SITESTACK_ACCOUNT")
     RunOptions(account=account)
     return account
 

@@ -31,12 +31,17 @@ from sitestack.installs.target import Target, build_plan, check_commands, env_ar
 from sitestack.installs.toolchain import Toolchain
 from sitestack.model.context import RunOptions
 
+#: The file that marks a directory as a build cache of sitestack's: ``gc`` trims no other (a cache made
+#: before the marker existed gets it from the next build that uses it).
+CACHE_MARKER = ".sitestack-cache"
+
 #: Removes what killed builds left besides dest's siblings (:func:`sitestack.installs.generations.clean_stale`):
-#: their build dirs, cache entries half-stored more than an hour ago.
+#: their build dirs, cache entries half-stored more than an hour ago; marks the cache as sitestack's.
 CLEAN_SCRIPT = r"""
-build_root=$1 work_glob=$2 cache_root=$3
+build_root=$1 work_glob=$2 cache_root=$3 marker=$4
 for d in "$build_root"/$work_glob; do [ -e "$d" ] && rm -rf -- "$d" 2>/dev/null; done
 find "$cache_root" -mindepth 2 -maxdepth 2 -name '.*.tmp-*' -mmin +60 -exec rm -rf -- {} + 2>/dev/null
+[ -d "$cache_root" ] && [ ! -L "$cache_root/$marker" ] && [ ! -e "$cache_root/$marker" ] && : > "$cache_root/$marker"
 exit 0
 """
 
@@ -139,7 +144,7 @@ class Installer:
         t = self.target
         glob = f"{t.recipe.name}-{t.version}-{self.dest_key}-*"
         generations.clean_stale(self.host, generations.read_history(self.host, t.dest))
-        self.host.run(["bash", "-c", CLEAN_SCRIPT, "sitestack", self.build_root, glob, self.cache_root])
+        self.host.run(["bash", "-c", CLEAN_SCRIPT, "sitestack", self.build_root, glob, self.cache_root, CACHE_MARKER])
 
     def cached_artefact(self) -> str | None:
         """The cache entry's artefact when its sha256 is the manifest's; a damaged entry is removed."""
@@ -239,6 +244,7 @@ class Installer:
         self.progress.phase("cache", self.cache_entry)
         tmp = f"{self.cache_root}/{t.recipe.name}/.{self.build_digest}.tmp-{self.token}"
         self.sh(["mkdir", "-p", tmp])
+        self.host.probe(["sh", "-c", '[ -e "$1" ] || [ -L "$1" ] || : > "$1"', "sh", f"{self.cache_root}/{CACHE_MARKER}"])
         if kind == "wheel":
             out = self.host.probe(["bash", "-c", 'ls -1 "$1"/*.whl', "sitestack", layout.stage])
             wheels = out.stdout.split() if out.ok else []

@@ -11,13 +11,13 @@ refused with both sums: nothing is built from it.
 from __future__ import annotations
 
 import hashlib
-import os
 import tarfile
 import tempfile
 import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 
+from sitestack.core import envvars
 from sitestack.core.errors import SitestackError
 from sitestack.core.files import atomic_stream, atomic_write
 from sitestack.core.private import make_private, private_dir
@@ -31,14 +31,14 @@ class ChecksumMismatch(SitestackError):
 def cache_dir() -> Path:
     """The controller's source cache ($SITESTACK_SOURCE_CACHE, else ~/.cache/sitestack/sources, private;
     what sitestack makes under either is 0700, whatever the umask: :mod:`sitestack.core.private`)."""
-    given = os.environ.get("SITESTACK_SOURCE_CACHE")
+    given = envvars.get("SITESTACK_SOURCE_CACHE")
     if given:
         return Path(given)
     return private_dir(Path.home() / ".cache" / "sitestack") / "sources"
 
 
 def env_mirrors() -> list[Path]:
-    return [Path(p) for p in os.environ.get("SITESTACK_MIRROR", "").split(os.pathsep) if p]
+    return [Path(p) for p in envvars.get("SITESTACK_MIRROR") or ()]
 
 
 def sha256_file(path: Path) -> str:

@@ -30,6 +30,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from sitestack.core import envvars
 from sitestack.core.errors import CommandFailed
 from sitestack.installs.installer import build_cache
 from sitestack.installs.venv_env import EnvTools, program
@@ -42,8 +43,7 @@ CLONE = program("venv_clone")
 
 def template_mode() -> str:
     """link (default), copy, or off: ``$SITESTACK_VENV_TEMPLATE``."""
-    mode = os.environ.get("SITESTACK_VENV_TEMPLATE", "link").strip().lower()
-    return mode if mode in ("link", "copy", "off") else "link"
+    return str(envvars.get("SITESTACK_VENV_TEMPLATE") or "link")
 
 
 class VenvTemplates:

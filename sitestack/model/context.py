@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sitestack.core import envvars
 from sitestack.core.errors import InputError
 from sitestack.core.quoting import control_problem
 from sitestack.model.site import Facts, Site
@@ -25,28 +26,22 @@ RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def _env_str(name: str) -> str | None:
-    return os.environ.get(name) or None
+    value = envvars.get(name)
+    return None if value is None else str(value)
 
 
 def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    try:
-        return float(value) if value else default
-    except ValueError:
-        return default
+    value = envvars.get(name)
+    return default if value is None else float(value)
 
 
 #: --host: [user@]host[:port], the forms ssh and Fabric accept.
 HOST_OPTION = re.compile(r"(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*)"
                          r"(?::(?P<port>[0-9]+))?")
 #: --account: a project or account name (letters, digits, . _ -), never a path.
-ACCOUNT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-#: Directories no install prefix may be: the prefix's layout step would take them over (their
-#: mode is set to 0755: /tmp would lose its sticky bit).
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
-                         "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/tmp"})
+ACCOUNT = envvars.ACCOUNT
+#: Directories no install prefix may be (:data:`sitestack.core.envvars.SYSTEM_DIRS`).
+SYSTEM_DIRS = envvars.SYSTEM_DIRS
 
 
 def check_path_option(option: str, value: str | None) -> None:

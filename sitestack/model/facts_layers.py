@@ -8,11 +8,11 @@ shipped playbook (a partition name, a smaller login node), and that holds for ev
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sitestack.core import envvars
 from sitestack.core.errors import InputError
 from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
 
@@ -28,9 +28,7 @@ SITE_WIDE = ("prefix", "marker", "description")
 def local_layers() -> list[MarkedDict]:
     """The ``facts:`` mappings of the files ``$SITESTACK_FACTS`` names, in order."""
     layers = []
-    for name in [f for f in os.environ.get(LOCAL_FACTS, "").split(os.pathsep) if f]:
-        if not os.path.isabs(name):
-            raise InputError(LOCAL_FACTS, f"{name!r} is not an absolute path")
+    for name in envvars.get(LOCAL_FACTS) or ():   # absolute paths, or an error naming the variable
         extra = load_yaml(Path(name))
         where = display_path(Path(name))
         for key in extra:
