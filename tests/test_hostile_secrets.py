@@ -404,3 +404,17 @@ def test_a_refused_requirement_line_is_shown_redacted(tmp_path: Path, home: Path
     assert out.returncode == 1 and "https://***@h.example/simple" in out.stdout + out.stderr, out.stdout + out.stderr
     assert_no_secret(out, home, tmp_path / "logs")
     assert not (tmp_path / "prefix").exists()
+
+
+@pytest.mark.parametrize(("key", "value"), [("PIP_INDEX_URL", f"https://alice:{SECRET}@pypi.example.org/simple"),
+                                            ("PIP_EXTRA_INDEX_URL", f"https://tok{SECRET}@pypi.example.org/simple"),
+                                            ("HF_TOKEN", SECRET)])
+def test_a_credential_in_facts_env_is_refused(key: str, value: str, tmp_path: Path):
+    """facts.env goes into world-readable module files and job scripts: a credential there is refused
+    at load time, naming the key, before anything is written."""
+    from tests.test_hostile import Case, assert_refused_cleanly, git_status, run_case, setter
+    before = git_status()
+    case = Case(f"env-{key}", r"book/local\.yml:\d+", edit=setter(f"facts.env.{key}", value), expect=f"env.{key}")
+    result, paths = run_case(case, tmp_path)
+    assert_refused_cleanly(case, result, paths, before)
+    assert SECRET not in result.stdout + result.stderr

@@ -127,7 +127,8 @@ def uninstall(host: Host, found: Inventory, spec: str, report: Callable[[str], N
     script = ('set -e; dest=$1 gone=$2; tree=""; '
               'if [ -L "$dest" ]; then tree=$(readlink "$dest"); fi; '
               'mv -T -- "$dest" "$gone"; rm -rf -- "$gone"; '
-              'case "$tree" in ""|*/*) ;; *) rm -rf -- "$(dirname "$dest")/$tree" ;; esac')
+              # only a generation beside the link: never a path, nor . or .. (the prefix itself)
+              'case "$tree" in ""|*/*|.|..) ;; *) rm -rf -- "$(dirname "$dest")/$tree" ;; esac')
     with install_lock(host, lock_path(dest), 600.0, report, f"[{host.name}] {name}@{matches[0]['version']}"):
         if not host.exists(f"{dest}/{STAMP}"):
             raise SitestackError(f"{dest} went away while waiting for its lock")

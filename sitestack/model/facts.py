@@ -18,6 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from sitestack.core import schema, versions
 from sitestack.core.quoting import SHELL_NAME
+from sitestack.core.redact import has_secret
 from sitestack.model.container_facts import Container as Container
 from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC
 from sitestack.model.validation_facts import BusBandwidth as BusBandwidth
@@ -294,6 +295,11 @@ class Facts:
         # a relative marker would be looked up from the remote shell's working directory
         if self.marker is not None and not self.marker.startswith(("/", "{")):
             return f"marker: {self.marker!r} must be an absolute path (e.g. /opt/cray/pe)"
+        # module files, job scripts and launch helpers are world-readable: no credential may go there
+        secret = next((name for name, value in self.env.items() if has_secret(f"{name}={value}")), None)
+        if secret:
+            return (f"env.{secret}: holds a credential, and the module files and job scripts it would go into are "
+                    "readable by every user: give it to pip by ~/.netrc or the user's own environment")
         unknown = [name for name in self.env_defaults if name not in self.env]
         if unknown:
             return f"env_defaults: {', '.join(unknown)} not in env (a default needs its value there)"
