@@ -418,3 +418,16 @@ def test_a_credential_in_facts_env_is_refused(key: str, value: str, tmp_path: Pa
     result, paths = run_case(case, tmp_path)
     assert_refused_cleanly(case, result, paths, before)
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_credential_in_a_requirement_of_the_stack_is_refused(tmp_path: Path):
+    """facts.torch.extras are listed in the stack's manifest, readable by every user: a URL with
+    credentials there is refused at load time (index_url's go to pip by environment instead)."""
+    from tests.test_hostile import Case, assert_refused_cleanly, git_status, run_case, setter
+    before = git_status()
+    case = Case("extras-credential", r"book/local\.yml:\d+",
+                edit=setter("facts.torch.extras", [f"tool @ https://alice:{SECRET}@files.example.org/tool-1.0.tar.gz"]),
+                expect="holds a credential")
+    result, paths = run_case(case, tmp_path)
+    assert_refused_cleanly(case, result, paths, before)
+    assert SECRET not in result.stdout + result.stderr

@@ -221,6 +221,9 @@ class Torch:
             problem = requirement_problem(extra)
             if problem:
                 return f"extras: {problem}"
+            if has_secret(extra):   # the stack's manifest lists its requirements for every user to read
+                return ("extras: a requirement holds a credential: put it in ~/.netrc, or give the index by "
+                        "index_url (its credentials reach pip by environment only)")
         if self.index_url is not None and not re.match(r"(https?|file)://[^\s'\"`$]+$", self.index_url):
             return f"index_url: {self.index_url!r} must be an http(s) or file URL"
         return None
