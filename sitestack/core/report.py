@@ -14,6 +14,7 @@ from typing import TextIO
 
 from sitestack.core.redact import redact
 from sitestack.core.step import Result
+from sitestack.programs.visible import printable
 
 
 @dataclass
@@ -60,9 +61,12 @@ class Reporter:
         self._logs: dict[str, Path] = {}
 
     def _print(self, text: str, host: str | None = None) -> None:
+        """``text`` to the console, shown with :func:`~sitestack.programs.visible.printable` (a step's
+        message may quote a command's output or a job's log: escape sequences in it are shown, not
+        acted on), and as it is (redacted) to ``host``'s log."""
         with self._lock:
             if not self.quiet:
-                print(text, file=self.stream, flush=True)
+                print(printable(text), file=self.stream, flush=True)
             if host in self._logs:
                 with open(self._logs[host], "a", encoding="utf-8") as handle:
                     handle.write(redact(text) + "\n")
@@ -101,7 +105,7 @@ class Reporter:
         own log file already has it."""
         if not self.quiet:
             with self._lock:
-                print(f"[{host}] | {line}", file=self.stream, flush=True)
+                print(printable(f"[{host}] | {line}"), file=self.stream, flush=True)
 
     def note(self, text: str, host: str | None = None) -> None:
         """A progress line; with ``host``, also into that host's log (provision.log)."""

@@ -21,6 +21,7 @@ from invoke.exceptions import Exit
 from invoke.tasks import Task
 
 from sitestack.core.errors import InputError, SitestackError
+from sitestack.programs import visible
 
 if TYPE_CHECKING:
     from sitestack.core.report import HostRun, Reporter
@@ -219,7 +220,8 @@ def errors_to_exit(debug: bool = False) -> Iterator[None]:
             import traceback
 
             traceback.print_exc()
-        raise Exit(f"error: {exc}", code=1) from None
+        # the message may quote a command's output or a file: shown, never acted on by the terminal
+        raise Exit(f"error: {visible.printable(str(exc))}", code=1) from None
     except KeyboardInterrupt:
         raise Exit("interrupted", code=130) from None
 
