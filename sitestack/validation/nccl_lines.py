@@ -25,7 +25,9 @@ from typing import BinaryIO
 
 try:  # imported as part of sitestack
     from ..programs.visible import printable, without_sequences
-except ImportError:  # run on its own, beside visible.py (the validation job's directory)
+except ImportError:  # run on its own: beside visible.py (the validation job's directory), or in a checkout
+    if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible.py")):
+        sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "programs"))
     from visible import printable, without_sequences  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 NO_HOST = "?"
@@ -70,11 +72,12 @@ class Line:
     lineno: int
 
 
-#: The most bytes of one line that are read: NCCL's own lines are shorter than 1 KiB, a CloudWatch
-#: export's row of several columns a few KiB. The rest of a longer line is skipped unread, in pieces of
-#: :data:`SKIP_PIECE` bytes (so a file with no newline at all, /dev/zero, costs no memory).
+#: The most bytes of one line that are kept: NCCL's own lines are shorter than 1 KiB, a CloudWatch
+#: export's row of several columns a few KiB. The rest of a longer line is read in blocks of
+#: :data:`SKIP_PIECE` bytes and dropped (so a file with no newline at all costs no memory).
 LINE_MAX = 16 * 1024
 SKIP_PIECE = 1 << 20
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 #: The most NCCL messages kept from all the logs read together (a message holds a few hundred bytes:
 #: some 100 MiB at most; 16 ranks write about 10 000 at NCCL_DEBUG=INFO). Past it the rest of the
 #: logs is not read, and the verdict says so (:attr:`Reader.notes`).
@@ -106,16 +109,26 @@ class Reader:
             self._line(raw)
 
     def read_file(self, handle: BinaryIO) -> None:
-        """Read an open binary file to its end (or until :data:`MESSAGES_MAX`), one line at a time."""
-        while not self.full:
-            raw = handle.readline(LINE_MAX)
-            if not raw:
-                return
-            if len(raw) == LINE_MAX and not raw.endswith(b"\n"):
-                self.cut += 1
-                while (rest := handle.readline(SKIP_PIECE)) and not rest.endswith(b"\n"):
-                    pass  # the rest of an over-long line, dropped as it is read
-            self.feed(raw.decode("utf-8", errors="replace"))
+        """Read an open binary file to its end (or until :data:`MESSAGES_MAX`), in blocks of
+        :data:`SKIP_PIECE` bytes cut into lines at each newline or carriage return (a progress bar's
+        updates hold no newline: an NCCL warning after them is a line of its own)."""
+        line, over = b"", False  # the line not ended yet (at most LINE_MAX bytes), whether it was longer
+        while not self.full and (block := handle.read(SKIP_PIECE)):
+            *ended, rest = _LINE_END.split(block)
+            for part in ended:
+                self._bytes(line if over else line + part, over)
+                line, over = b"", False
+            if not over:
+                line += rest
+                if len(line) > LINE_MAX:
+                    line, over = line[:LINE_MAX], True
+        if (line or over) and not self.full:
+            self._bytes(line, over)
+
+    def _bytes(self, raw: bytes, over: bool) -> None:
+        if over or len(raw) > LINE_MAX:
+            raw, self.cut = raw[:LINE_MAX], self.cut + 1
+        self.feed(raw.decode("utf-8", errors="replace"))
 
     def notes(self) -> list[str]:
         """What was left unread, in words (none when everything was read)."""

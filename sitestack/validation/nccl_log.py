@@ -12,9 +12,10 @@ user already has::
 
 Contract:
 
-- Bounded: :func:`read_logs` reads regular files only, line by line, each line up to 16 KiB
-  (``LINE_MAX``: the rest of a longer line is skipped unread) and at most 250 000 NCCL messages
-  (``MESSAGES_MAX``: the rest of the logs is not read); the verdict notes either. Time is linear in
+- Bounded: :func:`read_logs` reads regular files only, line by line (a carriage return ends a line
+  too), each line up to 16 KiB (``LINE_MAX``: the rest of a longer line is dropped as it is read)
+  and at most 250 000 NCCL messages (``MESSAGES_MAX``: the rest of the logs is not read); the
+  verdict notes either. Time is linear in
   the logs' size, memory bounded whatever it is; terminal escape sequences in a log become spaces
   and its other control characters visible escapes (``\\x1b``), so the report acts on no terminal.
 - :func:`parse` reads every log format NCCL and RCCL have printed since NCCL 2.4: lines
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     """``nccl_log.py FILE...``: exit 0 on PASS or WARN, 1 on FAIL, 2 on unreadable input."""
     p = argparse.ArgumentParser(description="Which network did NCCL/RCCL use? Reads NCCL_DEBUG=INFO logs.",
                                 epilog=f"Bounds: each line is read up to {LINE_MAX // 1024} KiB (the rest of a longer "
-                                f"line is skipped); at most {MESSAGES_MAX} NCCL messages are kept from all the files "
+                                f"line is dropped); at most {MESSAGES_MAX} NCCL messages are kept from all the files "
                                 "(the rest is not read); the verdict notes either.")
     p.add_argument("files", nargs="+", metavar="FILE", help="log files, regular files only (their lines are read together)")
     p.add_argument("--expect-transport", choices=("ofi", "ib", "ibext", "socket"), help="the network the site expects")
