@@ -22,7 +22,8 @@ STANDALONE = {"programs"}
 #: Modules of the validation package that run on the site on their own (no sitestack imports): the
 #: check program's entry point and every module of its package, its report and plot, the NCCL log reader.
 STANDALONE_MODULES = {"sitestack.validation.ddp_check", "sitestack.validation.ddp_report", "sitestack.validation.report_plot",
-                      "sitestack.validation.nccl_log", "sitestack.validation.nccl_parse", "sitestack.validation.nccl_nodes"}
+                      "sitestack.validation.nccl_log", "sitestack.validation.nccl_lines", "sitestack.validation.nccl_parse",
+                      "sitestack.validation.nccl_nodes"}
 #: Packages shipped whole beside those modules: each of their modules is standalone too.
 STANDALONE_PACKAGES = ("sitestack.validation.ddpcheck",)
 

@@ -23,6 +23,7 @@ from sitestack.core.step import Step
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand_all
 from sitestack.model.site import plain_data as _plain
+from sitestack.programs import visible
 
 
 class Action(Step):
@@ -71,14 +72,11 @@ class Action(Step):
 
 
 
-#: Control characters but tab and newline (and DEL, C1): shown escaped in a diff.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def printable(text: str) -> str:
-    """``text`` with control characters as ``\\xNN``: a file on a host may hold terminal escape
-    sequences (a hand edit, a hostile user), and ``--diff`` prints it to the admin's terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` with control characters but tab and newline as ``\\xNN`` (:func:`sitestack.programs.visible.printable`):
+    a file on a host may hold terminal escape sequences (a hand edit, a hostile user), and ``--diff``
+    prints it to the admin's terminal."""
+    return visible.printable(text)
 
 
 def _lines(text: str) -> list[str]:

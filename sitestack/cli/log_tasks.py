@@ -8,10 +8,13 @@ from invoke.tasks import task
 
 from sitestack.cli.common import DATA_JSON_HELP, DEBUG_HELP, PLAYBOOK_HELP, SITE_HELP
 from sitestack.engine.task_glue import SitestackTask, errors_to_exit, playbook_path, split_list
+from sitestack.validation.nccl_lines import LINE_MAX, MESSAGES_MAX
 
 
 @task(klass=SitestackTask, auto_shortflags=False, positional=["files"], help={
-    "files": "NCCL_DEBUG=INFO log files of one run: paths or quoted globs, comma-separated (e.g. 'out/nccl/*.log')",
+    "files": "NCCL_DEBUG=INFO log files of one run: paths or quoted globs, comma-separated (e.g. 'out/nccl/*.log'); "
+             f"read line by line, each line up to {LINE_MAX // 1024} KiB, at most {MESSAGES_MAX} NCCL messages in all "
+             "(the verdict notes a cut)",
     "site": SITE_HELP + "; judge against what its facts expect (network plugin, libfabric provider, fabric)",
     "playbook": PLAYBOOK_HELP, "nodes": "multi (the run spanned nodes) or single; default: what the logs show (nNodes, local ranks, "
              "channels via NET, bootstrap addresses, host names), WARN when they cannot tell",

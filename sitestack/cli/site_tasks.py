@@ -97,7 +97,8 @@ PROVISION_HELP = {
     "limit": "only the playbook's hosts matching these names or patterns (comma-separated, e.g. 'login*')",
     "forks": "run at most N hosts at once (default: sitestack.forks, else 16)",
     "start-at": "skip the steps before this one (a step name, as the step listing shows it)",
-    "step": "ask before each step: (N)o/(y)es/(c)ontinue (answers from the terminal, or y/n/c lines on stdin)",
+    "step": "ask before each step: (N)o/(y)es/(c)ontinue (answers from the terminal, or y/n/c lines on stdin, "
+            "at most 64 KiB; another answer is refused)",
     "list-steps": "list the steps (name, action, tags, whether this run would run them) and exit",
     "list-tags": "list the tags and the steps that carry them, and exit",
     "rebuild": "build these recipes again from source though installed (comma-separated recipe names)",

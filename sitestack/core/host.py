@@ -13,9 +13,11 @@ import hashlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from invoke.context import Context
 from sitestack.core.errors import SitestackError
 from sitestack.core.files import atomic_write
 from sitestack.core.hostbase import UMASK, VOLATILE_ENV, Completed, Host, shell_line, with_umask
+from sitestack.core.lock import OWNER_MAX, InvalidOwner
 from sitestack.core.private import private_dir as private_dir  # where callers have found it
 from sitestack.core.ssh import SshHost, ssh_host
 
@@ -131,6 +134,33 @@ class LocalHost(Host):
 
     def lock_remove(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
+
+    def lock_owner(self, path: str) -> str | None:
+        # lstat, then an open that follows no symlink and does not wait (a FIFO's open would), and
+        # fstat on what was opened: only a regular file is read, at most OWNER_MAX + 1 bytes of it
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                raise InvalidOwner("is a symlink" if os.path.islink(path) else "is not a regular file")
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SitestackError(f"[{self.name}] cannot read {path}: {exc.strerror}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InvalidOwner("is not a regular file")
+            data = os.read(fd, OWNER_MAX + 1)
+        finally:
+            os.close(fd)
+        if len(data) > OWNER_MAX:
+            raise InvalidOwner(f"is larger than {OWNER_MAX} bytes")
+        return data.decode("utf-8", errors="replace")
+
+    def lock_older(self, path: str, seconds: int) -> bool:
+        try:
+            return time.time() - os.lstat(path).st_mtime > seconds
+        except OSError:
+            return False
 
 
 def own_venv() -> str | None:

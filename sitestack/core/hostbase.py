@@ -32,7 +32,7 @@ import invoke
 from invoke.context import Context
 
 from sitestack.core.errors import CommandFailed, MutationRefused, SitestackError
-from sitestack.core.lock import hold
+from sitestack.core.lock import OWNER_MAX, InvalidOwner, hold
 from sitestack.core.private import open_private
 from sitestack.core.redact import redact
 
@@ -292,9 +292,6 @@ class Host:
 
     # The lock's file operations (sitestack.core.lock.LockDirs), as shell commands: what works
     # over any Context; LocalHost does them through the OS.
-    def lock_mkdir(self, path: str) -> bool:
-        return self.probe(["mkdir", "--", path]).ok
-
     def lock_acquire(self, path: str, owner: str) -> bool:
         # One command (a no-op run over SSH takes a lock per install): the parent made (a lock file
         # of an older sitestack, flock, where the lock directory goes is replaced), the directory,
@@ -308,6 +305,27 @@ class Host:
 
     def lock_remove(self, path: str) -> None:
         self.probe(["rm", "-rf", "--", path])
+
+    def lock_owner(self, path: str) -> str | None:
+        # test -L/-f before reading: a FIFO's read would wait forever, a device never end; then at
+        # most OWNER_MAX + 1 bytes (more: not an owner file sitestack wrote). Exit 1: no owner file.
+        script = ('if [ -L "$1" ]; then echo "is a symlink"; exit 3; fi; [ -e "$1" ] || exit 1; '
+                  'if [ ! -f "$1" ]; then echo "is not a regular file"; exit 3; fi; head -c "$2" -- "$1"')
+        out = self.probe(["sh", "-c", script, "sh", path, str(OWNER_MAX + 1)])
+        if out.rc == 3:
+            raise InvalidOwner(out.stdout.strip())
+        if out.rc == 1 or (out.rc != 0 and not self.exists(path)):
+            return None
+        if out.rc != 0:
+            raise SitestackError(f"[{self.name}] cannot read {path}: {out.stderr.strip() or out.rc}")
+        if len(out.stdout.encode("utf-8", errors="surrogateescape")) > OWNER_MAX:
+            raise InvalidOwner(f"is larger than {OWNER_MAX} bytes")
+        return out.stdout
+
+    def lock_older(self, path: str, seconds: int) -> bool:
+        minutes = max(1, -(-seconds // 60))  # find's -mmin counts minutes; "./" keeps a path that starts with "-" a path
+        where = path if path.startswith("/") else "./" + path
+        return bool(self.probe(["find", where, "-maxdepth", "0", "-mmin", f"+{minutes}", "-print"]).stdout.strip())
 
     def close(self) -> None:
         """Release the connection (nothing to do locally)."""

@@ -14,9 +14,17 @@ dropped before it could clean up) is stale and taken over; the process start tim
 reused pid apart. A lock held from another machine is never taken over: the message names
 its holder and the directory to remove if that run is gone.
 
-Taking over goes through a second directory (``lock.d.break``) so that two waiters that both saw
-the same stale owner cannot remove each other's fresh lock: under it, the owner is read
-again and the lock removed only if it is still the stale one.
+Taking over goes through a second directory (``lock.d.break``, with an owner file of its own) so
+that two waiters that both saw the same stale owner cannot remove each other's fresh lock: under
+it, the owner is read again and the lock removed only if it is still the stale one. A ``lock.d.break``
+left behind (its maker killed in those few milliseconds) is removed when its owner is a process of
+this machine that is gone, or when it is older than :data:`BREAK_STALE_S` (an older sitestack made
+it without an owner file).
+
+Owner files are read only if they are regular files (not a symlink, FIFO or device: a FIFO's read
+would wait forever, ``/dev/zero`` never end), at most :data:`OWNER_MAX` bytes of them. Any other
+owner file was not written by sitestack: the lock is refused at once (:class:`LockHeld`, naming the
+directory to remove), never taken over, since nothing tells whether a run holds it.
 """
 
 from __future__ import annotations
@@ -31,8 +39,16 @@ from typing import Protocol
 
 from sitestack.core.errors import LockHeld, SitestackError
 
-_OWNER = re.compile(r"^pid (\d+) on (\S+) \(process start ([^,]*), locked at [^)]*\)$")
+_OWNER = re.compile(r"^pid (\d{1,9}) on (\S+) \(process start ([^,]*), locked at [^)]*\)$")
 POLL_S = 0.2
+#: The most bytes of an owner file read (an owner line is under 200).
+OWNER_MAX = 4096
+#: A ``lock.d.break`` older than this (seconds) is a leftover: the takeover it guards takes milliseconds.
+BREAK_STALE_S = 60
+
+
+class InvalidOwner(Exception):
+    """An owner file sitestack did not write: not a regular file, or larger than :data:`OWNER_MAX`."""
 
 
 class LockDirs(Protocol):
@@ -45,11 +61,13 @@ class LockDirs(Protocol):
         directory goes is replaced), then directory ``path`` and in it file ``owner`` with ``owner``;
         False when ``path`` already exists. One command on a host reached through a shell."""
 
-    def lock_mkdir(self, path: str) -> bool:
-        """Make directory ``path`` (its parent exists); False when it already exists."""
+    def lock_owner(self, path: str) -> str | None:
+        """The text of owner file ``path``, or None when it does not exist; :class:`InvalidOwner`
+        (saying what it is) when it is not a regular file (a symlink is not followed) or holds more
+        than :data:`OWNER_MAX` bytes. Never waits on it, never reads more than that."""
 
-    def read_text(self, path: str) -> str | None:
-        """The text of ``path``, or None when it does not exist."""
+    def lock_older(self, path: str, seconds: int) -> bool:
+        """Whether ``path`` exists and was last modified more than ``seconds`` ago."""
 
     def lock_remove(self, path: str) -> None:
         """Remove directory ``path`` and what is in it; nothing when it is gone."""
@@ -100,7 +118,11 @@ def hold(dirs: LockDirs, path: str, *, wait: float = 0,
     deadline = time.monotonic() + wait
     told = False
     while not dirs.lock_acquire(lock_dir, owner_line() + "\n"):
-        held = (dirs.read_text(f"{lock_dir}/owner") or "").strip()
+        try:
+            held = (dirs.lock_owner(f"{lock_dir}/owner") or "").strip()
+        except InvalidOwner as exc:
+            raise LockHeld(f"[{dirs.name}] {path} is locked, but its owner file {lock_dir}/owner {exc}: sitestack did not "
+                           f"write it; remove {lock_dir} if no run holds the lock") from None
         if held and is_stale(held) and _take_over(dirs, lock_dir, held):
             continue
         holder = held or "a run that has not written its owner file yet"
@@ -117,14 +139,36 @@ def hold(dirs: LockDirs, path: str, *, wait: float = 0,
             dirs.lock_remove(lock_dir)
 
 
+def _owner(dirs: LockDirs, path: str) -> str:
+    """The owner line in ``path`` ("" when there is none, or an owner file sitestack did not write)."""
+    try:
+        return (dirs.lock_owner(path) or "").strip()
+    except InvalidOwner:
+        return ""
+
+
 def _take_over(dirs: LockDirs, lock_dir: str, stale: str) -> bool:
     """Remove ``lock_dir`` if its owner is still ``stale``; False when another waiter is doing so."""
     breaker = lock_dir + ".break"
-    if not dirs.lock_mkdir(breaker):
+    mine = owner_line() + "\n"
+    if not dirs.lock_acquire(breaker, mine) and not (_clear_leftover(dirs, breaker) and dirs.lock_acquire(breaker, mine)):
         return False
     try:
-        if (dirs.read_text(f"{lock_dir}/owner") or "").strip() == stale:
+        if _owner(dirs, f"{lock_dir}/owner") == stale:
             dirs.lock_remove(lock_dir)
     finally:
         dirs.lock_remove(breaker)
+    return True
+
+
+def _clear_leftover(dirs: LockDirs, breaker: str) -> bool:
+    """Remove ``breaker`` if it was left behind: its maker is a process of this machine that is gone,
+    or it is older than :data:`BREAK_STALE_S`. Its owner is read again just before, so that a
+    breaker another waiter made meanwhile stays (a second leftover's race of a few microseconds remains)."""
+    maker = _owner(dirs, f"{breaker}/owner")
+    if not (maker and is_stale(maker)) and not dirs.lock_older(breaker, BREAK_STALE_S):
+        return False
+    if _owner(dirs, f"{breaker}/owner") != maker:
+        return False
+    dirs.lock_remove(breaker)
     return True

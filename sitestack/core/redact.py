@@ -26,8 +26,11 @@ from typing import Any
 
 MASK = "***"
 
-_SECRET_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:TOKEN|PASSWORD|PASSWD|SECRET|_KEY|APIKEY|CREDENTIALS?)[A-Za-z0-9_]*"
-_ASSIGNMENT = re.compile(rf"(?i)(?<![A-Za-z0-9_])({_SECRET_NAME})=('[^']*'|\"[^\"]*\"|\S+)")
+#: ``NAME=value`` (a name is matched whole, once per run of name characters) and the words that make
+#: a name secret, asked of that name alone: a pattern with the words between two runs of name
+#: characters would try each split of a long run again, quadratic in its length.
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=('[^']*'|\"[^\"]*\"|\S+)")
+_SECRET_WORD = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|_KEY|APIKEY|CREDENTIAL", re.I)
 #: ``scheme://USERINFO@``: userinfo is everything up to the last ``@`` before the host's first ``/``,
 #: ``?`` or ``#`` (RFC 3986 3.2.1; a password may hold ``@`` only percent-encoded, but a careless one
 #: is still hidden whole). Bounded character classes, no nesting: linear time on any input.
@@ -45,11 +48,15 @@ def _userinfo(match: re.Match[str]) -> str:
     return match.group(0) if match.group(2) in _PUBLIC_USERS else f"{match.group(1)}{MASK}@"
 
 
+def _assignment(match: re.Match[str]) -> str:
+    return f"{match.group(1)}={MASK}" if _SECRET_WORD.search(match.group(1)) else match.group(0)
+
+
 def redact(text: str) -> str:
     """``text`` with secret values replaced by ``***`` (see the module's docstring)."""
     if not text:
         return text
-    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}", text)
+    text = _ASSIGNMENT.sub(_assignment, text)
     if "://" in text:
         text = _USERINFO.sub(_userinfo, text)
         text = _PATH_TOKEN.sub(rf"\1{MASK}", text)

@@ -15,6 +15,7 @@ from typing import TextIO
 from sitestack.core.private import open_private
 from sitestack.core.redact import redact
 from sitestack.core.step import Result
+from sitestack.programs.visible import printable
 
 
 @dataclass
@@ -61,10 +62,13 @@ class Reporter:
         self._logs: dict[str, Path] = {}
 
     def _print(self, text: str, host: str | None = None) -> None:
+        """``text`` to the console, shown with :func:`~sitestack.programs.visible.printable` (a step's
+        message may quote a command's output or a job's log: escape sequences in it are shown, not
+        acted on), and as it is (redacted) to ``host``'s log."""
         text = redact(text)  # the console, as the logs, never shows a secret
         with self._lock:
             if not self.quiet:
-                print(text, file=self.stream, flush=True)
+                print(printable(text), file=self.stream, flush=True)
             if host in self._logs:
                 with open_private(self._logs[host]) as handle:
                     handle.write(text + "\n")
@@ -104,7 +108,7 @@ class Reporter:
         own log file already has it."""
         if not self.quiet:
             with self._lock:
-                print(redact(f"[{host}] | {line}"), file=self.stream, flush=True)
+                print(printable(redact(f"[{host}] | {line}")), file=self.stream, flush=True)
 
     def note(self, text: str, host: str | None = None) -> None:
         """A progress line; with ``host``, also into that host's log (provision.log)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sitestack.core.errors import InputError
 from sitestack.model.site import Site
+from sitestack.programs.visible import printable
 from sitestack.validation import nccl_log
 from sitestack.validation.jobs import nccl_expectation
 
@@ -50,12 +51,11 @@ def log_files(patterns: Sequence[str]) -> list[Path]:
 
 
 def read_logs(patterns: Sequence[str], site: Site | None, multi_node: bool | None = None) -> nccl_log.Verdict:
-    """The verdict on the logs ``patterns`` name, read together (one run's per-rank files)."""
+    """The verdict on the logs ``patterns`` name, read together (one run's per-rank files), line by
+    line within :func:`sitestack.validation.nccl_lines.read_files`'s bounds (each line up to
+    ``LINE_MAX`` bytes, at most ``MESSAGES_MAX`` messages kept: memory bounded whatever the files' size)."""
     expect = expectation(site, multi_node)
-    texts = []
-    for path in log_files(patterns):
-        try:
-            texts.append(path.read_text(encoding="utf-8", errors="replace"))
-        except OSError as exc:
-            raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    return nccl_log.read("\n".join(texts), expect)
+    try:
+        return nccl_log.read_logs([str(p) for p in log_files(patterns)], expect)
+    except OSError as exc:
+        raise InputError(printable(str(exc.filename or "FILE")), f"cannot read: {exc.strerror or exc}") from None

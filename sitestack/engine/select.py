@@ -10,6 +10,7 @@ step (https://docs.ansible.com/ansible/latest/cli/ansible-playbook.html).
 from __future__ import annotations
 
 import fnmatch
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from sitestack.core.errors import InputError
 from sitestack.core.step import Step, selected
 from sitestack.model.context import RunOptions
 from sitestack.model.site import HostSpec, Site
+from sitestack.programs import visible
 
 
 def select_hosts(site: Site, options: RunOptions) -> list[HostSpec]:
@@ -91,12 +93,63 @@ def list_tags(site: Site) -> list[str]:
     return [f"{tag:<{width}}  {', '.join(names)}" for tag, names in sorted(tags.items())]
 
 
+#: The answers ``--step`` takes: yes, no (also an empty line: the default), continue (yes to this and
+#: every later step).
+ANSWERS = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "c": "continue", "continue": "continue"}
+#: The most bytes of one answer line read, and of all the answers read from a pipe (some 30 000 lines:
+#: more than any playbook has steps); past these, stdin is not read further.
+ANSWER_MAX = 1024
+ANSWERS_MAX = 64 * 1024
+#: Wrong answers on a terminal before ``--step`` gives up.
+TRIES = 5
+
+
+def _shown(raw: bytes | str) -> str:
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    return visible.printable(repr(text[:40] + ("..." if len(text) > 40 else "")))
+
+
+def piped_answers(stdin: TextIO) -> list[str]:
+    """The answers on a stdin that is not a terminal: at most :data:`ANSWERS_MAX` bytes are read
+    (``yes |`` never ends: its first lines are the answers); each line of at most :data:`ANSWER_MAX`
+    bytes, one of :data:`ANSWERS`. None at all, a longer line (``< /dev/zero``) or another answer
+    (``maybe``): an :class:`InputError` naming ``--step`` before anything runs."""
+    data = b""
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO)
+        data = stdin.read(ANSWERS_MAX).encode()
+    else:
+        while len(data) < ANSWERS_MAX and (chunk := os.read(fd, ANSWERS_MAX - len(data))):
+            data += chunk
+    lines = data.split(b"\n")
+    if len(data) >= ANSWERS_MAX:
+        lines.pop()  # the line the cut fell in (or the empty one after the last newline)
+    elif lines[-1] == b"":
+        lines.pop()  # after the last newline
+    if not lines:
+        raise InputError("--step", "no terminal to ask on and no answers on stdin (pipe y/n/c lines, "
+                         "one per step, or run without --step)" if not data else
+                         f"no whole answer line in the first {ANSWERS_MAX // 1024} KiB of stdin (y/n/c lines, one per step)")
+    answers = []
+    for number, raw in enumerate(lines, 1):
+        answer = raw.decode("utf-8", errors="replace").strip().lower() if len(raw) <= ANSWER_MAX else None
+        if answer not in ANSWERS:
+            what = f"is longer than {ANSWER_MAX} bytes" if answer is None else f"is {_shown(raw.strip())}"
+            raise InputError("--step", f"answer {number} on stdin {what}: answer y, n or c (one a line); nothing was run")
+        answers.append(ANSWERS[answer])
+    return answers
+
+
 class Confirm:
     """``--step``: ask before each step, ``(N)o/(y)es/(c)ontinue``, as ansible-playbook does.
 
-    On a terminal it prompts; otherwise the answers are read from stdin, one a line, all at once
-    before anything runs (so an absent answer never leaves the run waiting): no answers at all is
-    refused up front, and a step past the last answer is not run.
+    On a terminal it prompts, reading at most :data:`ANSWER_MAX` bytes of each answer; a wrong answer
+    is asked again, and after :data:`TRIES` wrong ones, or at the end of input (Ctrl-D), the host's
+    run stops with an error (exit 1). Otherwise the answers are read from stdin, one a line, all at
+    once before anything runs (:func:`piped_answers`: so an absent answer never leaves the run
+    waiting, and a wrong one runs nothing): no answers at all is refused up front, and a step past
+    the last answer is not run.
     """
 
     def __init__(self, stdin: TextIO | None = None, prompt: TextIO | None = None) -> None:
@@ -107,18 +160,24 @@ class Confirm:
         self.go_on = False
         self._lock = threading.Lock()
         if not self.interactive:
-            self.answers = [line.strip().lower() for line in self.stdin.read().splitlines()]
-            if not self.answers:
-                raise InputError("--step", "no terminal to ask on and no answers on stdin (pipe y/n/c lines, "
-                                 "one per step, or run without --step)")
+            self.answers = piped_answers(self.stdin)
+
+    def _typed(self) -> str | None:
+        """One answer typed on the terminal (None at the end of input): a line read up to
+        :data:`ANSWER_MAX` characters, the rest of a longer one read and dropped (a bad answer)."""
+        line = self.stdin.readline(ANSWER_MAX + 1)
+        if not line:
+            return None
+        if len(line) > ANSWER_MAX and not line.endswith("\n"):
+            while (rest := self.stdin.readline(ANSWER_MAX)) and not rest.endswith("\n"):
+                pass
+            return line[:40]
+        return line.strip().lower()
 
     def _answer(self, question: str) -> str | None:
         if self.interactive:
             print(question, end="", file=self.prompt, flush=True)  # stderr: stdout may be --json -
-            try:
-                return input().strip().lower()
-            except EOFError:
-                return None
+            return self._typed()
         print(question, file=self.prompt, flush=True)
         return self.answers.pop(0) if self.answers else None
 
@@ -128,18 +187,20 @@ class Confirm:
             with self._lock:
                 if self.go_on:
                     return None
-                while True:
+                for _ in range(TRIES):
                     answer = self._answer(f"Perform step {step.name} on {host}? (N)o/(y)es/(c)ontinue: ")
+                    if answer is None and self.interactive:
+                        raise InputError("--step", f"no answer for step {step.name} on {host} (end of input): "
+                                         "nothing more is run")
                     if answer is None:
                         return "not confirmed (--step: no more answers)"
-                    if answer in ("c", "continue"):
+                    if ANSWERS.get(answer) == "continue":
                         self.go_on = True
                         return None
-                    if answer in ("y", "yes"):
-                        return None
-                    if answer in ("", "n", "no"):
-                        return "not confirmed (--step)"
-                    print(f"--step: answer y, n or c, not {answer!r}", file=self.prompt, flush=True)
+                    if answer in ANSWERS:
+                        return None if ANSWERS[answer] == "yes" else "not confirmed (--step)"
+                    print(f"--step: answer y, n or c, not {_shown(answer)}", file=self.prompt, flush=True)
+                raise InputError("--step", f"{TRIES} wrong answers for step {step.name} on {host}: nothing more is run")
         return ask
 
 

@@ -24,6 +24,7 @@ from sitestack.core import envvars
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.redact import redact
 from sitestack.engine.settings import SETTING_ENV, SETTINGS
+from sitestack.programs import visible
 
 if TYPE_CHECKING:
     from sitestack.core.report import HostRun, Reporter
@@ -247,7 +248,9 @@ def errors_to_exit(debug: bool = False) -> Iterator[None]:
             import traceback
 
             traceback.print_exc()
-        raise Exit(redact(f"error: {exc}"), code=1) from None
+        # the message may quote a command's output or a file: shown, never acted on by the terminal,
+        # and without a secret
+        raise Exit(f"error: {visible.printable(redact(str(exc)))}", code=1) from None
     except KeyboardInterrupt:
         raise Exit("interrupted", code=130) from None
 

@@ -187,7 +187,7 @@ def parse_check_build(text: str) -> dict[str, dict[str, bool]]:
     out: dict[str, dict[str, bool]] = {}
     section = None
     for line in text.splitlines():
-        m = re.match(r"^\s*\[([ X])\]\s+(\S.*?)\s*$", line)
+        m = re.match(r"^\s*\[([ X])\]\s+(\S.*)", line.rstrip())  # rstrip: a lazy name before "\s*$" is quadratic
         if m and section is not None:
             out[section][m.group(2)] = m.group(1) == "X"
         elif line.strip().endswith(":") and not line.startswith(" "):

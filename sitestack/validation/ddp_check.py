@@ -5,7 +5,8 @@ The entry point of the validation job's check program: ``ddp_check.py [OPTIONS]`
 (one process per rank, under any launcher), ``ddp_check.py --guard ... -- LAUNCHER ...`` the
 guard around the launcher. The program itself is the package ``ddpcheck/`` installed beside this
 file (:mod:`sitestack.validation.ddpcheck`, which documents the checks), with ``ddp_report.py``
-(and its ``report_plot.py``), ``nccl_log.py``, ``nccl_parse.py``, ``nccl_nodes.py`` and ``hostlist.py``; Python puts
+(and its ``report_plot.py``), ``nccl_log.py``, ``nccl_lines.py``, ``nccl_parse.py``, ``nccl_nodes.py``, ``hostlist.py``
+and ``visible.py``; Python puts
 this file's directory first on ``sys.path``, so it runs with the site's Python and nothing of sitestack.
 """
 

@@ -33,16 +33,19 @@ if TYPE_CHECKING:
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 _HERE = Path(__file__).resolve().parent
 #: Every file of the check program the job ships, by its path in the job directory: the entry point,
-#: its package, the report and its plot, the NCCL log reader and the one host-list parser (standard library
-#: only; the package imports them from the job directory, :mod:`sitestack.validation.ddpcheck.siblings`).
+#: its package, the report and its plot, the NCCL log reader, the one host-list parser and the one sanitiser
+#: of text printed on a terminal (standard library only; the package imports them from the job directory,
+#: :mod:`sitestack.validation.ddpcheck.siblings`; the NCCL log reader imports the sanitiser).
 PROGRAM_FILES: dict[str, Path] = {
     "ddp_check.py": _HERE / "ddp_check.py",
     "ddp_report.py": _HERE / "ddp_report.py",
     "report_plot.py": _HERE / "report_plot.py",
     "nccl_log.py": _HERE / "nccl_log.py",
+    "nccl_lines.py": _HERE / "nccl_lines.py",
     "nccl_parse.py": _HERE / "nccl_parse.py",
     "nccl_nodes.py": _HERE / "nccl_nodes.py",
     "hostlist.py": _HERE.parent / "programs" / "hostlist.py",
+    "visible.py": _HERE.parent / "programs" / "visible.py",
     **{f"ddpcheck/{p.name}": p for p in sorted((_HERE / "ddpcheck").glob("*.py"))},
 }
 LAUNCHERS = ("srun", "mpiexec", "torchrun", "horovodrun")

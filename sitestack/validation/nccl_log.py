@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """Read NCCL/RCCL ``NCCL_DEBUG=INFO`` logs: which network each host used, and whether that is right.
 
-Standard library only, and nothing of sitestack: this file and the two reading parts it imports
-from its own directory (``nccl_parse.py``: the lines; ``nccl_nodes.py``: the nodes and ranks they
-show) are installed on the site beside ``ddp_check.py`` (whose
-net-plugin check calls it) and runs on a log a user already has::
+Standard library only, and nothing of sitestack: this file and the reading parts it imports
+from its own directory (``nccl_lines.py``: the lines; ``nccl_parse.py``: each host's network;
+``nccl_nodes.py``: the nodes and ranks they show; ``visible.py``: text made safe for a terminal) are
+installed on the site beside ``ddp_check.py`` (whose net-plugin check calls it) and runs on a log a
+user already has::
 
     python nccl_log.py FILE... [--expect-transport ofi] [--expect-provider cxi]
                        [--expect-plugin aws-ofi-rccl] [--nodes single|multi] [--json]
 
 Contract:
 
+- Bounded: :func:`read_logs` reads regular files only, line by line (a carriage return ends a line
+  too), each line up to 16 KiB (``LINE_MAX``: the rest of a longer line is dropped as it is read)
+  and at most 250 000 NCCL messages (``MESSAGES_MAX``: the rest of the logs is not read); the
+  verdict notes either. Time is linear in
+  the logs' size, memory bounded whatever it is; terminal escape sequences in a log become spaces
+  and its other control characters visible escapes (``\\x1b``), so the report acts on no terminal.
 - :func:`parse` reads every log format NCCL and RCCL have printed since NCCL 2.4: lines
   ``host:pid:tid [dev] NCCL INFO|WARN msg`` (also ``func:line NCCL WARN msg``) behind any prefix
   (Open MPI's ``[1,N]<stdout>:``, pdsh's ``host: ``, Ray's ``(pid=..)``, timestamps, CloudWatch
@@ -43,23 +50,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 try:  # imported as part of sitestack
+    from ..programs.visible import printable
     from .nccl_nodes import Nodes, attribute, from_peers, span
     from .nccl_nodes import nodes as _nodes
-    from .nccl_parse import NO_HOST, HostReport, Line, network_kind, parse
+    from .nccl_parse import LINE_MAX, MESSAGES_MAX, NO_HOST, HostReport, Line, network_kind, parse, read_files
     from .nccl_parse import classify as _classify
-except ImportError:  # run on its own, beside nccl_parse.py and nccl_nodes.py (the validation job's directory)
+except ImportError:  # run on its own, beside nccl_lines.py, nccl_parse.py and nccl_nodes.py (the validation job's directory)
     from nccl_nodes import Nodes, attribute, from_peers, span  # type: ignore[no-redef, import-not-found, unused-ignore]
     from nccl_nodes import nodes as _nodes  # type: ignore[no-redef, import-not-found, unused-ignore]
-    from nccl_parse import NO_HOST, HostReport, Line, network_kind, parse  # type: ignore[no-redef, import-not-found, unused-ignore]
+    from nccl_parse import LINE_MAX, MESSAGES_MAX, NO_HOST, HostReport, Line, network_kind, parse, read_files  # type: ignore[no-redef, import-not-found, unused-ignore]
     from nccl_parse import classify as _classify  # type: ignore[no-redef, import-not-found, unused-ignore]
+    from visible import printable  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
 __all__ = ["FAIL", "NO_HOST", "PASS", "WARN", "Expectation", "HostReport", "Line", "Nodes", "Verdict", "classify",
-           "judge", "label", "main", "nodes", "parse", "read", "render", "summary"]
+           "judge", "label", "main", "nodes", "parse", "read", "read_files", "read_logs", "render", "summary"]
 
 
 def classify(lines: list[Line]) -> list[HostReport]:
@@ -257,8 +267,19 @@ def read(text: str, expect: Expectation | None = None) -> Verdict:
     return judge(classify(lines), expect or Expectation(), version, nodes(lines))
 
 
+def read_logs(paths: Sequence[str], expect: Expectation | None = None) -> Verdict:
+    """Parse, classify and judge the log files ``paths`` together, as one run's: read line by line
+    within :func:`nccl_lines.read_files`'s bounds, whose notes (lines cut, messages left unread)
+    join the verdict's. An unreadable file (or one that is not a regular file) raises OSError."""
+    reader = read_files(paths)
+    verdict = judge(classify(reader.lines), expect or Expectation(), reader.version, nodes(reader.lines))
+    verdict.notes += reader.notes()
+    return verdict
+
+
 def render(verdict: Verdict) -> str:
-    """The human report: one line per host, then the verdict."""
+    """The human report: one line per host, then the verdict; safe to print on a terminal
+    (control characters a log held are shown as escapes, :func:`visible.printable`)."""
     out = [f"{r.host:<24} {label(r)}" + (f"  [plugin {r.plugin_state}]" if r.plugin_state != "none" else "")
            for r in verdict.hosts]
     if verdict.version:
@@ -269,13 +290,16 @@ def render(verdict: Verdict) -> str:
         out.append(f"nodes: {kind}: {n.how}")
     out += [f"note: {n}" for n in verdict.notes]
     out.append(f"{verdict.status}: {verdict.cause}")
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out)) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     """``nccl_log.py FILE...``: exit 0 on PASS or WARN, 1 on FAIL, 2 on unreadable input."""
-    p = argparse.ArgumentParser(description="Which network did NCCL/RCCL use? Reads NCCL_DEBUG=INFO logs.")
-    p.add_argument("files", nargs="+", metavar="FILE", help="log files (their lines are read together)")
+    p = argparse.ArgumentParser(description="Which network did NCCL/RCCL use? Reads NCCL_DEBUG=INFO logs.",
+                                epilog=f"Bounds: each line is read up to {LINE_MAX // 1024} KiB (the rest of a longer "
+                                f"line is dropped); at most {MESSAGES_MAX} NCCL messages are kept from all the files "
+                                "(the rest is not read); the verdict notes either.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="log files, regular files only (their lines are read together)")
     p.add_argument("--expect-transport", choices=("ofi", "ib", "ibext", "socket"), help="the network the site expects")
     p.add_argument("--expect-provider", help="libfabric provider the site expects, e.g. cxi")
     p.add_argument("--expect-plugin", help="network plugin the site expects, e.g. aws-ofi-rccl")
@@ -286,17 +310,13 @@ def main(argv: list[str] | None = None) -> int:
                        "(default: what the log shows; WARN when it cannot tell)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     args = p.parse_args(argv)
-    texts = []
-    for path in args.files:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                texts.append(handle.read())
-        except OSError as exc:
-            print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
     multi = {"multi": True, "single": False}.get(args.multi, args.multi)
     expect = Expectation(args.expect_transport, args.expect_provider, args.expect_plugin, multi)
-    verdict = read("\n".join(texts), expect)
+    try:
+        verdict = read_logs(args.files, expect)
+    except OSError as exc:
+        print(printable(f"error: {exc.filename or '?'}: {exc.strerror or exc}"), file=sys.stderr)
+        return 2
     print(json.dumps(verdict.as_dict(), indent=2) if args.json else render(verdict), end="" if not args.json else "\n")
     return 1 if verdict.status == FAIL else 0
 

@@ -28,16 +28,17 @@ except ImportError:  # run on its own, beside nccl_parse.py
 # used N bytes" (ROCm/rccl src/init.cc: a size in bytes, not ranks). NCCL >= 2.20 (src/init.cc,
 # initTransportsRank): "comm 0x.. rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0"
 # (aws/aws-ofi-nccl#801, NVIDIA/nccl-tests#213). "nlocalranks N" is read as localRanks too.
-_COMM = re.compile(r"\bcomm (?:0x)?[0-9a-fA-F]+ rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)\b(?P<rest>.*)")
-_NNODES = re.compile(r"\bnNodes (?P<n>\d+)\b")
-_LOCALS = re.compile(r"\bn?local ?ranks (?P<n>\d+)\b", re.IGNORECASE)
+# (Ranks and counts have at most 9 digits: what int() reads in bounded time, and no run is larger.)
+_COMM = re.compile(r"\bcomm (?:0x)?[0-9a-fA-F]+ rank (?P<rank>\d{1,9}) n[Rr]anks (?P<nranks>\d{1,9})\b(?P<rest>.*)")
+_NNODES = re.compile(r"\bnNodes (?P<n>\d{1,9})\b")
+_LOCALS = re.compile(r"\bn?local ?ranks (?P<n>\d{1,9})\b", re.IGNORECASE)
 # A channel (ring or tree edge) and its transport (src/transport/net.cc, p2p.cc, shm.cc): "Channel
 # 00/0 : 7[7] -> 8[0] [send] via NET/IB/0", "Channel 02 : 6[b1000] -> 14[b1000] [receive] via
 # NET/IB/0/GDRDMA", "Channel 05/1 : 6[6] -> 10[2] [send] via NET/AWS Libfabric/1(2)/GDRDMA/Shared"
 # (PXN: proxied by rank 2), "Channel 00/0 : 3[3] -> 7[7] via P2P/CUMEM/read"; NCCL 2.4: "Ring 00 :
 # 7 -> 8 [send] via NET/AWS Libfabric/0" (NVIDIA/nccl#229). A [receive] line is printed by its
 # right-hand rank, every other line by its left-hand rank.
-_CHANNEL = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? : (?P<src>\d+)(?:\[\w+\])? -> (?P<dst>\d+)(?:\[\w+\])? "
+_CHANNEL = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? : (?P<src>\d{1,9})(?:\[\w+\])? -> (?P<dst>\d{1,9})(?:\[\w+\])? "
                       r"(?:\[(?P<dir>send|receive)\] )?via (?P<via>\S.*)$")
 _VIA_NET = re.compile(r"^NET/(?P<name>[^/]+)/\d+")
 # This process's address: "Bootstrap : Using eth0:10.0.0.5<0>", "Bootstrap : Using [0]enp7s0:10.10.112.56<0>

@@ -1,5 +1,6 @@
-"""The reading half of ``nccl_log.py``: NCCL/RCCL ``NCCL_DEBUG=INFO`` lines, and which network each
-host used (:func:`parse`, :func:`classify`; contract in :mod:`nccl_log`, which judges them).
+"""The reading half of ``nccl_log.py``: which network each host used, from the NCCL/RCCL
+``NCCL_DEBUG=INFO`` messages :mod:`nccl_lines` reads (:func:`parse`, :func:`read_files`, re-exported
+here; :func:`classify`; contract in :mod:`nccl_log`, which judges them).
 
 Standard library only, and nothing of sitestack: installed on the site beside ``nccl_log.py``,
 which imports it from its own directory. The messages matched here, and the public logs they come
@@ -11,28 +12,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-NO_HOST = "?"
+try:  # imported as part of sitestack
+    from .nccl_lines import LINE_MAX, MESSAGES_MAX, NO_HOST, Line, Reader, open_regular, parse, read_files
+except ImportError:  # run on its own, beside nccl_lines.py (the validation job's directory)
+    from nccl_lines import LINE_MAX, MESSAGES_MAX, NO_HOST, Line, Reader, open_regular, parse, read_files  # type: ignore[no-redef, import-not-found, unused-ignore]
 
-# A message head: anything before "host:pid:tid [dev]", then optional "func:line" (WARN lines:
-# "create_nccl_ofi_component:459 NCCL WARN", aws/aws-ofi-nccl#24; "int nccl_net_ofi_create_plugin(
-# nccl_net_ofi_plugin_t**):268 NCCL WARN", gpustack/gpustack#5553), then "NCCL INFO|WARN|TRACE".
-# RCCL prints the same "NCCL INFO" prefix (ROCm/rccl#419). A physical line may hold several
-# messages: CloudWatch exports repeat it in a second column (aws/aws-ofi-nccl#889), pastes join lines.
-_HEAD = re.compile(r"(?<![^\s:|\[\]>)\"'])(?P<host>[^\s:|\[\]\"']+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[^\n]{0,200}?:\d+\s+)?"
-                   r"NCCL\s+(?P<level>INFO|WARN|TRACE)\s+")
-# No host prefix: "[0] NCCL INFO ..." or "NCCL INFO ..." at the start, after a timestamp or a tag
-# (aws/aws-ofi-nccl#801, NVIDIA/nccl#1292).
-_BARE = re.compile(r"^(?:.*?\s)?(?:\[(?P<dev>\d+)\]\s+)?(?:\S+:\d+\s+)?NCCL\s+(?P<level>INFO|WARN)\s+(?P<msg>.*)")
-# ISO timestamps (CloudWatch, journald, Kubernetes) hold colons that would pass for host:pid:tid.
-_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
-# Terminal colours (Ray, some launchers) around the prefix.
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_VERSION = re.compile(r"\b(?P<lib>NCCL|RCCL) version\s*:?\s*(?P<v>\d+\.\d+\.\d+)")
+__all__ = ["LINE_MAX", "MESSAGES_MAX", "NO_HOST", "HostReport", "Line", "Reader", "classify", "network_kind",
+           "open_regular", "parse", "read_files"]
 
 # The network chosen: "Using network AWS Libfabric|OFI|Libfabric|IB|IBext|Socket" (NCCL >= 2.5);
 # NCCL 2.3/2.4: "Using internal Network Socket" (NVIDIA/nccl#162); NCCL >= 2.27: "Initialized NET
 # plugin IB", "Assigned NET plugin IB to comm" (NVIDIA/nccl#1925).
-_NETWORK = re.compile(r"^(?:Using (?:network|internal Network)|Initialized NET plugin|Assigned NET plugin) (?P<name>.+?)(?: to comm)?\s*$")
+# (The name runs to the line's last non-space; " to comm" is cut off by :func:`_network`: a lazy name
+# before an optional suffix and trailing spaces would try each space of a long run again.)
+_NETWORK = re.compile(r"^(?:Using (?:network|internal Network)|Initialized NET plugin|Assigned NET plugin) (?P<name>.*\S)")
 # Channel lines: "... via NET/AWS Libfabric/0/GDRDMA", "via NET/IB/0", "via NET/Socket/1", "via P2P/IPC", "via SHM".
 _VIA_NET = re.compile(r"\bvia NET/(?P<name>[^/]+)/\d+")
 _VIA_LOCAL = re.compile(r"\bvia (?:P2P|SHM|direct shared memory|CollNet|NVLS)")
@@ -45,7 +38,7 @@ _OFI_NAME = re.compile(r"NET/OFI (?:Using|Initializing) (?P<name>aws-ofi-[rn]ccl
 # Any external plugin NCCL loaded: "NET/Plugin: Loaded net plugin NCCL RDMA Plugin v6 (v6)" (NVIDIA/nccl#1357),
 # "NET/Plugin: Loaded net plugin Libfabric (v10)" (NCCL 2.28, gpustack/gpustack#5553). NCCL's own
 # transports say "Initialized NET plugin IB" (2.27, NVIDIA/nccl#1925): not an external plugin.
-_LOADED = re.compile(r"NET/Plugin ?: ?Loaded net plugin (?P<name>.+?)(?: \(v\d+\))?\s*$")
+_LOADED = re.compile(r"NET/Plugin ?: ?Loaded net plugin (?P<name>.*\S)")  # " (vN)" cut off by _loaded
 # The RDMA/SHARP plugin (HPC-X): "Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
 # "P2P plugin IBext" (NVIDIA/nccl#952, #988, #1029).
 _SHARP = re.compile(r"^(?:Plugin Path : \S*nccl_rdma_sharp\S*|P2P plugin (?P<p2p>\S+))")
@@ -53,26 +46,26 @@ _SHARP = re.compile(r"^(?:Plugin Path : \S*nccl_rdma_sharp\S*|P2P plugin (?P<p2p
 # (libnccl-net.so) returned 2 : ..." (nccl-tests#188), "NET/Plugin : dlerror=..." (#1231),
 # "NET/Plugin: Could not find: libnccl-net.so" (#1925), "Unable to load libnccl-net.so" (#162),
 # RCCL "No plugin found (librccl-net.so)" (ROCm/rccl#419), NCCL >= 2.26 "NET/Plugin: libnccl-net.so: <dlerror>".
-_NOT_FOUND = re.compile(r"No plugin found|Could not find: lib[nr]ccl-net|Plugin load (?:\(lib[nr]ccl-net[^)]*\) )?returned|"
+_NOT_FOUND = re.compile(r"No plugin found|Could not find: lib[nr]ccl-net|Plugin load (?:\(lib[nr]ccl-net[^()]*\) )?returned|"
                         r"Unable to load lib[nr]ccl-net|dlerror=lib[nr]ccl-net|Failed to load net plugin|"
-                        r"NET/Plugin ?: ?lib[nr]ccl-net\S*\.so: ")
+                        r"NET/Plugin ?: ?lib[nr]ccl-net[^\s/]*\.so: ")
 # The plugin is there but could not start: "NET/OFI aws-ofi-nccl initialization failed" (aws/aws-ofi-nccl#715),
 # "Unable to find a protocol that worked.  Failing initialization." (gpustack/gpustack#5553), "Couldn't
 # find any optimal provider" (NVIDIA/nccl#229); NCCL >= 2.26 "Failed to initialize NET plugin <name>"
 # (src/plugin/net.cc; for IB or Socket that is NCCL's own transport, not a plugin); a library
 # without a supported interface: "NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin
 # symbols v4 and lower are not supported." (NVIDIA/nccl#1267; the same for ncclCollNetPlugin is harmless).
-_INIT_FAILED = re.compile(r"NET/OFI .*(?:initiali[sz]ation failed|[Ff]ailing initiali[sz]ation|find any optimal provider|"
-                          r"OFI NCCL failure)|^Failed to initiali[sz]e NET plugin (?!IB\b|Socket\b)|"
-                          r"NET/Plugin ?: ?Failed to find ncclNetPlugin symbol")
+# (The OFI messages count after "NET/OFI ", :func:`_init_failed`: "NET/OFI .*(...)" would scan the
+# rest of the line again from each "NET/OFI ".)
+_OFI_FAILED = re.compile(r"initiali[sz]ation failed|[Ff]ailing initiali[sz]ation|find any optimal provider|OFI NCCL failure")
+_INIT_FAILED = re.compile(r"^Failed to initiali[sz]e NET plugin (?!IB\b|Socket\b)|NET/Plugin ?: ?Failed to find ncclNetPlugin symbol")
 # A plugin library that exists but does not load (a missing symbol, a newer glibc): NCCL's
 # "NET/Plugin : dlerror=<message>" or "Plugin load (...) returned N : <message>" without "No such file".
 _MISSING = re.compile(r"No such file|No plugin found|Could not find|Unable to load")
 # The environment NCCL reports (its "NAME set by environment to VALUE." lines, NVIDIA/nccl#1053):
 # NCCL_NET forces a network; NCCL_IB_DISABLE=1 turns IB off; NCCL_IBEXT_DISABLE=1 the RDMA/SHARP
 # plugin (NVIDIA/nccl#676); NCCL_NET_PLUGIN=none any external plugin.
-_ENV = re.compile(r"^(?P<var>NCCL_NET|NCCL_IB_DISABLE|NCCL_IBEXT_DISABLE|NCCL_NET_PLUGIN) set by environment to "
-                  r"(?P<v>.+?)\.?\s*$")
+_ENV = re.compile(r"^(?P<var>NCCL_NET|NCCL_IB_DISABLE|NCCL_IBEXT_DISABLE|NCCL_NET_PLUGIN) set by environment to (?P<v>.+)")
 
 
 def _env(msg: str, var: str, value: str | None = None) -> str | None:
@@ -80,8 +73,33 @@ def _env(msg: str, var: str, value: str | None = None) -> str | None:
     m = _ENV.match(msg)
     if not m or m.group("var") != var:
         return None
-    v = m.group("v").strip().strip('"')
+    v = m.group("v").rstrip()
+    v = (v[:-1] if len(v) > 1 and v.endswith(".") else v).strip().strip('"')  # the sentence's full stop
     return v if value is None or v == value else None
+
+
+def _network(msg: str) -> str | None:
+    """The network ``msg`` names ("Using network IB", "Assigned NET plugin IB to comm"), else None."""
+    m = _NETWORK.match(msg)
+    if not m:
+        return None
+    name = m.group("name")
+    return name[:-len(" to comm")] if name.endswith(" to comm") and len(name) > len(" to comm") else name
+
+
+def _loaded(msg: str) -> str | None:
+    """The external plugin ``msg`` says NCCL loaded ("... Loaded net plugin Libfabric (v10)"), else None."""
+    m = _LOADED.search(msg)
+    if not m:
+        return None
+    head, sep, tail = m.group("name").rpartition(" (v")
+    return head if sep and head and tail.endswith(")") and tail[:-1].isdigit() else m.group("name")
+
+
+def _init_failed(msg: str) -> bool:
+    """Whether ``msg`` says a network plugin was found but failed to start."""
+    ofi = msg.find("NET/OFI ")
+    return bool((ofi >= 0 and _OFI_FAILED.search(msg, ofi + len("NET/OFI "))) or _INIT_FAILED.search(msg))
 
 
 # IB unusable: "Failed to open libibverbs.so[.1]" (NVIDIA/nccl#1817; a WARN in older NCCL, #766),
@@ -93,28 +111,6 @@ _IB_USING = re.compile(r"^NET/IB ?: ?Using \[0\]\S+?/(?P<kind>IB|RoCE)(?P<sharp>
 _IB_NONE = re.compile(r"^NET/IB ?: ?No device found")
 _SOCKET_USING = re.compile(r"^NET/Socket ?: ?Using")
 _BOOTSTRAP = re.compile(r"^Bootstrap ?: ?Using")
-# A line whose "host:pid:tid [dev] NCCL INFO" the user stripped is read only when it starts as one of
-# the messages above does, so that a program's own output is not taken for NCCL's: "NET/OFI Selected
-# Provider is cxi", "Channel 00/0 : 0[0] -> 1[0] [send] via NET/AWS Libfabric/0", "NET/Plugin: Failed
-# to find ncclNetPlugin_v6 symbol" (aws/aws-ofi-nccl#801 posts such lines), "comm 0x.. rank 0 nRanks 2 ...".
-_STRIPPED = re.compile(r"^(?:NET/(?:OFI|Plugin|IB|Socket) ?:? \S|(?:Channel|Ring) \d+(?:/\d+)? : \d+(?:\[\w+\])? -> \d+\S* .*via \S|"
-                       r"Using (?:network|internal Network) [\w.-]+(?: [\w.-]+)?$|Bootstrap ?: ?Using \S|NCCL_[A-Z0-9_]+ set by environment to |"
-                       r"(?:Initialized|Assigned|Failed to initiali[sz]e) NET plugin \S|Plugin Path : /|P2P plugin \S|"
-                       r"(?:ncclCommInitRank\w* |ncclCommSplit )?comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|"
-                       r"Failed to open libibverbs|No plugin found \(lib[nr]ccl-net|Plugin load \(lib[nr]ccl-net)")
-
-
-@dataclass(frozen=True)
-class Line:
-    """One NCCL line: where it came from and what it says."""
-
-    host: str
-    pid: str
-    level: str
-    msg: str
-    lineno: int
-
-
 @dataclass
 class HostReport:
     """What one host's NCCL processes chose for the network between nodes."""
@@ -141,29 +137,6 @@ class HostReport:
 
 
 
-def parse(text: str) -> tuple[list[Line], str | None]:
-    """The NCCL messages of a log, and the NCCL/RCCL version it states (None when it does not)."""
-    lines: list[Line] = []
-    version = None
-    for number, raw in enumerate(text.splitlines(), 1):
-        clean = _STAMP.sub(" ", _ANSI.sub(" ", raw) if "\x1b" in raw else raw)
-        if version is None and (v := _VERSION.search(clean)):
-            version = f"{v.group('lib')} {v.group('v')}"
-        heads = list(_HEAD.finditer(clean)) if "NCCL" in clean else []
-        for i, head in enumerate(heads):
-            end = heads[i + 1].start() if i + 1 < len(heads) else len(clean)
-            # a log kept as JSON strings ({"log": "...\\n"}) ends each message at its escaped newline
-            msg = clean[head.end():end].split("\\n", 1)[0].strip().rstrip("|").strip()
-            lines.append(Line(head.group("host"), head.group("pid"), head.group("level"), msg, number))
-        if heads:
-            continue
-        if bare := _BARE.match(clean):
-            lines.append(Line(NO_HOST, "", bare.group("level"), bare.group("msg").strip(), number))
-        elif _STRIPPED.match(stripped := clean.strip()):
-            lines.append(Line(NO_HOST, "", "INFO", stripped, number))
-    return lines, version
-
-
 def network_kind(name: str) -> str:
     low = name.lower()
     if low.startswith("ibext") or "sharp" in low:
@@ -187,7 +160,7 @@ def _process_transport(lines: list[Line], old_bootstrap: bool, host_ibext: bool 
     fallback (a missing IB device, or no ibverbs, beside it does). ``host_ibext``: another process
     of the host shows the IBext plugin, which prints the same "NET/IB : Using" line as NCCL's IB.
     """
-    named = [m.group("name") for ln in lines if (m := _NETWORK.match(ln.msg))]
+    named = [name for ln in lines if (name := _network(ln.msg))]
     if named:
         return network_kind(named[-1])
     via = [m.group("name") for ln in lines if (m := _VIA_NET.search(ln.msg))]
@@ -197,7 +170,7 @@ def _process_transport(lines: list[Line], old_bootstrap: bool, host_ibext: bool 
     ibext_off = any(_env(m, "NCCL_IBEXT_DISABLE", "1") for m in msgs)
     if not ibext_off and any((m2 := _SHARP.match(m)) and (m2.group("p2p") or "").startswith("IBext") for m in msgs):
         return "ibext"
-    plugin_failed = any(_INIT_FAILED.search(m) for m in msgs)
+    plugin_failed = any(_init_failed(m) for m in msgs)
     if not plugin_failed and any(m.startswith("NET/OFI ") for m in msgs):
         return "ofi"  # the OFI plugin prints NET/OFI lines only once NCCL loaded it
     if any(_IB_USING.match(m) for m in msgs):
@@ -263,9 +236,9 @@ def _note_network(r: HostReport, msg: str, names: dict[str, str]) -> bool:
     """Record the network name, the provider and a plugin's name ``msg`` states (the first of
     each wins); return whether ``msg`` is evidence so far."""
     keep = False
-    if m := _NETWORK.match(msg):
+    if name := _network(msg):
         keep = r.network is None
-        r.network = r.network or m.group("name")
+        r.network = r.network or name
     elif (m := _VIA_NET.search(msg)) and r.network is None:
         r.network = m.group("name")
     if m := _PROVIDER.search(msg):
@@ -274,9 +247,9 @@ def _note_network(r: HostReport, msg: str, names: dict[str, str]) -> bool:
     if m := _OFI_NAME.search(msg):
         keep = keep or "ofi" not in names
         names.setdefault("ofi", " ".join(filter(None, (m.group("name"), m.group("version")))))
-    elif m := _LOADED.search(msg):
+    elif loaded := _loaded(msg):
         keep = keep or "loaded" not in names
-        names.setdefault("loaded", m.group("name"))
+        names.setdefault("loaded", loaded)
     elif (m := _SHARP.match(msg)) and m.group("p2p") is None:
         keep = keep or "sharp" not in names
         names.setdefault("sharp", "nccl-rdma-sharp-plugins")
@@ -287,7 +260,7 @@ def _note_plugin_state(r: HostReport, msg: str, ofi_warnings: list[str], keep: b
     """Record a plugin that failed to start or was not found (the first such line decides; a failure
     quotes the plugin's own earlier warning where there is one); return ``keep``, or True when
     ``msg`` decided."""
-    if _INIT_FAILED.search(msg):
+    if _init_failed(msg):
         if r.plugin_state != "failed":
             # quote the plugin's own reason where it warned first ("Only EFA provider is supported",
             # aws/deep-learning-containers#2675), else the failure line

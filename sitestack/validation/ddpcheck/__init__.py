@@ -35,7 +35,8 @@ Checks, in order:
 The program needs torch; mpi4py, Horovod and matplotlib are used when present. It needs
 nothing of sitestack: this package is installed on the site as ``ddpcheck/`` beside its entry
 point ``ddp_check.py``, ``ddp_report.py`` (and its ``report_plot.py``), ``nccl_log.py`` (and its
-``nccl_parse.py`` and ``nccl_nodes.py``) and ``hostlist.py`` (:mod:`.siblings`), and runs in the site's Python
+``nccl_lines.py``, ``nccl_parse.py``, ``nccl_nodes.py`` and ``visible.py``) and ``hostlist.py`` (:mod:`.siblings`), and
+runs in the site's Python
 (a container, a conda env, a venv).
 
 Its modules, one concern each: :mod:`.ranks` (ranks under every launcher), :mod:`.devices`,

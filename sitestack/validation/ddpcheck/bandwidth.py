@@ -61,7 +61,8 @@ def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | No
 
 def parse_size(text: str) -> int:
     """``4K``, ``64M``, ``1GiB`` in bytes (powers of 1024); an argparse error otherwise."""
-    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
+    # stripped first: spaces around the number matched by the pattern would be tried at each split of a run of them
+    match = re.fullmatch(r"(\d+)\s*([kKmMgG]?)(?:i?[bB])?", text.strip())
     if not match:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4K, 64M)")
     return int(match.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]

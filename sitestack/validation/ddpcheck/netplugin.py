@@ -3,16 +3,19 @@ between nodes (read by nccl_log.py, shipped beside the check program)."""
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
+from typing import TYPE_CHECKING
 
 from .siblings import nccl_log
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 
+if TYPE_CHECKING:
+    from ..nccl_parse import Reader
 
-def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider: str | None,
+
+def judge_net_plugin(log: str | Reader, *, hosts: int, plugin: str | None, provider: str | None,
                      transport: str | None = None) -> tuple[str, str, list[str]]:
     """(status, summary, evidence) from NCCL_DEBUG=INFO output of a run on ``hosts`` nodes.
 
@@ -22,9 +25,10 @@ def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider:
     evidence fails. One node (as the launcher and the log both show: the launcher's host names can
     be one for several containers, so a network between nodes the log shows counts) uses no
     network between nodes: skipped. A TCP socket fallback
-    fails whether or not the site names a network.
+    fails whether or not the site names a network. ``log``: the logs' text, or what
+    ``nccl_log.read_files`` read of their files (whose notes, lines cut or left unread, join the summary).
     """
-    lines, version = nccl_log.parse(log_text)
+    lines, version = nccl_log.parse(log) if isinstance(log, str) else (log.lines, log.version)
     reports = nccl_log.classify(lines)
     evidence = [e for r in reports for e in r.evidence[:3]]
     shown = nccl_log.nodes(lines)
@@ -34,6 +38,7 @@ def judge_net_plugin(log_text: str, *, hosts: int, plugin: str | None, provider:
         return SKIPPED, f"single-node run: the network plugin is only used between nodes{seen}", evidence
     expect = nccl_log.Expectation(transport or ("ofi" if plugin else None), provider, plugin, multi_node=True, strict=True)
     verdict = nccl_log.judge(reports, expect, version, shown)
+    verdict.notes += [] if isinstance(log, str) else log.notes()
     sockets = any("socket" in r.transports for r in reports)
     status = FAILED if verdict.status == nccl_log.FAIL or (verdict.status == nccl_log.WARN and sockets) else PASSED
     notes = "".join(f" ({n})" for n in verdict.notes)
@@ -44,17 +49,16 @@ def net_plugin(run: Run) -> None:
     """The net-plugin check over the job's NCCL logs (``--nccl-log``, default OUT/nccl/*.log)."""
     pattern = run.args.nccl_log or os.path.join(run.args.out, "nccl", "*.log")
     files = sorted(glob.glob(pattern))
-    text = ""
-    for path in files:
-        with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as handle:
-            text += handle.read()
     hosts = len({r["host"] for r in run.ranks}) if run.ranks else 1
     net = run.config.get("network") or {}
     if run.dev.backend != "nccl" and not run.args.nccl_log:
         run.set("net-plugin", SKIPPED, f"backend {run.dev.backend} does not use NCCL/RCCL network plugins")
         return
+    # line by line, each cut at nccl_log's line bound, at most its number of messages; a file that
+    # is not regular (a FIFO would block the check) or cannot be read is left out, as a missing one
+    logs = nccl_log.read_files(files, unreadable=[])
     expect = net.get("nccl_expect") or {}
-    status, summary, evidence = judge_net_plugin(text, hosts=hosts, plugin=expect.get("plugin", net.get("net_plugin")),
+    status, summary, evidence = judge_net_plugin(logs, hosts=hosts, plugin=expect.get("plugin", net.get("net_plugin")),
                                                  provider=expect.get("provider", net.get("libfabric_provider")),
                                                  transport=expect.get("transport"))
     run.set("net-plugin", status, summary, evidence=evidence, logs=[os.path.relpath(f, run.args.out) for f in files])

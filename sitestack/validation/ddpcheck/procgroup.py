@@ -53,7 +53,7 @@ def explain_init_failure(exc: BaseException, addr: str, port: str, info: RankInf
     low = text.lower()
     if "eaddrinuse" in low or "address already in use" in low:
         return f"MASTER_PORT {port} on {addr} is already in use: another job or process holds it"
-    joined = re.search(r"(\d+)/(\d+) clients joined", text)
+    joined = re.search(r"(?<!\d)(\d+)/(\d+) clients joined", text)  # (?<!\d): each run of digits tried once
     if joined or "timed out" in low or "timeout" in low:
         seen = f" ({joined.group(1)} of {joined.group(2)} ranks joined)" if joined else ""
         return (f"timed out after {timeout:.0f}s waiting for {info.world_size} ranks at {addr}:{port}{seen}: "
