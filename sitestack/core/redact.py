@@ -49,7 +49,9 @@ def _userinfo(match: re.Match[str]) -> str:
 
 
 def _assignment(match: re.Match[str]) -> str:
-    return f"{match.group(1)}={MASK}" if _SECRET_WORD.search(match.group(1)) else match.group(0)
+    # the word after the name's first character (``HF_TOKEN=``, ``MY_API_KEY=``): a bare ``token=`` is a
+    # URL's query parameter, which _QUERY hides up to its ``&``
+    return f"{match.group(1)}={MASK}" if _SECRET_WORD.search(match.group(1), 1) else match.group(0)
 
 
 def redact(text: str) -> str:
