@@ -161,8 +161,8 @@ def test_a_failed_sbcast_stops_the_job(staged, slurm_cluster, tmp_path: Path):
     bindir = staged["prefix"] / "bin"
     script = tmp_path / "job.sh"
     script.write_text(f"""#!/bin/bash
-mkdir -p "{staged['scratch']}/sitestack-env-$SLURM_JOB_ID.tar.gz"
-. {bindir}/sitestack-stage-env || {{ rmdir "{staged['scratch']}/sitestack-env-$SLURM_JOB_ID.tar.gz"; exit 3; }}
+mkdir -p "{staged['scratch']}/sitestack-env-$SLURM_JOB_ID/.sitestack-pack.tar.gz"
+. {bindir}/sitestack-stage-env || {{ rm -rf "{staged['scratch']}/sitestack-env-$SLURM_JOB_ID"; exit 3; }}
 echo "not reached"
 """)
     rc, log = sbatch(slurm_cluster, script, tmp_path / "out")

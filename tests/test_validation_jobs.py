@@ -87,7 +87,9 @@ def test_lumi_job_uses_srun_with_the_derived_masks_and_forces_the_plugin_between
     assert "if [ \"$NNODES\" -gt 1 ]; then" in text and "export NCCL_NET='AWS Libfabric'" in text
     assert 'export NCCL_DEBUG_FILE="$OUT/nccl/%h.%p.log"' in text
     # the MIOpen caches are the helper's (per node and job), made on every node by the job
-    assert 'mkdir -p "${MIOPEN_USER_DB_PATH}" "${MIOPEN_CUSTOM_CACHE_DIR}"' in text
+    # made private on every node (runtime_checks: refused where another user made it first)
+    assert 'sitestack "${MIOPEN_USER_DB_PATH}" "${MIOPEN_CUSTOM_CACHE_DIR}" || exit 1' in text
+    assert "_sitestack_private_dir" in text and "trap sitestack_miopen_end EXIT" in text
     assert "export MIOPEN_USER_DB_PATH" not in text
     assert "singularity exec \"$SIF\"" in text and "torchrun" not in text
 

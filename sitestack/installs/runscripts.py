@@ -13,8 +13,10 @@ Where they differ from the site's scripts (https://github.com/Lumi-supercomputer
   commas first and broke on it).
 - LOCAL_RANK and LOCAL_WORLD_SIZE are set too (the site's script set neither).
 - The MIOpen cache is per job on node-local storage (the site's was per node, so two jobs on a node
-  removed each other's; the one rule, :mod:`sitestack.model.miopen`), and the other ranks wait for
-  local rank 0 to make it instead of sleeping a fixed 2 s.
+  removed each other's; the one rule, :mod:`sitestack.model.miopen`), made private by the first rank
+  on the node and refused where another user made it first (no rank waits for another).
+- Slurm's values are checked for their form before use (:mod:`sitestack.validation.runtime_checks`):
+  a bad one stops the rank with one message naming it.
 - The site's NCCL_* and FI_* settings come from its facts (``facts.env``).
 
 Like the site's, both scripts run ``$WITH_CONDA`` before Python (:func:`activate`), so what the
@@ -29,7 +31,9 @@ from pathlib import Path
 from sitestack.core.quoting import sh_default, sh_expanding
 from sitestack.model.facts import Facts
 from sitestack.model.miopen import miopen_cache
+from sitestack.validation import runtime_checks
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN
+from sitestack.validation.runtime_checks import MAX_COUNT, MAX_ID
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 
@@ -47,6 +51,13 @@ def activate(facts: Facts) -> str:
     return (f"# The image's conda environment, activated first as the site's own run scripts do.\n{default}"
             'venv=$(command -v python 2>/dev/null || true); venv=${venv%/bin/python}\n'
             '[ -n "$venv" ] && [ -f "$venv/pyvenv.cfg" ] || venv=\n'
+            "# WITH_CONDA runs as a command, its words split and never parsed (the site's scripts run it so);\n"
+            "# only the form images define is run: source FILE [ENV] (or . FILE [ENV]), no wildcards\n"
+            'case ${WITH_CONDA:-} in\n'
+            "  *[*?[]*) ;;\n"
+            "  ''|'source '?*|'. '?*) with_conda=ok ;;\n"
+            'esac\n'
+            '[ -n "${with_conda:-}" ] || { echo "${0##*/}: WITH_CONDA must be \'source FILE [ENV]\' (no wildcards)" >&2; exit 1; }\n'
             "$WITH_CONDA\n"
             '# the stack venv the module put first on the container\'s PATH stays first\n'
             'if [ -n "$venv" ]; then export PATH="$venv/bin:$PATH" VIRTUAL_ENV=$venv; fi\n')
@@ -63,6 +74,7 @@ def distributed(site: str, facts: Facts) -> str:
     """``conda-python-distributed``: one rank of a Slurm job step (srun), then Python."""
     # a value the rank's environment already has (not empty) is kept, as the module and the launch helper keep it
     env = [f"export {k}={sh_default(k, v)}" for k, v in sorted(facts.env.items()) if k.startswith(("NCCL_", "FI_"))]
+    checks = runtime_checks.functions("number", "word", "private_dir")
     gpu = "export ROCR_VISIBLE_DEVICES=$SLURM_LOCALID   # one GCD per task (LUMI)\n" \
         if facts.gpu.vendor == "amd" else ""
     return f"""#!/bin/bash -e
@@ -71,26 +83,37 @@ def distributed(site: str, facts: Facts) -> str:
 #   srun singularity exec $SIF conda-python-distributed -u train.py
 here=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)
 : "${{SLURM_PROCID:?run me under srun}}"
+# Every value read from Slurm is checked for its form first (runtime_checks: bash would evaluate the
+# text of SLURM_JOB_ID in $(( )) as an expression); a bad one is one message naming it.
+{checks}
+P=conda-python-distributed
+_sitestack_number $P SLURM_PROCID "$SLURM_PROCID" 0 {MAX_ID} || exit 1
+_sitestack_number $P SLURM_JOB_ID "${{SLURM_JOB_ID:-x}}" 0 {MAX_ID} || exit 1
+_sitestack_number $P SLURM_LOCALID "${{SLURM_LOCALID:-x}}" 0 {MAX_ID} || exit 1
+_sitestack_number $P SLURM_NTASKS "${{SLURM_NTASKS:-}}" 1 {MAX_ID} || exit 1
+_sitestack_number $P SLURM_NPROCS "${{SLURM_NPROCS:-}}" 1 {MAX_ID} || exit 1
+_sitestack_number $P SLURM_NTASKS_PER_NODE "${{SLURM_NTASKS_PER_NODE:-}}" 1 {MAX_COUNT} || exit 1
+first=${{SLURM_TASKS_PER_NODE:-}}; first=${{first%%[(,]*}}  # the first count: 8 of "8(x2),4"
+_sitestack_number $P SLURM_TASKS_PER_NODE "$first" 1 {MAX_COUNT} || exit 1
 {activate(facts)}# Rank, world size and local rank from Slurm.
 export RANK=$SLURM_PROCID
 export WORLD_SIZE=${{SLURM_NTASKS:-$SLURM_NPROCS}}
 export LOCAL_RANK=$SLURM_LOCALID
-export LOCAL_WORLD_SIZE=${{SLURM_NTASKS_PER_NODE:-${{SLURM_TASKS_PER_NODE%%(*}}}}
-LOCAL_WORLD_SIZE=${{LOCAL_WORLD_SIZE%%,*}}
-# The first host of the job; get-master parses Slurm's hostlist syntax (no scontrol in the container).
-export MASTER_ADDR=$("$here/get-master" "${{SLURM_JOB_NODELIST:-$SLURM_NODELIST}}")
+export LOCAL_WORLD_SIZE=${{SLURM_NTASKS_PER_NODE:-$first}}
+# The first host of the job; get-master parses Slurm's hostlist syntax (no scontrol in the container) and
+# refuses a list it cannot read (exit 2, one message).
+if [ -n "${{SLURM_JOB_NODELIST:-}}" ]; then nodes=SLURM_JOB_NODELIST; else nodes=SLURM_NODELIST; fi
+MASTER_ADDR=$("$here/get-master" --name "$nodes" "${{SLURM_JOB_NODELIST:-${{SLURM_NODELIST:-}}}}") || exit 1
+export MASTER_ADDR
 # Unique per job, so that two jobs can share a node (below the ephemeral port range).
 export MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))
-# MIOpen's cache needs file locking that Lustre lacks: node-local, per job (LUMI).
+# MIOpen's cache needs file locking that Lustre lacks: node-local, per job (LUMI), this user's and private
+# (another user could make the directory first: refused); whichever rank comes first on the node makes it.
 miopen_user=$(id -un)
+_sitestack_word $P "the user name" "$miopen_user" || exit 1
 export MIOPEN_USER_DB_PATH={sh_expanding(miopen_cache(facts, user="${miopen_user}") or "")}
 export MIOPEN_CUSTOM_CACHE_DIR=$MIOPEN_USER_DB_PATH
-if [ "$SLURM_LOCALID" -eq 0 ]; then
-  rm -rf -- "$MIOPEN_USER_DB_PATH"
-  mkdir -p -- "$MIOPEN_USER_DB_PATH"
-else
-  for _ in $(seq 100); do [ -d "$MIOPEN_USER_DB_PATH" ] && break; sleep 0.1; done
-fi
+_sitestack_private_dir $P "$MIOPEN_USER_DB_PATH" || exit 1
 {gpu}# The site's network settings (facts.env).
 {chr(10).join(env)}
 exec python "$@"

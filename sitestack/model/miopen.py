@@ -9,6 +9,12 @@ the directory when a job starts. A fixed directory is shared by every job of the
 jobs remove each other's database. Here it is one directory per job, ``/tmp/<user>-miopen-$SLURM_JOB_ID``
 (facts.env's ``MIOPEN_*`` paths give way to it). Outside a job (a login node, where no GPU runs MIOpen)
 ``$SLURM_JOB_ID`` is empty: ``/tmp/<user>-miopen-``, one per user.
+
+Every task of the job computes the name, so another user can compute it too and make it first. The
+shipped programs that make it (the launch helper, LUMI's run script, the validation job) make it with
+``mkdir -m 700`` and use it only where it is the user's own directory, mode 0700, not a symbolic link;
+otherwise they stop with one message naming it (:mod:`sitestack.validation.runtime_checks`). It stays
+on node-local ``/tmp`` rather than ``$TMPDIR``, which some sites point at a shared file system.
 """
 
 from __future__ import annotations

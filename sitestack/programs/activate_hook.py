@@ -105,12 +105,16 @@ def stack_packages(config: "dict[str, Any]") -> str:
 
 #: Per shell: its quoting; the line that sets ``_sitestack_p``, the stack's site-packages for PYTHONPATH, to the
 #: stable path; the lines that make it the site-packages of the generation the module loaded, where the module names
-#: that in {var} (an older module file does not); the word for ``_sitestack_p`` in PYTHONPATH.
+#: that in {var} (an older module file does not; a value that is not an absolute path of plain characters is
+#: not used: bash and zsh say so); the word for ``_sitestack_p`` in PYTHONPATH.
 PICK: "dict[str, tuple[Callable[[str], str], str, str, str]]" = {
     "bash": (sh_quote, "_sitestack_p={stable}\n",
-             'case "${{{var}:-}}" in /*) _sitestack_p="${var}"{suffix} ;; esac\n', ':"$_sitestack_p"'),
+             'case "${{{var}:-}}" in *[!A-Za-z0-9_./+@=,-]*) echo "' + COMMAND + ': {var} is not a path of letters, digits'
+             ' and ./_+@=,-: the stack\'s stable site-packages are used" >&2 ;; /*) _sitestack_p="${var}"{suffix} ;; esac\n',
+             ':"$_sitestack_p"'),
     "fish": (fish_quote, "set -l _sitestack_p {stable}\n",
-             "string match -q -- '/*' \"${var}\"; and set _sitestack_p \"${var}\"{suffix}\n", "$_sitestack_p "),
+             "string match -qr -- '^/[A-Za-z0-9_./+@=,-]*$' \"${var}\"; and set _sitestack_p \"${var}\"{suffix}\n",
+             "$_sitestack_p "),
     "csh": (str, "set _sitestack_p = {stable}\n",
             'if ( $?{var} ) then\n    if ( "${var}" =~ /* ) set _sitestack_p = "${var}"{suffix}\nendif\n',
             ":${_sitestack_p}"),

@@ -11,9 +11,9 @@ https://github.com/Lumi-supercomputer/LUMI-EasyBuild-containers/tree/main/easybu
 split the list on every comma before expanding brackets, so ``nid[001,005-007]`` broke;
 hostlist.py reads Slurm's syntax whole.
 
-Usage: ``get-master NODELIST`` (default ``$SLURM_JOB_NODELIST``, else ``$SLURM_NODELIST``) prints
-the first host; ``get-master --all NODELIST`` prints every host, one a line. Exit 2 on a list that
-does not parse.
+Usage: ``get-master [--name NAME] NODELIST`` (default ``$SLURM_JOB_NODELIST``, else
+``$SLURM_NODELIST``) prints the first host; ``get-master --all NODELIST`` prints every host, one a
+line. Exit 2 on a list that does not parse, with one message naming NAME (or the variable read).
 """
 
 from __future__ import annotations
@@ -28,11 +28,19 @@ except ImportError:  # run as get-master, beside hostlist.py
 
 
 def main(argv: list[str]) -> int:
-    """``[--all] [NODELIST]``: the first host (every host with --all); exit 2 on a bad list."""
+    """``[--all] [--name NAME] [NODELIST]``: the first host (every host with --all); exit 2 with one
+    message naming NAME (else the variable the list was read from) on a bad list."""
     every = "--all" in argv
     args = [a for a in argv if a != "--all"]
-    nodelist = args[0] if args else os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST", "")
-    return hostlist.main(([] if every else ["--first"]) + [nodelist], prog="get-master")
+    name: list[str] = []
+    if args[:1] == ["--name"] and len(args) >= 2:
+        name, args = args[:2], args[2:]
+    if args:
+        nodelist = args[0]
+    else:
+        var = "SLURM_JOB_NODELIST" if os.environ.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+        nodelist, name = os.environ.get(var, ""), name or ["--name", var]
+    return hostlist.main(([] if every else ["--first"]) + name + [nodelist], prog="get-master")
 
 
 if __name__ == "__main__":

@@ -18,16 +18,23 @@ The syntax is Slurm's (``scontrol show hostnames``, https://slurm.schedmd.com/sc
 
 Refused, with a message naming the list: an empty list or item (``a,,b``: a list a program
 assembled wrongly, which Slurm would silently mend), nested or unbalanced brackets, whitespace
-or anything but numbers and ranges inside brackets, a range that runs backwards, and more than
-:data:`MAX_HOSTS` hosts.
+or anything but numbers and ranges inside brackets, a range that runs backwards
+(``nid[005-001]``), a character that no host name has (only letters, digits, ``.``, ``_`` and
+``-``; so ``a\\nb``, a control character, ``;`` or ``$`` never reach a program's output), a
+number of over :data:`MAX_DIGITS` digits, a host name of over :data:`MAX_NAME` characters, a list
+of over :data:`MAX_TEXT` characters, and more than :data:`MAX_HOSTS` hosts (counted before they are
+made: ``n[0-99999999]`` is refused at once). A message shows at most the list's first
+:data:`SHOWN` characters, escaped (one line).
 
-Command line: ``hostlist.py [--first] [--sep SEP] LIST`` prints the hosts, one a line (or joined
-by SEP; only the first with --first); exit 2 with one message on a list it refuses.
+Command line: ``hostlist.py [--first] [--sep SEP] [--name NAME] LIST`` prints the hosts, one a
+line (or joined by SEP; only the first with --first); exit 2 with one message on a list it refuses,
+naming NAME (the variable the list came from, e.g. SLURM_JOB_NODELIST) where given.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import sys
 
@@ -35,45 +42,68 @@ import sys
 #: has 9,408: https://docs.olcf.ornl.gov/systems/frontier_user_guide.html), so a list of more is a
 #: mistake (``n[1-2000000]``) that would only exhaust memory.
 MAX_HOSTS = 100_000
+#: The most digits of a number in brackets (a wider one is no node's: Frontier's are 5).
+MAX_DIGITS = 9
+#: The longest host name (a DNS name's limit, RFC 1035).
+MAX_NAME = 255
+#: The longest list read: 100,000 uncompressed names of 10 characters fit.
+MAX_TEXT = 1 << 20
+#: How much of a refused list a message shows.
+SHOWN = 60
 
 _GROUP = re.compile(r"\[([^\[\]]*)\]")
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+#: The characters of a host name outside brackets (RFC 1123 letters, digits, hyphens and dots, and
+#: the underscore some clusters use).
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+#: What separates items besides commas: Slurm's hostlist_create splits on tabs, spaces and newlines.
+_SPACE = frozenset(" \t\n")
+_IN_BRACKETS = frozenset("0123456789,-")
 
 
 class HostlistError(ValueError):
     """A host list that is not valid Slurm syntax, or that expands to too many hosts."""
 
 
+def shown(text: str) -> str:
+    """``text`` for a message: escaped (one line) and cut at :data:`SHOWN` characters."""
+    return repr(text) if len(text) <= SHOWN else repr(text[:SHOWN]) + f"... ({len(text)} characters)"
+
+
 def split_items(text: str) -> list[str]:
     """The items of a host list: split at commas and whitespace outside brackets."""
+    if len(text) > MAX_TEXT:
+        raise HostlistError(f"{shown(text)} is longer than {MAX_TEXT} characters")
     items: list[str] = []
     current: list[str] = []
     depth = 0
     commas = 1  # commas since the last item; a leading comma is an empty item
-    for char in text.strip():
+    for char in text.strip(" \t\n"):
         if char == "[":
             depth += 1
             if depth > 1:
-                raise HostlistError(f"nested brackets in {text!r}")
+                raise HostlistError(f"nested brackets in {shown(text)}")
         elif char == "]":
             depth -= 1
             if depth < 0:
-                raise HostlistError(f"unbalanced ']' in {text!r}")
-        if depth == 0 and (char == "," or char.isspace()):
+                raise HostlistError(f"unbalanced ']' in {shown(text)}")
+        if depth == 0 and (char == "," or char in _SPACE):
             if current:
                 items.append("".join(current))
                 current, commas = [], 0
             commas += char == ","
             if commas > 1:
-                raise HostlistError(f"empty item in {text!r}")
+                raise HostlistError(f"empty item in {shown(text)}")
             continue
-        if depth and char.isspace():
-            raise HostlistError(f"whitespace inside brackets in {text!r}")
+        if depth and char in _SPACE:
+            raise HostlistError(f"whitespace inside brackets in {shown(text)}")
+        if char not in _NAME_CHARS and char not in "[]" and not (depth and char in _IN_BRACKETS):
+            raise HostlistError(f"character {char!r} is not allowed in a host name, in {shown(text)}")
         current.append(char)
     if depth:
-        raise HostlistError(f"unbalanced '[' in {text!r}")
+        raise HostlistError(f"unbalanced '[' in {shown(text)}")
     if not current:
-        raise HostlistError(f"empty item in {text!r}" if items else "empty host list")
+        raise HostlistError(f"empty item in {shown(text)}" if items else "empty host list")
     return [*items, "".join(current)]
 
 
@@ -83,13 +113,15 @@ def _numbers(body: str, whole: str) -> list[str]:
     for part in body.split(","):
         match = _RANGE.fullmatch(part)
         if not match:
-            raise HostlistError(f"bad range {part!r} in {whole!r}" if part else f"empty range in {whole!r}")
+            raise HostlistError(f"bad range {shown(part)} in {shown(whole)}" if part else f"empty range in {shown(whole)}")
         lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
+        if max(len(lo_text), len(hi_text)) > MAX_DIGITS:
+            raise HostlistError(f"a number of over {MAX_DIGITS} digits in {shown(whole)}")
         lo, hi = int(lo_text), int(hi_text)
         if hi < lo:
-            raise HostlistError(f"range {part!r} runs backwards in {whole!r}")
-        if hi - lo >= MAX_HOSTS:
-            raise HostlistError(f"range {part!r} in {whole!r} has over {MAX_HOSTS} hosts")
+            raise HostlistError(f"range {part!r} runs backwards in {shown(whole)}")
+        if len(out) + hi - lo >= MAX_HOSTS:  # counted before the numbers are made
+            raise HostlistError(f"{shown(whole)} expands to over {MAX_HOSTS} hosts")
         out.extend(str(n).zfill(len(lo_text)) for n in range(lo, hi + 1))
     return out
 
@@ -107,8 +139,10 @@ def expand_item(item: str, whole: str | None = None) -> list[str]:
     size = 1
     for choice in choices:
         size *= len(choice)
-    if size > MAX_HOSTS:
-        raise HostlistError(f"{item!r} in {whole!r} expands to over {MAX_HOSTS} hosts")
+        if size > MAX_HOSTS:
+            raise HostlistError(f"{shown(item)} in {shown(whole)} expands to over {MAX_HOSTS} hosts")
+    if sum(max(len(c) for c in choice) for choice in choices) > MAX_NAME:
+        raise HostlistError(f"a host name of over {MAX_NAME} characters in {shown(whole)}")
     return ["".join(parts) for parts in itertools.product(*choices)]
 
 
@@ -118,7 +152,7 @@ def expand(text: str) -> list[str]:
     for item in split_items(text):
         hosts.extend(expand_item(item, text))
         if len(hosts) > MAX_HOSTS:
-            raise HostlistError(f"{text!r} expands to over {MAX_HOSTS} hosts")
+            raise HostlistError(f"{shown(text)} expands to over {MAX_HOSTS} hosts")
     return hosts
 
 
@@ -128,24 +162,28 @@ def first(text: str) -> str:
 
 
 def main(argv: list[str], prog: str = "hostlist.py") -> int:
-    """``[--first] [--sep SEP] LIST``: print the hosts; exit 2 with one message on a bad list."""
-    args, sep, only_first = list(argv), "\n", False
+    """``[--first] [--sep SEP] [--name NAME] LIST``: print the hosts; exit 2 with one message on a bad list."""
+    args, sep, only_first, name = list(argv), "\n", False, ""
     if "--first" in args:
         args.remove("--first")
         only_first = True
-    if args[:1] == ["--sep"] and len(args) >= 2:
-        sep, args = args[1], args[2:]
+    while args[:1] in (["--sep"], ["--name"]) and len(args) >= 2:
+        if args[0] == "--sep":
+            sep = args[1]
+        else:
+            name = args[1]
+        args = args[2:]
     if len(args) != 1:
-        print(f"usage: {prog} [--first] [--sep SEP] LIST", file=sys.stderr)
+        print(f"usage: {prog} [--first] [--sep SEP] [--name NAME] LIST", file=sys.stderr)
         return 2
     try:
         hosts = [first(args[0])] if only_first else expand(args[0])
     except HostlistError as exc:
-        print(f"{prog}: cannot parse host list: {exc}", file=sys.stderr)
+        print(f"{prog}: {name + ': ' if name else ''}cannot parse host list: {exc}", file=sys.stderr)
         return 2
     print(sep.join(hosts))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], prog=os.path.basename(sys.argv[0]) or "hostlist.py"))

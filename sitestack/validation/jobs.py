@@ -25,6 +25,7 @@ from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.model.slurmtime import slurm_seconds
 from sitestack.validation import masks as masks_mod
+from sitestack.validation import runtime_checks
 from sitestack.validation.results_dir import OUT_REFUSED, RESULT_SPACE_MIB, RESULTS_CHECK
 
 if TYPE_CHECKING:
@@ -192,6 +193,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "guard_python": "python3" if container else '"$PYTHON" python3',
         **geometry,
         **_launch_context(facts, launcher),
+        **runtime_checks.job_context(),  # what the script reads when it runs, checked first
     }
 
 

@@ -36,7 +36,7 @@ from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
-from sitestack.validation import jobs
+from sitestack.validation import jobs, runtime_checks
 from sitestack.validation import masks as masks_mod
 
 HELPER = "sitestack-launch-env"
@@ -76,8 +76,10 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
     stacks = 2 if facts.gpu.unit == "stack" else 0
     # facts.env: the job's own value where it has one (not empty), else the site's
     env = [(k, sh_default(k, value)) for k, value in inputs.env.items() if k not in MIOPEN_KEYS]
-    cache = miopen_cache(facts, user="${USER}")
+    cache = miopen_cache(facts, user="${_sitestack_user}")  # USER (else id -un), checked when the helper runs
     miopen = sh_expanding(cache) if cache else ""
+    # the run-time checks the helper embeds (sitestack/validation/runtime_checks.py)
+    checks = ("number", "word", "private_dir") if miopen else ("number",)
     return {
         "site": inputs.site,
         "description": facts.description,
@@ -99,6 +101,10 @@ def _context(inputs: LaunchInputs) -> dict[str, Any]:
         "unit": facts.gpu.unit if facts.gpu.vendor != "none" else "rank",
         "masks": ",".join(masks_mod.rank_masks(binding)) if binding else "",
         "miopen": miopen,
+        "checks": runtime_checks.functions(*checks),
+        "check_names": checks,
+        "max_id": runtime_checks.MAX_ID,
+        "max_count": runtime_checks.MAX_COUNT,
     }
 
 
@@ -137,7 +143,15 @@ def render_stage(inputs: LaunchInputs) -> str:
     return jobs.environment().get_template("stage-env.sh.j2").render(
         site=inputs.site, path=f"{inputs.bin}/{STAGE}", pack=inputs.pack, scratch=sh_expanding(inputs.scratch),
         scratch_text=inputs.scratch, conda_unpack=CONDA_UNPACK, venv_unpack=UNPACK_PROGRAM,
-        pack_generations=inputs.pack_generations, generation_var=checked_name(inputs.generation_var))
+        pack_generations=inputs.pack_generations, generation_var=checked_name(inputs.generation_var),
+        checks=runtime_checks.functions("number", "word"), check_names=("number", "word"),
+        max_id=runtime_checks.MAX_ID, max_count=runtime_checks.MAX_COUNT,
+        # run by one task per node: the scratch directory (private under any umask where it is made
+        # here), then the job's copy in it, private (runtime_checks.PRIVATE_DIR); removal of the copy
+        private_script=runtime_checks.script(("private_dir",), '(umask 077 && mkdir -p -- "$1") 2>/dev/null',
+                                             '_sitestack_private_dir sitestack-stage-env "$2"'),
+        remove_script=runtime_checks.script(("remove_own",), '_sitestack_remove_own "$1"'),
+        user_in_scratch="${USER}" in inputs.scratch)
 
 
 def helper_files(inputs: LaunchInputs) -> dict[str, tuple[str, int]]:
@@ -186,4 +200,4 @@ def render_job_template(inputs: LaunchInputs) -> str:
         prelude=text, module_root=inputs.module_root, stack_module=inputs.stack_module,
         launch_env=f"{inputs.bin}/{HELPER}", stage=inputs.stage, stage_env=f"{inputs.bin}/{STAGE}",
         scratch_text=inputs.scratch or "", container=container, exec_prefix=exec_prefix,
-        srun_mpi=job["srun_mpi"], bind=bind, mpi_flavour=facts.mpi.flavour)
+        srun_mpi=job["srun_mpi"], bind=bind, mpi_flavour=facts.mpi.flavour, miopen_remove=job["miopen_remove"])

@@ -16,14 +16,15 @@ OUT_REFUSED = 96
 #: about 100 KiB, the checkpoint of the ddp check under 100 KiB), a few MiB for a thousand ranks; 64 MiB
 #: leaves room for that and for the job's log when it shares the file system, and refuses a full one.
 RESULT_SPACE_MIB = 64
-#: The results directory's check, a bash function: ``sitestack_results_check DIR`` makes DIR, writes
+#: The results directory's check, a bash function: ``sitestack_results_check DIR`` makes DIR (and
+#: the directories above it it must make) private to the user whatever the umask, writes
 #: and removes a file there, and reads its free space (df -Pk); where one fails it prints one line
 #: naming DIR and the cause (the error's last part: "Read-only file system", "Permission denied")
 #: and exits OUT_REFUSED. The batch script runs it on OUT before anything else; :func:`results_check`
 #: runs it on the directory `invoke validate` puts the job's log in.
 RESULTS_CHECK = f"""sitestack_results_check() {{
   local why free
-  why=$(mkdir -p -- "$1" 2>&1) || {{ echo "sitestack: results directory $1 cannot be made: ${{why##*: }}" >&2; exit {OUT_REFUSED}; }}
+  why=$( (umask 077 && mkdir -p -- "$1") 2>&1) || {{ echo "sitestack: results directory $1 cannot be made: ${{why##*: }}" >&2; exit {OUT_REFUSED}; }}
   if ! why=$( {{ echo probe >"$1/.sitestack-write-probe.$$"; }} 2>&1 ); then
     echo "sitestack: results directory $1 is not writable: ${{why##*: }}" >&2; exit {OUT_REFUSED}
   fi

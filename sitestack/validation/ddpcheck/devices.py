@@ -35,7 +35,7 @@ def physical_gpu(index: int, env: dict[str, str]) -> int:
             entries = [e.strip() for e in value.split(",") if e.strip()]
             if index < len(entries):
                 head = entries[index].split(".")[0]  # ZE_AFFINITY_MASK may say card.stack
-                if head.isdigit():
+                if head.isascii() and head.isdigit() and len(head) <= 6:  # int() takes other scripts' digits too
                     return int(head)
     return index
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from . import envvalues
 from .rank_progress import (
     CRASH_SIGNALS,
     PHASE_CHECK,
@@ -179,7 +180,7 @@ def fault_result(out: str, fault: dict[str, Any]) -> dict[str, Any]:
         "ranks": [{k: v for k, v in d.items() if k != "checks"} for _, d in sorted(ranks.items())],
         "bandwidth": {}, "mpi": {}, "elapsed_s": max(0.0, round(time.time() - float(first.get("started") or time.time()), 2)),
         # the watchdogs and the guard run in the job's environment: the limit the batch script set
-        "time_limit": time_limit_record(float(os.environ.get("SITESTACK_TIME_LIMIT") or fault.get("limit_s") or 0),
+        "time_limit": time_limit_record(_time_limit(fault.get("limit_s")),
                                         os.environ),
         "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None,
                       "plot_note": "the run did not finish"},
@@ -192,3 +193,13 @@ def earliest(ranks: dict[int, dict[str, Any]]) -> str:
     stopped = [d for d in ranks.values() if d.get("proc_state") in ("T", "t")]
     pool = stopped or list(ranks.values())
     return min((str(d.get("phase", "startup")) for d in pool), key=lambda p: order.get(p, 0), default="startup")
+
+
+def _time_limit(measured: Any) -> float:
+    """The limit the batch script set ($SITESTACK_TIME_LIMIT, where it is a number of seconds: a fault
+    report is written whatever the environment holds), else the one measured."""
+    with contextlib.suppress(envvalues.EnvError):
+        limit = envvalues.seconds(os.environ, "SITESTACK_TIME_LIMIT")
+        if limit is not None:
+            return limit
+    return float(measured or 0)

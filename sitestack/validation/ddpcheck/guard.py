@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from . import envvalues
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all
 from .rank_progress import deadline_from_env, read_progress, status_dir
@@ -31,7 +32,7 @@ def guard_main(argv: list[str]) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--config")
     p.add_argument("--expect-world-size", type=int, default=None)
-    p.add_argument("--time-limit", type=float, default=float(os.environ.get("SITESTACK_TIME_LIMIT") or 480))
+    p.add_argument("--time-limit", type=float, default=envvalues.seconds(os.environ, "SITESTACK_TIME_LIMIT", 1) or 480)
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from . import stacks
+from . import envvalues, stacks
 from .bandwidth import parse_size
 from .guard import guard_main
 from .mpi import import_mpi
@@ -31,13 +31,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="check-config.json written by `invoke install-validation-job`")
     p.add_argument("--out", help="result directory (default: $SITESTACK_VALIDATION_OUT or ./sitestack-validation-<job>)")
-    p.add_argument("--expect-world-size", type=int, default=int(env.get("SITESTACK_EXPECT_WORLD_SIZE") or 0) or None,
+    p.add_argument("--expect-world-size", type=int, default=envvalues.whole(env, "SITESTACK_EXPECT_WORLD_SIZE", 1),
                    help="ranks the job asked for; a launcher that says otherwise fails the environment check")
     p.add_argument("--cpu-masks", default=env.get("SITESTACK_CPU_MASKS") or None,
                    help="the mask_cpu list the job bound ranks with, by local rank (0xfe,0xfe00,...)")
-    p.add_argument("--init-timeout", type=float, default=float(env.get("SITESTACK_INIT_TIMEOUT") or 180),
+    p.add_argument("--init-timeout", type=float, default=envvalues.seconds(env, "SITESTACK_INIT_TIMEOUT", 1) or 180,
                    help="seconds to wait for every rank to join the process group")
-    p.add_argument("--time-limit", type=float, default=float(env.get("SITESTACK_TIME_LIMIT") or 480),
+    p.add_argument("--time-limit", type=float, default=envvalues.seconds(env, "SITESTACK_TIME_LIMIT", 1) or 480,
                    help="seconds after which the watchdog ends a stuck run with a result naming where each rank was "
                         "(the batch script derives it from the job's --time; $SITESTACK_DEADLINE, when set, is the "
                         "deadline itself)")
@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     host = socket.gethostname().split(".")[0]
     meta = {"site": config.get("site", "unknown"), "job_id": job_id_for(args.out, os.environ),
             "job_launcher": os.environ.get("SITESTACK_LAUNCHER"), "started": round(time.time(), 3)}
+    deadline = deadline_from_env(os.environ, args.time_limit)  # checked before anything is written
     progress = Progress(args.out, info, host, meta)
     progress.save()
-    deadline = deadline_from_env(os.environ, args.time_limit)
     if not args.no_watchdog:  # before MPI_Init and torch: see "Progress and the watchdogs"
         supervise(progress, args.out, deadline, args.time_limit, args.expect_world_size)
     # the watchdog asks for this process's stacks at the deadline (stacks.py)
@@ -115,7 +115,14 @@ def exit_now(code: int, mpi: Any = None) -> None:
 
 
 def program(argv: list[str]) -> None:
-    """``ddp_check.py [OPTIONS]`` runs one rank; ``ddp_check.py --guard ...`` the guard around the launcher."""
-    if argv[:1] == ["--guard"]:
-        sys.exit(guard_main(argv[1:]))
-    exit_now(main(argv), sys.modules.get("mpi4py.MPI"))
+    """``ddp_check.py [OPTIONS]`` runs one rank; ``ddp_check.py --guard ...`` the guard around the launcher.
+    A variable of the environment that is not of its form (:mod:`.envvalues`) ends it with one line
+    naming it, exit 2."""
+    try:
+        if argv[:1] == ["--guard"]:
+            sys.exit(guard_main(argv[1:]))
+        code = main(argv)
+    except envvalues.EnvError as exc:
+        print(f"sitestack: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    exit_now(code, sys.modules.get("mpi4py.MPI"))

@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any
 
+from . import envvalues
 from .ranks import RankInfo
 from .siblings import ddp_report
 from .verdicts import CHECKS
@@ -113,7 +114,7 @@ def read_fault(out: str) -> dict[str, Any] | None:
 
 def deadline_from_env(env: dict[str, str] | os._Environ[str], limit: float) -> float:
     """The job's deadline (epoch seconds): $SITESTACK_DEADLINE, set once by the batch script, so every
-    rank and the guard share it; else ``limit`` seconds from now."""
-    with contextlib.suppress(KeyError, ValueError, TypeError):
-        return float(env["SITESTACK_DEADLINE"])
-    return time.time() + limit
+    rank and the guard share it; else ``limit`` seconds from now. A deadline that is not a number of
+    seconds (``nan``, ``inf``: one that never comes) is an :class:`~.envvalues.EnvError` naming it."""
+    deadline = envvalues.seconds(env, "SITESTACK_DEADLINE", 1)
+    return deadline if deadline is not None else time.time() + limit

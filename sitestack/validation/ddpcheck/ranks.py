@@ -7,6 +7,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from .envvalues import whole
+
 
 @dataclass(frozen=True)
 class RankInfo:
@@ -21,14 +23,9 @@ class RankInfo:
 
 
 def _int(env: dict[str, str], name: str) -> int | None:
-    """An integer variable of ``env``, None when unset or blank; a ValueError naming it otherwise."""
-    value = env.get(name)
-    if value is None or not value.strip():
-        return None
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise ValueError(f"{name}={value!r} is not an integer") from None
+    """A rank, size or count variable of ``env``, None when unset or blank; an :class:`EnvError` naming
+    it when it is not a whole number (digits only: ``-1``, ``1_0``, ``a[1]`` are refused)."""
+    return whole(env, name)
 
 
 def discover_rank(env: dict[str, str] | None = None) -> RankInfo:
@@ -97,10 +94,12 @@ def _tasks_on_this_node(env: dict[str, str]) -> int | None:
     node = _int(env, "SLURM_NODEID") or 0
     if not text:
         return None
-    counts: list[int] = []
     for part in text.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        match = re.fullmatch(r"([0-9]{1,7})(?:\(x([0-9]{1,7})\))?", part.strip())
         if not match:
             return None
-        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
-    return counts[node] if node < len(counts) else None
+        repeat = int(match.group(2) or 1)
+        if node < repeat:
+            return int(match.group(1))
+        node -= repeat
+    return None
