@@ -37,6 +37,10 @@ class FakeHost(Host):
     def read_text(self, path: str) -> str | None:
         return self.files.get(path)
 
+    def read_tail(self, path: str, limit: int = 65536) -> str | None:
+        text = self.files.get(path)
+        return None if text is None else text[-limit:]
+
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"write {path}")
         self.mutations.append(f"write {path}")

@@ -331,3 +331,27 @@ def test_an_nccl_warning_after_a_long_progress_bar_is_still_read(job: Path, tmp_
 
 OFI_LINES = "".join(f"node-{h}:7:8 [0] NCCL INFO NET/OFI Selected Provider is cxi\nnode-{h}:7:8 [0] NCCL INFO Using network "
                     "AWS Libfabric\n" for h in "ab")
+
+
+def test_a_data_task_shows_escape_sequences_in_its_lines_and_never_sends_them(capsys: pytest.CaptureFixture[str]):
+    """``installed``, ``gc`` and the other data tasks list names read from the prefix or the cache:
+    a name holding a terminal sequence is shown escaped, and the JSON keeps it as it is."""
+    from sitestack.engine import results
+    name = "torch\x1b]0;owned\x07\x1b[2J\x9b1m"
+    results.emit(None, "installed", {"names": [name]}, [f"  {name}"])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out, repr(out)
+    assert "torch" in out and "\\x1b" in out
+
+
+def test_a_huge_job_log_is_read_by_its_tail(tmp_path: Path):
+    """``invoke validate`` looks for the job's last words in the end of its log only: a log of any
+    size is read in bounded memory."""
+    from sitestack.core.host import LocalHost
+    log = tmp_path / "job.log"
+    with open(log, "wb") as handle:
+        handle.truncate(4 << 30)   # sparse: 4 GiB of NULs, then the last line
+        handle.seek(0, 2)
+        handle.write(b"\nlast line\n")
+    tail = LocalHost().read_tail(str(log), 4096)
+    assert tail is not None and tail.endswith("last line\n") and len(tail) == 4096

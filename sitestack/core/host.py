@@ -92,6 +92,17 @@ class LocalHost(Host):
         except OSError as exc:
             raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
 
+    def read_tail(self, path: str, limit: int = 65536) -> str | None:
+        try:
+            with open(path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                handle.seek(max(0, size - limit) if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else 0)
+                return handle.read(limit).decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
+
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"write {path}")
         self.changed()

@@ -244,6 +244,12 @@ class Host:
         out = self.probe(["cat", "--", path])
         return out.stdout if out.ok else None
 
+    def read_tail(self, path: str, limit: int = 65536) -> str | None:
+        """The last ``limit`` bytes of ``path`` as text (a job's log may be any size), or None when it
+        does not exist."""
+        out = self.probe(["tail", "-c", str(limit), "--", path])
+        return out.stdout if out.ok else None
+
     def read_json(self, path: str) -> dict[str, Any] | None:
         """The JSON object in ``path``; None when the file is missing, unreadable or not an object.
 

@@ -17,6 +17,7 @@ from sitestack.core import user_file
 from sitestack.core.redact import redact, redact_data
 from sitestack.core.report import HostRun
 from sitestack.engine.validate import Outcome
+from sitestack.programs.visible import printable
 
 #: The version of the document's shape (docs/cli.md).
 SCHEMA_VERSION = 1
@@ -88,5 +89,5 @@ def emit(target: str | None, command: str, data: Mapping[str, Any], human: Itera
     (:func:`check_target`) before the task did its work."""
     if target != "-":
         for line in human:
-            print(redact(line))
+            print(printable(redact(line)))   # a listed name may hold any character: shown, never acted on
     write(target, data_document(command, data))

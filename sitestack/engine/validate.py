@@ -293,7 +293,7 @@ def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> 
     """``path``'s text once the job has said its last words (:data:`LAST_WORDS` in ``log``), waiting
     at most ``wait`` seconds for them; what is there then (None: no result)."""
     end = time.monotonic() + wait
-    while not LAST_WORDS.search(host.read_text(log) or "") and time.monotonic() < end:
+    while not LAST_WORDS.search(host.read_tail(log) or "") and time.monotonic() < end:
         time.sleep(1.0)
     return host.read_text(path)
 
@@ -305,7 +305,7 @@ def finish(site: Site, job_id: str, out_dir: str, log: str, rc: int | None, repo
     path = f"{out_dir}/result.json"
     text = await_result(host, path, log)
     if text is None:
-        tail = "\n".join((host.read_text(log) or "").rstrip().splitlines()[-15:])
+        tail = "\n".join((host.read_tail(log) or "").rstrip().splitlines()[-15:])
         raise SitestackError(f"job {job_id} left no result ({path} missing; exit code {rc}); log {log}:\n{tail}".rstrip())
     result: dict[str, Any] = json.loads(text)
     reporter.note(verdict_table(result))
