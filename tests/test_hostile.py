@@ -7,6 +7,14 @@ checkout stay as they were, and the marker file an injected command would create
 appears. Values that are legitimate but look dangerous (``$(...)``, quotes, backticks in an
 environment value) are accepted and must stay inert: the generated batch script is run with
 bash under stub launchers, the module file is loaded in real Lmod and the prelude run by bash.
+
+The other classes, with the same assertion (:func:`assert_refused_cleanly`) where input is refused:
+``test_hostile_runtime.py`` (what the shipped helpers, run scripts and the validation job read when
+a job runs, under bash, dash, zsh and sh = bash; per-job scratch), ``test_hostile_files.py`` (files
+the user names; caches and logs under any umask), ``test_hostile_secrets.py`` (index credentials),
+``test_hostile_bounds.py`` (linear time, bounded reads, terminal sequences, ``--step``, the lock) and
+``test_hostile_settings.py`` (the ``sitestack:`` settings, ``SITESTACK_*`` variables, empty options,
+``gc``'s cache root).
 """
 
 from __future__ import annotations
