@@ -26,8 +26,29 @@ ACCOUNT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 #: Directories no install prefix or cache may be: sitestack would take them over (a prefix's layout
 #: step sets their mode to 0755: /tmp would lose its sticky bit; gc removes entries of a cache).
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
-                         "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/tmp"})
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/dev/shm", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media",
+                         "/mnt", "/opt", "/proc", "/root", "/run", "/run/user", "/sbin", "/srv", "/sys", "/tmp", "/usr",
+                         "/usr/bin", "/usr/lib", "/usr/local", "/usr/share", "/var", "/var/lib", "/var/log", "/var/tmp"})
+
+
+def normal_path(path: str) -> str:
+    """``path`` as the kernel resolves its spelling: ``.``, ``..``-free parts, repeated and trailing
+    slashes gone, and a leading ``//`` too (POSIX lets ``//`` mean something else, so
+    ``os.path.normpath`` keeps it; Linux does not, and ``//tmp`` is ``/tmp``)."""
+    return "/" + os.path.normpath(path).lstrip("/") if path.startswith("/") else os.path.normpath(path)
+
+
+def taken_dir_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a directory sitestack makes its own (an install prefix, a cache, the
+    logs: it sets their modes and removes entries), or None: a system directory, or the home
+    directory or one above it."""
+    path = normal_path(path)
+    home = normal_path(os.path.expanduser("~"))
+    if path in SYSTEM_DIRS:
+        return "is a system directory, not a directory of sitestack's own"
+    if home == path or home.startswith(path.rstrip("/") + "/"):
+        return "is your home directory or above it, not a directory of sitestack's own"
+    return None
 
 #: Values of an on/off switch (any case); the first four turn it on.
 SWITCH = {"on": True, "1": True, "yes": True, "true": True, "off": False, "0": False, "no": False, "false": False}
@@ -97,12 +118,9 @@ def check_path(name: str, text: str) -> str:
 def check_own_dir(name: str, text: str) -> str:
     """A directory sitestack writes in and trims (a cache, the logs): a path as :func:`check_path`
     wants, and not a system directory, the home directory or a directory above it."""
-    path = os.path.normpath(check_path(name, text))
-    home = os.path.normpath(os.path.expanduser("~"))
-    if path in SYSTEM_DIRS:
-        raise InputError(name, f"{text!r} is a system directory, not a directory of sitestack's own")
-    if home == path or home.startswith(path.rstrip("/") + "/"):
-        raise InputError(name, f"{text!r} is your home directory or above it, not a directory of sitestack's own")
+    problem = taken_dir_problem(check_path(name, text))
+    if problem:
+        raise InputError(name, f"{text!r} {problem}")
     return text
 
 

@@ -29,12 +29,13 @@ MASK = "***"
 #: ``NAME=value`` (a name is matched whole, once per run of name characters) and the words that make
 #: a name secret, asked of that name alone: a pattern with the words between two runs of name
 #: characters would try each split of a long run again, quadratic in its length.
-_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=('[^']*'|\"[^\"]*\"|\S+)")
+#: A URL's query parameter (after ``?``, ``&`` or ``;``) is :data:`_QUERY`'s, which stops at the next ``&``.
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_?&;])([A-Za-z_][A-Za-z0-9_]*)=('[^']*'|\"[^\"]*\"|\S+)")
 _SECRET_WORD = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|_KEY|APIKEY|CREDENTIAL", re.I)
-#: ``scheme://USERINFO@``: userinfo is everything up to the last ``@`` before the host's first ``/``,
+#: ``scheme://USERINFO@`` (or ``scheme:/``, as a path option normalised it): userinfo is everything up to the last ``@`` before the host's first ``/``,
 #: ``?`` or ``#`` (RFC 3986 3.2.1; a password may hold ``@`` only percent-encoded, but a careless one
 #: is still hidden whole). Bounded character classes, no nesting: linear time on any input.
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}://)([^\s/?#@'\"<>]{1,2048}(?:@[^\s/?#@'\"<>]{1,2048})*)@")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}:/{1,3})([^\s/?#@'\"<>]{1,2048}(?:@[^\s/?#@'\"<>]{1,2048})*)@")
 #: Query parameters whose names look secret (a signed URL's signature, an index's ``?token=``).
 _QUERY = re.compile(r"(?i)([?&;](?:[a-z0-9_.-]{0,40}(?:token|passw(?:or)?d|pwd|secret|signature|sig|apikey|api_key"
                     r"|access_key|credential|auth)[a-z0-9_.-]{0,40})=)([^&#\s'\"]+)")
@@ -49,9 +50,7 @@ def _userinfo(match: re.Match[str]) -> str:
 
 
 def _assignment(match: re.Match[str]) -> str:
-    # the word after the name's first character (``HF_TOKEN=``, ``MY_API_KEY=``): a bare ``token=`` is a
-    # URL's query parameter, which _QUERY hides up to its ``&``
-    return f"{match.group(1)}={MASK}" if _SECRET_WORD.search(match.group(1), 1) else match.group(0)
+    return f"{match.group(1)}={MASK}" if _SECRET_WORD.search(match.group(1)) else match.group(0)
 
 
 def redact(text: str) -> str:
@@ -59,7 +58,7 @@ def redact(text: str) -> str:
     if not text:
         return text
     text = _ASSIGNMENT.sub(_assignment, text)
-    if "://" in text:
+    if ":/" in text:   # a path normalised by os.path keeps one slash of ://
         text = _USERINFO.sub(_userinfo, text)
         text = _PATH_TOKEN.sub(rf"\1{MASK}", text)
     if "=" in text:
@@ -103,11 +102,21 @@ def secrets_in(texts: Iterable[str]) -> list[str]:
     in order, as :func:`redact` would hide them."""
     found: list[str] = []
     for text in texts:
-        found += [m.group(2) for m in _ASSIGNMENT.finditer(text)]
+        found += [m.group(2) for m in _ASSIGNMENT.finditer(text) if _SECRET_WORD.search(m.group(1))]
         found += [m.group(2) for m in _USERINFO.finditer(text) if m.group(2) not in _PUBLIC_USERS]
         found += [m.group(2) for m in _QUERY.finditer(text)]
         found += [m.group(2) for m in _PATH_TOKEN.finditer(text)]
     return found
+
+
+def redact_known(text: str, sources: Iterable[str]) -> str:
+    """:func:`redact` ``text``, and hide in it, wherever they appear, the secrets of ``sources`` and
+    each part of a userinfo (a library's message may quote a password alone: urllib's "nonnumeric
+    port: 'PASSWORD@host'")."""
+    parts = {p for s in secrets_in(sources) for p in (s, *s.split(":")[1:]) if len(p) >= 3}   # not the user name
+    for part in sorted(parts, key=len, reverse=True):
+        text = text.replace(part, MASK)
+    return redact(text)
 
 
 def fingerprint(texts: Iterable[str]) -> str | None:

@@ -28,6 +28,8 @@ from invoke.exceptions import Exit
 
 from sitestack.core import envvars
 from sitestack.core.errors import InputError
+from sitestack.core.redact import redact
+from sitestack.programs.visible import printable
 
 #: The settings and what each accepts (docs/cli.md). Null, or a key left out, is not set.
 SETTING_KINDS = {"account": "an account name", "prefix": "an install prefix (an absolute path)",
@@ -115,7 +117,8 @@ def check_files(config: Config) -> None:
 
 
 def _exit(exc: InputError) -> Exit:
-    return Exit(f"error: {exc}", code=1)
+    # a value may be a URL with credentials, or hold terminal sequences: shown neither
+    return Exit(f"error: {printable(redact(str(exc)))}", code=1)
 
 
 def _guard_loader(load: Callable[[Config, str], Any]) -> Callable[[Config, str], Any]:

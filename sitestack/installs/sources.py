@@ -21,6 +21,7 @@ from sitestack.core import envvars
 from sitestack.core.errors import SitestackError
 from sitestack.core.files import atomic_stream, atomic_write
 from sitestack.core.private import make_private, private_dir
+from sitestack.core.redact import redact_known
 from sitestack.model.recipe import FILE_NAME, Recipe, expand
 
 
@@ -141,7 +142,8 @@ def _store(src: Path, dest: Path) -> None:
 def _download(url: str, dest: Path, want: str | None, label: str, timeout: float) -> str:
     """Download ``url`` to ``dest`` (atomically); verify against ``want`` when given; return the sha256."""
     digest = hashlib.sha256()
-    import urllib.request  # here: it pulls in http, ssl and email, which only a download needs
+    import http.client  # here: they pull in ssl and email, which only a download needs
+    import urllib.request
 
     make_private(dest.parent)
     with atomic_stream(dest, 0o600) as out:   # renamed into the cache only once verified
@@ -150,9 +152,11 @@ def _download(url: str, dest: Path, want: str | None, label: str, timeout: float
                 for block in iter(lambda: response.read(1 << 20), b""):
                     digest.update(block)
                     out.write(block)
-        except (OSError, ValueError) as exc:  # URLError is an OSError
-            raise SitestackError(f"cannot download {label} from {url}: {exc} (for an air-gapped site put "
-                                 f"{dest.name} in a mirror directory, or pass --source FILE)") from None
+        # URLError is an OSError; a malformed URL (a port that is not a number) an HTTPException
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            raise SitestackError(redact_known(f"cannot download {label} from {url}: {exc} (for an air-gapped site "
+                                              f"put {dest.name} in a mirror directory, or pass --source FILE)",
+                                              [url])) from None
         have = digest.hexdigest()
         if want is not None and have != want:
             raise ChecksumMismatch(f"sha256 mismatch for {label} downloaded from {url}: got {have}, the recipe "

@@ -9,7 +9,6 @@ they are honoured under every task.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,8 +59,9 @@ def check_path_option(option: str, value: str | None) -> None:
 def check_prefix(option: str, value: str | None) -> None:
     """An install prefix: a path option that is not a system directory."""
     check_path_option(option, value)
-    if value is not None and os.path.normpath(value) in SYSTEM_DIRS:
-        raise InputError(option, f"{value!r} is a system directory, not an install prefix")
+    problem = envvars.taken_dir_problem(value) if value is not None else None
+    if problem:
+        raise InputError(option, f"{value!r} {problem.replace('a directory of sitestack', 'an install prefix of sitestack')}")
 
 
 def check_count(option: str, value: float | None, low: float, high: float) -> None:

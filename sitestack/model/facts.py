@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from sitestack.core import schema, versions
+from sitestack.core import envvars, schema, versions
 from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.redact import has_secret
 from sitestack.model.container_facts import Container as Container
@@ -295,6 +295,8 @@ class Facts:
     def check(self) -> str | None:
         if not self.prefix.startswith(("/", "{")):
             return f"prefix: {self.prefix!r} must be an absolute path (or start with a placeholder such as {{home}})"
+        if envvars.normal_path(self.prefix) in envvars.SYSTEM_DIRS:   # its layout step would set the mode of /tmp
+            return f"prefix: {self.prefix!r} is a system directory, not an install prefix of sitestack's own"
         # a relative marker would be looked up from the remote shell's working directory
         if self.marker is not None and not self.marker.startswith(("/", "{")):
             return f"marker: {self.marker!r} must be an absolute path (e.g. /opt/cray/pe)"
