@@ -94,14 +94,17 @@ class LocalHost(Host):
 
     def read_tail(self, path: str, limit: int = 65536) -> str | None:
         try:
-            with open(path, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                handle.seek(max(0, size - limit) if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else 0)
-                return handle.read(limit).decode("utf-8", errors="replace")
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO opens at once, and is refused
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise SitestackError(f"[{self.name}] {path} is not a regular file")
+            handle.seek(max(0, info.st_size - limit))
+            return handle.read(limit).decode("utf-8", errors="replace")
 
     def write_text(self, path: str, text: str, mode: int = 0o644) -> None:
         self._refuse_if_read_only(f"write {path}")

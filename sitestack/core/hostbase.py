@@ -246,8 +246,11 @@ class Host:
 
     def read_tail(self, path: str, limit: int = 65536) -> str | None:
         """The last ``limit`` bytes of ``path`` as text (a job's log may be any size), or None when it
-        does not exist."""
-        out = self.probe(["tail", "-c", str(limit), "--", path])
+        does not exist; a :class:`SitestackError` when it is not a regular file (a FIFO would block)."""
+        out = self.probe(["sh", "-c", 'if [ -f "$1" ]; then exec tail -c "$2" -- "$1"; elif [ -e "$1" ] || [ -L "$1" ]; '
+                          'then exit 3; fi; exit 1', "sitestack", path, str(limit)])
+        if out.rc == 3:
+            raise SitestackError(f"[{self.name}] {path} is not a regular file")
         return out.stdout if out.ok else None
 
     def read_json(self, path: str) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.hostbase import Host
-from sitestack.core.redact import redact, split_credentials
+from sitestack.core.redact import has_secret, redact, split_credentials
 
 #: The variable a requirement line's credentials are given in (``{n}``: 1, 2, ...).
 CREDENTIALS_VAR = "SITESTACK_INDEX_CREDENTIALS_{n}"
@@ -89,7 +89,7 @@ def pip_auth(options: Sequence[str], lines: Sequence[str] = (),
     i = 0
     while i < len(words):
         word = words[i]
-        if word in PIP_VARIABLES and i + 1 < len(words) and split_credentials(words[i + 1])[1] is not None:
+        if word in PIP_VARIABLES and i + 1 < len(words) and _secret(words[i + 1]):
             moved.setdefault(word, []).append(words[i + 1])
             i += 2
             continue
@@ -112,12 +112,23 @@ def _line(line: str, env: dict[str, str]) -> str:
     if not at:
         return line
     bare, userinfo = split_credentials(url.strip())
-    if userinfo is None:
-        return line
     var = CREDENTIALS_VAR.format(n=sum(1 for k in env if k.startswith("SITESTACK_INDEX_CREDENTIALS_")) + 1)
+    if userinfo is None:
+        if not has_secret(url):
+            return line
+        # a token elsewhere in the URL (a signed URL's query, a path token): the whole URL by variable,
+        # which pip expands anywhere in a requirements line
+        env[var] = url.strip()
+        return f"{name}@ ${{{var}}}"
     env[var] = userinfo
     scheme, _, rest = bare.partition("://")
     return f"{name}@ {scheme}://${{{var}}}@{rest}"
+
+
+def _secret(url: str) -> bool:
+    """Whether ``url`` holds a credential: a userinfo, or a token :func:`~sitestack.core.redact.redact`
+    hides (``?token=``, a signed URL's signature, anaconda.org's ``/t/TOKEN/``)."""
+    return split_credentials(url)[1] is not None or has_secret(url)
 
 
 def uv_auth(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -125,7 +136,7 @@ def uv_auth(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     moved to uv's variables, all of them, in order, where any has credentials; else ``argv`` as it is."""
     words = list(argv)
     pairs = [(i, w) for i, w in enumerate(words[:-1]) if w in UV_VARIABLES]
-    if not any(split_credentials(words[i + 1])[1] is not None for i, _ in pairs):
+    if not any(_secret(words[i + 1]) for i, _ in pairs):
         return words, {}
     env: dict[str, list[str]] = {}
     drop = set()

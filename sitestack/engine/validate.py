@@ -287,6 +287,8 @@ LAST_WORDS = re.compile(r"^sitestack validation(: (PASSED|FAILED|\?), exit code 
 #: every process of the job, squeue forgets it, and the guard is still writing the result (it ends the
 #: job step first, then writes); Slurm's KillWait (default 30 s) bounds how long that can take.
 RESULT_WAIT = 45.0
+#: The most a result.json may hold (the job's is a few KiB): a larger one is not read.
+RESULT_MAX = 16 << 20
 
 
 def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> str | None:
@@ -295,7 +297,29 @@ def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> 
     end = time.monotonic() + wait
     while not LAST_WORDS.search(host.read_tail(log) or "") and time.monotonic() < end:
         time.sleep(1.0)
-    return host.read_text(path)
+    text = host.read_tail(path, RESULT_MAX + 1)
+    if text is not None and len(text) > RESULT_MAX:
+        raise SitestackError(f"{path} is larger than {RESULT_MAX >> 20} MiB: not a result of the validation job")
+    return text
+
+
+def report_result(text: str, path: str, out_dir: str, reporter: Reporter) -> dict[str, Any]:
+    """The result in ``text`` (``path``'s), its verdict table and report files reported; a
+    :class:`SitestackError` naming ``path`` when it is not a result of the validation job (the job
+    writes it, but a user's edit, a full disk or another program may have left anything there)."""
+    try:
+        result = json.loads(text)
+        if not isinstance(result, dict):
+            raise TypeError(f"a JSON {type(result).__name__}, not an object")
+        table = verdict_table(result)
+        artefacts = result.get("artefacts") or {}
+        files = [f"{out_dir}/{artefacts[k]}" for k in ("markdown", "json", "plot") if artefacts.get(k)]
+        skipped = f" (plot skipped: {artefacts['plot_note']})" if artefacts.get("plot_note") else ""
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
+        raise SitestackError(f"{path} is not a result of the validation job ({type(exc).__name__}: {exc})") from None
+    reporter.note(table)
+    reporter.note("report: " + ", ".join(str(f) for f in files) + skipped)
+    return result
 
 
 def finish(site: Site, job_id: str, out_dir: str, log: str, rc: int | None, reporter: Reporter,
@@ -307,11 +331,6 @@ def finish(site: Site, job_id: str, out_dir: str, log: str, rc: int | None, repo
     if text is None:
         tail = "\n".join((host.read_tail(log) or "").rstrip().splitlines()[-15:])
         raise SitestackError(f"job {job_id} left no result ({path} missing; exit code {rc}); log {log}:\n{tail}".rstrip())
-    result: dict[str, Any] = json.loads(text)
-    reporter.note(verdict_table(result))
-    artefacts = result.get("artefacts") or {}
-    files = [f"{out_dir}/{artefacts[k]}" for k in ("markdown", "json", "plot") if artefacts.get(k)]
-    skipped = f" (plot skipped: {artefacts['plot_note']})" if artefacts.get("plot_note") else ""
-    reporter.note("report: " + ", ".join(files) + skipped)
+    result = report_result(text, path, out_dir, reporter)
     code = 0 if result.get("verdict") == "passed" and (rc in (0, None)) else 1
     return Outcome(code, job_id, Path(out_dir), Path(log), result)
