@@ -319,6 +319,18 @@ def test_a_fresh_break_without_an_owner_is_not_removed(tmp_path: Path):
     assert (tmp_path / "lock" / "lock.d.break").is_dir() and lock_dir.is_dir()
 
 
+@pytest.mark.parametrize("how", ["local", "shell"])
+def test_a_lock_left_without_an_owner_file_is_taken_over_once_old(tmp_path: Path, how: str):
+    """A run killed between the lock's mkdir and its owner file (or stopped by a full disk) leaves a
+    lock.d with no owner: a minute later it is taken over; a moment later it is still waited for."""
+    lock_dir = tmp_path / "lock" / "lock.d"
+    lock_dir.mkdir(parents=True)
+    assert take(tmp_path / "lock", how).startswith("held: ")
+    assert lock_dir.is_dir()
+    os.utime(lock_dir, (os.path.getmtime(lock_dir) - 120,) * 2)
+    assert take(tmp_path / "lock", how).startswith("taken"), "an ownerless leftover lock was never taken over"
+
+
 def test_an_nccl_warning_after_a_long_progress_bar_is_still_read(job: Path, tmp_path: Path):
     """Carriage returns end lines too: a progress bar's updates (no newline) longer than the line
     bound do not hide the NCCL warning printed after them."""
@@ -355,3 +367,39 @@ def test_a_huge_job_log_is_read_by_its_tail(tmp_path: Path):
         handle.write(b"\nlast line\n")
     tail = LocalHost().read_tail(str(log), 4096)
     assert tail is not None and tail.endswith("last line\n") and len(tail) == 4096
+
+
+#: ``validate --collect`` of a job whose result.json is not one: each is one message, no traceback.
+BAD_RESULTS = {"not-json": "not json", "a-list": "[]", "artefacts-a-string": '{"artefacts": "x"}',
+               "checks-a-string": '{"verdict": "passed", "checks": "x"}',
+               "check-without-summary": '{"checks": [{"name": "a", "status": "ok"}]}', "a-huge-number": "1e999999"}
+
+
+@pytest.mark.parametrize("kind", [*BAD_RESULTS, "fifo", "dev-zero", "log-fifo"])
+def test_validate_collect_reads_only_a_result_of_the_job(tmp_path: Path, kind: str):
+    results = tmp_path / "results"
+    out = results / "sitestack-validation-987654321"
+    out.mkdir(parents=True)
+    result, log = out / "result.json", results / "sitestack-validation-987654321.log"
+    if kind == "log-fifo":
+        os.mkfifo(log)
+        result.write_text('{"verdict": "passed", "checks": []}')
+    else:
+        log.write_text("sitestack validation: PASSED, exit code 0\n")
+    if kind == "fifo":
+        os.mkfifo(result)
+    elif kind == "dev-zero":
+        result.symlink_to("/dev/zero")
+    elif kind in BAD_RESULTS:
+        result.write_text(BAD_RESULTS[kind])
+    home = tmp_path / "home"
+    home.mkdir()
+    out_ = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--site", "local",
+                           "--prefix", str(tmp_path / "prefix"), "--collect", "987654321", "--results", str(results)],
+                          cwd=tmp_path, env={**os.environ, "HOME": str(home)}, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    message = out_.stderr.strip()
+    assert out_.returncode == 1 and "Traceback" not in out_.stdout + out_.stderr, out_.stdout + out_.stderr
+    assert message.startswith("error: ") and len(message.splitlines()) == 1, message
+    named = log if kind == "log-fifo" else result
+    assert str(named) in message and ("not a regular file" in message or "not a result" in message), message

@@ -19,7 +19,8 @@ that two waiters that both saw the same stale owner cannot remove each other's f
 it, the owner is read again and the lock removed only if it is still the stale one. A ``lock.d.break``
 left behind (its maker killed in those few milliseconds) is removed when its owner is a process of
 this machine that is gone, or when it is older than :data:`BREAK_STALE_S` (an older sitestack made
-it without an owner file).
+it without an owner file). A ``lock.d`` with no owner file that is older than that too was left by a
+run killed between making it and writing its owner (or by a full disk): it is taken over the same way.
 
 Owner files are read only if they are regular files (not a symlink, FIFO or device: a FIFO's read
 would wait forever, ``/dev/zero`` never end), at most :data:`OWNER_MAX` bytes of them. Any other
@@ -124,6 +125,9 @@ def hold(dirs: LockDirs, path: str, *, wait: float = 0,
             raise LockHeld(f"[{dirs.name}] {path} is locked, but its owner file {lock_dir}/owner {exc}: sitestack did not "
                            f"write it; remove {lock_dir} if no run holds the lock") from None
         if held and is_stale(held) and _take_over(dirs, lock_dir, held):
+            continue
+        # no owner file a minute after the mkdir: its maker died between the two (killed, a full disk)
+        if not held and dirs.lock_older(lock_dir, BREAK_STALE_S) and _take_over(dirs, lock_dir, ""):
             continue
         holder = held or "a run that has not written its owner file yet"
         if time.monotonic() >= deadline:
