@@ -14,6 +14,7 @@ under umask 000 with a fresh HOME leaves nothing world-writable there, ``~/.cach
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -133,6 +134,35 @@ def test_a_named_file_that_is_not_a_regular_file_is_refused(writer: tuple[str, t
     assert snapshot(path) == before and sorted(os.listdir(target_dir)) == listing   # untouched, no temporary file
     if outside.exists():
         assert outside.read_text() == "the outside file\n"
+
+
+#: Names refused before anything runs: (id, the name in the target's directory, a fragment of the message).
+BAD_NAMES = [("trailing-slash", lambda d: f"{d}/newdir/", "names a directory"),
+             ("unknown-user", lambda d: "~sitestack-no-such-user/out.json", "no such user"),
+             ("too-long-for-its-temporary", lambda d: f"{d}/{'a' * 245}.json", "File name too long")]
+
+
+@pytest.mark.parametrize("bad", BAD_NAMES, ids=lambda b: b[0])
+@pytest.mark.parametrize("writer", WRITERS, ids=lambda w: w[0])
+def test_a_name_that_cannot_be_a_regular_file_is_refused_before_anything_runs(
+        writer: tuple[str, tuple[str, ...], str], bad: tuple[str, Callable[[Path], str], str], target_dir: Path,
+        tmp_path: Path, repo_before: str):
+    _, args, option = writer
+    case = Case(f"{writer[0]}-{bad[0]}", where=f"^error: {option}: ", args=(*args, bad[1](target_dir)), expect=bad[2])
+    result, paths = run_case(case, tmp_path)
+    assert_refused_cleanly(case, result, paths, repo_before)
+    assert os.listdir(target_dir) == []
+
+
+def test_a_replaced_file_never_keeps_a_set_user_id_bit(tmp_path: Path):
+    """An existing target keeps its permission bits, not set-user-ID, set-group-ID or sticky: the
+    document sitestack writes is never made a set-user-ID file (root's, when it runs as root)."""
+    target = tmp_path / "out.json"
+    target.write_text("{}")
+    target.chmod(0o6755)
+    result = run("show-site", "--site", "local", "--json", str(target), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755 and json.loads(target.read_text())["command"] == "show-site"
 
 
 def test_a_fifo_target_does_not_hang(target_dir: Path):

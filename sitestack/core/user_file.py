@@ -8,10 +8,12 @@
   replaced by a file when sitestack runs as root, and a FIFO would block the run forever with no
   reader. ``/dev/stdout`` is a link, so it is refused too: ``-`` says stdout.
 - The target is checked when the options are (:func:`check`, before anything runs) and again when
-  it is written (:func:`write`), with ``lstat`` (links are not followed either time).
+  it is written (:func:`write`), with ``lstat`` (links are not followed either time). A name ending
+  in ``/``, a ``~user`` that does not exist and a name too long for its temporary file are refused then too.
 - The write is atomic: the bytes go to a new temporary file in the target's directory, opened
   ``O_CREAT | O_EXCL | O_NOFOLLOW`` (it cannot be a planted link or someone else's file), flushed
-  with fsync, given the target's mode (a new file: the caller's mode less the umask), and renamed
+  with fsync, given the target's permission bits (a new file: the caller's mode less the umask; never
+  set-user-ID, set-group-ID or sticky), and renamed
   over the target (``os.replace``, rename(2): atomic within one file system). A reader sees the
   old file or the new one, never a part.
 - A write that fails (disk full, read-only file system, quota, permission) is one message,
@@ -54,7 +56,14 @@ def check(option: str, value: str | None) -> Path | None:
     problem = control_problem(value) if value else "empty (name a file, or - for stdout)"
     if problem:
         raise InputError(option, problem)
-    path = Path(value).expanduser()
+    if value.endswith("/"):
+        raise InputError(option, f"{value} names a directory: name a regular file (or - for stdout)")
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError:   # ~name of a user that does not exist
+        raise InputError(option, f"cannot write {value}: no such user's home directory") from None
+    if len(os.fsencode(_temporary_name(path))) > 255:   # NAME_MAX of Linux file systems
+        raise InputError(option, f"cannot write {value}: {os.strerror(errno.ENAMETOOLONG)}")
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -93,7 +102,7 @@ def write(option: str, value: str | None, text: str, mode: int = 0o644) -> None:
 def _replace(option: str, path: Path, data: bytes, mode: int) -> None:
     """The write itself: a temporary file made (O_EXCL, O_NOFOLLOW), filled, fsynced, given its mode
     and renamed over ``path``; removed again on any failure."""
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    tmp = path.parent / _temporary_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
@@ -117,6 +126,11 @@ def _replace(option: str, path: Path, data: bytes, mode: int) -> None:
             os.close(directory)
 
 
+def _temporary_name(path: Path) -> str:
+    """The name of the temporary file beside ``path`` (hidden, random, 18 bytes longer)."""
+    return f".{path.name}.{secrets.token_hex(6)}.tmp"
+
+
 def _mode_for(option: str, path: Path, mode: int) -> int:
     """The existing target's mode, or ``mode`` less the umask for a new file; a target that is no
     longer a regular file (replaced since :func:`check`) is refused as check refuses it."""
@@ -126,7 +140,7 @@ def _mode_for(option: str, path: Path, mode: int) -> int:
         return mode & ~_umask()
     if not stat.S_ISREG(before.st_mode):
         raise InputError(option, f"{path} is {kind(before.st_mode)}: name a regular file (or - for stdout)")
-    return stat.S_IMODE(before.st_mode)
+    return stat.S_IMODE(before.st_mode) & 0o777   # never set-user-ID, set-group-ID or sticky: a document
 
 
 def _umask() -> int:
