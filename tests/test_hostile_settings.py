@@ -96,6 +96,18 @@ OPTION_CASES = [
          extra_env={"SITESTACK_BUILD_CACHE": "/"}),
     Case("gc-build-cache-root-no-trim", "SITESTACK_BUILD_CACHE", args=("gc", "--site", "local", "--dry-run"),
          extra_env={"SITESTACK_BUILD_CACHE": "/"}),
+    # a leading // is / to Linux, and os.path.normpath keeps it: //tmp would lose its sticky bit
+    Case("prefix-double-slash-tmp", "--prefix", args=("show-site", "--site", "local", "--prefix", "//tmp"),
+         expect="system directory"),
+    Case("prefix-dev-shm", "--prefix", args=("show-site", "--site", "local", "--prefix", "/dev/shm/"),
+         expect="system directory"),
+    Case("log-dir-double-slash", "SITESTACK_LOG_DIR", args=("show-site", "--site", "local"),
+         extra_env={"SITESTACK_LOG_DIR": "//tmp"}),
+    Case("gc-max-size-other-digits", "--max-size", args=("gc", "--site", "local", "--dry-run", "--max-size", "\u0661G")),
+    Case("uninstall-blank", "NAME", args=("uninstall", " ", "--site", "local")),
+    Case("uninstall-glob", "NAME", args=("uninstall", "*", "--site", "local")),
+    Case("uninstall-two-versions", "NAME", args=("uninstall", "a@1@2", "--site", "local")),
+    Case("uninstall-newline", "NAME", args=("uninstall", "a\nb", "--site", "local"), expect="a\\nb"),
 ]
 
 

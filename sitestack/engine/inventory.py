@@ -10,6 +10,7 @@ is not listed. The host is the site's first (or ``--host``); listing changes not
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -29,6 +30,10 @@ from sitestack.model.site import Site
 
 #: Lists ``<prefix>/*/*<suffix>`` that exist (a glob skips the hidden trees and half-made links).
 _GLOB = 'for f in "$1"/*/*"$2"; do [ -e "$f" ] && printf "%s\\n" "$f"; done; exit 0'
+
+
+#: A recipe name or a version in a spec (letters, digits, ``.``, ``_``, ``+``, ``-``; not first ``.``).
+SPEC_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
 
 
 @dataclass
@@ -105,8 +110,9 @@ def inventory_lines(found: Inventory) -> list[str]:
 def parse_spec(value: str) -> tuple[str, str | None]:
     """``NAME`` or ``NAME@VERSION`` (Spack's spec syntax, the part sitestack uses)."""
     name, _, version = value.partition("@")
-    if not name or "/" in value or value.startswith(".") or (version == "" and "@" in value):
-        raise InputError("NAME", f"{value!r} is not NAME or NAME@VERSION")
+    # a recipe's name and a version as recipes spell them: no glob, path, blank or second @
+    if not SPEC_WORD.fullmatch(name) or not (version == "" and "@" not in value or SPEC_WORD.fullmatch(version)):
+        raise InputError("NAME", f"'{printable(value)}' is not NAME or NAME@VERSION")
     return name, version or None
 
 

@@ -216,10 +216,10 @@ def size_option(option: str, value: str) -> int:
     units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     text = value.strip().upper().removesuffix("B").removesuffix("I")
     number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
-    try:
-        size = float(number)
-    except ValueError:
-        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)") from None
+    # plain ASCII decimals only: float() also takes "nan", "1e3", "1_0" and other scripts' digits
+    if not envvars.DECIMAL.fullmatch(number):
+        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
+    size = float(number)
     if not 0 <= size < 1 << 60:
         raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
     return int(size * units[unit])
