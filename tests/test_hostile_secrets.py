@@ -431,3 +431,28 @@ def test_a_credential_in_a_requirement_of_the_stack_is_refused(tmp_path: Path):
     result, paths = run_case(case, tmp_path)
     assert_refused_cleanly(case, result, paths, before)
     assert SECRET not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    (f"PASSWORD={SECRET} next", "PASSWORD=*** next"),
+    (f"--password={SECRET}", "--password=***"),
+    (f"TOKEN='{SECRET}'", "TOKEN=***"),
+    (f"--mirror /work/https:/alice:{SECRET}@idx.example/x: not a directory", "/work/https:/***@idx.example/x"),
+    (f"https://h/simple?token={SECRET}&v=1", "https://h/simple?token=***&v=1")])
+def test_bare_secret_names_and_a_url_a_path_normalised_are_redacted(text: str, shown: str):
+    assert SECRET not in redact(text) and shown in redact(text)
+
+
+def test_every_kind_of_index_credential_reaches_pip_by_environment():
+    """Not only a userinfo: an index's ``?token=``, anaconda.org's ``/t/TOKEN/`` path and a signed
+    direct URL are passed by environment too, never on pip's command line or in its requirements file."""
+    from sitestack.core.pip_auth import Configured, pip_auth
+    options = ["--extra-index-url", f"https://idx.example/simple?token={SECRET}",
+               "--index-url", f"https://h.example/t/{SECRET}/simple", "--no-deps"]
+    lines = [f"pkg @ https://h.example/p-1.0-py3-none-any.whl?X-Amz-Signature={SECRET}", "plain==1.0"]
+    auth = pip_auth(options, lines, configured=lambda: Configured())
+    assert SECRET not in " ".join(auth.options + auth.lines), (auth.options, auth.lines)
+    assert auth.options == ["--no-deps"] and auth.lines[1] == "plain==1.0"
+    assert auth.env["PIP_INDEX_URL"] == options[3] and auth.env["PIP_EXTRA_INDEX_URL"].endswith(options[1])
+    var = re.fullmatch(r"pkg @ \$\{(\w+)\}", auth.lines[0])
+    assert var is not None and auth.env[var.group(1)] == lines[0].split("@ ", 1)[1]
