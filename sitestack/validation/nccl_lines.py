@@ -126,6 +126,9 @@ class Reader:
             self._bytes(line, over)
 
     def _bytes(self, raw: bytes, over: bool) -> None:
+        if not raw:   # an empty line (a run of carriage returns is many): counted, nothing to read
+            self.number += 1
+            return
         if over or len(raw) > LINE_MAX:
             raw, self.cut = raw[:LINE_MAX], self.cut + 1
         self.feed(raw.decode("utf-8", errors="replace"))
