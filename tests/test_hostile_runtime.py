@@ -166,6 +166,14 @@ HOST_LISTS = {
     "n[1-12345678901]": "over 9 digits",
     "n[" + "1" * 5000 + "]": "over 9 digits",
     "a" * 300: "over 255 characters",
+    # a name starts with a letter or digit (RFC 1123, 2.1): never an option of what is given MASTER_ADDR, no path
+    "-rf": "starts with '-'",
+    "--first": "starts with '-'",
+    "--help": "starts with '-'",
+    "nid1,-n[1-2]": "starts with '-'",
+    ".": "starts with '.'",
+    "..": "starts with '.'",
+    "nid1,..": "starts with '.'",
 }
 
 
@@ -188,10 +196,42 @@ def test_the_parser_refuses_the_same_lists_at_once(text: str, error: str, tmp_pa
     with pytest.raises(hostlist.HostlistError, match=error) as caught:
         hostlist.expand(text.replace("{mark}", str(tmp_path / MARK)))
     assert time.monotonic() - start < 2 and "\n" not in str(caught.value) and len(str(caught.value)) < 300
-    out = subprocess.run([sys.executable, "-I", hostlist.__file__, "--name", "SLURM_JOB_NODELIST", "--sep", ",", text],
-                         capture_output=True, text=True, timeout=20)
+    out = subprocess.run([sys.executable, "-I", hostlist.__file__, "--name", "SLURM_JOB_NODELIST", "--sep", ",", "--",
+                          text], capture_output=True, text=True, timeout=20)
     assert out.returncode == 2 and out.stdout == "" and not (tmp_path / MARK).exists()
     assert out.stderr.count("\n") == 1 and "SLURM_JOB_NODELIST: cannot parse host list" in out.stderr, out
+
+
+def test_a_list_is_never_taken_for_an_option():
+    """Options come first, a list after ``--``; a word that starts with ``-`` before it is an unknown option
+    (never hosts), and ``--help`` is the usage."""
+    def parser(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-I", hostlist.__file__, *argv], capture_output=True, text=True, timeout=20)
+
+    for argv in (["-rf"], ["--name", "X", "-rf"], ["--sep"], ["--bogus", "n1"]):
+        out = parser(*argv)
+        assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, (argv, out)
+        assert "usage: hostlist.py" in out.stderr and "Traceback" not in out.stderr, (argv, out)
+    helped = parser("--help")
+    assert (helped.returncode, helped.stderr) == (0, "") and helped.stdout.startswith("usage: hostlist.py"), helped
+    assert parser("--first", "--sep", "-", "--", "n[1-2]").stdout == "n1\n"
+    assert parser("--sep", "-", "--name", "--first", "n[1-2]").stdout == "n1-n2\n"  # an option's value is its value
+
+
+def test_a_reader_that_goes_away_ends_the_parser_quietly():
+    """``hostlist.py 'n[0-99999]' | head -c 10``: no BrokenPipeError traceback (signal module's note on SIGPIPE)."""
+    for argv in (["n[0-99999]"], ["--sep", ",", "--", "n[0-99999]"]):
+        proc = subprocess.Popen([sys.executable, "-I", hostlist.__file__, *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        assert len(proc.stdout.read(10)) == 10
+        proc.stdout.close()
+        assert proc.wait(timeout=20) in (0, 1) and proc.stderr.read() == b"", argv
+        proc.stderr.close()
+    piped = subprocess.run(["bash", "-c", 'python3 -I "$1" "n[0-99999]" | head -c 10 >/dev/null; echo "${PIPESTATUS[0]}"',
+                            "bash", hostlist.__file__], capture_output=True, text=True, timeout=20,
+                           env={"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin"})
+    assert piped.stderr == "" and piped.stdout in ("0\n", "1\n"), piped
 
 
 def test_get_master_names_the_variable_it_read(tmp_path: Path, clean_path: str):
@@ -285,6 +325,69 @@ def test_the_job_scripts_make_and_remove_only_a_private_cache(kind: str, tmp_pat
     assert not own.exists()
 
 
+def parents(root: Path) -> dict[str, tuple[Path, bool]]:
+    """Directories to make a private directory in: name -> (directory, whether it may be used). Another
+    user's (uid 65534) open to all, a link to it where the scratch parent would be, theirs with the sticky
+    bit (its owner can still rename what is in it), this user's open to all without the sticky bit, a
+    link of theirs to this user's own; this user's own, and a link of this user's to it, may be used."""
+    made: dict[str, tuple[Path, bool]] = {}
+    for name, mode, owner in (("theirs-open", 0o777, 65534), ("theirs-sticky", 0o1777, 65534), ("mine-open", 0o777, None),
+                              ("mine", 0o755, None)):
+        path = root / name
+        path.mkdir()
+        path.chmod(mode)
+        if owner is not None:
+            os.chown(path, owner, owner)
+        made[name] = (path, name == "mine")
+    (root / "link-to-theirs").symlink_to(root / "theirs-open")
+    (root / "their-link").symlink_to(root / "mine")
+    os.chown(root / "their-link", 65534, 65534, follow_symlinks=False)
+    (root / "my-link").symlink_to(root / "mine")
+    made |= {"link-to-theirs": (root / "link-to-theirs", False), "their-link": (root / "their-link", False),
+             "my-link": (root / "my-link", True)}
+    return made
+
+
+@needs_root
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_private_dir_is_made_only_where_no_one_else_can_replace_it(shell: str, shells, tmp_path: Path, clean_path: str):
+    """The directory a private one is made in, links resolved, is this user's or root's and open to no one
+    else unless sticky (/tmp); a link to it is this user's or root's. Otherwise one line names the path."""
+    check = runtime_checks.functions("private_dir") + '\n_sitestack_private_dir prog "$1"'
+    for name, (parent, usable) in parents(tmp_path).items():
+        target = parent / "cache"
+        out = run([*shells[shell], "-c", check, "sh", str(target)], {}, tmp_path, clean_path)
+        if usable:
+            assert (out.returncode, out.stderr) == (0, "") and stat.S_IMODE(target.stat().st_mode) == 0o700, (name, out)
+            target.rmdir()
+        else:
+            assert out.returncode == 1 and not os.path.lexists(target), (name, out)
+            assert_refused(out, f"prog: refusing {target}: the directory it is in, {parent} (", tmp_path / MARK)
+    sticky = run([*shells[shell], "-c", check, "sh", f"/tmp/sitestack-hostile-rt{os.getpid()}-{shell}"], {}, tmp_path,
+                 clean_path)
+    assert (sticky.returncode, sticky.stderr) == (0, ""), sticky  # /tmp: root's, sticky
+    os.rmdir(f"/tmp/sitestack-hostile-rt{os.getpid()}-{shell}")
+
+
+@needs_root
+@pytest.mark.parametrize("kind", ["link-to-theirs", "theirs-sticky", "mine-open"])
+def test_the_stage_helper_refuses_a_scratch_parent_another_user_controls(kind: str, tmp_path: Path, clean_path: str):
+    """Frontier's /mnt/bb/$USER is made with mkdir -p: where it is a link to another user's directory open to all
+    (or another user can otherwise rename what is in it), the copy is refused by name and nothing is sent there."""
+    script, scratch, fake = stage_script(tmp_path)
+    others = tmp_path / "others"
+    others.mkdir()
+    parent, _usable = parents(others)[kind]
+    scratch.symlink_to(parent)
+    env = {"SLURM_JOB_ID": "36", "SLURM_JOB_NUM_NODES": "1", "PATH": f"{fake}:{clean_path}"}
+    out = run(["bash", "-c", '. "$1"; printf "%s|%s" "$?" "${SITESTACK_STAGED_ENV-unset}"', "sh", str(script)], env,
+              tmp_path, clean_path)
+    dest = scratch / "sitestack-env-36"
+    assert out.stdout == "1|unset" and f"refusing {dest}: the directory it is in, {scratch} (" in out.stderr, out
+    assert "sbcast" not in (tmp_path / "launched").read_text() and not os.path.lexists(dest), out
+    assert list(Path(os.path.realpath(parent)).iterdir()) == []
+
+
 # -- LUMI's run script, the stage helper, the validation job ------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -309,6 +412,8 @@ def test_the_run_script_refuses_hostile_values(runscripts: Path, tmp_path: Path,
     cases = [(name, value) for name in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_NTASKS",
                                        "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE") for value in HOSTILE]
     cases += [("SLURM_JOB_NODELIST", "nid[005-001]"), ("SLURM_JOB_NODELIST", "a;touch {mark}"),
+              ("SLURM_JOB_NODELIST", "-rf"), ("SLURM_JOB_NODELIST", "--all"), ("SLURM_JOB_NODELIST", "--name"),
+              ("SLURM_JOB_NODELIST", ".."),
               ("WITH_CONDA", "touch {mark}"), ("WITH_CONDA", "source /x/*")]
     for name, value in cases:
         env = {**base, name: value.replace("{mark}", str(mark)), "PATH": f"{fake}:{clean_path}"}

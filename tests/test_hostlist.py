@@ -73,7 +73,7 @@ def test_get_master_as_installed(tmp_path: Path) -> None:
     for name, (text, mode) in scripts("lumi", pb.load("lumi").facts).items():
         (tmp_path / name).write_text(text)
         (tmp_path / name).chmod(mode)
-    check_programs(lambda text: [sys.executable, "-E", "-s", str(tmp_path / "get-master"), "--all", text], "\n")
+    check_programs(lambda text: [sys.executable, "-E", "-s", str(tmp_path / "get-master"), "--all", "--", text], "\n")
     first = subprocess.run([sys.executable, "-E", "-s", str(tmp_path / "get-master"), "nid[005-007]"], capture_output=True, text=True)
     assert first.stdout == "nid005\n"
 
@@ -124,4 +124,6 @@ def test_the_job_script_without_a_launch_helper_takes_master_addr_from_the_table
         check_hosts(case, out.stdout.strip("\n").split(","))
     refused = [c for c in INVALID if c["list"]]   # an empty SLURM_JOB_NODELIST is no Slurm job: this host
     for case, out in zip(refused, run_all(lambda text: ["bash", "-c", script, "bash", text], refused)):
-        assert out.returncode != 0 and "cannot expand SLURM_JOB_NODELIST" in out.stderr, (case, out.stderr)
+        assert out.returncode != 0 and out.stderr.startswith("sitestack: SLURM_JOB_NODELIST: cannot parse host list: "), \
+            (case, out.stderr)
+        assert case["error"] in out.stderr and out.stderr.count("\n") == 1 and out.stdout == "", (case, out)

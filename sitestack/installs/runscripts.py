@@ -103,7 +103,7 @@ export LOCAL_WORLD_SIZE=${{SLURM_NTASKS_PER_NODE:-$first}}
 # The first host of the job; get-master parses Slurm's hostlist syntax (no scontrol in the container) and
 # refuses a list it cannot read (exit 2, one message).
 if [ -n "${{SLURM_JOB_NODELIST:-}}" ]; then nodes=SLURM_JOB_NODELIST; else nodes=SLURM_NODELIST; fi
-MASTER_ADDR=$("$here/get-master" --name "$nodes" "${{SLURM_JOB_NODELIST:-${{SLURM_NODELIST:-}}}}") || exit 1
+MASTER_ADDR=$("$here/get-master" --name "$nodes" -- "${{SLURM_JOB_NODELIST:-${{SLURM_NODELIST:-}}}}") || exit 1
 export MASTER_ADDR
 # Unique per job, so that two jobs can share a node (below the ephemeral port range).
 export MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))

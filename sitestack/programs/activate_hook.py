@@ -70,6 +70,14 @@ def fish_quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def csh_quote(text: str) -> str:
+    """A single-quoted word for csh and tcsh: ``'`` as ``'\\''``, and ``!`` as ``\\!`` (csh's history
+    substitution happens inside single quotes too, in an interactive shell; the backslash is taken
+    away with it, interactive or not). A newline cannot be quoted: values with one are refused first
+    (:data:`_CSH_SAFE`)."""
+    return "'" + text.replace("'", "'\\''").replace("!", "\\!") + "'"
+
+
 # -- the venv ------------------------------------------------------------------------------------
 def read_venv(path: str) -> "dict[str, Any]":
     """The venv at ``path``: its root and Python major.minor; Refused when it is not a venv."""
@@ -115,7 +123,7 @@ PICK: "dict[str, tuple[Callable[[str], str], str, str, str]]" = {
     "fish": (fish_quote, "set -l _sitestack_p {stable}\n",
              "string match -qr -- '^/[A-Za-z0-9_./+@=,-]*$' \"${var}\"; and set _sitestack_p \"${var}\"{suffix}\n",
              "$_sitestack_p "),
-    "csh": (str, "set _sitestack_p = {stable}\n",
+    "csh": (csh_quote, "set _sitestack_p = {stable}\n",
             'if ( $?{var} ) then\n    if ( "${var}" =~ /* ) set _sitestack_p = "${var}"{suffix}\nendif\n',
             ":${_sitestack_p}"),
 }

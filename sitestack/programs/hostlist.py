@@ -20,15 +20,20 @@ Refused, with a message naming the list: an empty list or item (``a,,b``: a list
 assembled wrongly, which Slurm would silently mend), nested or unbalanced brackets, whitespace
 or anything but numbers and ranges inside brackets, a range that runs backwards
 (``nid[005-001]``), a character that no host name has (only letters, digits, ``.``, ``_`` and
-``-``; so ``a\\nb``, a control character, ``;`` or ``$`` never reach a program's output), a
+``-``; so ``a\\nb``, a control character, ``;`` or ``$`` never reach a program's output), a name
+that does not start with a letter or digit (RFC 952 and RFC 1123, 2.1: ``-rf`` would be read as an
+option by the program it is given to, ``.`` and ``..`` are paths), a
 number of over :data:`MAX_DIGITS` digits, a host name of over :data:`MAX_NAME` characters, a list
 of over :data:`MAX_TEXT` characters, and more than :data:`MAX_HOSTS` hosts (counted before they are
 made: ``n[0-99999999]`` is refused at once). A message shows at most the list's first
 :data:`SHOWN` characters, escaped (one line).
 
-Command line: ``hostlist.py [--first] [--sep SEP] [--name NAME] LIST`` prints the hosts, one a
+Command line: ``hostlist.py [--first] [--sep SEP] [--name NAME] [--] LIST`` prints the hosts, one a
 line (or joined by SEP; only the first with --first); exit 2 with one message on a list it refuses,
-naming NAME (the variable the list came from, e.g. SLURM_JOB_NODELIST) where given.
+naming NAME (the variable the list came from, e.g. SLURM_JOB_NODELIST) where given. Options come
+first; a LIST that starts with ``-`` is read as one only after ``--`` (programs pass a variable's
+value after ``--``, so it is never taken for an option). ``-h``/``--help`` prints the usage. Output
+to a pipe closed early (``| head``) ends quietly (exit 1).
 """
 
 from __future__ import annotations
@@ -129,6 +134,9 @@ def _numbers(body: str, whole: str) -> list[str]:
 def expand_item(item: str, whole: str | None = None) -> list[str]:
     """Every host of one item: ``a[1-2]b[3,5]`` -> a1b3 a1b5 a2b3 a2b5."""
     whole = whole or item
+    if item[:1] in ("-", ".", "_"):  # a group ([1-3]) makes digits
+        raise HostlistError(f"host name {shown(item)} starts with {item[0]!r} (a host name starts with a letter or "
+                            f"digit), in {shown(whole)}")
     choices: list[list[str]] = []
     position = 0
     for match in _GROUP.finditer(item):
@@ -161,27 +169,59 @@ def first(text: str) -> str:
     return expand(text)[0]
 
 
-def main(argv: list[str], prog: str = "hostlist.py") -> int:
-    """``[--first] [--sep SEP] [--name NAME] LIST``: print the hosts; exit 2 with one message on a bad list."""
-    args, sep, only_first, name = list(argv), "\n", False, ""
-    if "--first" in args:
-        args.remove("--first")
-        only_first = True
-    while args[:1] in (["--sep"], ["--name"]) and len(args) >= 2:
-        if args[0] == "--sep":
-            sep = args[1]
+USAGE = "[--first] [--sep SEP] [--name NAME] [--] LIST"
+
+
+def parse(argv: list[str]) -> tuple[bool, str, str, list[str]]:
+    """``(only_first, sep, name, rest)`` of a command line: options up to ``--`` or the first word that
+    is not one; ValueError for an unknown option or one without its value."""
+    only_first, sep, name, rest = False, "\n", "", list(argv)
+    while rest and rest[0].startswith("-"):
+        option = rest.pop(0)
+        if option == "--":
+            break
+        if option == "--first":
+            only_first = True
+        elif option in ("--sep", "--name") and rest:
+            sep, name = (rest.pop(0), name) if option == "--sep" else (sep, rest.pop(0))
         else:
-            name = args[1]
-        args = args[2:]
+            raise ValueError(f"{option!r} needs a value" if option in ("--sep", "--name") else f"unknown option {option!r}")
+    return only_first, sep, name, rest
+
+
+def main(argv: list[str], prog: str = "hostlist.py") -> int:
+    """``[--first] [--sep SEP] [--name NAME] [--] LIST``: print the hosts; exit 2 with one message on a bad
+    list or command line."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"usage: {prog} {USAGE}")
+        return 0
+    try:
+        only_first, sep, name, args = parse(argv)
+    except ValueError as exc:
+        print(f"{prog}: {exc}; usage: {prog} {USAGE}", file=sys.stderr)
+        return 2
     if len(args) != 1:
-        print(f"usage: {prog} [--first] [--sep SEP] [--name NAME] LIST", file=sys.stderr)
+        print(f"usage: {prog} {USAGE}", file=sys.stderr)
         return 2
     try:
         hosts = [first(args[0])] if only_first else expand(args[0])
     except HostlistError as exc:
         print(f"{prog}: {name + ': ' if name else ''}cannot parse host list: {exc}", file=sys.stderr)
         return 2
-    print(sep.join(hosts))
+    return write(sep.join(hosts) + "\n")
+
+
+def write(text: str) -> int:
+    """``text`` to stdout; 0, or 1 where the reader has gone (``| head``): quietly, as
+    https://docs.python.org/3/library/signal.html#note-on-sigpipe does it, stdout pointed at devnull so
+    that the flush at exit fails no more."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return 0
 
 

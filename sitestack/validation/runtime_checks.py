@@ -20,7 +20,11 @@ dash and zsh; each program embeds the ones it needs (no file to find at run time
   and make it first (a directory open to all, or a symbolic link elsewhere). The directory is made
   with ``mkdir -m 700`` (which fails where anything is there) and then must be a directory, not a
   symbolic link, owned by this user, mode 0700 and nothing more (``ls -ld``: no ACL ``+``); one of
-  this user's that no one else can write to (an earlier version's 0755) is made 0700. Otherwise
+  this user's that no one else can write to (an earlier version's 0755) is made 0700. The directory
+  it is in must not let anyone else rename or replace it: with every symbolic link resolved
+  (``cd -P``), it is this user's or root's and writable by no one else unless it is sticky (``/tmp``);
+  a symbolic link naming it is this user's or root's (a scratch parent made with ``mkdir -p``, such as
+  Frontier's ``/mnt/bb/$USER``, may be another user's link to a directory open to all). Otherwise
   one message names it and nothing is written there. Every task may call it: the first
   makes it, the others find it theirs (mkdir is atomic), so no task waits for another.
 - :data:`REMOVE_OWN` -- ``_sitestack_remove_own DIR``: removes DIR only where it is this user's
@@ -60,7 +64,32 @@ _sitestack_word() {
 PRIVATE_DIR = """\
 # _sitestack_private_dir PROG DIR: DIR is made private (mkdir -m 700), or is already this user's own
 # private directory; a directory of anyone else's, one open to others, or a symbolic link is refused.
+# So is DIR where the directory it is in could let another user rename or replace it: that directory
+# (every symbolic link resolved, cd -P) must be this user's or root's, and writable by no one else
+# unless it has the sticky bit (/tmp); a symbolic link to it must be this user's or root's too.
 _sitestack_private_dir() {
+  case $2 in */*) _sitestack_up=${2%/*} ;; *) _sitestack_up=. ;; esac
+  _sitestack_up=${_sitestack_up:-/}
+  _sitestack_real=$(cd -P -- "$_sitestack_up" 2>/dev/null && pwd -P) || _sitestack_real=
+  _sitestack_me=$(id -u)
+  _sitestack_bad=
+  # "MODE UID" of the directory named (of the link itself, where it is one), then of the real one, whose
+  # mode is checked below (a group's or others' w without the t of a sticky directory)
+  for _sitestack_d in "$(ls -ldn -- "$_sitestack_up" 2>/dev/null | { read -r m n u r && echo "$m $u"; })" \\
+      "$(ls -ldn -- "${_sitestack_real:-/nonexistent/}" 2>/dev/null | { read -r m n u r && echo "$m $u"; })"; do
+    case ${_sitestack_d#* } in 0|"$_sitestack_me") ;; *) _sitestack_bad=1 ;; esac
+  done
+  case $_sitestack_d in
+    d????w*|d???????w*) case $_sitestack_d in d????????[tT]*) ;; *) _sitestack_bad=1 ;; esac ;;
+    d*) ;;
+    *) _sitestack_bad=1 ;;
+  esac
+  if [ -n "$_sitestack_bad" ]; then
+    echo "$1: refusing $2: the directory it is in, $_sitestack_up (${_sitestack_real:-missing}), is not this user's or root's, or others can write to it (no sticky bit): another user could replace $2" >&2
+    unset _sitestack_up _sitestack_real _sitestack_me _sitestack_bad _sitestack_d
+    return 1
+  fi
+  unset _sitestack_up _sitestack_real _sitestack_me _sitestack_bad _sitestack_d
   mkdir -m 700 -- "$2" 2>/dev/null
   if [ -d "$2" ] && [ ! -h "$2" ] && [ -O "$2" ]; then
     case $(ls -ld -- "$2" 2>/dev/null) in
