@@ -12,7 +12,8 @@ jobs remove each other's database. Here it is one directory per job, ``/tmp/<use
 
 Every task of the job computes the name, so another user can compute it too and make it first. The
 shipped programs that make it (the launch helper, LUMI's run script, the validation job) make it with
-``mkdir -m 700`` and use it only where it is the user's own directory, mode 0700, not a symbolic link;
+``mkdir -m 700`` and use it only where it is the user's own directory, mode 0700, not a symbolic link,
+in a directory that is the user's or root's and that others cannot write unless it is sticky (``/tmp``);
 otherwise they stop with one message naming it (:mod:`sitestack.validation.runtime_checks`). It stays
 on node-local ``/tmp`` rather than ``$TMPDIR``, which some sites point at a shared file system.
 """
