@@ -144,11 +144,17 @@ def test_a_job_stages_the_pack_of_the_generation_it_loaded(tmp_path: Path):
     inputs = LaunchInputs(site="frontier", facts=action.ctx.facts, bin="/opt/bin", env={}, scratch="/tmp/stage",
                           pack=pack.path, pack_generations=pack.generations,
                           generation_var="__SITESTACK_GENERATION_PYTORCH")
-    head = render_stage(inputs).split("sitestack_unstage()")[0] + 'printf "%s\\n" "$SITESTACK_PACK"\n'
-    loaded = {"__SITESTACK_GENERATION_PYTORCH": str(stable.parent / f".{stable.name}.gen-a"), "PATH": os.defpath}
-    chosen = subprocess.run(["sh", "-c", head], env=loaded, capture_output=True, text=True, check=True).stdout.strip()
+    script, stubs = tmp_path / "sitestack-stage-env", tmp_path / "stubs"
+    script.write_text(render_stage(inputs))
+    stubs.mkdir()
+    (stubs / "srun").write_text("#!/bin/sh\nexit 1\n")   # the copy stops here: the pack was chosen before
+    (stubs / "srun").chmod(0o755)
+    job = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "1", "USER": "tester", "PATH": f"{stubs}:{os.defpath}"}
+    sourced = ["sh", "-c", '. "$1"; printf "%s\\n" "$SITESTACK_PACK"', "sh", str(script)]
+    loaded = {**job, "__SITESTACK_GENERATION_PYTORCH": str(stable.parent / f".{stable.name}.gen-a")}
+    chosen = subprocess.run(sourced, env=loaded, capture_output=True, text=True, timeout=30).stdout.strip()
     assert chosen == str(packs / f"{stable.name}.gen-a.tar.gz")     # the job that loaded gen-a stages gen-a
-    none = subprocess.run(["sh", "-c", head], env={"PATH": os.defpath}, capture_output=True, text=True, check=True)
+    none = subprocess.run(sourced, env=job, capture_output=True, text=True, timeout=30)
     assert none.stdout.strip() == pack.path                          # no module loaded: the current pack
 
     shutil.rmtree(stable.parent / f".{stable.name}.gen-a")           # the generation collected
