@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import threading
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,25 +25,13 @@ from sitestack.core.host import LocalHost
 from sitestack.core.hostbase import Host
 from sitestack.core.redact import fingerprint, redact, redact_data, split_credentials
 from tests.conftest import playbook_copy, run_invoke, uv_dir
+from tests.test_site_fixes import make_wheel
 from tests.twins import runtime as twin
 
 SECRET = "S3cr3tPASS"
 OTHER = "N3wS3cr3tPASS"
 USERS = {("alice", SECRET), ("alice", OTHER), ("tok" + SECRET, "")}
 needs_twin = pytest.mark.skipif(twin.available() is not None, reason=f"stand-in runtime: {twin.available()}")
-
-
-def make_wheel(where: Path, name: str, version: str) -> Path:
-    """A minimal pure-Python wheel (one module)."""
-    where.mkdir(parents=True, exist_ok=True)
-    path = where / f"{name}-{version}-py3-none-any.whl"
-    info = f"{name}-{version}.dist-info"
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"{name}.py", "VALUE = 1\n")
-        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
-        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{info}/RECORD", f"{name}.py,,\n{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
-    return path
 
 
 class Index:

@@ -39,21 +39,12 @@ HOST_OPTION = re.compile(r"(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>
                          r"(?::(?P<port>[0-9]+))?")
 #: --account: a project or account name (letters, digits, . _ -), never a path.
 ACCOUNT = envvars.ACCOUNT
-#: Directories no install prefix may be (:data:`sitestack.core.envvars.SYSTEM_DIRS`).
-SYSTEM_DIRS = envvars.SYSTEM_DIRS
 
 
 def check_path_option(option: str, value: str | None) -> None:
     """An absolute, one-line path, or None; an :class:`InputError` naming ``option`` otherwise."""
-    if value is None:
-        return
-    problem = control_problem(value)
-    if problem:
-        raise InputError(option, problem)
-    if not value.startswith("/"):
-        raise InputError(option, f"{value!r} must be an absolute path")
-    if ".." in value.split("/"):
-        raise InputError(option, f"{value!r} must not have a '..' part")
+    if value is not None:
+        envvars.check_path(option, value)
 
 
 def check_prefix(option: str, value: str | None) -> None:
