@@ -58,6 +58,9 @@ from sitestack.core.errors import InputError
 #: The test ReFrame would log as (its class name: the perflog's file name is ``<name>.log``).
 CHECK_NAME = "sitestack_validation"
 
+#: The option that names the export's file (where a refused record is reported).
+OPTION = "--perflog"
+
 #: ReFrame's separator in the default ``format`` and ``format_perfvars``.
 SEPARATOR = "|"
 
@@ -114,7 +117,7 @@ def perflog_text(records: Iterable[Mapping[str, Any]]) -> str:
     rows = []
     for record in records:
         if not isinstance(record, Mapping):
-            raise InputError("perflog", f"a history record is not a JSON object: {str(record)[:60]!r}")
+            raise InputError(OPTION, f"a history record is not a JSON object: {str(record)[:60]!r}")
         if record.get("kind") != "validation":
             continue
         rows.append(_row(record))
@@ -122,7 +125,7 @@ def perflog_text(records: Iterable[Mapping[str, Any]]) -> str:
     return "".join(f"{line}\n" for line in [header(), *(line for _, line in rows)])
 
 
-def write_perflog(records: Iterable[Mapping[str, Any]], path: str, option: str = "--perflog") -> None:
+def write_perflog(records: Iterable[Mapping[str, Any]], path: str, option: str = OPTION) -> None:
     """Write :func:`perflog_text` of ``records`` to ``path`` (``-``: stdout) by the rule for a file the
     user names (``sitestack/core/user_file.py``: a regular file or a new one, written atomically)."""
     user_file.check(option, path)
@@ -134,7 +137,7 @@ def _row(record: Mapping[str, Any]) -> tuple[float, str]:
     where = f"history record {_text(record.get('id'), 'id', '?')}"
     started = _number(record.get("started"), where, "started")
     if started is None:
-        raise InputError("perflog", f"{where}: started: missing (the run's start time, seconds since the epoch)")
+        raise InputError(OPTION, f"{where}: started: missing (the run's start time, seconds since the epoch)")
     ended = _number(record.get("ended"), where, "ended")
     completed = started if ended is None else ended
     layout = _mapping(record.get("layout"), where, "layout")
@@ -188,10 +191,10 @@ def _reference(value: Any, where: str, metric: str) -> tuple[float, float | None
     if value is None:
         return 0, None, None
     if not isinstance(value, list | tuple) or len(value) != 3:
-        raise InputError("perflog", f"{where}: references.{metric}: not [reference, lower, upper]: {value!r}")
+        raise InputError(OPTION, f"{where}: references.{metric}: not [reference, lower, upper]: {value!r}")
     ref = _number(value[0], where, f"references.{metric}[0]")
     if ref is None:
-        raise InputError("perflog", f"{where}: references.{metric}: the reference value is missing")
+        raise InputError(OPTION, f"{where}: references.{metric}: the reference value is missing")
     return ref, _number(value[1], where, f"references.{metric}[1]"), _number(value[2], where, f"references.{metric}[2]")
 
 
@@ -210,9 +213,9 @@ def _text(value: Any, where: str, default: str = "") -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
-        raise InputError("perflog", f"{where}: not a string: {value!r}")
+        raise InputError(OPTION, f"{where}: not a string: {value!r}")
     if _BREAKING.search(value):
-        raise InputError("perflog", f"{where}: {value!r} contains '|' or a line break, which would break the "
+        raise InputError(OPTION, f"{where}: {value!r} contains '|' or a line break, which would break the "
                                     "perflog's one line per run (ReFrame does not escape them)")
     return value
 
@@ -222,7 +225,7 @@ def _number(value: Any, where: str, key: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InputError("perflog", f"{where}: {key}: not a finite number: {value!r}")
+        raise InputError(OPTION, f"{where}: {key}: not a finite number: {value!r}")
     return value
 
 
@@ -231,7 +234,7 @@ def _count(value: Any, where: str, key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError("perflog", f"{where}: layout.{key}: not a positive whole number: {value!r}")
+        raise InputError(OPTION, f"{where}: layout.{key}: not a positive whole number: {value!r}")
     return value
 
 
@@ -240,7 +243,7 @@ def _mapping(value: Any, where: str, key: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise InputError("perflog", f"{where}: {key}: not a JSON object: {value!r}")
+        raise InputError(OPTION, f"{where}: {key}: not a JSON object: {value!r}")
     return value
 
 
@@ -251,7 +254,7 @@ def _exit_code(record: Mapping[str, Any], passed: bool, where: str) -> int | Non
     if code is None:
         return 0 if passed else None
     if isinstance(code, bool) or not isinstance(code, int):
-        raise InputError("perflog", f"{where}: exit_code: not a whole number: {code!r}")
+        raise InputError(OPTION, f"{where}: exit_code: not a whole number: {code!r}")
     return code
 
 
@@ -260,7 +263,7 @@ def _hosts(value: Any, where: str) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise InputError("perflog", f"{where}: hosts: not a list: {value!r}")
+        raise InputError(OPTION, f"{where}: hosts: not a list: {value!r}")
     return [_text(host, f"{where}: hosts") for host in value]
 
 
