@@ -21,6 +21,8 @@ from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.redact import has_secret
 from sitestack.model.container_facts import Container as Container
 from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC
+from sitestack.model.tuning_facts import Tuning as Tuning
+from sitestack.model.tuning_facts import TuningVariable as TuningVariable
 from sitestack.model.validation_facts import BusBandwidth as BusBandwidth
 from sitestack.model.validation_facts import ComputeRate as ComputeRate
 from sitestack.model.validation_facts import Validation as Validation
@@ -286,6 +288,9 @@ class Facts:
         "kept where set, as every env entry is, and also passed into the site's container"))
     validation: Validation | None = field(default=None, metadata=_doc(
         "the validation DDP job (launchers, ranks per node, bandwidth references)"))
+    tuning: Tuning | None = field(default=None, metadata=_doc(
+        "runtime settings `invoke tune` measures before the stack module sets them (docs/tuning.md); "
+        "null: nothing to tune"))
     build_jobs: int | None = field(default=None, metadata=_doc("parallel build jobs; default: the host's cores",
                                                                min=1, max=4096))
     references: tuple[str, ...] = field(default=(), metadata=_doc("where these facts come from"))
@@ -308,6 +313,10 @@ class Facts:
         unknown = [name for name in self.env_defaults if name not in self.env]
         if unknown:
             return f"env_defaults: {', '.join(unknown)} not in env (a default needs its value there)"
+        tuned = [name for name in (self.tuning.variables if self.tuning else ()) if name in self.env]
+        if tuned:
+            return (f"tuning.variables.{tuned[0]}: also set in env; a tuned setting is set only by a measurement "
+                    "(invoke tune): remove it from env")
         if self.gpu.vendor == "amd" and self.rocm is None:
             return "an AMD GPU site needs rocm: {version, home}"
         if self.gpu.vendor == "nvidia" and self.cuda is None:

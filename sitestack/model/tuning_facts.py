@@ -1,0 +1,97 @@
+"""A site's tuning facts (``facts.tuning``): the runtime settings ``invoke tune`` measures instead of
+setting them untried, each with its candidate values, and how the sweep job measures them (message
+sizes, repeats per point, each point's time limit, the gain a setting must show). Part of
+:mod:`sitestack.model.facts`, which re-exports these names.
+
+The sweep is one factor at a time: a default point with every tuning variable unset, then one point
+per (variable, candidate) with only that variable set, in playbook order (a full product of 4
+variables with 3 values each would be 81 job steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sitestack.core.quoting import SHELL_NAME
+from sitestack.core.redact import has_secret
+from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC, slurm_seconds
+
+
+def _doc(text: str, **extra: Any) -> dict[str, Any]:
+    return {"doc": text, **extra}
+
+
+@dataclass(frozen=True)
+class TuningVariable:
+    """One environment variable the sweep tries: its candidate values and where the advice comes from."""
+
+    candidates: tuple[str, ...] = field(metadata=_doc(
+        "values to measure against the default (the variable unset), each in its own point of the sweep"))
+    note: str = field(default="", metadata=_doc("why it is worth trying, and the source's warning, quoted"))
+
+    def check(self) -> str | None:
+        if not self.candidates:
+            return "candidates: at least one value to try (the default, unset, is always measured)"
+        for value in self.candidates:
+            if value == "":
+                return "candidates: an empty value is the default (the variable unset), which is always measured"
+            if "$" in value:
+                # the sweep sets the value as written (no shell expands it) and the module must set what was measured
+                return f"candidates: {value!r}: a candidate is measured as written, without $VARIABLES"
+        repeated = sorted({v for v in self.candidates if self.candidates.count(v) > 1})
+        if repeated:
+            return f"candidates: {', '.join(repr(v) for v in repeated)} repeated (each value is one point of the sweep)"
+        return None
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The settings ``invoke tune`` measures on the site, and how its sweep job measures them."""
+
+    variables: Mapping[str, TuningVariable] = field(metadata=_doc(
+        "environment variables to try (NCCL_*, FI_*, OMP_NUM_THREADS, ...), in the order the sweep runs them; "
+        "none of them may also be in env (a tuned setting is set only after a measurement)",
+        key_pattern=SHELL_NAME.pattern, key_doc="an environment variable name (letters, digits, _)"))
+    sizes: tuple[int, ...] = field(default=(), metadata=_doc(
+        "allreduce message sizes in bytes measured at each point (default: GPU 1 MiB, 16 MiB and the "
+        "validation reference size; CPU 64 KiB, 1 MiB and 4 MiB)"))
+    repeats: int = field(default=5, metadata=_doc(
+        "timed samples per size (and of the DDP step) at each point; the spread is taken from them", min=3, max=100))
+    point_time: str = field(default="00:02:00", metadata=_doc(
+        "each point's own time limit under the hang guard (a point past it is recorded as hung)",
+        pattern=SLURM_TIME, pattern_doc=SLURM_TIME_DOC))
+    min_gain: float = field(default=0.03, metadata=_doc(
+        "a candidate is chosen only when it beats the default by at least this fraction and beyond the noise "
+        "(docs/tuning.md)", min=0.0, max=1.0))
+
+    def check(self) -> str | None:
+        if not self.variables:
+            return "variables: at least one variable to try"
+        bad = [size for size in self.sizes if size <= 0 or size % 4]
+        if bad:
+            return f"sizes: {bad[0]} is not a positive multiple of 4 (float32 elements)"
+        if len(set(self.sizes)) != len(self.sizes):
+            return "sizes: each size once"
+        if slurm_seconds(self.point_time) < 10:
+            return f"point_time: {self.point_time!r} is too short for a point to start (at least 10 seconds)"
+        for name, variable in self.variables.items():
+            secret = next((v for v in variable.candidates if has_secret(f"{name}={v}")), None)
+            if secret is not None:
+                return (f"variables.{name}: a candidate holds a credential, and the module files and job scripts "
+                        "it would go into are readable by every user")
+        return None
+
+    @property
+    def point_seconds(self) -> int:
+        """Each point's time limit in seconds."""
+        return slurm_seconds(self.point_time)
+
+    def points(self) -> list[tuple[str, dict[str, str]]]:
+        """The one-factor-at-a-time grid: (label, settings) with the default (nothing set) first, then one
+        point per (variable, candidate) in playbook order."""
+        out: list[tuple[str, dict[str, str]]] = [("default", {})]
+        for name, variable in self.variables.items():
+            out += [(f"{name}={value}", {name: value}) for value in variable.candidates]
+        return out

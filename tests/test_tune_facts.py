@@ -1,0 +1,104 @@
+"""``facts.tuning``: the settings ``invoke tune`` measures; refused at load, naming file, line and key,
+when a sweep could not measure them as written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sitestack.core.errors import InputError
+from sitestack.core.paths import PLAYBOOK_DIR
+from sitestack.engine import playbook as pb
+from sitestack.model.facts import Tuning, TuningVariable
+
+
+def local_with(tmp_path: Path, tuning: Any, env: dict[str, str] | None = None) -> Path:
+    data = yaml.safe_load((PLAYBOOK_DIR / "local.yml").read_text())
+    data["facts"]["tuning"] = tuning
+    if env is not None:
+        data["facts"]["env"] = env
+    path = tmp_path / "local.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_tuning_block_loads_typed_in_playbook_order(tmp_path: Path):
+    tuning = {"sizes": [65536, 1048576], "repeats": 4, "point_time": "00:00:40", "min_gain": 0.05,
+              "variables": {"OMP_NUM_THREADS": {"candidates": ["2", "1"], "note": "threads per rank"},
+                            "GLOO_SOCKET_IFNAME": {"candidates": ["lo"]}}}
+    facts = pb.load(None, local_with(tmp_path, tuning, env={})).facts
+    assert isinstance(facts.tuning, Tuning)
+    assert list(facts.tuning.variables) == ["OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME"]
+    variable = facts.tuning.variables["OMP_NUM_THREADS"]
+    assert isinstance(variable, TuningVariable)
+    assert variable.candidates == ("2", "1") and variable.note == "threads per rank"
+    assert facts.tuning.sizes == (65536, 1048576) and facts.tuning.repeats == 4
+    assert facts.tuning.point_seconds == 40 and facts.tuning.min_gain == 0.05
+    assert facts.tuning.points() == [("default", {}), ("OMP_NUM_THREADS=2", {"OMP_NUM_THREADS": "2"}),
+                                     ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"}),
+                                     ("GLOO_SOCKET_IFNAME=lo", {"GLOO_SOCKET_IFNAME": "lo"})]
+
+
+def test_without_a_tuning_block_there_is_nothing_to_tune(tmp_path: Path):
+    data = yaml.safe_load((PLAYBOOK_DIR / "local.yml").read_text())
+    data["facts"].pop("tuning", None)
+    path = tmp_path / "local.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert pb.load(None, path).facts.tuning is None
+
+
+def test_the_defaults_are_five_repeats_of_two_minutes():
+    tuning = Tuning(variables={"X": TuningVariable(candidates=("1",))})
+    assert (tuning.sizes, tuning.repeats, tuning.point_seconds, tuning.min_gain) == ((), 5, 120, 0.03)
+
+
+OMP = {"OMP_NUM_THREADS": {"candidates": ["1", "2"]}}
+
+
+@pytest.mark.parametrize(("tuning", "key", "line_text", "says"), [
+    ({"variables": {"OMP_NUM_THREADS": {"candidates": []}}}, "facts.tuning.variables.OMP_NUM_THREADS",
+     "OMP_NUM_THREADS:", "at least one value to try"),
+    ({"variables": {"OMP_NUM_THREADS": {"candidates": ["1", "2", "1"]}}}, "facts.tuning.variables.OMP_NUM_THREADS",
+     "OMP_NUM_THREADS:", "'1' repeated"),
+    ({"variables": {"OMP-THREADS": {"candidates": ["1"]}}}, "facts.tuning.variables.OMP-THREADS",
+     "OMP-THREADS:", "is not an environment variable name"),
+    ({"variables": {"OMP_NUM_THREADS": {"candidates": ["1\n2"]}}},
+     "facts.tuning.variables.OMP_NUM_THREADS.candidates[0]", "- '1", "newline"),
+    ({"variables": {"OMP_NUM_THREADS": {"candidates": ["$HOME"]}}}, "facts.tuning.variables.OMP_NUM_THREADS",
+     "OMP_NUM_THREADS:", "measured as written"),
+    ({"variables": {"OMP_NUM_THREADS": {"candidates": [""]}}}, "facts.tuning.variables.OMP_NUM_THREADS",
+     "OMP_NUM_THREADS:", "an empty value is the default"),
+    ({"variables": {"PIP_INDEX_URL": {"candidates": ["https://u:sekrit@example.org/simple"]}}}, "facts.tuning",
+     "tuning:", "holds a credential"),
+    ({"repeats": 2, "variables": OMP}, "facts.tuning.repeats", "repeats:", "2"),
+    ({"sizes": [65536, 1000001], "variables": OMP}, "facts.tuning", "tuning:", "1000001 is not a positive multiple of 4"),
+    ({"sizes": [0], "variables": OMP}, "facts.tuning", "tuning:", "0 is not a positive multiple of 4"),
+    ({"point_time": "2 minutes", "variables": OMP}, "facts.tuning.point_time", "point_time:", "Slurm time"),
+    ({"variables": {}}, "facts.tuning", "tuning:", "at least one variable"),
+])
+def test_a_tuning_block_the_sweep_cannot_run_is_refused_naming_file_line_and_key(
+        tmp_path: Path, tuning: dict, key: str, line_text: str, says: str):
+    path = local_with(tmp_path, tuning, env={})
+    with pytest.raises(InputError) as caught:
+        pb.load(None, path)
+    error = caught.value
+    assert error.where == f"{path}:{line_of(path, line_text)}", (error.where, str(error))
+    assert error.key == key and says in error.detail, str(error)
+
+
+def test_a_variable_also_set_in_env_is_refused(tmp_path: Path):
+    """A setting both in env and tuned would be set for everyone untried: the module must set it only
+    after a measurement."""
+    path = local_with(tmp_path, {"variables": {"GLOO_SOCKET_IFNAME": {"candidates": ["lo"]}}},
+                      env={"GLOO_SOCKET_IFNAME": "lo"})
+    with pytest.raises(InputError) as caught:
+        pb.load(None, path)
+    assert caught.value.where == f"{path}:{line_of(path, 'facts:')}" and caught.value.key == "facts"
+    assert "tuning.variables.GLOO_SOCKET_IFNAME: also set in env" in caught.value.detail
