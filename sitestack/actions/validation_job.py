@@ -2,7 +2,8 @@
 
 One step makes true: ``<dir>/`` holds the check program (``ddp_check.py``, ``ddp_report.py``),
 ``check-config.json``, one batch script per launcher in ``jobs/``, a ``README.md`` for the
-site's users, and the MPI probe built against the site MPI in ``mpi-probe/`` (CMake through
+site's users, where the site has ``facts.tuning`` the tuning sweep's plan (``tune-plan.json``) and
+scripts (``jobs/tune-<launcher>.sbatch``, :mod:`sitestack.validation.tune_jobs`), and the MPI probe built against the site MPI in ``mpi-probe/`` (CMake through
 scikit-build-core, a wheel built by ``pip wheel`` inside the site's modules and kept in the host's
 build cache by source and toolchain digest, :mod:`sitestack.installs.wheel_cache`, then installed
 by ``pip install --prefix``: another prefix needs no build). Files are compared
@@ -28,6 +29,7 @@ from sitestack.installs.installer import build_cache
 from sitestack.installs.site_stack import job_inputs
 from sitestack.model.siteenv import in_site_env
 from sitestack.validation.jobs import job_files
+from sitestack.validation.tune_jobs import tune_files
 
 PROBE_SOURCES = SOURCES_DIR / "mpi_probe"
 PROBE_FILES = ("pyproject.toml", "CMakeLists.txt", "probe.c", "src/sitestack_mpi_probe/__init__.py",
@@ -70,7 +72,9 @@ class InstallValidationJob(Action):
         return self.ctx.options.python or self.args.python or None
 
     def files(self) -> dict[str, tuple[str, int]]:
-        return job_files(job_inputs(self.ctx, self.args.dir, self.python()))
+        """The job's files, and where the site has ``facts.tuning`` the tuning sweep's plan and scripts."""
+        inputs = job_inputs(self.ctx, self.args.dir, self.python())
+        return {**job_files(inputs), **tune_files(inputs)}
 
     def cc(self) -> str:
         return shlex.split(self.ctx.facts.mpi.cc)[0]  # "cc -shared" is for libraries; the probe is a program

@@ -169,6 +169,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "site": inputs.site,
         "launcher": launcher,
         "script": script_name(launcher),
+        "tune": False,  # the tuning sweep's script (tune_jobs) renders the same templates
         "dir": inputs.dir,
         # with the stack's module loaded, its Python is the first on PATH, as for its users
         "python": "python" if inputs.stack_module else (inputs.python or facts.python.executable),

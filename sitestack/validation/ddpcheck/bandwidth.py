@@ -77,9 +77,26 @@ def sweep_sizes(lo: int, hi: int, factor: int) -> list[int]:
     return sizes
 
 
+def allreduce_seconds(run: Run, tensor: Any, iters: int, warmup: int) -> float:
+    """One timing: ``warmup`` allreduces of ``tensor``, then the mean time of ``iters`` more, as the
+    slowest rank saw it (the slowest rank sets the time, as for a job)."""
+    torch, dist = run.torch, run.dist
+    for _ in range(warmup):
+        dist.all_reduce(tensor)
+    run.sync()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(tensor)
+    run.sync()
+    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=run.torch_device())
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return float(elapsed.cpu())
+
+
 def bandwidth_sweep(run: Run) -> None:
     """The bandwidth check: an allreduce sweep timed by the slowest rank, judged against the site's reference."""
-    torch, dist, n = run.torch, run.dist, run.info.world_size
+    torch, n = run.torch, run.info.world_size
     if n < 2:
         run.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
         return
@@ -97,17 +114,7 @@ def bandwidth_sweep(run: Run) -> None:
     rows = []
     for size in sweep_sizes(lo, hi, run.args.factor):
         t = torch.zeros(size // 4, dtype=torch.float32, device=dev)
-        for _ in range(warmup):
-            dist.all_reduce(t)
-        run.sync()
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(t)
-        run.sync()
-        elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=dev)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the time, as for a job
-        rows.append(bandwidth_row(size, float(elapsed.cpu()), n))
+        rows.append(bandwidth_row(size, allreduce_seconds(run, t, iters, warmup), n))
         del t
     nodes = len({r["host"] for r in run.ranks})
     reference = refs.get("multi_node" if nodes > 1 else "single_node")

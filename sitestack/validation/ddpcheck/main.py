@@ -19,6 +19,9 @@ from .rank_progress import Progress, deadline_from_env, status_dir
 from .ranks import discover_rank
 from .runner import run_checks
 from .state import Run
+from .sweep import sweep_main
+from .tune import run_tune
+from .tuneplan import PlanError, load_plan, point_dir, point_of
 from .verdicts import job_id_for, load_config
 from .watchdog import supervise
 
@@ -54,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="JSON the job wrote: `import torch` seconds from the shared prefix and from node-local storage")
     p.add_argument("--nccl-log", default=None, help="NCCL_DEBUG=INFO log file(s) (a glob) to judge; default OUT/nccl/*.log")
     p.add_argument("--no-mpi", action="store_true", help="do not import mpi4py")
+    p.add_argument("--tune", metavar="PLAN", default=None,
+                   help="measure the tuning point $SITESTACK_TUNE_POINT of this plan (tune-plan.json) in OUT/points/<id>")
     args = p.parse_args(argv)
     if not args.out:
         job = env.get("SLURM_JOB_ID") or env.get("SITESTACK_JOB_ID") or "local"
@@ -65,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     """One rank: its progress record, its watchdog (before MPI_Init and torch), mpi4py, then the checks."""
     args = parse_args(argv)
     config = load_config(args.config)
+    plan = None
+    if args.tune:  # one point of the sweep: its own directory under the sweep's
+        plan = load_plan(args.tune)
+        args.out = point_dir(args.out, point_of(plan, os.environ, args.tune)["id"])
     if args.factor is None:
         args.factor = 4 if args.device == "cpu" or not config.get("gpu_vendor") or config.get("gpu_vendor") == "none" else 2
     info = discover_rank()
@@ -90,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         run.mpi_data["failure"] = failure
     if mpi is not None:
         run.mpi_data["library_short"] = " ".join(mpi.Get_library_version().strip().splitlines()[0].split())
-    return run_checks(run)
+    return run_tune(run, plan) if plan is not None else run_checks(run)
 
 
 def exit_now(code: int, mpi: Any = None) -> None:
@@ -115,14 +124,17 @@ def exit_now(code: int, mpi: Any = None) -> None:
 
 
 def program(argv: list[str]) -> None:
-    """``ddp_check.py [OPTIONS]`` runs one rank; ``ddp_check.py --guard ...`` the guard around the launcher.
-    A variable of the environment that is not of its form (:mod:`.envvalues`) ends it with one line
-    naming it, exit 2."""
+    """``ddp_check.py [OPTIONS]`` runs one rank; ``ddp_check.py --guard ...`` the guard around the launcher;
+    ``ddp_check.py --sweep PLAN ...`` the tuning sweep (:mod:`.sweep`). A variable of the environment
+    that is not of its form (:mod:`.envvalues`), or a tuning plan that is not (:mod:`.tuneplan`), ends
+    it with one line naming it, exit 2."""
     try:
         if argv[:1] == ["--guard"]:
             sys.exit(guard_main(argv[1:]))
+        if argv[:1] == ["--sweep"]:
+            sys.exit(sweep_main(argv[1:]))
         code = main(argv)
-    except envvalues.EnvError as exc:
+    except (envvalues.EnvError, PlanError) as exc:
         print(f"sitestack: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     exit_now(code, sys.modules.get("mpi4py.MPI"))

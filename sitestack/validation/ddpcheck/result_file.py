@@ -51,6 +51,8 @@ def write_result(run: Run) -> dict[str, Any]:
         "time_limit": time_limit_record(run.args.time_limit, run.env),
         "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None},  # the plot drawn names itself
     }
+    if run.tune is not None:  # a tuning point's samples (ddp_check.py --tune)
+        result["tune"] = run.tune
     # each file atomically, the plot (PNG, or SVG without matplotlib) before the result that names it
     ddp_report.write_report(result, run.args.out)
     run.result = result

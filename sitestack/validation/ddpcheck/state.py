@@ -37,6 +37,7 @@ class Run:
         self.pg_ok = False
         self.horovod_server: Any = None  # rank 0's Horovod rendezvous where the launcher gives none
         self.result: dict[str, Any] | None = None
+        self.tune: dict[str, Any] | None = None  # a tuning point's samples (tune.py), else None
         self.progress: Progress | None = None  # OUT/ranks/rank-R.json, read by the watchdogs
         self.deadline = float("inf")  # the job's deadline (epoch s): past it, the watchdogs report
         self.me: dict[str, Any] = {}  # this rank's report, once the environment check has loaded torch
