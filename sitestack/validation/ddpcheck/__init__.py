@@ -46,6 +46,10 @@ Its modules, one concern each: :mod:`.ranks` (ranks under every launcher), :mod:
 order), :mod:`.report` and :mod:`.results` (what is written), :mod:`.progress`, :mod:`.procs`,
 :mod:`.faults`, :mod:`.watchdog` and :mod:`.guard` (hangs and crashes), :mod:`.main` (the entry).
 
+The tuning sweep: :mod:`.tuneplan` (the plan, checked), :mod:`.tune` (one point, in the ranks:
+``--tune PLAN``) and :mod:`.sweep` (the driver around the launcher: ``--sweep PLAN``).
+
 Fault injection, for testing this program: ``SITESTACK_CHECK_FAULT=seed@R`` makes rank R build
-its model from another seed; ``allreduce@R`` makes rank R contribute a wrong value.
+its model from another seed; ``allreduce@R`` makes rank R contribute a wrong value; at a tuning
+point, ``hang@R`` makes rank R sleep in the measurement and ``crash@R`` end itself with SIGSEGV.
 """
