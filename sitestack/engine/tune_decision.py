@@ -13,7 +13,8 @@ not a sweep, :func:`decide` summarises every point and chooses. The rule (docs/t
 - a candidate qualifies when it beats the default on at least one metric and is worse on none; per
   variable the qualifying candidate with the largest geometric-mean gain over all metrics is chosen;
   without one the variable stays unset;
-- a point that hung, crashed or failed is recorded and dropped, never chosen.
+- a point that hung, crashed or failed (or was skipped: the job had no time left for it) is recorded
+  and dropped, never chosen.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sitestack.core.errors import InputError
 
 SWEEP_SCHEMA = "sitestack-sweep/1"
 TUNING_SCHEMA = "sitestack-tuning/1"
-STATUSES = ("ok", "hung", "crashed", "failed")
+STATUSES = ("ok", "hung", "crashed", "failed", "skipped")
 #: The most samples one metric of one point may hold (repeats are at most 100: facts.tuning).
 MAX_SAMPLES = 1000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
