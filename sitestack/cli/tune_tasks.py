@@ -44,7 +44,7 @@ def tune(c: Context, site: str | None = None, nodes: str | None = None, ranks_pe
     noise, and keep the decision and its report in {prefix}/tuning for the stack's module."""
     from sitestack.engine import playbook as pb
     from sitestack.engine import results as results_mod
-    from sitestack.engine import tune as tune_mod
+    from sitestack.engine import tune_run as tune_mod
     from sitestack.engine.validate import ValidateOptions
 
     with errors_to_exit(debug):

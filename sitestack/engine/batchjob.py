@@ -16,16 +16,12 @@ import posixpath
 import re
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host, local_host
 from sitestack.core.report import Reporter
 from sitestack.installs.venv_stack import normalize
 from sitestack.validation.results_dir import results_check
-
-if TYPE_CHECKING:
-    from sitestack.engine.validate import ValidateOptions
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
             "DEADLINE"}
@@ -79,25 +75,25 @@ def check_launch_env(host: Host, directory: str, site_name: str) -> None:
                              f"install it first (`invoke provision --site {site_name} --tags launch`)")
 
 
-def job_env(options: ValidateOptions) -> dict[str, str]:
+def job_env(ranks_per_node: int, python: str | None) -> dict[str, str]:
     """The variables the job reads from the submitting environment (ranks per node, the checks' Python)."""
     env: dict[str, str] = {}
-    if options.ranks_per_node:
-        env["SITESTACK_RANKS_PER_NODE"] = str(options.ranks_per_node)
-    if options.python:
-        env["SITESTACK_PYTHON"] = options.python
+    if ranks_per_node:
+        env["SITESTACK_RANKS_PER_NODE"] = str(ranks_per_node)
+    if python:
+        env["SITESTACK_PYTHON"] = python
     return env
 
 
-def submit(host: Host, script: str, root: str, options: ValidateOptions, env: Mapping[str, str], *,
+def submit(host: Host, script: str, root: str, env: Mapping[str, str], *, nodes: int, ranks_per_node: int,
            tasks_per_node: bool) -> str:
-    """Submit ``script`` with ``sbatch --parsable`` on ``host`` (working directory ``root``, ``--nodes`` and,
-    where the script takes it from sbatch, ``--ntasks-per-node`` from the options); the job id."""
+    """Submit ``script`` with ``sbatch --parsable`` on ``host`` (working directory ``root``; ``--nodes`` and,
+    where the script takes it from sbatch, ``--ntasks-per-node``, when given); the job id."""
     argv = ["sbatch", "--parsable", f"--chdir={root}"]
-    if options.nodes:
-        argv.append(f"--nodes={options.nodes}")
-    if options.ranks_per_node and tasks_per_node:
-        argv.append(f"--ntasks-per-node={options.ranks_per_node}")
+    if nodes:
+        argv.append(f"--nodes={nodes}")
+    if ranks_per_node and tasks_per_node:
+        argv.append(f"--ntasks-per-node={ranks_per_node}")
     argv.append(script)
     # probe, not run: run merges stderr into stdout, and sbatch's warnings must not reach the job id.
     out = host.probe(argv, env=dict(env), timeout=120)
@@ -106,11 +102,11 @@ def submit(host: Host, script: str, root: str, options: ValidateOptions, env: Ma
     return out.stdout.strip().split(";")[0]
 
 
-def wait_for(host: Host, job_id: str, options: ValidateOptions, reporter: Reporter, later: str) -> int | None:
-    """Wait until Slurm job ``job_id`` on ``host`` ended (its state on each change reported); its exit
-    code (None once Slurm forgot it). Past ``options.timeout`` an error that says ``later`` (how to read
-    the job's outcome later; the job keeps running)."""
-    deadline = time.monotonic() + options.timeout
+def wait_for(host: Host, job_id: str, reporter: Reporter, later: str, *, timeout: float, poll: float) -> int | None:
+    """Wait until Slurm job ``job_id`` on ``host`` ended (its state on each change reported, asked every
+    ``poll`` seconds); its exit code (None once Slurm forgot it). Past ``timeout`` seconds an error that
+    says ``later`` (how to read the job's outcome later; the job keeps running)."""
+    deadline = time.monotonic() + timeout
     state = None
     while True:
         out = host.probe(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=60)
@@ -121,9 +117,9 @@ def wait_for(host: Host, job_id: str, options: ValidateOptions, reporter: Report
             reporter.note(f"job {job_id}: {current}")
             state = current
         if time.monotonic() > deadline:
-            raise SitestackError(f"job {job_id} still {current} after {options.timeout:.0f}s (it keeps running; "
+            raise SitestackError(f"job {job_id} still {current} after {timeout:.0f}s (it keeps running; "
                                  f"{later})")
-        time.sleep(options.poll)
+        time.sleep(poll)
     return slurm_exit_code(job_id, host)
 
 

@@ -178,10 +178,11 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
         raise SitestackError(f"the validation job is not installed ({script} missing on {host.name}): run "
                              f"`invoke install-validation-job --site {site.name}` first")
     preflight(host, directory, site.name, root, options.python)
-    env = job_env(options)
+    env = job_env(options.ranks_per_node, options.python)
     name = posixpath.basename(script)
     if scheduler == "slurm":
-        job_id = submit(host, script, root, options, env, tasks_per_node=validation_of(facts).sbatch_tasks)
+        job_id = submit(host, script, root, env, nodes=options.nodes, ranks_per_node=options.ranks_per_node,
+                        tasks_per_node=validation_of(facts).sbatch_tasks)
         reporter.note(f"submitted {name} to Slurm as job {job_id}; results in {root}/sitestack-validation-{job_id}/")
         if not options.wait:
             reporter.note(f"not waiting: `invoke validate --site {site.name} --collect {job_id}"
@@ -205,8 +206,8 @@ def collect(site: Site, job_id: str, root: str, options: ValidateOptions, report
     host = host or local_host()
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         raise InputError("--collect", f"{job_id!r} is not a Slurm job id")
-    rc = wait_for(host, job_id, options, reporter,
-                  f"`invoke validate --site {site.name} --collect {job_id}` reads it later")
+    rc = wait_for(host, job_id, reporter, f"`invoke validate --site {site.name} --collect {job_id}` reads it later",
+                  timeout=options.timeout, poll=options.poll)
     return finish(site, job_id, f"{root}/sitestack-validation-{job_id}", f"{root}/sitestack-validation-{job_id}.log",
                   rc, reporter, host)
 

@@ -85,13 +85,15 @@ def _tune(site: Site, options: ValidateOptions, reporter: Reporter, host: Host, 
                              f"`invoke install-validation-job --site {site.name}` first")
     root = results_root(site, options, host)
     preflight(host, directory, site.name, root, options.python)
-    env = job_env(options)
+    env = job_env(options.ranks_per_node, options.python)
     name = os.path.basename(script)
     if scheduler == "slurm":
-        job_id = submit(host, script, root, options, env, tasks_per_node=validation_of(facts).sbatch_tasks)
+        job_id = submit(host, script, root, env, nodes=options.nodes, ranks_per_node=options.ranks_per_node,
+                        tasks_per_node=validation_of(facts).sbatch_tasks)
         out_dir, log = f"{root}/sitestack-tune-{job_id}", f"{root}/sitestack-tune-{job_id}.log"
         reporter.note(f"submitted {name} to Slurm as job {job_id}; results in {out_dir}/")
-        rc = wait_for(host, job_id, options, reporter, f"its sweep is {out_dir}/sweep.json once it ends")
+        rc = wait_for(host, job_id, reporter, f"its sweep is {out_dir}/sweep.json once it ends",
+                      timeout=options.timeout, poll=options.poll)
     else:
         job_id = f"local-{os.getpid()}-{time.time_ns() // 1_000_000}"
         out_dir, log = f"{root}/sitestack-tune-{job_id}", f"{root}/sitestack-tune-{job_id}.log"
