@@ -85,12 +85,14 @@ def test_a_clear_winner_is_chosen_with_its_evidence_and_noise_is_not() -> None:
 def test_worse_hung_and_crashed_points_are_never_chosen() -> None:
     doc = decided([point("p00", {}), point("p01", {"A": "1"}, busbw=0.5, step=30.0, seed=1),
                    point("p02", {"A": "2"}, status="hung", cause="rank 1 hung"),
-                   point("p03", {"B": "x"}, status="crashed", cause="rank 0 killed by SIGSEGV")])
+                   point("p03", {"B": "x"}, status="crashed", cause="rank 0 killed by SIGSEGV"),
+                   point("p04", {"B": "y"}, status="skipped", cause="not run: 12 s left")])
     assert doc["chosen"] == {} and doc["evidence"] == {}
     assert [(d["id"], d["status"], d["cause"]) for d in doc["dropped"]] == [
-        ("p02", "hung", "rank 1 hung"), ("p03", "crashed", "rank 0 killed by SIGSEGV")]
+        ("p02", "hung", "rank 1 hung"), ("p03", "crashed", "rank 0 killed by SIGSEGV"),
+        ("p04", "skipped", "not run: 12 s left")]
     assert {p["id"]: p["verdict"] for p in doc["points"]} == {
-        "p00": "default", "p01": "worse", "p02": "dropped", "p03": "dropped"}
+        "p00": "default", "p01": "worse", "p02": "dropped", "p03": "dropped", "p04": "dropped"}
 
 
 def test_a_candidate_better_on_step_time_only_qualifies_but_one_worse_elsewhere_does_not() -> None:

@@ -51,6 +51,19 @@ def test_only_declared_variables_with_a_candidate_value_and_evidence_are_set():
     assert any("the evidence of NCCL_NET_GDR_LEVEL" in w for w in warnings)
 
 
+def test_a_decision_measured_with_another_stack_sets_nothing_in_this_ones_module():
+    facts = pb.load("frontier").facts
+    doc = json.loads(tuning_doc({"NCCL_ALGO": "RING"}))
+    doc["stack"] = {"module": "pytorch/2.2.2-rocm5.7", "digest": "abc"}
+    text = json.dumps(doc)
+    tuned, warnings = tuned_from(text, "/p/tuning/tuning.json", facts, "pytorch/2.2.2-rocm5.7")
+    assert [t.name for t in tuned] == ["NCCL_ALGO"] and warnings == []
+    tuned, warnings = tuned_from(text, "/p/tuning/tuning.json", facts, "pytorch/2.10.0-rocm7.1")
+    assert tuned == [] and warnings == ["/p/tuning/tuning.json: measured with pytorch/2.2.2-rocm5.7, not "
+                                        "pytorch/2.10.0-rocm7.1: not set in its module (`invoke tune` measures the "
+                                        "stack the validation job runs)"]
+
+
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", json.dumps({"schema": "other/1", "chosen": {}}),
                                   json.dumps({"schema": "sitestack-tuning/1", "chosen": {"A": 1}, "evidence": {}})])
 def test_a_malformed_tuning_json_sets_nothing_and_says_so(text: str):

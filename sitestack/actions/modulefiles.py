@@ -161,7 +161,7 @@ class ModuleFiles(Action):
     def tuned(self, host: Host) -> list[Tuned]:
         """The settings ``invoke tune`` chose that the stack's module sets (``{prefix}/tuning/tuning.json``);
         each problem with that file is a warning, once per run of the step."""
-        tuned, warnings = read_tuned(host, self.ctx.facts, self.ctx.values["prefix"])
+        tuned, warnings = read_tuned(host, self.ctx.facts, self.ctx.values["prefix"], self.stack.name)
         told: set[str] = self.__dict__.setdefault("_warned", set())
         for warning in warnings:
             if warning not in told:

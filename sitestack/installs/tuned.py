@@ -38,19 +38,22 @@ def tuning_path(prefix: str) -> str:
     return f"{prefix.rstrip('/')}/tuning/tuning.json"
 
 
-def read_tuned(host: Host, facts: Facts, prefix: str) -> tuple[list[Tuned], list[str]]:
-    """(the settings to set, warnings) from ``tuning.json`` under ``prefix`` on ``host``."""
+def read_tuned(host: Host, facts: Facts, prefix: str, stack: str | None = None) -> tuple[list[Tuned], list[str]]:
+    """(the settings to set, warnings) from ``tuning.json`` under ``prefix`` on ``host`` for the module of
+    ``stack`` (None: any stack)."""
     path = tuning_path(prefix)
     text = host.read_tail(path, TUNING_MAX + 1)
     if text is None:
         return [], []
     if len(text) > TUNING_MAX:
         return [], [f"{path}: larger than {TUNING_MAX >> 20} MiB, not a tuning document: ignored"]
-    return tuned_from(text, path, facts)
+    return tuned_from(text, path, facts, stack)
 
 
-def tuned_from(text: str, path: str, facts: Facts) -> tuple[list[Tuned], list[str]]:
-    """(the settings to set, warnings) from the text of a tuning.json (``path`` names it in warnings)."""
+def tuned_from(text: str, path: str, facts: Facts, stack: str | None = None) -> tuple[list[Tuned], list[str]]:
+    """(the settings to set, warnings) from the text of a tuning.json (``path`` names it in warnings) for
+    the module of ``stack``: a decision measured with another stack's module (another torch, another
+    NCCL) sets nothing in this one."""
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -58,6 +61,10 @@ def tuned_from(text: str, path: str, facts: Facts) -> tuple[list[Tuned], list[st
     problem = _document_problem(doc)
     if problem:
         return [], [f"{path}: {problem}: ignored"]
+    measured = (doc.get("stack") or {}).get("module") if isinstance(doc.get("stack"), dict) else None
+    if stack is not None and isinstance(measured, str) and measured != stack and doc["chosen"]:
+        return [], [f"{path}: measured with {measured}, not {stack}: not set in its module "
+                    "(`invoke tune` measures the stack the validation job runs)"]
     declared = facts.tuning.variables if facts.tuning is not None else {}
     out: list[Tuned] = []
     warnings: list[str] = []
