@@ -60,7 +60,7 @@ def test_a_grid_of_several_variables_is_one_factor_at_a_time_and_gpu_sizes_defau
 
 
 def test_a_site_without_tuning_gets_no_plan_and_no_sweep_script():
-    ctx = context("lumi")
+    ctx = context("cirrus")
     assert ctx.facts.tuning is None
     files = step_for(ctx).files()
     assert "tune-plan.json" not in files and not [name for name in files if name.startswith("jobs/tune-")]

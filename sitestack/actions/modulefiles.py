@@ -50,9 +50,10 @@ from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.modulefile_render import render_all
 from sitestack.installs.modulefile_specs import site_modules
-from sitestack.installs.modulefile_text import message_problem
+from sitestack.installs.modulefile_text import literal, message_problem
 from sitestack.installs.modulerc import Mark, State, merged, module_dir, module_file, rc_files, read_state, record_path
 from sitestack.installs.site_stack import find_built
+from sitestack.installs.tuned import Tuned, read_tuned
 from sitestack.installs.venv_stack import (
     DEFAULT_RECIPES,
     Built,
@@ -138,20 +139,35 @@ class ModuleFiles(Action):
     def recipes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([*self.args.recipes, *plugin_recipes(self.ctx.facts)]))
 
-    def render_files(self, built: Sequence[Built], fmt: str | None = None, *, plugins: bool = False) -> dict[str, str]:
-        """path -> text of the module files for the packages ``built`` (no host needed)."""
+    def render_files(self, built: Sequence[Built], fmt: str | None = None, *, plugins: bool = False,
+                     tuned: Sequence[Tuned] = ()) -> dict[str, str]:
+        """path -> text of the module files for the packages ``built`` (no host needed); the stack's
+        module sets the ``tuned`` settings (:mod:`sitestack.installs.tuned`)."""
         specs = site_modules(self.ctx, self.stack, built, requires=self.args.requires, autoload=self.args.autoload,
                              plugins=plugins)
-        specs = [dataclasses.replace(s, deprecated=self.args.deprecated) if s.full == self.stack.name else s
-                 for s in specs]
+        mine = {"deprecated": self.args.deprecated,
+                "tuned": tuple((t.name, literal(t.value), t.evidence) for t in tuned)}
+        specs = [dataclasses.replace(s, **mine) if s.full == self.stack.name else s for s in specs]
         return {f"{self.root}/{rel}": text for rel, text in render_all(specs, fmt or self.fmt, self.template_dirs()).items()}
 
     def template_dirs(self) -> list[str]:
         return [self.args.templates] if self.args.templates else []
 
-    def files(self, host: Host) -> dict[str, str]:
+    def files(self, host: Host, tuned: Sequence[Tuned] | None = None) -> dict[str, str]:
+        """path -> text of the module files on ``host``; ``tuned``: the settings of :meth:`tuned` (None: read them)."""
         built, _notes = find_built(host, self.ctx, self.recipes())
-        return self.render_files(built)
+        return self.render_files(built, tuned=self.tuned(host) if tuned is None else tuned)
+
+    def tuned(self, host: Host) -> list[Tuned]:
+        """The settings ``invoke tune`` chose that the stack's module sets (``{prefix}/tuning/tuning.json``);
+        each problem with that file is a warning, once per run of the step."""
+        tuned, warnings = read_tuned(host, self.ctx.facts, self.ctx.values["prefix"], self.stack.name)
+        told: set[str] = self.__dict__.setdefault("_warned", set())
+        for warning in warnings:
+            if warning not in told:
+                told.add(warning)
+                self.ctx.note(f"    [{host.name}] warning: {warning}")
+        return tuned
 
     def rc_plan(self, host: Host) -> RcPlan:
         """The stack's module directory's rc files after this step: every stack's entry from the
@@ -188,11 +204,16 @@ class ModuleFiles(Action):
 
     def pending(self, host: Host) -> str | None:
         require_module_system(facts=self.ctx.facts)
-        files = self.files(host)
+        tuned = self.tuned(host)
+        files = self.files(host, tuned)
         rc = self.rc_plan(host)
         problems = self._problems(host, {**files, **rc.files})
+        change = self._tuned_change(host, tuned)
+        if change:  # the stack's module differs because of it: say why
+            mine = module_file(self.root, self.stack.name, self.fmt)
+            problems = [change, *(p for p in problems if p != f"{mine} differs")]
         problems += [f"{p} no longer wanted" for p in [*self.stale(host, files), *rc.stale]]
-        if host.read_text(self.record) != self._record_text(files):
+        if host.read_text(self.record) != self._record_text(files, tuned):
             problems = problems or [f"{self.record} out of date"]
         if rc.record_text is not None and host.read_text(rc.record) != rc.record_text:
             problems = problems or [f"{rc.record} out of date"]
@@ -224,8 +245,31 @@ class ModuleFiles(Action):
             modes[name] = int(mode, 8)
         return modes
 
-    def _record_text(self, files: Mapping[str, str]) -> str:
-        return json.dumps({"stack": self.stack.name, "format": self.fmt, "files": sorted(files)}, indent=2) + "\n"
+    def _record_text(self, files: Mapping[str, str], tuned: Sequence[Tuned] = ()) -> str:
+        """The step's record: the stack, the format, the files it installed and (where there are any) the
+        tuned settings its module sets, which tell ``--check`` what changed (:meth:`_tuned_change`)."""
+        record: dict[str, Any] = {"stack": self.stack.name, "format": self.fmt, "files": sorted(files)}
+        if tuned:
+            record["tuned"] = {t.name: t.value for t in tuned}
+        return json.dumps(record, indent=2) + "\n"
+
+    def _tuned_change(self, host: Host, tuned: Sequence[Tuned]) -> str | None:
+        """``tuned settings changed: A=1, B unset`` where the settings differ from those the record says the
+        installed module sets; None where they do not (or nothing is installed yet)."""
+        text = host.read_text(self.record)
+        if text is None:
+            return None
+        try:
+            before = json.loads(text).get("tuned") or {}
+        except (ValueError, AttributeError):
+            before = {}
+        wanted = {t.name: t.value for t in tuned}
+        before = before if isinstance(before, dict) else {}
+        if before == wanted:
+            return None
+        changed = [f"{k}={v}" for k, v in wanted.items() if before.get(k) != v]
+        changed += [f"{k} unset" for k in before if k not in wanted]
+        return f"tuned settings changed: {', '.join(changed)}"
 
     def diff(self, host: Host) -> str | None:
         files = {**self.files(host), **(rc := self.rc_plan(host)).files}
@@ -238,7 +282,8 @@ class ModuleFiles(Action):
         if not host.exists(self.stack.manifest):
             raise SitestackError(f"the stack environment {self.stack.path} is not installed ({self.stack.manifest} "
                                  f"missing): run `invoke install-venv --site {self.ctx.site.name}` first")
-        files = self.files(host)
+        tuned = self.tuned(host)
+        files = self.files(host, tuned)
         rc = self.rc_plan(host)
         dirs = self.dirs({**files, **rc.files})
         host.run(["mkdir", "-p", "--", *dirs])
@@ -248,7 +293,7 @@ class ModuleFiles(Action):
                 host.write_text(path, text, FILE_MODE)
         for path in [*self.stale(host, files), *rc.stale]:
             host.run(["rm", "-f", "--", path])
-        for record, wanted in ((self.record, self._record_text(files)), (rc.record, rc.record_text)):
+        for record, wanted in ((self.record, self._record_text(files, tuned)), (rc.record, rc.record_text)):
             if wanted is not None and host.read_text(record) != wanted:
                 host.write_text(record, wanted, FILE_MODE)
 

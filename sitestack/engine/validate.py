@@ -26,20 +26,26 @@ from sitestack.core.host import Host, local_host
 from sitestack.core.quoting import control_problem
 from sitestack.core.report import Reporter
 from sitestack.core.ssh import check_ssh_config
+from sitestack.engine.batchjob import FINISHED as FINISHED  # re-exported: imported from here too
+from sitestack.engine.batchjob import RUN_TO_LOG as RUN_TO_LOG
+from sitestack.engine.batchjob import (
+    await_words,
+    job_env,
+    preflight,
+    run_here,
+    submit,
+    wait_for,
+)
+from sitestack.engine.batchjob import check_imports as check_imports
+from sitestack.engine.batchjob import check_launch_env as check_launch_env
+from sitestack.engine.batchjob import slurm_exit_code as slurm_exit_code
 from sitestack.engine.playbook import connect, select_hosts
-from sitestack.installs.venv_stack import normalize
 from sitestack.model.context import RunOptions, check_host_option
 from sitestack.model.site import Facts, Site, expand
 from sitestack.validation.ddp_report import verdict_table
 from sitestack.validation.jobs import script_name, validation_of
-from sitestack.validation.results_dir import results_check
 
 LOCAL_LAUNCHERS = ("torchrun", "mpiexec", "horovodrun")
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
-            "DEADLINE"}
-#: Runs the batch script with its output in a log file on the host (script and log are $0 and $1:
-#: no path is ever pasted into the shell text).
-RUN_TO_LOG = 'exec bash "$0" >"$1" 2>&1'
 
 
 @dataclass(frozen=True)
@@ -171,32 +177,12 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     if not host.probe(["test", "-f", script]).ok:
         raise SitestackError(f"the validation job is not installed ({script} missing on {host.name}): run "
                              f"`invoke install-validation-job --site {site.name}` first")
-    if not options.python:
-        check_imports(host, directory, site.name)
-    check_launch_env(host, directory, site.name)
-    # the job's log goes there too: a root it cannot write would lose the job and its cause with it
-    check = host.probe(results_check(root), timeout=60)
-    if not check.ok:
-        raise SitestackError(f"{(check.stderr or check.stdout).strip()}; the job's log and results go there "
-                             "(choose another with --results)")
-    env: dict[str, str] = {}
-    if options.ranks_per_node:
-        env["SITESTACK_RANKS_PER_NODE"] = str(options.ranks_per_node)
-    if options.python:
-        env["SITESTACK_PYTHON"] = options.python
+    preflight(host, directory, site.name, root, options.python)
+    env = job_env(options.ranks_per_node, options.python)
     name = posixpath.basename(script)
     if scheduler == "slurm":
-        argv = ["sbatch", "--parsable", f"--chdir={root}"]
-        if options.nodes:
-            argv.append(f"--nodes={options.nodes}")
-        if options.ranks_per_node and validation_of(facts).sbatch_tasks:
-            argv.append(f"--ntasks-per-node={options.ranks_per_node}")
-        argv.append(script)
-        # probe, not run: run merges stderr into stdout, and sbatch's warnings must not reach the job id.
-        out = host.probe(argv, env=env, timeout=120)
-        if not out.ok:
-            raise SitestackError(f"sbatch refused the job: {(out.stderr or out.stdout).strip()}")
-        job_id = out.stdout.strip().split(";")[0]
+        job_id = submit(host, script, root, env, nodes=options.nodes, ranks_per_node=options.ranks_per_node,
+                        tasks_per_node=validation_of(facts).sbatch_tasks)
         reporter.note(f"submitted {name} to Slurm as job {job_id}; results in {root}/sitestack-validation-{job_id}/")
         if not options.wait:
             reporter.note(f"not waiting: `invoke validate --site {site.name} --collect {job_id}"
@@ -210,41 +196,8 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     log = f"{root}/sitestack-validation-{run_id}.log"
     env["SITESTACK_VALIDATION_OUT"] = out_dir
     reporter.note(f"running {name} on {host.name} without a scheduler ({launcher}); log {log}")
-    # probe, not run: a failing job is an outcome to report (its result.json says why), not an error.
-    rc = host.probe(["sh", "-c", RUN_TO_LOG, script, log], env=env, cwd=root, timeout=options.timeout).rc
+    rc = run_here(host, script, log, root, env, options.timeout)
     return finish(site, run_id, out_dir, log, rc, reporter, host)
-
-
-def check_imports(host: Host, directory: str, site_name: str) -> None:
-    """Before submitting: what the job imports (check-config.json ``stack.needs``: torch, numpy, mpi4py
-    where the stack includes it) is in the stack's manifest, so a stack that lacks one fails here, in
-    seconds and by name, not in the queue. Nothing to check for a job installed without a stack."""
-    text = host.read_text(f"{directory}/check-config.json")
-    stack = (json.loads(text) if text else {}).get("stack") or {}
-    path = stack.get("manifest")
-    if not path:
-        return
-    manifest = host.read_text(path)
-    if manifest is None:
-        raise SitestackError(f"the stack the job validates has no manifest ({path} missing on {host.name}): "
-                             f"provision it first (`invoke install-venv --site {site_name}`)")
-    data = json.loads(manifest)
-    # the environment's own packages, and its base's where it sees them (a container stack's torch)
-    have = {normalize(str(p.get("name", ""))) for p in [*data.get("packages", []), *data.get("base_packages", [])]}
-    missing = [name for name in stack.get("needs") or [] if normalize(name) not in have]
-    if missing:
-        raise SitestackError(f"the stack {stack.get('module') or path} lacks {', '.join(missing)}, which the validation "
-                             f"job imports (its manifest {path}): re-run `invoke install-venv --site {site_name}`")
-
-
-def check_launch_env(host: Host, directory: str, site_name: str) -> None:
-    """Before submitting: the users' launch helper the job sources (check-config.json ``stack.launch_env``)
-    is installed, so a job installed before the install-launch-env step ran fails here, by name."""
-    text = host.read_text(f"{directory}/check-config.json")
-    helper = ((json.loads(text) if text else {}).get("stack") or {}).get("launch_env")
-    if helper and not host.exists(helper):
-        raise SitestackError(f"the validation job sources the launch helper {helper}, missing on {host.name}: "
-                             f"install it first (`invoke provision --site {site_name} --tags launch`)")
 
 
 def collect(site: Site, job_id: str, root: str, options: ValidateOptions, reporter: Reporter,
@@ -253,30 +206,10 @@ def collect(site: Site, job_id: str, root: str, options: ValidateOptions, report
     host = host or local_host()
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         raise InputError("--collect", f"{job_id!r} is not a Slurm job id")
-    deadline = time.monotonic() + options.timeout
-    state = None
-    while True:
-        out = host.probe(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=60)
-        current = out.stdout.strip()
-        if not out.ok or not current or current in FINISHED:
-            break
-        if current != state:
-            reporter.note(f"job {job_id}: {current}")
-            state = current
-        if time.monotonic() > deadline:
-            raise SitestackError(f"job {job_id} still {current} after {options.timeout:.0f}s (it keeps running; "
-                                 f"`invoke validate --site {site.name} --collect {job_id}` reads it later)")
-        time.sleep(options.poll)
-    rc = slurm_exit_code(job_id, host)
+    rc = wait_for(host, job_id, reporter, f"`invoke validate --site {site.name} --collect {job_id}` reads it later",
+                  timeout=options.timeout, poll=options.poll)
     return finish(site, job_id, f"{root}/sitestack-validation-{job_id}", f"{root}/sitestack-validation-{job_id}.log",
                   rc, reporter, host)
-
-
-def slurm_exit_code(job_id: str, host: Host | None = None) -> int | None:
-    """The batch script's exit code from ``scontrol show job`` (None once Slurm forgot the job)."""
-    out = (host or local_host()).probe(["scontrol", "show", "job", "-o", job_id], timeout=60)
-    match = re.search(r"\bExitCode=(\d+):(\d+)", out.stdout)
-    return int(match.group(1)) if match else None
 
 
 #: The job's last words: the guard's closing line, rank 0's verdict line (no guard), or the batch script's
@@ -294,9 +227,7 @@ RESULT_MAX = 16 << 20
 def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> str | None:
     """``path``'s text once the job has said its last words (:data:`LAST_WORDS` in ``log``), waiting
     at most ``wait`` seconds for them; what is there then (None: no result)."""
-    end = time.monotonic() + wait
-    while not LAST_WORDS.search(host.read_tail(log) or "") and time.monotonic() < end:
-        time.sleep(1.0)
+    await_words(host, log, LAST_WORDS, wait)
     text = host.read_tail(path, RESULT_MAX + 1)
     if text is not None and len(text) > RESULT_MAX:
         raise SitestackError(f"{path} is larger than {RESULT_MAX >> 20} MiB: not a result of the validation job")

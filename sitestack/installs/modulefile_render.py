@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sitestack.core import templates
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.paths import MODULEFILE_DIR as TEMPLATE_DIR
-from sitestack.installs.modulefile_text import Text, lua, lua_long, message_problem, tcl, tcl_text
+from sitestack.installs.modulefile_text import Text, comment, lua, lua_long, message_problem, tcl, tcl_text
 
 if TYPE_CHECKING:
     import jinja2
@@ -56,6 +56,9 @@ class ModuleSpec:
     #: settings that are only defaults (facts.env_defaults): set where the environment has no value (or an
     #: empty one), kept where it has one (the user's choice); unloading unsets only what the module set
     defaults: tuple[tuple[str, Text], ...] = ()
+    #: settings ``invoke tune`` chose by measurement (name, value, evidence), set as ``defaults`` are, each
+    #: under a comment line that cites its evidence (sitestack/installs/tuned.py, docs/tuning.md)
+    tuned: tuple[tuple[str, Text, str], ...] = ()
     help: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
     #: (variable, link): the module resolves the link (a stack's stable path) to its generation once, when
@@ -75,7 +78,8 @@ class ModuleSpec:
     def check(self) -> None:
         if not _MODULE.fullmatch(self.full):
             raise InputError(self.full, "a module name is name/version: letters, digits, . _ + -")
-        for name in (*[p.var for p in self.paths], *[n for n, _ in (*self.env, *self.defaults)]):
+        for name in (*[p.var for p in self.paths], *[n for n, _ in (*self.env, *self.defaults)],
+                     *[n for n, _, _ in self.tuned]):
             if not _VAR.fullmatch(name):
                 raise InputError(self.full, f"{name!r} is not an environment variable name")
         if self.generation is not None and not _VAR.fullmatch(self.generation[0]):
@@ -89,6 +93,9 @@ class ModuleSpec:
         problem = message_problem(self.deprecated) if self.deprecated is not None else None
         if problem:
             raise InputError(self.full, f"deprecated: {problem}")
+        for name, _, why in self.tuned:
+            if message_problem(why):
+                raise InputError(self.full, f"the evidence of the tuned {name}: {message_problem(why)}")
 
 
 def family_name(module: str) -> str:
@@ -106,7 +113,8 @@ def environment(template_dirs: Sequence[str | Path] = ()) -> jinja2.Environment:
 @functools.lru_cache(maxsize=16)
 def _environment(template_dirs: tuple[str, ...]) -> jinja2.Environment:
     return templates.environment([*template_dirs, TEMPLATE_DIR],
-                                 {"lua": lua, "lua_long": lua_long, "tcl": tcl, "tcl_text": tcl_text})
+                                 {"lua": lua, "lua_long": lua_long, "tcl": tcl, "tcl_text": tcl_text,
+                                  "comment": comment})
 
 
 def template_name(spec: ModuleSpec, fmt: str, template_dirs: Sequence[str | Path] = ()) -> str:

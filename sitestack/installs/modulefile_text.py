@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sitestack.core.errors import SitestackError
 from sitestack.core.quoting import control_problem
 
 #: Placeholders that must be the loading user's, not the installing user's.
@@ -103,6 +104,16 @@ def message_problem(text: str, *, placeholders: bool = False) -> str | None:
         return (f"{found.group()!r} is not allowed: a message holds no double quotes, backslashes, brackets, "
                 "braces, $ or backticks")
     return None
+
+
+def comment(text: str) -> str:
+    """``text`` as the rest of a comment line of either language (after Lua's ``--``, Tcl's ``#``): one
+    line without the characters :data:`MESSAGE_FORBIDDEN` names (a Tcl comment ending in a backslash
+    would take the next line; braces count in a Tcl comment inside a braced body), else an error."""
+    problem = message_problem(text)
+    if problem:
+        raise SitestackError(f"{text!r} cannot be a module file comment: {problem}")
+    return text
 
 
 # -- quoting for each language ------------------------------------------------------------------------

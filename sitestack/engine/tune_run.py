@@ -1,0 +1,226 @@
+"""``invoke tune``: run the site's tuning sweep job, choose by measurement, keep the decision.
+
+The sweep job (``<validation dir>/jobs/tune-<launcher>.sbatch``, installed by ``install-validation-job``
+where the playbook has ``facts.tuning``) is submitted exactly as ``invoke validate`` submits its job
+(:mod:`sitestack.engine.batchjob`: sbatch where Slurm answers, else ``bash`` on the host), waited for,
+and its ``sweep.json`` read (bounded, checked). :mod:`sitestack.engine.tune_decision` decides;
+``{prefix}/tuning/`` on the host receives ``tuning.json``, ``report.md`` and the plot (each written
+atomically; the report and plot first, so a tuning.json always has its own beside it). ``provision``
+then sets the chosen values in the stack's module (:mod:`sitestack.installs.tuned`). ``--check`` shows
+the points the sweep would run and what the module sets now, and submits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.host import Host
+from sitestack.core.report import Reporter
+from sitestack.engine.batchjob import await_words, job_env, preflight, run_here, script_path, submit, wait_for
+from sitestack.engine.tune_decision import check_sweep, decide
+from sitestack.engine.tune_report import decision_lines, markdown, render_plot, table
+from sitestack.engine.validate import RESULT_WAIT, ValidateOptions, choose, install_dir, open_host, results_root
+from sitestack.installs.tuned import read_tuned, tuned_from, tuning_path
+from sitestack.model.site import Facts, Site
+from sitestack.validation.jobs import validation_of
+from sitestack.validation.tune_jobs import PLAN, TUNE_LAUNCHERS, tune_plan, tune_script_name
+
+#: The most a sweep.json may hold (a few KiB per point): a larger one is not read.
+SWEEP_MAX = 16 << 20
+#: The sweep job's last line (sitestack/validation/ddpcheck/sweep.py): sweep.json is complete.
+LAST_WORDS = re.compile(r"^sitestack tune: sweep written, exit code \d+", re.M)
+PLOTS = ("busbw.png", "busbw.svg")
+
+
+@dataclass
+class TuneOutcome:
+    """What ``invoke tune`` gave: the exit code, the job, where its files are (paths on the host), the decision."""
+
+    code: int
+    job_id: str | None = None
+    out_dir: str | None = None
+    log: str | None = None
+    tuning: dict[str, Any] | None = None
+    files: list[str] = field(default_factory=list)
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tune(site: Site, options: ValidateOptions, reporter: Reporter, *, check: bool = False) -> TuneOutcome:
+    """Run the site's sweep on its host (or, with ``check``, show what it would run) and keep the decision."""
+    host = open_host(site, options)
+    try:
+        return _tune(site, options, reporter, host, check)
+    finally:
+        host.close()
+
+
+def _tune(site: Site, options: ValidateOptions, reporter: Reporter, host: Host, check: bool) -> TuneOutcome:
+    resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
+    facts, prefix = resolved.facts, resolved.values["prefix"]
+    if facts.tuning is None:
+        raise InputError(site.path, f"site {site.name} declares nothing to tune (no facts.tuning)")
+    directory = install_dir(site, resolved.values)
+    scheduler, launcher = choose_for_tune(facts, options, host, check)
+    if launcher not in TUNE_LAUNCHERS:
+        raise InputError("--scheduler", f"the sweep runs with {', '.join(TUNE_LAUNCHERS)}, not {launcher}")
+    script = script_path(directory, tune_script_name(launcher))
+    if check:
+        show_plan(site, facts, host, directory, script, f"{scheduler}, {launcher}", reporter)
+        show_set_now(facts, host, prefix, reporter)
+        return TuneOutcome(0)
+    if not host.probe(["test", "-f", script]).ok:
+        raise SitestackError(f"the tuning sweep is not installed ({script} missing on {host.name}): run "
+                             f"`invoke install-validation-job --site {site.name}` first")
+    root = results_root(site, options, host)
+    preflight(host, directory, site.name, root, options.python)
+    env = job_env(options.ranks_per_node, options.python)
+    name = os.path.basename(script)
+    if scheduler == "slurm":
+        job_id = submit(host, script, root, env, nodes=options.nodes, ranks_per_node=options.ranks_per_node,
+                        tasks_per_node=validation_of(facts).sbatch_tasks)
+        out_dir, log = f"{root}/sitestack-tune-{job_id}", f"{root}/sitestack-tune-{job_id}.log"
+        reporter.note(f"submitted {name} to Slurm as job {job_id}; results in {out_dir}/")
+        rc = wait_for(host, job_id, reporter, f"its sweep is {out_dir}/sweep.json once it ends",
+                      timeout=options.timeout, poll=options.poll)
+    else:
+        job_id = f"local-{os.getpid()}-{time.time_ns() // 1_000_000}"
+        out_dir, log = f"{root}/sitestack-tune-{job_id}", f"{root}/sitestack-tune-{job_id}.log"
+        env["SITESTACK_VALIDATION_OUT"] = out_dir
+        reporter.note(f"running {name} on {host.name} without a scheduler ({launcher}); log {log}")
+        rc = run_here(host, script, log, root, env, options.timeout)
+    return conclude(site.name, facts, prefix, TuneOutcome(0, job_id, out_dir, log), rc, reporter, host)
+
+
+
+def choose_for_tune(facts: Facts, options: ValidateOptions, host: Host, check: bool) -> tuple[str, str]:
+    """(scheduler, launcher) as ``invoke validate`` chooses them; with ``check`` on a host where no Slurm
+    answers and the site has no launcher without one, the site's first sweep launcher on its Slurm."""
+    try:
+        return choose(facts, options, host)
+    except InputError:
+        launchers = [name for name in validation_of(facts).launchers if name in TUNE_LAUNCHERS]
+        if not check or options.scheduler != "auto" or not launchers:
+            raise
+        return f"slurm (not answering on {host.name})", launchers[0]
+
+
+def read_sweep(host: Host, out_dir: str, log: str, job_id: str, rc: int | None) -> dict[str, Any]:
+    """The checked ``sweep.json`` of the job, once its log has the last words (at most RESULT_WAIT s)."""
+    await_words(host, log, LAST_WORDS, RESULT_WAIT)
+    path = f"{out_dir}/sweep.json"
+    text = host.read_tail(path, SWEEP_MAX + 1)
+    if text is None:
+        tail = "\n".join((host.read_tail(log) or "").rstrip().splitlines()[-15:])
+        raise SitestackError(f"job {job_id} left no sweep ({path} missing; exit code {rc}); log {log}:\n{tail}".rstrip())
+    if len(text) > SWEEP_MAX:
+        raise InputError(path, f"larger than {SWEEP_MAX >> 20} MiB: not a sweep of the tuning job")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(path, f"not a sweep of the tuning job (not JSON: {exc})") from None
+    return check_sweep(doc, path)
+
+
+def conclude(site_name: str, facts: Facts, prefix: str, outcome: TuneOutcome, rc: int | None, reporter: Reporter,
+             host: Host) -> TuneOutcome:
+    """Read the sweep, decide, write the decision and its report into the prefix, report them."""
+    out_dir, log = str(outcome.out_dir), str(outcome.log)
+    sweep = read_sweep(host, out_dir, log, str(outcome.job_id), rc)
+    tuning = decide(sweep, date=utc_now(), results=out_dir)
+    outcome.files = write_decision(host, prefix, tuning)
+    outcome.tuning = tuning
+    reporter.note(table(tuning))
+    for line in decision_lines(tuning):
+        reporter.note(line)
+    if rc not in (0, None) or not sweep.get("finished", True):
+        reporter.note(f"the sweep job ended with exit code {rc}{'' if sweep.get('finished', True) else ' before its last point'}: "
+                      f"the points it measured are decided on; log {log}")
+    reporter.note("written: " + ", ".join(outcome.files))
+    tuned, warnings = tuned_from(json.dumps(tuning), outcome.files[-1], facts)
+    for warning in warnings:
+        reporter.note(f"warning: {warning}")
+    settings = ", ".join(f"{t.name}={t.value}" for t in tuned) or "no tuned setting (every tuning variable unset)"
+    reporter.note(f"provision will now set: {settings} (`invoke install-modulefiles --site {site_name}` "
+                  "writes the stack's module)")
+    outcome.code = 1 if tuning.get("problem") else 0
+    return outcome
+
+
+def write_decision(host: Host, prefix: str, tuning: dict[str, Any]) -> list[str]:
+    """Write the plot, ``report.md`` and ``tuning.json`` (last) under ``{prefix}/tuning`` on ``host``, each
+    atomically; a plot of the other kind left by an earlier run goes. The paths written, tuning.json last."""
+    path = tuning_path(prefix)
+    directory = os.path.dirname(path)
+    host.run(["mkdir", "-p", "--", directory])
+    written = []
+    plot = render_plot(tuning)
+    if plot is not None:
+        name, content = plot
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp, name)
+            local.write_bytes(content)
+            host.put_file(local, f"{directory}/{name}", 0o644)
+        written.append(f"{directory}/{name}")
+    stale = [f"{directory}/{p}" for p in PLOTS if plot is None or p != plot[0]]
+    host.run(["rm", "-f", "--", *stale])
+    host.write_text(f"{directory}/report.md", markdown(tuning, plot[0] if plot else None), 0o644)
+    host.write_text(path, json.dumps(tuning, indent=2) + "\n", 0o644)
+    return [*written, f"{directory}/report.md", path]
+
+
+def show_plan(site: Site, facts: Facts, host: Host, directory: str, script: str, how: str, reporter: Reporter) -> None:
+    """The points the sweep would run: the installed plan's, else the playbook's (not installed yet)."""
+    text = host.read_tail(f"{directory}/{PLAN}", SWEEP_MAX)
+    plan: Any = None
+    try:
+        plan = json.loads(text) if text else None
+    except ValueError:
+        plan = None
+    source = f"{directory}/{PLAN}"
+    if not isinstance(plan, dict) or not isinstance(plan.get("points"), list):
+        plan = tune_plan(site.name, facts)
+        source = (f"the playbook's facts.tuning: the sweep is not installed on {host.name} yet "
+                  f"(`invoke install-validation-job --site {site.name}`)")
+    assert plan is not None
+    sizes = ", ".join(str(s) for s in plan.get("sizes") or [])
+    reporter.note(f"would run {script} ({how}): {len(plan['points'])} points from {source}; {plan.get('repeats')} "
+                  f"samples at each of {sizes} bytes and of the DDP step, {plan.get('point_seconds')} s per point at most")
+    for point in plan["points"]:
+        if isinstance(point, dict):
+            reporter.note(f"  {point.get('id')}  {point.get('label')}")
+
+
+def show_set_now(facts: Facts, host: Host, prefix: str, reporter: Reporter) -> None:
+    """What the stack's module sets by measurement now (``{prefix}/tuning/tuning.json``)."""
+    tuned, warnings = read_tuned(host, facts, prefix)
+    for warning in warnings:
+        reporter.note(f"warning: {warning}")
+    for t in tuned:
+        reporter.note(f"set now: {t.name}={t.value} ({t.evidence})")
+    if not tuned:
+        names = ", ".join(facts.tuning.variables) if facts.tuning else ""
+        reporter.note(f"set now: nothing by measurement ({names} unset; {tuning_path(prefix)}"
+                      f"{' has no choice' if host.exists(tuning_path(prefix)) else ' does not exist'})")
+
+
+def tune_document(site: str, outcome: TuneOutcome | None, error: str | None = None) -> dict[str, Any]:
+    """The ``--json`` document of ``invoke tune`` (docs/cli.md)."""
+    from sitestack.engine.results import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, "command": "tune", "site": site,
+            "job_id": outcome.job_id if outcome else None, "results_dir": outcome.out_dir if outcome else None,
+            "log": outcome.log if outcome else None, "files": outcome.files if outcome else [],
+            "tuning": outcome.tuning if outcome else None, "error": error,
+            "exit_code": outcome.code if outcome else 1}
