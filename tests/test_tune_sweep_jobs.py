@@ -47,12 +47,12 @@ def test_the_local_plan_is_the_default_then_one_point_per_candidate():
 
 def test_a_grid_of_several_variables_is_one_factor_at_a_time_and_gpu_sizes_default_to_the_reference():
     facts = context("frontier").facts
-    tuning = Tuning(variables={"NCCL_NET_GDR_LEVEL": TuningVariable(candidates=("3", "PHB")),
+    tuning = Tuning(variables={"NCCL_NET_GDR_LEVEL": TuningVariable(candidates=("2", "3")),
                                "NCCL_CROSS_NIC": TuningVariable(candidates=("1",)),
                                "NCCL_ALGO": TuningVariable(candidates=("Tree", "Ring"))})
     plan = tune_jobs.tune_plan("frontier", dataclasses.replace(facts, tuning=tuning, env={}))
     assert plan is not None
-    assert [p["label"] for p in plan["points"]] == ["default", "NCCL_NET_GDR_LEVEL=3", "NCCL_NET_GDR_LEVEL=PHB",
+    assert [p["label"] for p in plan["points"]] == ["default", "NCCL_NET_GDR_LEVEL=2", "NCCL_NET_GDR_LEVEL=3",
                                                     "NCCL_CROSS_NIC=1", "NCCL_ALGO=Tree", "NCCL_ALGO=Ring"]
     assert all(len(p["settings"]) == (0 if p["id"] == "p00" else 1) for p in plan["points"])   # 6 points, not 12
     reference = (facts.validation.single_node or facts.validation.multi_node).message_bytes  # type: ignore[union-attr]
