@@ -69,8 +69,9 @@ class InstallValidationJob(Action):
     def python(self) -> str | None:
         return self.ctx.options.python or self.args.python or None
 
-    def files(self) -> dict[str, tuple[str, int]]:
-        return job_files(job_inputs(self.ctx, self.args.dir, self.python()))
+    def files(self, host: Host | None = None) -> dict[str, tuple[str, int]]:
+        """The job's files; with ``host``, check-config.json names the digest of the stack installed there."""
+        return job_files(job_inputs(self.ctx, self.args.dir, self.python(), host))
 
     def cc(self) -> str:
         return shlex.split(self.ctx.facts.mpi.cc)[0]  # "cc -shared" is for libraries; the probe is a program
@@ -80,7 +81,7 @@ class InstallValidationJob(Action):
 
     # -- Step ----------------------------------------------------------------------------------
     def pending(self, host: Host) -> str | None:
-        reasons = files_pending(host, self.args.dir, self.files())
+        reasons = files_pending(host, self.args.dir, self.files(host))
         if self.args.build_probe:
             stamp = host.read_text(f"{self.args.dir}/{STAMP}")
             if stamp is None or not host.exists(f"{self.args.dir}/{PROBE_EXE}"):
@@ -93,10 +94,10 @@ class InstallValidationJob(Action):
         return "; ".join(shown)
 
     def diff(self, host: Host) -> str | None:
-        return files_diff(host, self.args.dir, self.files())
+        return files_diff(host, self.args.dir, self.files(host))
 
     def apply(self, host: Host) -> None:
-        write_files(host, self.args.dir, self.files())
+        write_files(host, self.args.dir, self.files(host))
         if self.args.build_probe:
             stamp = host.read_text(f"{self.args.dir}/{STAMP}")
             if stamp is None or stamp.strip() != self.digest() or not host.exists(f"{self.args.dir}/{PROBE_EXE}"):

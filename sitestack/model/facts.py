@@ -23,6 +23,7 @@ from sitestack.model.container_facts import Container as Container
 from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC
 from sitestack.model.validation_facts import BusBandwidth as BusBandwidth
 from sitestack.model.validation_facts import ComputeRate as ComputeRate
+from sitestack.model.validation_facts import Regression as Regression
 from sitestack.model.validation_facts import Validation as Validation
 
 
