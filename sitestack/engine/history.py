@@ -19,6 +19,7 @@ from sitestack.core.report import Reporter
 from sitestack.engine import regression
 from sitestack.model.validation_facts import Regression
 from sitestack.validation import history as shipped
+from sitestack.validation.report_plot import human_bytes
 
 #: The Python that runs the shipped history.py on the host: the host's own, without site hooks.
 PYTHON = ("python3", "-E", "-s", "-S")
@@ -97,3 +98,46 @@ def record_tuning(host: Host, history_dir: str, tuning_doc: Mapping[str, Any], v
     if problem:
         raise SitestackError(problem)
     return str(record["id"])
+
+
+def with_changes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records, each with ``changes``: what changed in the recorded toolchain since the run before it
+    ([] for the first; a stack digest that changed is named too)."""
+    out = []
+    for i, record in enumerate(records):
+        changes: list[str] = []
+        if i:
+            before = records[i - 1]
+            changes = shipped.toolchain_changes(before.get("toolchain"), record.get("toolchain"))
+            old, new = (before.get("stack") or {}).get("digest"), (record.get("stack") or {}).get("digest")
+            if old != new:
+                changes.insert(0, f"stack {str(old or '(none)')[:8]} -> {str(new or '(none)')[:8]}")
+        out.append({**record, "changes": changes})
+    return out
+
+
+def row_of(record: Mapping[str, Any]) -> str:
+    """One line of ``invoke history``: id, verdict, busbw at its size, compute, start-up, stack, changes."""
+    m = record.get("metrics") or {}
+
+    def number(key: str, unit: str) -> str:
+        value = m.get(key)
+        return f"{value:.3g} {unit}" if isinstance(value, (int, float)) else "-"
+
+    size = m.get("busbw_bytes")
+    at = f" at {human_bytes(size)}" if isinstance(size, int) else ""
+    regression = record.get("regression") or {}
+    verdict = str(record.get("verdict") or "-") + (f" ({regression['status'].upper()})" if regression.get("status")
+                                                   in ("warn", "fail") else "")
+    stack = str((record.get("stack") or {}).get("digest") or "-")[:8]
+    changed = "; ".join(record.get("changes") or []) or "-"
+    kind = "" if record.get("kind") == "validation" else f" [{record.get('kind')}]"
+    return (f"{record['id']}{kind}  {verdict}  busbw {number('busbw_gbs', 'GB/s')}{at}  compute {number('compute_min_gflops', 'GFLOPS')}"
+            f"  start-up {number('startup_s', 's')}  stack {stack}  changed: {changed}")
+
+
+def list_runs(host: Host, validation_dir: str, prefix: str, last: int | None) -> tuple[str, list[dict[str, Any]]]:
+    """(the history directory, its runs oldest first with what changed between them; the last ``last``)."""
+    history_dir = history_dir_of(host, validation_dir, prefix)
+    records = with_changes(read_on(host, history_dir))
+    return history_dir, records[-last:] if last else records

@@ -50,7 +50,7 @@ def write_result(run: Run) -> dict[str, Any]:
         "startup": {**(read_startup(run.args.startup_result) or {}),
                     "ready_s": ready_seconds(run.env, run.checks["process-group"].details.get("ready_at"))},
         "stack": stack_record(run.config),
-        "toolchain": toolchain(run.env, first),
+        "toolchain": toolchain(run.env, first, run.mpi_data.get("probe")),
         "job_environment": first.get("setting") or job_environment(run.env, (run.config.get("network") or {}).get("net_plugin")),
         "elapsed_s": round(time.time() - run.start, 2),
         "time_limit": time_limit_record(run.args.time_limit, run.env),

@@ -94,9 +94,14 @@ def slurm_version(env: Mapping[str, str]) -> str | None:
     return clean(match.group(1)) if match else None
 
 
-def toolchain(env: Mapping[str, str], first: Mapping[str, Any]) -> dict[str, Any]:
+def toolchain(env: Mapping[str, str], first: Mapping[str, Any], probe: object = None) -> dict[str, Any]:
     """The toolchain record (``result.json`` ``toolchain``): ``first`` is rank 0's report (torch, NCCL/RCCL
-    and the MPI library it loaded)."""
+    and the MPI library mpi4py loaded); ``probe`` the MPI probe's result, whose library names the MPI
+    where no rank loaded one (torchrun)."""
+    mpi = first.get("mpi_library")
+    library = str(probe.get("library") or "").strip() if isinstance(probe, dict) else ""
+    if not mpi and library:
+        mpi = library.splitlines()[0]
     modules = [clean(m, 200) for m in env.get("LOADEDMODULES", "").split(":") if m.strip()][:MODULES_MAX]
     nccl = first.get("nccl")
     return {
@@ -105,7 +110,7 @@ def toolchain(env: Mapping[str, str], first: Mapping[str, Any]) -> dict[str, Any
         "driver": driver_version(),
         "kernel": clean(platform.release()),
         "slurm": slurm_version(env),
-        "mpi": clean(first.get("mpi_library")),
+        "mpi": clean(mpi),
         "torch": clean(first.get("torch")),
         "nccl": clean(f"{first.get('library') or 'NCCL'} {nccl}") if nccl else None,
         "python": clean(first.get("python") or sys.version.split()[0]),
