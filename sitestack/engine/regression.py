@@ -109,7 +109,7 @@ def judge(new: Mapping[str, Any], history: Sequence[Mapping[str, Any]], policy: 
     if status in ("warn", "fail") and runs:
         last = runs[-1]
         changes = toolchain_changes(last.get("toolchain"), new.get("toolchain"))
-        since = f"since the last healthy run {last.get('id')}"
+        since = f"regression: since the last healthy run {last.get('id')}"
         lines.append(f"{since}: " + ("; ".join(changes) if changes else "nothing in the recorded toolchain changed"))
     return {"status": status, "lines": lines,
             "metrics": {f.metric: {"status": f.status, "value": f.value, "median": f.median, "spread": f.spread,
@@ -121,11 +121,11 @@ def _name(key: str) -> tuple[str, str]:
 
 
 def line_of(f: Finding) -> str:
-    """``WARN busbw 0.41 GB/s: 38% below the median 0.66 GB/s of 5 healthy runs (spread 0.04)``."""
+    """``regression WARN: busbw 0.41 GB/s: 38% below the median 0.66 GB/s of 5 healthy runs (spread 0.04)``."""
     name, unit = _name(f.metric)
     change = f.change or 0.0
     direction = "below" if change < 0 else "above"
-    return (f"{f.status.upper()} {name} {f.value:.3g} {unit}: {abs(change):.0%} {direction} the median {f.median:.3g} "
+    return (f"regression {f.status.upper()}: {name} {f.value:.3g} {unit}: {abs(change):.0%} {direction} the median {f.median:.3g} "
             f"{unit} of {f.runs} healthy runs (spread {f.spread:.2g} {unit})")
 
 

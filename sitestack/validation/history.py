@@ -212,6 +212,16 @@ def _create_run(runs: str, record: Mapping[str, Any], mode: int) -> bool:
     return True
 
 
+def _open_shared(path: str, flags: int, mode: int) -> int:
+    """``path`` opened (made where missing, never through a link) with ``mode`` whatever the umask, where
+    it is this user's to change."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, mode)
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_uid == os.geteuid() and stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+            os.fchmod(fd, mode)
+    return fd
+
+
 @contextlib.contextmanager
 def _index_lock(history_dir: str, mode: int) -> Iterator[None]:
     """flock(2) of .lock, waited for at most :data:`LOCK_WAIT` s; where the file system has no flock (ENOLCK,
@@ -219,7 +229,7 @@ def _index_lock(history_dir: str, mode: int) -> Iterator[None]:
     a reader may find torn skips it (runs/ holds the record either way)."""
     import fcntl
 
-    fd = os.open(os.path.join(history_dir, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, mode)
+    fd = _open_shared(os.path.join(history_dir, LOCK), os.O_RDWR, mode)
     try:
         end = time.monotonic() + LOCK_WAIT
         while True:
@@ -239,7 +249,7 @@ def _index_lock(history_dir: str, mode: int) -> Iterator[None]:
 
 def _locked_append(history_dir: str, line: str, mode: int) -> None:
     with _index_lock(history_dir, mode):
-        fd = os.open(os.path.join(history_dir, INDEX), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, mode)
+        fd = _open_shared(os.path.join(history_dir, INDEX), os.O_WRONLY | os.O_APPEND, mode)
         try:
             os.write(fd, line.encode())
             os.fsync(fd)
