@@ -1,6 +1,6 @@
 """The site's history (sitestack/validation/history.py) on its own: records made from results, appended
 once, read back past torn lines, rebuilt from runs/, written by 16 processes at once; the toolchain and
-start-up a run records (ddpcheck/toolchain.py); the stack digest check-config.json names."""
+start-up a run records (ddpcheck/provenance.py); the stack digest check-config.json names."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from sitestack.installs.venv_manifest import plan_digest
 from sitestack.validation import history
-from sitestack.validation.ddpcheck import toolchain
+from sitestack.validation.ddpcheck import provenance as toolchain
 
 PROGRAM = Path(history.__file__)
 

@@ -18,9 +18,9 @@ def history(c: Context, site: str | None = None, json: str | None = None, host: 
             prefix: str | None = None, last: str | None = None, account: str | None = None, playbook: str | None = None,
             accept_new_host_keys: bool = False, debug: bool = False) -> None:
     """List the site's validation and tuning runs: verdict, busbw, compute, start-up, stack digest, what changed."""
-    from sitestack.engine import history as history_mod
     from sitestack.engine import playbook as pb
     from sitestack.engine import results as results_mod
+    from sitestack.engine import site_history as history_mod
     from sitestack.engine import validate as validation_mod
 
     with errors_to_exit(debug):

@@ -164,7 +164,7 @@ def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: R
     """The run compared with the site's history and recorded there (docs/history.md): a FAIL exits 1."""
     if outcome.result is None or outcome.out_dir is None:
         return outcome  # not waited for: the job records itself
-    from sitestack.engine import history  # lazy: only a run that was read is compared
+    from sitestack.engine import site_history as history  # lazy: only a run that was read is compared
 
     resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
     outcome.regression = history.after_validation(

@@ -16,9 +16,9 @@ from typing import Any
 from . import envvalues
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all
+from .provenance import LAUNCH_START
 from .rank_progress import deadline_from_env, read_progress, status_dir
 from .siblings import ddp_report
-from .toolchain import LAUNCH_START
 from .verdicts import exit_code, load_config
 
 #: Seconds between the ranks' deadline and the guard's: the ranks' watchdogs speak first.
@@ -44,7 +44,7 @@ def guard_main(argv: list[str]) -> int:
     start = time.time()
     timed_out = False
     try:
-        # the ranks measure their start-up from here (result.json startup.ready_s, ddpcheck/toolchain.py)
+        # the ranks measure their start-up from here (result.json startup.ready_s, ddpcheck/provenance.py)
         proc = subprocess.Popen(command, start_new_session=True, env={**os.environ, LAUNCH_START: f"{start:.3f}"})
     except OSError as exc:
         proc = None

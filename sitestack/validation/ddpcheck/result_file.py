@@ -9,10 +9,10 @@ from dataclasses import asdict
 from typing import Any
 
 from .faults import LOST_PEER, apply_fault
+from .provenance import ready_seconds, stack_record, toolchain
 from .rank_progress import read_fault
 from .siblings import ddp_report
 from .state import Run
-from .toolchain import ready_seconds, stack_record, toolchain
 from .verdicts import CHECKS, FAILED, SCHEMA, job_environment, job_id_for, read_startup, time_limit_record, verdict
 
 
