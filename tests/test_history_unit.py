@@ -181,3 +181,28 @@ def test_the_manifest_digest_is_the_stack_generations_plan_digest(tmp_path):
     assert toolchain.stack_record(config)["digest"] == "feedfacefeedface"
     manifest.write_text("[1, 2]")
     assert toolchain.manifest_digest(str(manifest)) is None
+
+
+def test_check_config_names_the_digest_of_the_stack_installed_on_the_host(tmp_path):
+    """install-validation-job reads the stack's manifest on the host: check-config.json's stack.digest is its plan
+    digest (null before the stack is made, and for a job that validates another Python)."""
+    from sitestack.core.host import local_host
+    from sitestack.engine import playbook as pb
+    from sitestack.installs.site_stack import job_inputs, site_stack
+    from sitestack.validation import jobs
+    from tests.contexts import offline_context
+
+    ctx = offline_context(pb.load("local"), prefix=str(tmp_path / "prefix"))
+    directory = f"{ctx.values['prefix']}/validation"
+    host = local_host()
+    assert jobs.check_config(job_inputs(ctx, directory, None, host))["stack"]["digest"] is None
+    stack = site_stack(ctx)
+    assert stack is not None
+    plan = {"base": {"source": "system"}, "requirements": ["torch==2.13.0"]}
+    Path(stack.manifest).parent.mkdir(parents=True, exist_ok=True)
+    Path(stack.manifest).write_text(json.dumps({"format": 1, "plan": plan, "packages": []}))
+    host = local_host()   # a new run: read_json keeps what a host read
+    config = jobs.check_config(job_inputs(ctx, directory, None, host))
+    assert config["stack"]["digest"] == plan_digest(plan) and config["history_dir"] == f"{ctx.values['prefix']}/history"
+    assert jobs.check_config(job_inputs(ctx, directory, "/usr/bin/python3", host))["stack"]["digest"] is None
+    assert "history.py" in jobs.job_files(job_inputs(ctx, directory, None, host))
