@@ -22,6 +22,7 @@ DATA_TASKS = {
     "checksum": (("pyproject.toml",), {"target", "filename", "size", "sha256"}),
     "installed": (("--site", "local", "--prefix", "/nonexistent/sitestack-prefix"), {"site", "host", "prefix", "installs"}),
     "gc": (("--max-size", "1T", "--dry-run"), {"dry_run", "removed", "bytes"}),
+    "history": (("--site", "local", "--prefix", "/nonexistent/sitestack-prefix"), {"site", "history_dir", "runs"}),
     "nccl-log": ((str(REPO / "tests" / "data" / "nccl-logs" / "nccl-1357-ibext-sharp.log"),), {"site", "status", "hosts"}),
 }
 

@@ -23,7 +23,7 @@ STANDALONE = {"programs"}
 #: check program's entry point and every module of its package, its report and plot, the NCCL log reader.
 STANDALONE_MODULES = {"sitestack.validation.ddp_check", "sitestack.validation.ddp_report", "sitestack.validation.report_plot",
                       "sitestack.validation.nccl_log", "sitestack.validation.nccl_lines", "sitestack.validation.nccl_parse",
-                      "sitestack.validation.nccl_nodes"}
+                      "sitestack.validation.nccl_nodes", "sitestack.validation.history"}
 #: Packages shipped whole beside those modules: each of their modules is standalone too.
 STANDALONE_PACKAGES = ("sitestack.validation.ddpcheck",)
 
@@ -211,7 +211,7 @@ def test_the_action_table_is_complete_whichever_module_is_imported_first():
 
 
 #: Programs shipped to sites as one self-contained file each, named in docs/design.md: exempt from the size rule.
-SHIPPED = ("sitestack.programs.activate_hook",)
+SHIPPED = ("sitestack.programs.activate_hook", "sitestack.validation.history")
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(all_modules()) if n not in SHIPPED])

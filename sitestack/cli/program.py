@@ -13,11 +13,11 @@ from invoke.collection import Collection
 from invoke.program import Program
 
 from sitestack import __version__
-from sitestack.cli import build_tasks, container_tasks, log_tasks, site_tasks, stack_tasks, tune_tasks
+from sitestack.cli import build_tasks, container_tasks, history_tasks, log_tasks, site_tasks, stack_tasks, tune_tasks
 from sitestack.engine.settings import SETTINGS, SitestackConfig
 
 #: The task modules, in the order ``--list`` shows them (alphabetical within Invoke's listing).
-TASK_MODULES = (site_tasks, build_tasks, stack_tasks, log_tasks, container_tasks, tune_tasks)
+TASK_MODULES = (site_tasks, build_tasks, stack_tasks, log_tasks, container_tasks, tune_tasks, history_tasks)
 
 
 def namespace() -> Collection:

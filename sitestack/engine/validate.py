@@ -96,6 +96,7 @@ class Outcome:
     out_dir: Path | None = None
     log: Path | None = None
     result: dict[str, Any] | None = None
+    regression: dict[str, Any] | None = None  # the run against the site's history (engine/regression.py)
 
 
 def install_dir(site: Site, values: Mapping[str, str]) -> str:
@@ -160,9 +161,24 @@ def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcom
     """Run (or collect) the site's validation job on its host; report the verdict; return the outcome."""
     host = open_host(site, options)
     try:
-        return _validate(site, options, reporter, host)
+        return remember(site, options, _validate(site, options, reporter, host), reporter, host)
     finally:
         host.close()
+
+
+def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: Reporter, host: Host) -> Outcome:
+    """The run compared with the site's history and recorded there (docs/history.md): a FAIL exits 1."""
+    if outcome.result is None or outcome.out_dir is None:
+        return outcome  # not waited for: the job records itself
+    from sitestack.engine import site_history as history  # lazy: only a run that was read is compared
+
+    resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
+    outcome.regression = history.after_validation(
+        host, install_dir(site, resolved.values), resolved.values["prefix"], outcome.result, str(outcome.out_dir),
+        validation_of(resolved.facts).regression, reporter)
+    if outcome.regression["status"] == "fail":
+        outcome.code = 1
+    return outcome
 
 
 def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Host) -> Outcome:
@@ -179,6 +195,8 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
                              f"`invoke install-validation-job --site {site.name}` first")
     preflight(host, directory, site.name, root, options.python)
     env = job_env(options.ranks_per_node, options.python)
+    if options.wait:
+        env["SITESTACK_HISTORY"] = "off"  # recorded here, with its regression report (remember)
     name = posixpath.basename(script)
     if scheduler == "slurm":
         job_id = submit(host, script, root, env, nodes=options.nodes, ranks_per_node=options.ranks_per_node,

@@ -25,6 +25,7 @@ from sitestack.model.tuning_facts import Tuning as Tuning
 from sitestack.model.tuning_facts import TuningVariable as TuningVariable
 from sitestack.model.validation_facts import BusBandwidth as BusBandwidth
 from sitestack.model.validation_facts import ComputeRate as ComputeRate
+from sitestack.model.validation_facts import Regression as Regression
 from sitestack.model.validation_facts import Validation as Validation
 
 

@@ -53,6 +53,32 @@ class ComputeRate:
 
 
 @dataclass(frozen=True)
+class Regression:
+    """How `invoke validate` compares a run with the site's recent healthy runs (docs/history.md)."""
+
+    window: int = field(default=10, metadata=_doc(
+        "the healthy runs compared with: the last this many passed runs of the same stack digest and layout",
+        min=2, max=1000))
+    min_runs: int = field(default=3, metadata=_doc(
+        "fewer healthy runs than this: the comparison is unknown (said so), never WARN or FAIL", min=2, max=1000))
+    fail: float = field(default=-0.3, metadata=_doc(
+        "FAIL (exit 1) when a metric is worse than the healthy runs' median beyond their spread and by this fraction "
+        "or more: -0.3 fails busbw or compute 30% lower, start-up 30% longer; a smaller drop beyond the spread WARNs"))
+    floor: float = field(default=0.05, metadata=_doc(
+        "the least spread, as a fraction of the median: a drop smaller than this never WARNs (runs this close "
+        "agree by chance)"))
+
+    def check(self) -> str | None:
+        if self.min_runs > self.window:
+            return f"min_runs ({self.min_runs}) must be at most window ({self.window})"
+        if not -1.0 < self.fail < 0.0:
+            return f"fail must be in (-1, 0), not {self.fail}"
+        if not 0.0 <= self.floor < 1.0:
+            return f"floor must be in [0, 1), not {self.floor}"
+        return None
+
+
+@dataclass(frozen=True)
 class Validation:
     """The validation DDP job: which launchers get a batch script, its geometry, the bandwidth and compute rate to reach."""
 
@@ -73,6 +99,8 @@ class Validation:
         "allreduce busbw reference for a run on two or more nodes; null: measured and reported, not judged"))
     compute: ComputeRate | None = field(default=None, metadata=_doc(
         "the compute check's reference rate per rank; null: measured and reported, judged only rank against rank"))
+    regression: Regression | None = field(default=None, metadata=_doc(
+        "how a run is compared with the site's history of healthy runs (WARN, FAIL); null: the defaults"))
 
     def check(self) -> str | None:
         for launcher in self.launchers:

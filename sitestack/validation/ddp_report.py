@@ -292,14 +292,20 @@ def write_report(result: dict[str, Any], out: str) -> None:
 
 
 def startup_lines(startup: dict[str, Any] | None) -> list[str]:
-    """The start-up section: `import torch` from the shared prefix and from node-local storage."""
-    if not startup:
+    """The start-up section: how long the ranks took to meet, `import torch` from the shared prefix and from
+    node-local storage."""
+    if not startup or set(startup) <= {"ready_s"} and startup.get("ready_s") is None:
         return []
     def secs(value: Any) -> str:
         return f"{value:.2f} s" if isinstance(value, (int, float)) else "not measured"
-    lines = ["## Start-up (`import torch`, slowest node)", "",
-             f"- from the shared prefix ({startup.get('shared_path', '?')}): {secs(startup.get('shared_s'))}",
-             f"- from node-local storage ({startup.get('staged_path') or 'not staged'}): {secs(startup.get('staged_s'))}"]
+    lines = ["## Start-up", ""]
+    if isinstance(startup.get("ready_s"), (int, float)):
+        lines.append(f"- every rank in the process group {secs(startup['ready_s'])} after the launcher started")
+    if "shared_path" in startup or "staged_path" in startup:   # the job timed `import torch` (facts.node.stage_env)
+        lines += [f"- `import torch` from the shared prefix ({startup.get('shared_path', '?')}), slowest node: "
+                  f"{secs(startup.get('shared_s'))}",
+                  f"- `import torch` from node-local storage ({startup.get('staged_path') or 'not staged'}): "
+                  f"{secs(startup.get('staged_s'))}"]
     if startup.get("note"):
         lines.append(f"- {startup['note']}")
     return lines + [""]

@@ -1,11 +1,10 @@
 """The validation job of a site, rendered from its facts: batch scripts, check config, README.
 
 Everything here is a pure function of the site's facts (and the install directory), so the
-rendered files are golden-tested per site and re-rendering an unchanged site changes nothing.
-Templates live in ``sitestack/validation/templates/`` (Jinja2, ``StrictUndefined``, no
-timestamps): ``job.sbatch.j2`` is the base, one child template per launcher fills its
-``launch`` block, and ``README.md.j2`` is the users' README. A re-render of unchanged inputs
-reads the earlier text (:func:`sitestack.core.templates.cached_text`): no Jinja2 on a no-op run.
+rendered files are golden-tested per site and re-rendering an unchanged site changes nothing. Templates
+live in ``sitestack/validation/templates/`` (Jinja2, ``StrictUndefined``, no timestamps): ``job.sbatch.j2``
+is the base, one child template per launcher fills its ``launch`` block, and ``README.md.j2`` is the users'
+README. A re-render of unchanged inputs reads the earlier text (:func:`sitestack.core.templates.cached_text`).
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ PROGRAM_FILES: dict[str, Path] = {
     "nccl_lines.py": _HERE / "nccl_lines.py",
     "nccl_parse.py": _HERE / "nccl_parse.py",
     "nccl_nodes.py": _HERE / "nccl_nodes.py",
+    "history.py": _HERE / "history.py",  # the site's history of runs (docs/history.md)
     "hostlist.py": _HERE.parent / "programs" / "hostlist.py",
     "visible.py": _HERE.parent / "programs" / "visible.py",
     **{f"ddpcheck/{p.name}": p for p in sorted((_HERE / "ddpcheck").glob("*.py"))},
@@ -147,6 +147,7 @@ class JobInputs:
     checks_need: tuple[str, ...] = ()  # what the checks import besides torch (venv_stack.CHECK_NEEDS)
     prefix: str | None = None  # the site's install prefix (default: the parent of dir), bound into a container
     launch_env: str | None = None  # sitestack-launch-env, sourced for the geometry, port, hosts, MIOpen and facts.env
+    stack_digest: str | None = None  # the stack's plan digest (its manifest's), by which the history knows its runs
 
 
 def script_name(launcher: str) -> str:
@@ -339,7 +340,8 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                                                    "source": v.compute.source},
         "stack": {"includes": sorted(inputs.stack_includes), "module": inputs.stack_module,
                   "manifest": inputs.manifest, "launch_env": inputs.launch_env, "needs": ["torch", *inputs.checks_need, *sorted(
-                      r for r in inputs.stack_includes if r in IMPORTED)]},
+                      r for r in inputs.stack_includes if r in IMPORTED)], "digest": inputs.stack_digest},
+        "history_dir": f"{(inputs.prefix or str(Path(inputs.dir).parent)).rstrip('/')}/history",
     }
 
 

@@ -173,7 +173,7 @@ def fault_result(out: str, fault: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "site": first.get("site") or fault.get("site") or "unknown",
         "job_id": first.get("job_id") or fault.get("job_id"), "launcher": first.get("launcher"),
-        "job_launcher": first.get("job_launcher"), "backend": first.get("backend"), "device": first.get("device"),
+        "job_launcher": first.get("job_launcher"), "started": first.get("started"), "backend": first.get("backend"), "device": first.get("device"),
         "world_size": max([int(d.get("world_size") or 0) for d in ranks.values()] + [fault.get("expected") or 0]),
         "nodes": len(hosts), "hosts": hosts, "torch": first.get("torch"), "verdict": FAILED, "cause": fault["cause"],
         "fault": fault, "checks": checks,

@@ -16,8 +16,9 @@ from typing import Any
 from . import envvalues
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all
+from .provenance import LAUNCH_START
 from .rank_progress import deadline_from_env, read_progress, status_dir
-from .siblings import ddp_report
+from .siblings import ddp_report, history
 from .verdicts import exit_code, load_config
 
 #: Seconds between the ranks' deadline and the guard's: the ranks' watchdogs speak first.
@@ -43,7 +44,8 @@ def guard_main(argv: list[str]) -> int:
     start = time.time()
     timed_out = False
     try:
-        proc = subprocess.Popen(command, start_new_session=True)
+        # the ranks measure their start-up from here (result.json startup.ready_s, ddpcheck/provenance.py)
+        proc = subprocess.Popen(command, start_new_session=True, env={**os.environ, LAUNCH_START: f"{start:.3f}"})
     except OSError as exc:
         proc = None
         rc: int | None = 127
@@ -60,7 +62,22 @@ def guard_main(argv: list[str]) -> int:
                                 "expected": args.expect_world_size, "site": config.get("site"),
                                 "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("SITESTACK_JOB_ID"),
                                 "launcher_exit_code": rc})
+    record_history(args.out, args.config)
     return _last_words(args.out, rc, timed_out, started=proc is not None)
+
+
+def record_history(out: str, config: str | None) -> None:
+    """The run in the site's history (check-config.json ``history_dir``; history.py beside this program),
+    before the last words, so a user's own sbatch run counts. ``SITESTACK_HISTORY=off`` (set by ``invoke
+    validate``, which records the run with its regression report) leaves it to the caller; a history this
+    user cannot write is one line, never a failure of the job."""
+    result = os.path.join(out, "result.json")
+    if os.environ.get("SITESTACK_HISTORY") == "off" or not config or not os.path.exists(result):
+        return
+    try:
+        history.main(["record", "--config", config, result])
+    except Exception as exc:  # noqa: BLE001  (the verdict and the last words come first)
+        print(f"sitestack history: not recorded: {type(exc).__name__}: {exc}"[:400], file=sys.stderr, flush=True)
 
 
 def _watch_step(proc: subprocess.Popen[bytes], out: str, deadline: float) -> tuple[int, bool, float]:

@@ -121,8 +121,10 @@ def process_group(run: Run) -> bool:
     finally:
         stuck.cancel()
     run.pg_ok = True
+    # init_process_group returns once every rank has joined: the start-up time ends here (result.json startup.ready_s)
     run.set("process-group", PASSED, f"{run.dev.backend} process group of {run.info.world_size} ranks via "
-            f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s")
+            f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s",
+            ready_at=round(time.time(), 3))
     return True
 
 

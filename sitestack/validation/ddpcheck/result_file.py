@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .faults import LOST_PEER, apply_fault
+from .provenance import ready_seconds, stack_record, toolchain
 from .rank_progress import read_fault
 from .siblings import ddp_report
 from .state import Run
@@ -32,6 +33,7 @@ def write_result(run: Run) -> dict[str, Any]:
         "job_id": job_id_for(run.args.out, run.env),
         "launcher": run.info.launcher,
         "job_launcher": run.env.get("SITESTACK_LAUNCHER"),
+        "started": round(run.start, 3),
         "backend": run.device.backend if run.device else None,
         "device": run.device.kind if run.device else None,
         "world_size": run.info.world_size,
@@ -45,7 +47,10 @@ def write_result(run: Run) -> dict[str, Any]:
         "ranks": run.ranks,
         "bandwidth": run.bandwidth,
         "mpi": {k: v for k, v in run.mpi_data.items() if k in ("probe", "mpi4py")},
-        "startup": read_startup(run.args.startup_result),
+        "startup": {**(read_startup(run.args.startup_result) or {}),
+                    "ready_s": ready_seconds(run.env, run.checks["process-group"].details.get("ready_at"))},
+        "stack": stack_record(run.config),
+        "toolchain": toolchain(run.env, first, run.mpi_data.get("probe")),
         "job_environment": first.get("setting") or job_environment(run.env, (run.config.get("network") or {}).get("net_plugin")),
         "elapsed_s": round(time.time() - run.start, 2),
         "time_limit": time_limit_record(run.args.time_limit, run.env),

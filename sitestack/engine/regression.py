@@ -1,0 +1,136 @@
+"""Regression alarms: a new run compared with the site's recent healthy runs of the same stack and layout.
+
+Pure functions of history records (:mod:`sitestack.validation.history`). The healthy runs are the last
+``window`` validation runs that passed, with the same stack digest and the same layout (nodes, world
+size, launcher, backend, device), started before the new run. For each metric -- busbw at the
+reference size and the slowest rank's compute rate (higher is better), the start-up time (lower is
+better) -- the new value is compared with their median:
+
+- spread = the largest of: half the healthy values' range, 3 x 1.4826 x their median absolute
+  deviation (three standard deviations of a normal sample, estimated robustly: one wild run does not
+  widen it much), and ``floor`` x the median (runs closer than a few percent agree by chance);
+- WARN when the new value is worse than the median by more than the spread; FAIL when, beyond the
+  spread, it is also worse by ``fail`` (a fraction: -0.3 is 30%) or more;
+- unknown, said so, with fewer than ``min_runs`` healthy runs that measured the metric.
+
+Each WARN or FAIL names the metric, the values, and what changed in the recorded toolchain since
+the last healthy run (``nothing in the recorded toolchain changed`` otherwise).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sitestack.model.validation_facts import Regression
+from sitestack.validation.history import toolchain_changes
+
+#: The metrics compared: key in the record's ``metrics``, name, unit, whether higher is better.
+METRICS = (("busbw_gbs", "busbw", "GB/s", True), ("compute_min_gflops", "compute (slowest rank)", "GFLOPS", True),
+           ("startup_s", "start-up", "s", False))
+LAYOUT_KEYS = ("nodes", "world_size", "launcher", "backend", "device")
+#: The order of the statuses, worst last.
+ORDER = ("unknown", "ok", "warn", "fail")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One metric's comparison."""
+
+    metric: str
+    status: str  # ok | warn | fail | unknown
+    value: float | None = None
+    median: float | None = None
+    spread: float | None = None
+    runs: int = 0
+
+    @property
+    def change(self) -> float | None:
+        """The new value against the median, as a fraction (negative: lower)."""
+        if self.value is None or not self.median:
+            return None
+        return self.value / self.median - 1
+
+
+def same_kind(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two records are of the same stack (digest) and layout."""
+    layout_a, layout_b = a.get("layout") or {}, b.get("layout") or {}
+    return ((a.get("stack") or {}).get("digest") == (b.get("stack") or {}).get("digest")
+            and all(layout_a.get(k) == layout_b.get(k) for k in LAYOUT_KEYS))
+
+
+def healthy_runs(new: Mapping[str, Any], history: Sequence[Mapping[str, Any]], window: int) -> list[Mapping[str, Any]]:
+    """The last ``window`` passed validation runs of ``new``'s stack and layout that started before it (oldest first)."""
+    started = float(new.get("started") or 0.0)
+    runs = [r for r in history if r.get("kind") == "validation" and r.get("verdict") == "passed"
+            and r.get("id") != new.get("id") and float(r.get("started") or 0.0) < started and same_kind(r, new)]
+    return runs[-window:]
+
+
+def spread(values: Sequence[float], floor: float) -> float:
+    """How far from the median a value may fall by chance (see the module's docstring)."""
+    median = statistics.median(values)
+    half_range = (max(values) - min(values)) / 2
+    mad = statistics.median(abs(v - median) for v in values)
+    return max(half_range, 3 * 1.4826 * mad, floor * abs(median))
+
+
+def judge_metric(key: str, higher: bool, value: Any, runs: Sequence[Mapping[str, Any]], policy: Regression) -> Finding:
+    """One metric of the new run against the healthy runs' values of it."""
+    values = [float(v) for v in ((r.get("metrics") or {}).get(key) for r in runs) if isinstance(v, (int, float))]
+    if not isinstance(value, (int, float)) or len(values) < policy.min_runs:
+        return Finding(key, "unknown", float(value) if isinstance(value, (int, float)) else None, runs=len(values))
+    median, width = statistics.median(values), spread(values, policy.floor)
+    worse = (median - value) if higher else (value - median)
+    status = "ok"
+    if worse > width:
+        relative = worse / median if median else 0.0
+        status = "fail" if relative >= -policy.fail else "warn"
+    return Finding(key, status, float(value), median, width, len(values))
+
+
+def judge(new: Mapping[str, Any], history: Sequence[Mapping[str, Any]], policy: Regression | None = None) -> dict[str, Any]:
+    """The new run's regression report: ``{"status": ok|warn|fail|unknown, "lines": [...], "metrics": {...}}``
+    (the record's ``regression``)."""
+    policy = policy or Regression()
+    runs = healthy_runs(new, history, policy.window)
+    findings = [judge_metric(key, higher, (new.get("metrics") or {}).get(key), runs, policy)
+                for key, _, _, higher in METRICS]
+    judged = [f for f in findings if f.status != "unknown"]
+    status = max((f.status for f in judged), key=ORDER.index, default="unknown")
+    lines = [line_of(f) for f in findings if f.status in ("warn", "fail")]
+    if not judged:
+        lines.append(f"regression: unknown: {len(runs)} healthy run{'s' if len(runs) != 1 else ''} of this stack "
+                     f"and layout in the history, {policy.min_runs} needed to compare with")
+    elif status == "ok":
+        lines.append(f"regression: none: {', '.join(ok_text(f) for f in findings)} (the last {len(runs)} healthy runs)")
+    if status in ("warn", "fail") and runs:
+        last = runs[-1]
+        changes = toolchain_changes(last.get("toolchain"), new.get("toolchain"))
+        since = f"regression: since the last healthy run {last.get('id')}"
+        lines.append(f"{since}: " + ("; ".join(changes) if changes else "nothing in the recorded toolchain changed"))
+    return {"status": status, "lines": lines,
+            "metrics": {f.metric: {"status": f.status, "value": f.value, "median": f.median, "spread": f.spread,
+                                   "runs": f.runs} for f in findings}}
+
+
+def _name(key: str) -> tuple[str, str]:
+    return next((name, unit) for k, name, unit, _ in METRICS if k == key)
+
+
+def line_of(f: Finding) -> str:
+    """``regression WARN: busbw 0.41 GB/s: 38% below the median 0.66 GB/s of 5 healthy runs (spread 0.04)``."""
+    name, unit = _name(f.metric)
+    change = f.change or 0.0
+    direction = "below" if change < 0 else "above"
+    return (f"regression {f.status.upper()}: {name} {f.value:.3g} {unit}: {abs(change):.0%} {direction} the median {f.median:.3g} "
+            f"{unit} of {f.runs} healthy runs (spread {f.spread:.2g} {unit})")
+
+
+def ok_text(f: Finding) -> str:
+    name, unit = _name(f.metric)
+    if f.status == "unknown":
+        return f"{name} unknown ({f.runs} healthy runs measured it)"
+    return f"{name} {f.value:.3g} {unit} (median {f.median:.3g})"

@@ -1,0 +1,143 @@
+"""The site's history on a host, read and appended through the Host API: ``invoke validate`` records its
+run with its regression report, ``invoke tune`` its tuning, ``invoke history`` lists the runs.
+
+The history's format and its writer are the shipped :mod:`sitestack.validation.history` (installed beside
+``ddp_check.py``); here a record is written by running that program on the host (``python3 -E -s -S
+history.py append``), so a run on this machine and one over SSH write it the same way, under its lock.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from sitestack.core.errors import SitestackError
+from sitestack.core.host import Host
+from sitestack.core.report import Reporter
+from sitestack.engine import regression
+from sitestack.model.validation_facts import Regression
+from sitestack.validation import history as shipped
+from sitestack.validation.report_plot import human_bytes
+
+#: The Python that runs the shipped history.py on the host: the host's own, without site hooks.
+PYTHON = ("python3", "-E", "-s", "-S")
+#: The most runs ``invoke history`` reads from runs/ beside the index (the index holds the rest).
+RUNS_MAX = 10000
+
+
+def config_of(host: Host, validation_dir: str) -> dict[str, Any]:
+    """The installed job's check-config.json ({} where there is none)."""
+    text = host.read_text(f"{validation_dir}/check-config.json")
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def history_dir_of(host: Host, validation_dir: str, prefix: str) -> str:
+    """The history directory the installed job records to (check-config.json ``history_dir``), else ``{prefix}/history``."""
+    directory = config_of(host, validation_dir).get("history_dir")
+    return directory if isinstance(directory, str) and directory.startswith("/") else f"{prefix.rstrip('/')}/history"
+
+
+def read_on(host: Host, history_dir: str) -> list[dict[str, Any]]:
+    """Every run of the history on ``host``, oldest first (:func:`sitestack.validation.history.read`'s rules)."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in (host.read_text(posixpath.join(history_dir, shipped.INDEX)) or "").splitlines():
+        record = shipped.load_record(line)
+        if record is not None:
+            found.setdefault(record["id"], record)
+    listing = host.probe(["ls", "-1", "--", posixpath.join(history_dir, shipped.RUNS)], timeout=60)
+    names = [n for n in listing.stdout.splitlines() if n.endswith(".json")][:RUNS_MAX] if listing.ok else []
+    for name in names:
+        run = name[:-5]
+        if run not in found and shipped.valid_id(run):
+            record = shipped.load_record(host.read_text(posixpath.join(history_dir, shipped.RUNS, name)) or "")
+            if record is not None and record["id"] == run:
+                found[run] = record
+    return sorted(found.values(), key=lambda r: (float(r.get("started") or 0.0), r["id"]))
+
+
+def append_on(host: Host, program: str, history_dir: str, record: Mapping[str, Any]) -> str | None:
+    """Record ``record`` on ``host`` with the shipped ``program``; None when it was recorded (or was there
+    already), else the program's one line (a history this user cannot write)."""
+    out = host.probe([*PYTHON, program, "append", "--dir", history_dir, json.dumps(record, sort_keys=True)], timeout=120)
+    return None if out.ok else ((out.stderr or out.stdout).strip().splitlines() or ["history.py failed"])[-1]
+
+
+def after_validation(host: Host, validation_dir: str, prefix: str, result: Mapping[str, Any], out_dir: str,
+                     policy: Regression | None, reporter: Reporter) -> dict[str, Any]:
+    """A validation's result against the site's history: the regression report printed (a WARN or FAIL
+    prominent), then the run recorded with it (a run the job recorded already is left as it is)."""
+    history_dir = history_dir_of(host, validation_dir, prefix)
+    try:
+        record = shipped.record_from_result(result, "validation", out_dir)
+    except shipped.HistoryError as exc:
+        reporter.note(f"history: not recorded: {exc}")
+        return {"status": "unknown", "lines": [str(exc)]}
+    report = regression.judge(record, read_on(host, history_dir), policy)
+    for line in report["lines"]:
+        reporter.note(("!!! " if report["status"] in ("warn", "fail") else "") + line)
+    problem = append_on(host, f"{validation_dir}/{posixpath.basename(shipped.__file__)}", history_dir,
+                        {**record, "regression": {"status": report["status"], "lines": report["lines"]}})
+    reporter.note(f"history: {problem}" if problem else f"history: {record['id']} in {history_dir}")
+    return report
+
+
+def record_tuning(host: Host, history_dir: str, tuning_doc: Mapping[str, Any], validation_dir: str) -> str:
+    """Record a tuning (``tuning.json``'s document, section 4 of its format) in the history on ``host``;
+    the run id. :class:`SitestackError` (one line) when the history cannot be written."""
+    try:
+        record = shipped.record_from_result(tuning_doc, "tuning", None)
+    except shipped.HistoryError as exc:
+        raise SitestackError(f"history: {exc}") from None
+    problem = append_on(host, f"{validation_dir}/{posixpath.basename(shipped.__file__)}", history_dir, record)
+    if problem:
+        raise SitestackError(problem)
+    return str(record["id"])
+
+
+def with_changes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records, each with ``changes``: what changed in the recorded toolchain since the run before it
+    ([] for the first; a stack digest that changed is named too)."""
+    out = []
+    for i, record in enumerate(records):
+        changes: list[str] = []
+        if i:
+            before = records[i - 1]
+            changes = shipped.toolchain_changes(before.get("toolchain"), record.get("toolchain"))
+            old, new = (before.get("stack") or {}).get("digest"), (record.get("stack") or {}).get("digest")
+            if old != new:
+                changes.insert(0, f"stack {str(old or '(none)')[:8]} -> {str(new or '(none)')[:8]}")
+        out.append({**record, "changes": changes})
+    return out
+
+
+def row_of(record: Mapping[str, Any]) -> str:
+    """One line of ``invoke history``: id, verdict, busbw at its size, compute, start-up, stack, changes."""
+    m = record.get("metrics") or {}
+
+    def number(key: str, unit: str) -> str:
+        value = m.get(key)
+        return f"{value:.3g} {unit}" if isinstance(value, (int, float)) else "-"
+
+    size = m.get("busbw_bytes")
+    at = f" at {human_bytes(size)}" if isinstance(size, int) else ""
+    regression = record.get("regression") or {}
+    verdict = str(record.get("verdict") or "-") + (f" ({regression['status'].upper()})" if regression.get("status")
+                                                   in ("warn", "fail") else "")
+    stack = str((record.get("stack") or {}).get("digest") or "-")[:8]
+    changed = "; ".join(record.get("changes") or []) or "-"
+    kind = "" if record.get("kind") == "validation" else f" [{record.get('kind')}]"
+    return (f"{record['id']}{kind}  {verdict}  busbw {number('busbw_gbs', 'GB/s')}{at}  compute {number('compute_min_gflops', 'GFLOPS')}"
+            f"  start-up {number('startup_s', 's')}  stack {stack}  changed: {changed}")
+
+
+def list_runs(host: Host, validation_dir: str, prefix: str, last: int | None) -> tuple[str, list[dict[str, Any]]]:
+    """(the history directory, its runs oldest first with what changed between them; the last ``last``)."""
+    history_dir = history_dir_of(host, validation_dir, prefix)
+    records = with_changes(read_on(host, history_dir))
+    return history_dir, records[-last:] if last else records

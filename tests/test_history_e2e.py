@@ -1,0 +1,95 @@
+"""The history and its regression alarm for real on the local site: validations recorded by `invoke validate`
+and by the batch script itself, an oversubscribed node caught against the healthy runs, `invoke history`
+listing them; and a run through the test Slurm cluster (sbatch + srun), recorded with its Slurm."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import clean_env, run_invoke
+
+pytestmark = pytest.mark.integration
+
+#: CPU-bound processes started while the injected run runs: four times the machine's two cores.
+HOGS = 8
+
+
+@pytest.fixture
+def job(tmp_path, validation_python) -> dict:
+    """The local site's job installed into a prefix of this test's own (its history starts empty)."""
+    python, env = validation_python
+    prefix = tmp_path / "prefix"
+    result = run_invoke("install-validation-job", "--site", "local", "--prefix", str(prefix), "--python", python,
+                        env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")}, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = json.loads((prefix / "validation" / "check-config.json").read_text())
+    assert config["history_dir"] == str(prefix / "history") and config["stack"]["digest"] is None   # --python: no stack
+    return {"prefix": prefix, "dir": prefix / "validation", "python": python, "env": env, "results": tmp_path / "results"}
+
+
+def validate(job: dict, *args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    job["results"].mkdir(exist_ok=True)
+    return run_invoke("validate", "--site", "local", "--prefix", str(job["prefix"]), "--results", str(job["results"]),
+                      "--python", job["python"], "--timeout", "600", *args, env={**job["env"], **(env or {})}, timeout=700)
+
+
+def history(job: dict, *args: str) -> dict:
+    listed = run_invoke("history", "--site", "local", "--prefix", str(job["prefix"]), "--json", "-", *args)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    return json.loads(listed.stdout)
+
+
+def test_an_oversubscribed_node_is_caught_against_the_healthy_runs(job):
+    for n in range(3):
+        healthy = validate(job, "--scheduler", "none", "--launcher", "torchrun")
+        assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+        assert f"regression: unknown: {n} healthy run" in healthy.stdout
+    # a user's run of the batch script, without invoke: the job records itself
+    out = job["results"] / "by-hand"
+    by_hand = subprocess.run(["bash", str(job["dir"] / "jobs" / "validate-mpiexec.sbatch")], capture_output=True, text=True,
+                             timeout=600, cwd=job["results"], env=clean_env(**job["env"], SITESTACK_PYTHON=job["python"],
+                                                                            SITESTACK_VALIDATION_OUT=str(out)))
+    assert by_hand.returncode == 0, by_hand.stdout + by_hand.stderr
+    assert f"recorded in {job['prefix'] / 'history'}" in by_hand.stdout
+    # recorded before the guard's last words, which still name the summary
+    assert by_hand.stdout.splitlines()[-1].startswith("sitestack validation: PASSED, exit code 0; summary: ")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
+    try:
+        slow = validate(job, "--scheduler", "none", "--launcher", "torchrun")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    alarms = [line for line in slow.stdout.splitlines() if line.startswith(("!!! regression WARN", "!!! regression FAIL"))]
+    assert alarms, slow.stdout + slow.stderr
+    assert "!!! regression: since the last healthy run " in slow.stdout
+    assert slow.stdout.count("nothing in the recorded toolchain changed") == 1
+    listed = history(job)
+    runs = listed["runs"]
+    assert len(runs) == 5 and listed["history_dir"] == str(job["prefix"] / "history")
+    assert [r["layout"]["launcher"] for r in runs] == ["torchrun"] * 3 + ["mpiexec", "torchrun"]
+    assert runs[-1]["regression"]["status"] in ("warn", "fail") and runs[3]["regression"] is None   # by hand: none
+    # FAIL exits 1, WARN 0 (unless the checks themselves failed)
+    failed = runs[-1]["regression"]["status"] == "fail" or runs[-1]["verdict"] == "failed"
+    assert slow.returncode == (1 if failed else 0), slow.stdout + slow.stderr
+    assert all(isinstance(r["metrics"]["busbw_gbs"], float) and r["metrics"]["startup_s"] > 0 for r in runs)
+    assert runs[0]["toolchain"]["torch"].startswith("2.") and runs[0]["toolchain"]["kernel"] == os.uname().release
+    assert [r["id"] for r in history(job, "--last", "2")["runs"]] == [r["id"] for r in runs[-2:]]
+    human = run_invoke("history", "--site", "local", "--prefix", str(job["prefix"]))
+    assert human.returncode == 0 and len(human.stdout.splitlines()) == 6, human.stdout + human.stderr
+
+
+def test_a_run_through_slurm_records_its_slurm(job, slurm_cluster):
+    result = validate(job, "--ranks-per-node", "2", env=slurm_cluster.env)
+    assert result.returncode == 0, result.stdout + result.stderr + slurm_cluster.logs()
+    runs = history(job)["runs"]
+    assert len(runs) == 1 and runs[0]["layout"]["launcher"] == "srun" and runs[0]["toolchain"]["slurm"]
+    assert runs[0]["regression"]["status"] == "unknown"
+    # recorded by invoke validate, not by the job (SITESTACK_HISTORY=off): the job's log says nothing of it
+    log = next(job["results"].glob("sitestack-validation-*.log")).read_text()
+    assert "sitestack history:" not in log
