@@ -25,6 +25,7 @@ from typing import Any
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import Reporter
+from sitestack.engine import site_history
 from sitestack.engine.batchjob import await_words, job_env, preflight, run_here, script_path, submit, wait_for
 from sitestack.engine.tune_decision import check_sweep, decide
 from sitestack.engine.tune_report import decision_lines, markdown, render_plot, table
@@ -100,7 +101,7 @@ def _tune(site: Site, options: ValidateOptions, reporter: Reporter, host: Host, 
         env["SITESTACK_VALIDATION_OUT"] = out_dir
         reporter.note(f"running {name} on {host.name} without a scheduler ({launcher}); log {log}")
         rc = run_here(host, script, log, root, env, options.timeout)
-    return conclude(site.name, facts, prefix, TuneOutcome(0, job_id, out_dir, log), rc, reporter, host)
+    return conclude(site.name, facts, (prefix, directory), TuneOutcome(0, job_id, out_dir, log), rc, reporter, host)
 
 
 
@@ -133,14 +134,17 @@ def read_sweep(host: Host, out_dir: str, log: str, job_id: str, rc: int | None) 
     return check_sweep(doc, path)
 
 
-def conclude(site_name: str, facts: Facts, prefix: str, outcome: TuneOutcome, rc: int | None, reporter: Reporter,
-             host: Host) -> TuneOutcome:
-    """Read the sweep, decide, write the decision and its report into the prefix, report them."""
+def conclude(site_name: str, facts: Facts, where: tuple[str, str], outcome: TuneOutcome, rc: int | None,
+             reporter: Reporter, host: Host) -> TuneOutcome:
+    """Read the sweep, decide, write the decision and its report into the prefix (``where``: the prefix and
+    the validation job's directory), record it in the site's history, report them."""
+    prefix, directory = where
     out_dir, log = str(outcome.out_dir), str(outcome.log)
     sweep = read_sweep(host, out_dir, log, str(outcome.job_id), rc)
     tuning = decide(sweep, date=utc_now(), results=out_dir)
     outcome.files = write_decision(host, prefix, tuning)
     outcome.tuning = tuning
+    remember(host, tuning, directory, prefix, reporter)
     reporter.note(table(tuning))
     for line in decision_lines(tuning):
         reporter.note(line)
@@ -156,6 +160,17 @@ def conclude(site_name: str, facts: Facts, prefix: str, outcome: TuneOutcome, rc
                   "writes the stack's module)")
     outcome.code = 1 if tuning.get("problem") else 0
     return outcome
+
+
+def remember(host: Host, tuning: dict[str, Any], directory: str, prefix: str, reporter: Reporter) -> None:
+    """Record the tuning in the site's history (docs/history.md); a history that cannot be written is a
+    warning: the decision is already kept in ``{prefix}/tuning``."""
+    try:
+        run_id = site_history.record_tuning(host, site_history.history_dir_of(host, directory, prefix), tuning, directory)
+    except SitestackError as exc:
+        reporter.note(f"warning: the tuning is not in the site's history: {exc}")
+        return
+    reporter.note(f"recorded in the site's history as {run_id}")
 
 
 def write_decision(host: Host, prefix: str, tuning: dict[str, Any]) -> list[str]:

@@ -155,7 +155,23 @@ def record_from_result(result: Mapping[str, Any], kind: str, results_dir: str | 
         "results": _text(results_dir or result.get("results"), 4096),
         "regression": None,
         "tuning": {key: _texts(result.get(key)) for key in ("chosen", "evidence")} if kind == "tuning" else None,
+        **(run_context(result, started) if kind == "validation" else {}),
     }
+
+
+def run_context(result: Mapping[str, Any], started: float) -> dict[str, Any]:
+    """What a performance log says of a run besides its numbers (sitestack/engine/perflog.py): when it
+    ended, its hosts, and the busbw reference it was judged against (ReFrame's ``[reference, lower,
+    upper]``, thresholds as fractions), only where the measured size is the reference's."""
+    elapsed = _number(result.get("elapsed_s"))
+    reference = _dict(_dict(result.get("bandwidth")).get("reference"))
+    busbw, lower = _number(reference.get("busbw_gbs")), _number(reference.get("lower"))
+    same_size = reference.get("at_bytes") == reference.get("message_bytes")
+    listed = result.get("hosts")
+    hosts = [h for h in (_text(x, 255) for x in listed[:4096]) if h] if isinstance(listed, list) else []
+    return {"ended": round(started + elapsed, 3) if elapsed is not None and elapsed >= 0 else None,
+            "hosts": hosts or None,
+            "references": {"busbw_gbs": [busbw, lower, None]} if busbw and lower is not None and same_size else {}}
 
 
 # -- writing -------------------------------------------------------------------------------------

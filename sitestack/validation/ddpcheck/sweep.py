@@ -107,7 +107,9 @@ def point_env(plan: dict[str, Any], point: dict[str, Any], port: int, deadline: 
     env.update(point["settings"])
     env.update({"MASTER_PORT": str(port), "SITESTACK_TUNE_POINT": point["id"], "SITESTACK_DEADLINE": f"{deadline:.3f}",
                 "SITESTACK_TIME_LIMIT": str(plan["point_seconds"]),
-                "SITESTACK_TIME_LIMIT_FROM": "the tuning plan's point_seconds"})
+                "SITESTACK_TIME_LIMIT_FROM": "the tuning plan's point_seconds",
+                # a point is a measurement, not a validation run: the sweep is recorded once, as a tuning
+                "SITESTACK_HISTORY": "off"})
     return env
 
 
