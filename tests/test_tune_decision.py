@@ -122,7 +122,7 @@ def test_a_default_that_hung_decides_nothing() -> None:
     (lambda d: d["points"][1].update(status="great"), "points[1].status"),
     (lambda d: d["points"][1]["busbw_gbs"].update({"65536": [1.0, "fast"]}), "points[1].busbw_gbs.65536"),
     (lambda d: d["points"][1].update(step_ms=[float("nan")]), "points[1].step_ms"),
-    (lambda d: d["points"][1].update(settings={}), "points"),
+    (lambda d: d["points"].append(point("p02", {})) or d["points"][1].update(settings={}), "points"),  # 3 defaults
     (lambda d: d["points"][1].update(settings={"A B": "1"}), "points[1].settings"),
     (lambda d: d["plan"].update(min_gain=3), "plan.min_gain"),
 ])
@@ -135,3 +135,25 @@ def test_a_document_that_is_not_a_sweep_is_one_error_naming_the_file_and_key(edi
     assert str(err.value).startswith(f"/r/sweep.json: {key}: ")
     with pytest.raises(InputError):
         check_sweep(["not", "an", "object"], "/r/sweep.json")
+
+
+def test_a_drift_during_the_sweep_widens_the_default_instead_of_passing_for_a_gain() -> None:
+    # the machine got 15% faster between the first default and the candidate (another job's load left):
+    # against the first default alone the candidate "beats" it; the default measured again at the end
+    # shows the drift, and pooled with the first it leaves the candidate within the noise
+    first, candidate = point("p00", {}), point("p01", {"OMP_NUM_THREADS": "1"}, busbw=1.15, step=17.0, seed=3)
+    assert decided([first, candidate])["chosen"] == {"OMP_NUM_THREADS": "1"}
+    again = {**point("p02", {}, busbw=1.16, step=16.9, seed=7), "label": "default (again)"}
+    doc = decided([first, candidate, again])
+    assert doc["chosen"] == {} and doc["problem"] is None
+    assert {p["id"]: p["verdict"] for p in doc["points"]} == {"p00": "default", "p01": "noise", "p02": "default"}
+    # a real gain stays a gain: beyond both defaults
+    winner = point("p01", {"OMP_NUM_THREADS": "1"}, busbw=1.6, step=10.0, seed=3)
+    assert decided([first, winner, again])["chosen"] == {"OMP_NUM_THREADS": "1"}
+
+
+def test_the_default_measured_once_or_twice_and_a_second_default_that_failed_is_dropped() -> None:
+    again = {**point("p02", {}, status="hung", cause="rank 1 hung"), "label": "default (again)"}
+    doc = decided([point("p00", {}), point("p01", {"OMP_NUM_THREADS": "1"}, busbw=1.4, step=12.0, seed=3), again])
+    assert doc["chosen"] == {"OMP_NUM_THREADS": "1"}
+    assert [d["id"] for d in doc["dropped"]] == ["p02"]

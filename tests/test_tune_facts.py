@@ -43,7 +43,8 @@ def test_a_tuning_block_loads_typed_in_playbook_order(tmp_path: Path):
     assert facts.tuning.point_seconds == 40 and facts.tuning.min_gain == 0.05
     assert facts.tuning.points() == [("default", {}), ("OMP_NUM_THREADS=2", {"OMP_NUM_THREADS": "2"}),
                                      ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"}),
-                                     ("GLOO_SOCKET_IFNAME=lo", {"GLOO_SOCKET_IFNAME": "lo"})]
+                                     ("GLOO_SOCKET_IFNAME=lo", {"GLOO_SOCKET_IFNAME": "lo"}),
+                                     ("default (again)", {})]
 
 
 def test_without_a_tuning_block_there_is_nothing_to_tune(tmp_path: Path):

@@ -41,7 +41,8 @@ def test_the_local_plan_is_the_default_then_one_point_per_candidate():
     assert plan["variables"] == ["OMP_NUM_THREADS"] and plan["notes"]["OMP_NUM_THREADS"]
     assert plan["points"] == [{"id": "p00", "label": "default", "settings": {}},
                               {"id": "p01", "label": "OMP_NUM_THREADS=1", "settings": {"OMP_NUM_THREADS": "1"}},
-                              {"id": "p02", "label": "OMP_NUM_THREADS=2", "settings": {"OMP_NUM_THREADS": "2"}}]
+                              {"id": "p02", "label": "OMP_NUM_THREADS=2", "settings": {"OMP_NUM_THREADS": "2"}},
+                              {"id": "p03", "label": "default (again)", "settings": {}}]
     assert check_plan(plan, "tune-plan.json") == plan   # what the driver and the ranks accept
 
 
@@ -53,8 +54,10 @@ def test_a_grid_of_several_variables_is_one_factor_at_a_time_and_gpu_sizes_defau
     plan = tune_jobs.tune_plan("frontier", dataclasses.replace(facts, tuning=tuning, env={}))
     assert plan is not None
     assert [p["label"] for p in plan["points"]] == ["default", "NCCL_NET_GDR_LEVEL=2", "NCCL_NET_GDR_LEVEL=3",
-                                                    "NCCL_CROSS_NIC=1", "NCCL_ALGO=Tree", "NCCL_ALGO=Ring"]
-    assert all(len(p["settings"]) == (0 if p["id"] == "p00" else 1) for p in plan["points"])   # 6 points, not 12
+                                                    "NCCL_CROSS_NIC=1", "NCCL_ALGO=Tree", "NCCL_ALGO=Ring",
+                                                    "default (again)"]
+    assert all(len(p["settings"]) == (0 if p["label"].startswith("default") else 1)
+               for p in plan["points"])   # 7 points (the default twice), not 12
     reference = (facts.validation.single_node or facts.validation.multi_node).message_bytes  # type: ignore[union-attr]
     assert plan["sizes"] == sorted({1 << 20, 16 << 20, reference})
 
@@ -131,7 +134,7 @@ def test_points_that_cannot_fit_in_the_job_are_recorded_as_not_run(program: Path
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "sitestack tune: sweep written, exit code 0"
     sweep = json.loads((tmp_path / "out" / "sweep.json").read_text())
-    assert sweep["finished"] and [p["status"] for p in sweep["points"]] == ["skipped"] * 3
+    assert sweep["finished"] and [p["status"] for p in sweep["points"]] == ["skipped"] * 4
     assert all(p["cause"].startswith("not run:") and f"needs {plan['point_seconds']}s" in p["cause"] for p in sweep["points"])
     assert not (tmp_path / "out" / "points").exists()
 

@@ -5,6 +5,8 @@ not a sweep, :func:`decide` summarises every point and chooses. The rule (docs/t
 
 - the metrics are the allreduce busbw at each message size (higher is better) and the DDP step time
   (lower is better), each a list of samples, one per repeat;
+- the default is measured first and last; its samples are pooled, so a drift during the sweep widens
+  the default's range instead of passing for a candidate's gain;
 - for a point and a metric the *gain* is ``median(point) / median(default) - 1``, inverted for the step
   time, so a positive gain is always better;
 - the point *beats* the default on a metric when the gain is at least ``min_gain`` and the samples do
@@ -86,8 +88,9 @@ def check_sweep(doc: Any, where: str) -> dict[str, Any]:
     if len(set(ids)) != len(ids):
         raise InputError(where, "a point id is repeated", "points")
     defaults = [p for p in checked if not p["settings"]]
-    if len(defaults) != 1:
-        raise InputError(where, f"{len(defaults)} points have no settings; the default point is one", "points")
+    if len(defaults) not in (1, 2):
+        raise InputError(where, f"{len(defaults)} points have no settings; the default is measured once or twice "
+                                "(first and last)", "points")
     plan = doc.get("plan")
     if not isinstance(plan, dict):
         raise InputError(where, "missing or not an object", "plan")
@@ -209,6 +212,18 @@ def _point_record(point: Mapping[str, Any], judged: Mapping[str, Any] | None, ve
     return record
 
 
+def baseline(defaults: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The default every candidate is judged against: the samples of every default point that measured
+    (the sweep measures it first and last), pooled, so a drift between the two widens its range; the
+    first default point as it is when none measured."""
+    measured = [p for p in defaults if p["status"] == "ok" and metrics(p)]
+    if len(measured) < 2:
+        return measured[0] if measured else defaults[0]
+    sizes = {size for p in measured for size in p["busbw_gbs"]}
+    return {**measured[0], "busbw_gbs": {s: [v for p in measured for v in p["busbw_gbs"].get(s, [])] for s in sizes},
+            "step_ms": [v for p in measured for v in p["step_ms"]]}
+
+
 def decide(sweep: Mapping[str, Any], *, date: str, results: str | None = None) -> dict[str, Any]:
     """The ``tuning.json`` document of a checked sweep (:func:`check_sweep`): each point summarised and
     judged against the default, the chosen value of each variable with its evidence, the dropped points.
@@ -216,7 +231,7 @@ def decide(sweep: Mapping[str, Any], *, date: str, results: str | None = None) -
     min_gain = float(sweep["plan"]["min_gain"])
     job = str(sweep.get("job_id") or "?")
     day = date[:10]
-    default = next(p for p in sweep["points"] if not p["settings"])
+    default = baseline([p for p in sweep["points"] if not p["settings"]])
     usable = default["status"] == "ok" and bool(metrics(default))
     records, dropped = [], []
     best: dict[str, tuple[float, Mapping[str, Any], dict[str, Any]]] = {}
@@ -226,7 +241,7 @@ def decide(sweep: Mapping[str, Any], *, date: str, results: str | None = None) -
                             "cause": point["cause"]})
             records.append(_point_record(point, None, "dropped"))
             continue
-        if point is default:
+        if not point["settings"]:
             records.append(_point_record(point, None, "default"))
             continue
         judged = compare(point, default, min_gain) if usable else None

@@ -90,8 +90,10 @@ class Tuning:
 
     def points(self) -> list[tuple[str, dict[str, str]]]:
         """The one-factor-at-a-time grid: (label, settings) with the default (nothing set) first, then one
-        point per (variable, candidate) in playbook order."""
+        point per (variable, candidate) in playbook order, then the default again. The default brackets
+        the sweep so that a drift during it (another job's load arriving, a node warming up) shows in the
+        default's own samples and widens the noise a candidate must beat, instead of passing for a gain."""
         out: list[tuple[str, dict[str, str]]] = [("default", {})]
         for name, variable in self.variables.items():
             out += [(f"{name}={value}", {name: value}) for value in variable.candidates]
-        return out
+        return [*out, ("default (again)", {})]
