@@ -63,7 +63,7 @@ def test_check_shows_the_plan_and_submits_nothing(installed_local_job, tmp_path:
     out = tune(installed_local_job, tmp_path, "--check", "--scheduler", "none")
     assert out.returncode == 0, out.stdout + out.stderr
     plan = installed_local_job["dir"] / "tune-plan.json"
-    assert f"3 points from {plan}" in out.stdout and "p02  OMP_NUM_THREADS=2" in out.stdout, out.stdout
+    assert f"4 points from {plan}" in out.stdout and "p02  OMP_NUM_THREADS=2" in out.stdout, out.stdout
     assert "set now: nothing by measurement" in out.stdout
     assert not (tmp_path / "results").exists() and not (installed_local_job["prefix"] / "tuning").exists()
 
@@ -75,7 +75,7 @@ def test_tune_without_a_scheduler_drops_a_crash_and_decides_on_the_rest(installe
                env={"SITESTACK_TUNE_PLAN": str(plan)})
     assert out.returncode == 0, out.stdout + out.stderr
     doc = decision(job)
-    points = assert_decided(doc, {"default": "ok", "OMP_NUM_THREADS=2": "ok", "SITESTACK_CHECK_FAULT=crash@1": "crashed"})
+    points = assert_decided(doc, {"default": "ok", "default (again)": "ok", "OMP_NUM_THREADS=2": "ok", "SITESTACK_CHECK_FAULT=crash@1": "crashed"})
     assert "SIGSEGV" in points["SITESTACK_CHECK_FAULT=crash@1"]["cause"]
     # 2 ranks x 2 threads on 2 cores: the DDP step is slower than with the job's default, never chosen
     assert points["OMP_NUM_THREADS=2"]["gain"]["step_ms"] < 0 and "OMP_NUM_THREADS" not in doc["chosen"]
@@ -101,7 +101,7 @@ def test_tune_on_slurm_records_a_hang_and_a_crash_and_picks_by_measurement(insta
     assert out.returncode == 0, out.stdout + out.stderr + slurm_cluster.logs()
     assert "submitted tune-srun.sbatch to Slurm as job" in out.stdout
     doc = decision(job)
-    points = assert_decided(doc, {"default": "ok", "OMP_NUM_THREADS=1": "ok", "OMP_NUM_THREADS=2": "ok",
+    points = assert_decided(doc, {"default": "ok", "default (again)": "ok", "OMP_NUM_THREADS=1": "ok", "OMP_NUM_THREADS=2": "ok",
                                   "SITESTACK_CHECK_FAULT=hang@1": "hung", "SITESTACK_CHECK_FAULT=crash@1": "crashed"})
     assert doc["launcher"] == "srun" and doc["job_id"].isdigit()
     assert "rank 1" in points["SITESTACK_CHECK_FAULT=hang@1"]["cause"]

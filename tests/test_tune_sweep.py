@@ -69,7 +69,7 @@ def test_the_sweep_without_a_scheduler_records_a_crash_and_goes_on(installed_loc
     log = run.stdout + run.stderr
     assert run.returncode == 0, log
     assert run.stdout.rstrip().splitlines()[-1] == "sitestack tune: sweep written, exit code 0"
-    sweep = assert_sweep(out, plan, {"default": "ok", "OMP_NUM_THREADS=2": "ok",
+    sweep = assert_sweep(out, plan, {"default": "ok", "default (again)": "ok", "OMP_NUM_THREADS=2": "ok",
                                      "SITESTACK_CHECK_FAULT=crash@1": "crashed"})
     crash = sweep["points"][2]
     assert "rank 1" in crash["cause"] and "SIGSEGV" in crash["cause"], crash
@@ -104,7 +104,7 @@ def test_the_sweep_on_slurm_records_hung_crashed_and_failed_points(installed_loc
     log = (tmp_path / f"sitestack-tune-{job_id}.log").read_text()
     assert log.rstrip().splitlines()[-1] == "sitestack tune: sweep written, exit code 0", log[-4000:]
     out = tmp_path / f"sitestack-tune-{job_id}"
-    sweep = assert_sweep(out, plan, {"default": "ok", "OMP_NUM_THREADS=1": "ok", "OMP_NUM_THREADS=2": "ok",
+    sweep = assert_sweep(out, plan, {"default": "ok", "default (again)": "ok", "OMP_NUM_THREADS=1": "ok", "OMP_NUM_THREADS=2": "ok",
                                      "SITESTACK_CHECK_FAULT=hang@1": "hung", "SITESTACK_CHECK_FAULT=crash@1": "crashed",
                                      "GLOO_SOCKET_IFNAME=nosuch": "failed"})
     assert sweep["launcher"] == "srun" and sweep["job_id"] == job_id and sweep["nodes"] == 1
