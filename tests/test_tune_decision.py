@@ -157,3 +157,21 @@ def test_the_default_measured_once_or_twice_and_a_second_default_that_failed_is_
     doc = decided([point("p00", {}), point("p01", {"OMP_NUM_THREADS": "1"}, busbw=1.4, step=12.0, seed=3), again])
     assert doc["chosen"] == {"OMP_NUM_THREADS": "1"}
     assert [d["id"] for d in doc["dropped"]] == ["p02"]
+
+
+def test_a_point_missing_a_metric_or_measuring_zero_is_never_chosen() -> None:
+    lacking = point("p01", {"A": "1"}, busbw=2.0, step=10.0, seed=3)
+    del lacking["busbw_gbs"]["4194304"]   # a size the default measured: judged on less, never chosen
+    zero = point("p02", {"B": "1"}, busbw=2.0, step=10.0, seed=4)
+    zero["busbw_gbs"]["65536"] = [0.0] * 5   # nothing moved at one size
+    doc = decided([point("p00", {}), lacking, zero])
+    assert doc["chosen"] == {}
+    assert {p["id"]: p["verdict"] for p in doc["points"]} == {"p00": "default", "p01": "incomplete", "p02": "worse"}
+
+
+def test_a_size_that_is_not_ascii_digits_is_one_error_naming_the_key() -> None:
+    doc = sweep([point("p00", {}), point("p01", {"A": "1"})])
+    doc["points"][1]["busbw_gbs"]["\u00b2"] = [1.0]
+    with pytest.raises(InputError) as err:
+        check_sweep(doc, "/r/sweep.json")
+    assert err.value.key == "points[1].busbw_gbs"

@@ -30,7 +30,7 @@ def line_of(path: Path, text: str) -> int:
 
 
 def test_a_tuning_block_loads_typed_in_playbook_order(tmp_path: Path):
-    tuning = {"sizes": [65536, 1048576], "repeats": 4, "point_time": "00:00:40", "min_gain": 0.05,
+    tuning = {"sizes": [65536, 1048576], "repeats": 6, "point_time": "00:00:40", "min_gain": 0.05,
               "variables": {"OMP_NUM_THREADS": {"candidates": ["2", "1"], "note": "threads per rank"},
                             "GLOO_SOCKET_IFNAME": {"candidates": ["lo"]}}}
     facts = pb.load(None, local_with(tmp_path, tuning, env={})).facts
@@ -39,7 +39,7 @@ def test_a_tuning_block_loads_typed_in_playbook_order(tmp_path: Path):
     variable = facts.tuning.variables["OMP_NUM_THREADS"]
     assert isinstance(variable, TuningVariable)
     assert variable.candidates == ("2", "1") and variable.note == "threads per rank"
-    assert facts.tuning.sizes == (65536, 1048576) and facts.tuning.repeats == 4
+    assert facts.tuning.sizes == (65536, 1048576) and facts.tuning.repeats == 6
     assert facts.tuning.point_seconds == 40 and facts.tuning.min_gain == 0.05
     assert facts.tuning.points() == [("default", {}), ("OMP_NUM_THREADS=2", {"OMP_NUM_THREADS": "2"}),
                                      ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"}),
@@ -78,7 +78,7 @@ OMP = {"OMP_NUM_THREADS": {"candidates": ["1", "2"]}}
      "OMP_NUM_THREADS:", "an empty value is the default"),
     ({"variables": {"PIP_INDEX_URL": {"candidates": ["https://u:sekrit@example.org/simple"]}}}, "facts.tuning",
      "tuning:", "holds a credential"),
-    ({"repeats": 2, "variables": OMP}, "facts.tuning.repeats", "repeats:", "2"),
+    ({"repeats": 4, "variables": OMP}, "facts.tuning.repeats", "repeats:", "4"),
     ({"sizes": [65536, 1000001], "variables": OMP}, "facts.tuning", "tuning:", "1000001 is not a positive multiple of 4"),
     ({"sizes": [0], "variables": OMP}, "facts.tuning", "tuning:", "0 is not a positive multiple of 4"),
     ({"point_time": "2 minutes", "variables": OMP}, "facts.tuning.point_time", "point_time:", "Slurm time"),

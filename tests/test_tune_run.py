@@ -27,7 +27,7 @@ def plan_file(tmp_path: Path, **variables: list[str]) -> Path:
     """A plan from the local site's facts with ``variables`` to try, short points and two sizes."""
     facts = pb.load("local").facts
     tuning = Tuning(variables={k: TuningVariable(candidates=tuple(v)) for k, v in variables.items()},
-                    sizes=(65536, 1048576), repeats=3, point_time="00:00:30")
+                    sizes=(65536, 1048576), repeats=5, point_time="00:00:30")
     plan = tune_plan("local", dataclasses.replace(facts, tuning=tuning))
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))

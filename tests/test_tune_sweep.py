@@ -21,7 +21,7 @@ from sitestack.validation.tune_jobs import tune_plan
 pytestmark = pytest.mark.integration
 
 
-def plan_file(tmp_path: Path, repeats: int = 3, point_time: str = "00:00:40", **variables: list[str]) -> tuple[Path, dict]:
+def plan_file(tmp_path: Path, repeats: int = 5, point_time: str = "00:00:40", **variables: list[str]) -> tuple[Path, dict]:
     """A plan from the local site's facts with ``variables`` (name -> candidates) to try, as the install
     step derives it (tune_plan), with short points and two message sizes."""
     facts = pb.load("local").facts

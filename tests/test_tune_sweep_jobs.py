@@ -141,7 +141,7 @@ def test_points_that_cannot_fit_in_the_job_are_recorded_as_not_run(program: Path
 
 @pytest.mark.parametrize(("edit", "says"), [
     (lambda p: p.update(schema="other/1"), "schema: expected 'sitestack-tune-plan/1'"),
-    (lambda p: p.update(repeats=2), "repeats: a whole number from 3 to 100"),
+    (lambda p: p.update(repeats=2), "repeats: a whole number from 5 to 100"),
     (lambda p: p.update(sizes=[65536, 3]), "sizes:"),
     (lambda p: p["points"][1]["settings"].update(OMP_NUM_THREADS="1\n2"), "points[1].settings.OMP_NUM_THREADS: a value of one printable line"),
     (lambda p: p["points"][1]["settings"].update(LD_PRELOAD="x.so"), "not one of the plan's variables"),

@@ -36,6 +36,7 @@ STATUSES = ("ok", "hung", "crashed", "failed", "skipped")
 MAX_SAMPLES = 1000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SIZE = re.compile(r"[1-9][0-9]{0,11}")  # ASCII digits: str.isdigit() also takes "²", which int() refuses
 
 
 # -- checking the sweep document ------------------------------------------------------------------------
@@ -64,7 +65,7 @@ def _check_point(point: Any, where: str, key: str) -> dict[str, Any]:
                                                  for k, v in settings.items()):
         raise InputError(where, "not an object of environment variable names to strings", f"{key}.settings")
     busbw = point.get("busbw_gbs") or {}
-    if not isinstance(busbw, dict) or not all(isinstance(k, str) and k.isdigit() for k in busbw):
+    if not isinstance(busbw, dict) or not all(isinstance(k, str) and _SIZE.fullmatch(k) for k in busbw):
         raise InputError(where, "not an object keyed by message sizes in bytes", f"{key}.busbw_gbs")
     checked = {size: _samples(v, where, f"{key}.busbw_gbs.{size}") for size, v in busbw.items()}
     cause = point.get("cause")
@@ -143,19 +144,26 @@ def judge(samples: Sequence[float], base: Sequence[float], higher: bool, min_gai
 
 def compare(point: Mapping[str, Any], default: Mapping[str, Any], min_gain: float) -> dict[str, Any]:
     """Per metric both points measured: ``verdicts`` and ``gains``; the point's overall ``verdict``
-    (``beats``: better on one metric and worse on none; ``worse``: worse on one; else ``noise``) and
+    (``beats``: better on one metric and worse on none; ``worse``: worse on one, a median of 0 counting
+    as worse; ``incomplete``: a metric the default measured is missing; else ``noise``) and
     ``score`` (the geometric-mean gain over the metrics)."""
-    base = metrics(default)
+    base, mine = metrics(default), metrics(point)
     verdicts: dict[str, str] = {}
     gains: dict[str, float] = {}
-    for name, (samples, higher) in metrics(point).items():
+    for name, (samples, higher) in mine.items():
         if name not in base:
             continue
         judged = judge(samples, base[name][0], higher, min_gain)
-        if judged is not None:
+        # a median of 0 (nothing moved) has no ratio: it cannot count as a gain, so it counts as worse
+        if judged is None:
+            verdicts[name] = "worse"
+        else:
             verdicts[name], gains[name] = judged
     values = list(verdicts.values())
-    verdict = "worse" if "worse" in values else "beats" if "beats" in values else "noise"
+    # a metric the default measured and the point did not: the point is judged on less, and chosen never
+    missing = [name for name in base if name not in mine]
+    verdict = ("incomplete" if missing else "worse" if "worse" in values else "beats" if "beats" in values
+               else "noise")
     score = math.exp(sum(math.log1p(g) for g in gains.values()) / len(gains)) - 1 if gains else 0.0
     return {"verdicts": verdicts, "gains": gains, "verdict": verdict, "score": score}
 

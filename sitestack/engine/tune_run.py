@@ -136,35 +136,58 @@ def read_sweep(host: Host, out_dir: str, log: str, job_id: str, rc: int | None) 
 
 def conclude(site_name: str, facts: Facts, where: tuple[str, str], outcome: TuneOutcome, rc: int | None,
              reporter: Reporter, host: Host) -> TuneOutcome:
-    """Read the sweep, decide, write the decision and its report into the prefix (``where``: the prefix and
-    the validation job's directory), record it in the site's history, report them."""
+    """Read the sweep, decide, record the decision in the site's history and report it; publish it into
+    ``{prefix}/tuning`` (``where``: the prefix and the validation job's directory) only when the sweep was
+    whole (:func:`unpublished`), else keep it in the sweep's results directory and exit 1."""
     prefix, directory = where
     out_dir, log = str(outcome.out_dir), str(outcome.log)
-    sweep = read_sweep(host, out_dir, log, str(outcome.job_id), rc)
+    # the job id that names the results directory (a run without a scheduler knows only its shell's pid)
+    sweep = {**read_sweep(host, out_dir, log, str(outcome.job_id), rc), "job_id": str(outcome.job_id)}
     tuning = decide(sweep, date=utc_now(), results=out_dir)
-    outcome.files = write_decision(host, prefix, tuning)
+    why = unpublished(sweep, tuning, rc)
+    target = os.path.dirname(tuning_path(prefix)) if why is None else f"{out_dir}/decision"
+    outcome.files = write_decision(host, target, tuning)
     outcome.tuning = tuning
     remember(host, tuning, directory, prefix, reporter)
     reporter.note(table(tuning))
     for line in decision_lines(tuning):
         reporter.note(line)
-    if rc not in (0, None) or not sweep.get("finished", True):
-        reporter.note(f"the sweep job ended with exit code {rc}{'' if sweep.get('finished', True) else ' before its last point'}: "
-                      f"the points it measured are decided on; log {log}")
     reporter.note("written: " + ", ".join(outcome.files))
+    if why is not None:
+        reporter.note(f"{os.path.dirname(tuning_path(prefix))} unchanged (the stack's module keeps what it sets): "
+                      f"{why}; log {log}")
+        outcome.code = 1
+        return outcome
     tuned, warnings = tuned_from(json.dumps(tuning), outcome.files[-1], facts)
     for warning in warnings:
         reporter.note(f"warning: {warning}")
     settings = ", ".join(f"{t.name}={t.value}" for t in tuned) or "no tuned setting (every tuning variable unset)"
     reporter.note(f"provision will now set: {settings} (`invoke install-modulefiles --site {site_name}` "
                   "writes the stack's module)")
-    outcome.code = 1 if tuning.get("problem") else 0
+    outcome.code = 0
     return outcome
+
+
+def unpublished(sweep: dict[str, Any], tuning: dict[str, Any], rc: int | None) -> str | None:
+    """Why this decision must not replace the published one, or None. A sweep that measured part of its
+    plan (cut at the job's time limit, points skipped for want of time, no default) would unset, in the
+    stack's module, settings an earlier whole sweep measured; a hung, crashed or failed candidate is a
+    result, not a reason."""
+    if tuning.get("problem"):
+        return str(tuning["problem"])
+    skipped = [p["label"] for p in sweep["points"] if p["status"] == "skipped"]
+    if skipped:
+        return f"{len(skipped)} point(s) not run for want of time ({', '.join(skipped[:3])}): give the job more time"
+    if not sweep.get("finished", True):
+        return "the sweep job ended before its last point"
+    if rc not in (0, None):
+        return f"the sweep job ended with exit code {rc}"
+    return None
 
 
 def remember(host: Host, tuning: dict[str, Any], directory: str, prefix: str, reporter: Reporter) -> None:
     """Record the tuning in the site's history (docs/history.md); a history that cannot be written is a
-    warning: the decision is already kept in ``{prefix}/tuning``."""
+    warning: the decision is already kept in its files."""
     try:
         run_id = site_history.record_tuning(host, site_history.history_dir_of(host, directory, prefix), tuning, directory)
     except SitestackError as exc:
@@ -173,11 +196,11 @@ def remember(host: Host, tuning: dict[str, Any], directory: str, prefix: str, re
     reporter.note(f"recorded in the site's history as {run_id}")
 
 
-def write_decision(host: Host, prefix: str, tuning: dict[str, Any]) -> list[str]:
-    """Write the plot, ``report.md`` and ``tuning.json`` (last) under ``{prefix}/tuning`` on ``host``, each
-    atomically; a plot of the other kind left by an earlier run goes. The paths written, tuning.json last."""
-    path = tuning_path(prefix)
-    directory = os.path.dirname(path)
+def write_decision(host: Host, directory: str, tuning: dict[str, Any]) -> list[str]:
+    """Write the plot, ``report.md`` and ``tuning.json`` (last) into ``directory`` on ``host`` (``{prefix}/tuning``,
+    or the sweep's own ``decision/``), each atomically; a plot of the other kind left by an earlier run goes.
+    The paths written, tuning.json last."""
+    path = f"{directory}/tuning.json"
     host.run(["mkdir", "-p", "--", directory])
     written = []
     plot = render_plot(tuning)

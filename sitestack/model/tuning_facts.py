@@ -58,7 +58,9 @@ class Tuning:
         "allreduce message sizes in bytes measured at each point (default: GPU 1 MiB, 16 MiB and the "
         "validation reference size; CPU 64 KiB, 1 MiB and 4 MiB)"))
     repeats: int = field(default=5, metadata=_doc(
-        "timed samples per size (and of the DDP step) at each point; the spread is taken from them", min=3, max=100))
+        "timed samples per size (and of the DDP step) at each point; the spread is taken from them. At least 5: "
+        "with 3, two candidates and 5% noise, a sweep with no real difference chose a setting 26% of the time "
+        "(docs/tuning.md)", min=5, max=100))
     point_time: str = field(default="00:02:00", metadata=_doc(
         "each point's own time limit under the hang guard (a point past it is recorded as hung)",
         pattern=SLURM_TIME, pattern_doc=SLURM_TIME_DOC))

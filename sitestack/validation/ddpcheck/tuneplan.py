@@ -57,8 +57,8 @@ def check_plan(data: Any, where: str) -> dict[str, Any]:
     if not isinstance(sizes, list) or not 1 <= len(sizes) <= MAX_SIZES or not all(
             _whole(s) and 0 < s <= MAX_SIZE and s % 4 == 0 for s in sizes) or len(set(sizes)) != len(sizes):
         raise bad("sizes", f"1 to {MAX_SIZES} different byte sizes, positive multiples of 4 up to {MAX_SIZE}")
-    if not _whole(data.get("repeats")) or not 3 <= data["repeats"] <= 100:
-        raise bad("repeats", f"a whole number from 3 to 100, not {_shown(data.get('repeats'))}")
+    if not _whole(data.get("repeats")) or not 5 <= data["repeats"] <= 100:
+        raise bad("repeats", f"a whole number from 5 to 100, not {_shown(data.get('repeats'))}")
     seconds = data.get("point_seconds")
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not math.isfinite(seconds) \
             or not 10 <= seconds <= 86400:
