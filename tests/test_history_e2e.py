@@ -4,10 +4,15 @@ listing them; and a run through the test Slurm cluster (sbatch + srun), recorded
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +87,57 @@ def test_an_oversubscribed_node_is_caught_against_the_healthy_runs(job):
     assert [r["id"] for r in history(job, "--last", "2")["runs"]] == [r["id"] for r in runs[-2:]]
     human = run_invoke("history", "--site", "local", "--prefix", str(job["prefix"]))
     assert human.returncode == 0 and len(human.stdout.splitlines()) == 6, human.stdout + human.stderr
+    # a throttled rank: rank 1 stopped and continued in turns (as cpulimit does), the node otherwise idle
+    with Throttle(rank=1):
+        throttled = validate(job, "--scheduler", "none", "--launcher", "torchrun")
+    assert throttled.returncode == 1, throttled.stdout + throttled.stderr   # the compute check fails the run
+    record = history(job)["runs"][-1]
+    assert record["verdict"] == "failed" and record["regression"]["status"] in ("warn", "fail"), record
+    compute = [line for line in record["regression"]["lines"] if "compute (slowest rank)" in line]
+    assert compute and compute[0].startswith(("regression WARN", "regression FAIL")), record["regression"]
+    # compared with the three healthy torchrun runs only: the oversubscribed run's alarm keeps it out
+    assert "of 3 healthy runs" in compute[0], compute
+
+
+class Throttle:
+    """Stops and continues, in turns of 0.1 s, every process of the check program whose RANK is ``rank``
+    (the rank and its watchdog), from a thread, while the ``with`` block runs."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank, self.stop = rank, threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def __enter__(self) -> Throttle:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def pids(self) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if b"ddp_check.py" in cmdline and b"--guard" not in cmdline and f"RANK={self.rank}".encode() in environ:
+                found.append(int(entry))
+        return found
+
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            pids = self.pids()
+            for sig in (signal.SIGSTOP, signal.SIGCONT):
+                for pid in pids:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, sig)
+                time.sleep(0.1)
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def test_a_run_through_slurm_records_its_slurm(job, slurm_cluster):
