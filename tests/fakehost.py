@@ -37,7 +37,7 @@ class FakeHost(Host):
     def read_text(self, path: str) -> str | None:
         return self.files.get(path)
 
-    def read_tail(self, path: str, limit: int = 65536) -> str | None:
+    def read_tail(self, path: str, limit: int = 65536, *, follow: bool = True) -> str | None:
         text = self.files.get(path)
         return None if text is None else text[-limit:]
 

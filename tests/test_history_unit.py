@@ -91,12 +91,17 @@ def test_modes_follow_the_prefix(tmp_path):
     own.mkdir(mode=0o755)
     os.chmod(own, 0o755)
     record = history.record_from_result(result(), "validation", None)
-    for prefix, dir_mode, index_mode in ((shared, 0o2775, 0o664), (own, 0o755, 0o644)):
+    # group-shared: setgid keeps the group, sticky keeps a member from unlinking or replacing another's run
+    for prefix, dir_mode, index_mode in ((shared, 0o3775, 0o664), (own, 0o755, 0o644)):
         history.append(str(prefix / "history"), record)
         assert stat.S_IMODE(os.stat(prefix / "history").st_mode) == dir_mode
         assert stat.S_IMODE(os.stat(prefix / "history" / "runs").st_mode) == dir_mode
         assert stat.S_IMODE(os.stat(prefix / "history" / "index.jsonl").st_mode) == index_mode
         assert stat.S_IMODE(os.stat(prefix / "history" / "runs" / f"{record['id']}.json").st_mode) == 0o644
+    # a history made group-shared before, without the sticky bit, gains it at the next append
+    os.chmod(shared / "history" / "runs", 0o2775)
+    history.append(str(shared / "history"), history.record_from_result(result("43"), "validation", None))
+    assert stat.S_IMODE(os.stat(shared / "history" / "runs").st_mode) == 0o3775
 
 
 def _append_one(directory: str, job: int, barrier) -> None:

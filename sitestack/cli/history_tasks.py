@@ -19,8 +19,11 @@ def history(c: Context, site: str | None = None, json: str | None = None, host: 
             prefix: str | None = None, last: str | None = None, account: str | None = None, playbook: str | None = None,
             perflog: str | None = None, accept_new_host_keys: bool = False, debug: bool = False) -> None:
     """List the site's validation and tuning runs: verdict, busbw, compute, start-up, stack digest, what changed."""
+    import sys
+
     from sitestack.core import user_file
     from sitestack.core.errors import InputError
+    from sitestack.core.quoting import printable
     from sitestack.engine import perflog as perflog_mod
     from sitestack.engine import playbook as pb
     from sitestack.engine import results as results_mod
@@ -39,10 +42,12 @@ def history(c: Context, site: str | None = None, json: str | None = None, host: 
         target = validation_mod.open_host(loaded, options)
         try:
             resolved = loaded.resolve(home=target.home(), user=target.user(), account=options.account, prefix=options.prefix)
-            directory, runs = history_mod.list_runs(target, validation_mod.install_dir(loaded, resolved.values),
-                                                    resolved.values["prefix"], count)
+            directory, runs, warnings = history_mod.list_runs(target, validation_mod.install_dir(loaded, resolved.values),
+                                                              resolved.values["prefix"], count)
         finally:
             target.close()
+        for warning in warnings:  # on stderr: the listing (and --json -) stays what it says
+            print(f"warning: {printable(warning)}", file=sys.stderr)
         if perflog is not None:
             perflog_mod.write_perflog(runs, perflog, "--perflog")
         human = [history_mod.row_of(r) for r in runs] or [f"no runs in {directory} yet"]

@@ -8,6 +8,7 @@ Every name callers use is importable from here: ``Host``, ``Completed``, ``shell
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import os
@@ -92,12 +93,15 @@ class LocalHost(Host):
         except OSError as exc:
             raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
 
-    def read_tail(self, path: str, limit: int = 65536) -> str | None:
+    def read_tail(self, path: str, limit: int = 65536, *, follow: bool = True) -> str | None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO opens at once, and is refused
+            # a FIFO opens at once, and is refused; a symbolic link, unless followed, fails with ELOOP
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
         except FileNotFoundError:
             return None
         except OSError as exc:
+            if exc.errno == errno.ELOOP and not follow:
+                raise SitestackError(f"[{self.name}] {path} is a symbolic link, not a regular file") from None
             raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(fd)

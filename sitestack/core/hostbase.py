@@ -244,11 +244,13 @@ class Host:
         out = self.probe(["cat", "--", path])
         return out.stdout if out.ok else None
 
-    def read_tail(self, path: str, limit: int = 65536) -> str | None:
+    def read_tail(self, path: str, limit: int = 65536, *, follow: bool = True) -> str | None:
         """The last ``limit`` bytes of ``path`` as text (a job's log may be any size), or None when it
-        does not exist; a :class:`SitestackError` when it is not a regular file (a FIFO would block)."""
-        out = self.probe(["sh", "-c", 'if [ -f "$1" ]; then exec tail -c "$2" -- "$1"; elif [ -e "$1" ] || [ -L "$1" ]; '
-                          'then exit 3; fi; exit 1', "sitestack", path, str(limit)])
+        does not exist; a :class:`SitestackError` when it is not a regular file (a FIFO would block),
+        or, unless ``follow``, when it is a symbolic link."""
+        out = self.probe(["sh", "-c", 'if [ "$3" = n ] && [ -L "$1" ]; then exit 3; fi; '
+                          'if [ -f "$1" ]; then exec tail -c "$2" -- "$1"; elif [ -e "$1" ] || [ -L "$1" ]; '
+                          'then exit 3; fi; exit 1', "sitestack", path, str(limit), "y" if follow else "n"])
         if out.rc == 3:
             raise SitestackError(f"[{self.name}] {path} is not a regular file")
         return out.stdout if out.ok else None

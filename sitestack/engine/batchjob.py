@@ -16,8 +16,9 @@ import posixpath
 import re
 import time
 from collections.abc import Mapping
+from typing import Any
 
-from sitestack.core.errors import SitestackError
+from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
 from sitestack.core.report import Reporter
 from sitestack.installs.venv_stack import normalize
@@ -28,6 +29,8 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 #: Runs the batch script with its output in a log file on the host (script and log are $0 and $1:
 #: no path is ever pasted into the shell text).
 RUN_TO_LOG = 'exec bash "$0" >"$1" 2>&1'
+#: The most bytes of check-config.json read (the installer writes a few KiB).
+CONFIG_MAX = 1 << 20
 
 
 def preflight(host: Host, directory: str, site_name: str, root: str, python: str | None) -> None:
@@ -47,19 +50,24 @@ def check_imports(host: Host, directory: str, site_name: str) -> None:
     """Before submitting: what the job imports (check-config.json ``stack.needs``: torch, numpy, mpi4py
     where the stack includes it) is in the stack's manifest, so a stack that lacks one fails here, in
     seconds and by name, not in the queue. Nothing to check for a job installed without a stack."""
-    text = host.read_text(f"{directory}/check-config.json")
-    stack = (json.loads(text) if text else {}).get("stack") or {}
+    stack = _stack(host, directory, site_name)
     path = stack.get("manifest")
-    if not path:
+    if not path or not isinstance(path, str):
         return
     manifest = host.read_text(path)
     if manifest is None:
         raise SitestackError(f"the stack the job validates has no manifest ({path} missing on {host.name}): "
                              f"provision it first (`invoke install-venv --site {site_name}`)")
-    data = json.loads(manifest)
+    try:
+        data = json.loads(manifest)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(path, f"not JSON ({exc}); re-run `invoke install-venv --site {site_name}`") from None
+    data = data if isinstance(data, dict) else {}
     # the environment's own packages, and its base's where it sees them (a container stack's torch)
-    have = {normalize(str(p.get("name", ""))) for p in [*data.get("packages", []), *data.get("base_packages", [])]}
-    missing = [name for name in stack.get("needs") or [] if normalize(name) not in have]
+    listed = [p for key in ("packages", "base_packages") if isinstance(data.get(key), list) for p in data[key]]
+    have = {normalize(str(p.get("name", ""))) for p in listed if isinstance(p, dict)}
+    needs = stack["needs"] if isinstance(stack.get("needs"), list) else []
+    missing = [str(name) for name in needs if normalize(str(name)) not in have]
     if missing:
         raise SitestackError(f"the stack {stack.get('module') or path} lacks {', '.join(missing)}, which the validation "
                              f"job imports (its manifest {path}): re-run `invoke install-venv --site {site_name}`")
@@ -68,11 +76,30 @@ def check_imports(host: Host, directory: str, site_name: str) -> None:
 def check_launch_env(host: Host, directory: str, site_name: str) -> None:
     """Before submitting: the users' launch helper the job sources (check-config.json ``stack.launch_env``)
     is installed, so a job installed before the install-launch-env step ran fails here, by name."""
-    text = host.read_text(f"{directory}/check-config.json")
-    helper = ((json.loads(text) if text else {}).get("stack") or {}).get("launch_env")
-    if helper and not host.exists(helper):
+    helper = _stack(host, directory, site_name).get("launch_env")
+    if isinstance(helper, str) and helper and not host.exists(helper):
         raise SitestackError(f"the validation job sources the launch helper {helper}, missing on {host.name}: "
                              f"install it first (`invoke provision --site {site_name} --tags launch`)")
+
+
+def _stack(host: Host, directory: str, site_name: str) -> dict[str, Any]:
+    """check-config.json's ``stack`` ({} without the file or the key); an :class:`InputError` naming the
+    file when it is not the installed job's JSON object (read bounded: the installer writes a few KiB)."""
+    path = f"{directory}/check-config.json"
+    text = host.read_tail(path, CONFIG_MAX + 1)
+    if not text:
+        return {}
+    again = f"re-install the job (`invoke install-validation-job --site {site_name}`)"
+    if len(text) > CONFIG_MAX:
+        raise InputError(path, f"larger than {CONFIG_MAX} bytes, not the installed job's configuration; {again}")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(path, f"not JSON ({exc}); {again}") from None
+    stack = data.get("stack") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(stack, dict | None):
+        raise InputError(path, f"not the installed job's configuration (a JSON object with a `stack` object); {again}")
+    return stack or {}
 
 
 def job_env(ranks_per_node: int, python: str | None) -> dict[str, str]:

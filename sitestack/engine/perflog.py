@@ -54,6 +54,7 @@ from typing import Any
 
 from sitestack.core import user_file
 from sitestack.core.errors import InputError
+from sitestack.validation.history import TIME_MAX
 
 #: The test ReFrame would log as (its class name: the perflog's file name is ``<name>.log``).
 CHECK_NAME = "sitestack_validation"
@@ -135,10 +136,10 @@ def write_perflog(records: Iterable[Mapping[str, Any]], path: str, option: str =
 def _row(record: Mapping[str, Any]) -> tuple[float, str]:
     """(completion time, the perflog line) of one validation record."""
     where = f"history record {_text(record.get('id'), 'id', '?')}"
-    started = _number(record.get("started"), where, "started")
+    started = _time(record.get("started"), where, "started")
     if started is None:
         raise InputError(OPTION, f"{where}: started: missing (the run's start time, seconds since the epoch)")
-    ended = _number(record.get("ended"), where, "ended")
+    ended = _time(record.get("ended"), where, "ended")
     completed = started if ended is None else ended
     layout = _mapping(record.get("layout"), where, "layout")
     stack = _mapping(record.get("stack"), where, "stack")
@@ -227,6 +228,15 @@ def _number(value: Any, where: str, key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InputError(OPTION, f"{where}: {key}: not a finite number: {value!r}")
     return value
+
+
+def _time(value: Any, where: str, key: str) -> float | None:
+    """A time of a record (None when absent): seconds since the epoch, after it and before 2**33 (the year
+    2242), which ``datetime`` takes on every platform."""
+    number = _number(value, where, key)
+    if number is not None and not 0 < number < TIME_MAX:
+        raise InputError(OPTION, f"{where}: {key}: not a time after 1970 and before 2242 (seconds since the epoch): {value!r}")
+    return number
 
 
 def _count(value: Any, where: str, key: str) -> int | None:

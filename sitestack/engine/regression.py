@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sitestack.model.validation_facts import Regression
-from sitestack.validation.history import toolchain_changes
+from sitestack.validation.history import normalise, toolchain_changes
 
 #: The metrics compared: key in the record's ``metrics``, name, unit, whether higher is better.
 METRICS = (("busbw_gbs", "busbw", "GB/s", True), ("compute_min_gflops", "compute (slowest rank)", "GFLOPS", True),
@@ -62,11 +62,22 @@ def same_kind(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def healthy_runs(new: Mapping[str, Any], history: Sequence[Mapping[str, Any]], window: int) -> list[Mapping[str, Any]]:
-    """The last ``window`` passed validation runs of ``new``'s stack and layout that started before it (oldest first)."""
-    started = float(new.get("started") or 0.0)
-    runs = [r for r in history if r.get("kind") == "validation" and r.get("verdict") == "passed"
-            and r.get("id") != new.get("id") and float(r.get("started") or 0.0) < started and same_kind(r, new)]
+    """The last ``window`` passed validation runs of ``new``'s stack and layout that started before it (oldest
+    first), less those that were themselves a regression (their recorded ``regression.status`` warn or
+    fail): a lasting drop must not become the baseline it is judged against once it fills half the window.
+    ``history`` is read as :func:`sitestack.validation.history.normalise` makes it (a record it refuses is
+    left out)."""
+    started = _start(new)
+    records: list[Mapping[str, Any]] = [r for r in (normalise(h) for h in history) if r is not None]
+    runs = [r for r in records if r["kind"] == "validation" and r["verdict"] == "passed"
+            and (r["regression"] or {}).get("status") not in ("warn", "fail")
+            and r["id"] != new.get("id") and r["started"] < started and same_kind(r, new)]
     return runs[-window:]
+
+
+def _start(record: Mapping[str, Any]) -> float:
+    started = record.get("started")
+    return float(started) if isinstance(started, int | float) and not isinstance(started, bool) else 0.0
 
 
 def spread(values: Sequence[float], floor: float) -> float:

@@ -25,14 +25,17 @@ from sitestack.validation.report_plot import human_bytes
 PYTHON = ("python3", "-E", "-s", "-S")
 #: The most runs ``invoke history`` reads from runs/ beside the index (the index holds the rest).
 RUNS_MAX = 10000
+#: The most bytes of check-config.json read (the installer writes a few KiB).
+CONFIG_MAX = 1 << 20
 
 
 def config_of(host: Host, validation_dir: str) -> dict[str, Any]:
-    """The installed job's check-config.json ({} where there is none)."""
-    text = host.read_text(f"{validation_dir}/check-config.json")
+    """The installed job's check-config.json ({} where there is none, or it is no regular file of JSON:
+    read bounded, a FIFO never waited on)."""
     try:
+        text = host.read_tail(f"{validation_dir}/check-config.json", CONFIG_MAX, follow=False)
         data = json.loads(text) if text else {}
-    except ValueError:
+    except (SitestackError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -43,22 +46,35 @@ def history_dir_of(host: Host, validation_dir: str, prefix: str) -> str:
     return directory if isinstance(directory, str) and directory.startswith("/") else f"{prefix.rstrip('/')}/history"
 
 
-def read_on(host: Host, history_dir: str) -> list[dict[str, Any]]:
-    """Every run of the history on ``host``, oldest first (:func:`sitestack.validation.history.read`'s rules)."""
-    found: dict[str, dict[str, Any]] = {}
-    for line in (host.read_text(posixpath.join(history_dir, shipped.INDEX)) or "").splitlines():
-        record = shipped.load_record(line)
-        if record is not None:
-            found.setdefault(record["id"], record)
+def read_on(host: Host, history_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """(every run of the history on ``host``, oldest first, by :func:`sitestack.validation.history.read`'s
+    rules; warnings, one line each). Each file is read bounded (the index's last ``INDEX_MAX`` bytes, a
+    run's first ``RECORD_MAX`` + 1), only where it is a regular file that is no symbolic link: a FIFO
+    or device is a warning, never a wait; every record is normalised (the shipped ``normalise``), and
+    how many lines and files were skipped is said."""
+    warnings: list[str] = []
+
+    def read(path: str, limit: int) -> str | None:
+        try:
+            return host.read_tail(path, limit, follow=False)
+        except SitestackError as exc:
+            warnings.append(f"history: skipped: {exc}")
+            return None
+
+    found, skipped = shipped.index_records(read(posixpath.join(history_dir, shipped.INDEX), shipped.INDEX_MAX) or "")
     listing = host.probe(["ls", "-1", "--", posixpath.join(history_dir, shipped.RUNS)], timeout=60)
     names = [n for n in listing.stdout.splitlines() if n.endswith(".json")][:RUNS_MAX] if listing.ok else []
     for name in names:
-        run = name[:-5]
-        if run not in found and shipped.valid_id(run):
-            record = shipped.load_record(host.read_text(posixpath.join(history_dir, shipped.RUNS, name)) or "")
-            if record is not None and record["id"] == run:
-                found[run] = record
-    return sorted(found.values(), key=lambda r: (float(r.get("started") or 0.0), r["id"]))
+        if name[:-5] not in found and shipped.valid_id(name[:-5]):
+            record = shipped.run_record(name, read(posixpath.join(history_dir, shipped.RUNS, name), shipped.RECORD_MAX + 1))
+            if record is None:
+                skipped += 1
+            else:
+                found[record["id"]] = record
+    if skipped:
+        warnings.append(f"history: {skipped} index lines or run files in {history_dir} skipped (torn, not history "
+                        "records, or not regular files)")
+    return sorted(found.values(), key=lambda r: (r["started"], r["id"])), warnings
 
 
 def append_on(host: Host, program: str, history_dir: str, record: Mapping[str, Any]) -> str | None:
@@ -78,7 +94,10 @@ def after_validation(host: Host, validation_dir: str, prefix: str, result: Mappi
     except shipped.HistoryError as exc:
         reporter.note(f"history: not recorded: {exc}")
         return {"status": "unknown", "lines": [str(exc)]}
-    report = regression.judge(record, read_on(host, history_dir), policy)
+    runs, warnings = read_on(host, history_dir)
+    for warning in warnings:
+        reporter.note(f"warning: {warning}")
+    report = regression.judge(record, runs, policy)
     for line in report["lines"]:
         reporter.note(("!!! " if report["status"] in ("warn", "fail") else "") + line)
     problem = append_on(host, f"{validation_dir}/{posixpath.basename(shipped.__file__)}", history_dir,
@@ -136,8 +155,11 @@ def row_of(record: Mapping[str, Any]) -> str:
             f"  start-up {number('startup_s', 's')}  stack {stack}  changed: {changed}")
 
 
-def list_runs(host: Host, validation_dir: str, prefix: str, last: int | None) -> tuple[str, list[dict[str, Any]]]:
-    """(the history directory, its runs oldest first with what changed between them; the last ``last``)."""
+def list_runs(host: Host, validation_dir: str, prefix: str,
+              last: int | None) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """(the history directory, its runs oldest first with what changed between them, the last ``last``;
+    :func:`read_on`'s warnings)."""
     history_dir = history_dir_of(host, validation_dir, prefix)
-    records = with_changes(read_on(host, history_dir))
-    return history_dir, records[-last:] if last else records
+    runs, warnings = read_on(host, history_dir)
+    records = with_changes(runs)
+    return history_dir, records[-last:] if last else records, warnings

@@ -18,8 +18,9 @@ without flock): the index is a cache of ``runs/``, which ``rebuild`` rewrites.
 
 Modes: the history follows its prefix. Where the prefix directory is group-writable (a site that
 shares its installs with a group, facts.install.mode ``group-write``), the history's directories
-are 2775 (setgid: the group is kept) and the index and lock 0664, so every member of the group
-that runs validations appends to it; elsewhere directories are 0755 and files 0644, written by
+are 3775 (setgid: the group is kept; sticky: a member removes or replaces only the files
+of the runs they recorded, never another's) and the index and lock 0664, so every member of the group that runs
+validations appends to it; elsewhere directories are 0755 and files 0644, written by
 the prefix's owner and read by every user of the stack. Records hold results and versions, no
 secrets: they are readable as the installed stack is.
 """
@@ -48,6 +49,9 @@ INDEX, LOCK, RUNS = "index.jsonl", ".lock", "runs"
 RECORD_MAX = 1 << 20
 INDEX_MAX = 256 << 20
 LOCK_WAIT = 30.0
+#: The times a record holds are after the epoch and before 2**33 s (the year 2242), which every clock,
+#: ``time.gmtime`` and ``datetime`` take; a time outside is no time of a run.
+TIME_MAX = float(1 << 33)
 _ID = re.compile(r"\d{8}T\d{6}Z-(validation|tuning)-[A-Za-z0-9_.-]{1,64}")
 TOOLCHAIN_KEYS = ("libfabric", "driver", "kernel", "slurm", "mpi", "torch", "nccl", "python")
 
@@ -82,6 +86,21 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _time(value: Any) -> float | None:
+    number = _number(value)
+    return number if number is not None and 0 < number < TIME_MAX else None
+
+
+def _amount(value: Any) -> float | None:
+    """A measured amount (GB/s, GFLOPS, seconds): finite, not negative, below 1e15."""
+    number = _number(value)
+    return number if number is not None and 0 <= number < 1e15 else None
+
+
+def _array(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _whole(value: Any) -> int | None:
     number = _number(value)
     return int(number) if number is not None and number == int(number) and 0 <= number < 1 << 31 else None
@@ -98,7 +117,7 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, Any]:
     site has no reference), the ranks' compute rate by the clock (median and slowest: DDP runs at the
     slowest rank's pace, and a node shared with other work slows it by the clock), the start-up time."""
     bandwidth = _dict(result.get("bandwidth"))
-    rows = [r for r in bandwidth.get("rows") or [] if isinstance(r, dict) and _number(r.get("busbw_gbs")) is not None]
+    rows = [r for r in _array(bandwidth.get("rows")) if isinstance(r, dict) and _number(r.get("busbw_gbs")) is not None]
     reference = _dict(bandwidth.get("reference"))
     busbw = size = None
     if _number(reference.get("measured_gbs")) is not None:
@@ -107,9 +126,9 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, Any]:
         row = max(rows, key=lambda r: _number(r.get("bytes")) or 0)
         busbw, size = _number(row["busbw_gbs"]), row.get("bytes")
     rates: list[float] = []
-    for check in result.get("checks") or []:
+    for check in _array(result.get("checks")):
         if isinstance(check, dict) and check.get("name") == "compute":
-            ranks = (check.get("details") or {}).get("ranks") or []
+            ranks = _array(_dict(check.get("details")).get("ranks"))
             rates = [v for v in (_number(r.get("gflops")) for r in ranks if isinstance(r, dict)) if v is not None]
     startup = _dict(result.get("startup"))
     return {"busbw_gbs": busbw, "busbw_bytes": _whole(size),
@@ -120,16 +139,19 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, Any]:
 
 def _started(result: Mapping[str, Any], result_path: str | None) -> float:
     """When the run started: the result's ``started``, else the earliest rank's, else the result file's time."""
-    times = [_number(result.get("started"))] + [_number(r.get("started")) for r in result.get("ranks") or []
+    times = [_number(result.get("started"))] + [_number(r.get("started")) for r in _array(result.get("ranks"))
                                                 if isinstance(r, dict)]
-    known = [t for t in times if t is not None and t > 0]
+    known = [t for t in times if t is not None and 0 < t < TIME_MAX]
     if known:
         return min(known)
     with contextlib.suppress(ValueError, TypeError, OverflowError):  # a tuning document's UTC date
-        return calendar.timegm(time.strptime(str(result.get("date")), "%Y-%m-%dT%H:%M:%SZ"))
+        known.append(calendar.timegm(time.strptime(str(result.get("date")), "%Y-%m-%dT%H:%M:%SZ")))
     with contextlib.suppress(OSError, TypeError):
-        return os.stat(result_path or "").st_mtime
-    raise HistoryError("the result says nothing of when the run started")
+        known.append(os.stat(result_path or "").st_mtime)
+    for started in known:
+        if _time(started) is not None:
+            return started
+    raise HistoryError("the result says nothing of when the run started (or a time before 1970 or after 2242)")
 
 
 def record_from_result(result: Mapping[str, Any], kind: str, results_dir: str | None,
@@ -150,7 +172,7 @@ def record_from_result(result: Mapping[str, Any], kind: str, results_dir: str | 
                    "backend": _text(result.get("backend"), 32), "device": _text(result.get("device"), 32)},
         "stack": {"module": _text(stack.get("module")), "digest": _text(stack.get("digest"), 64)},
         "metrics": metrics_of(result) if kind == "validation" else {},
-        "toolchain": {"modules": [m for m in (_text(x) for x in toolchain.get("modules") or []) if m][:100],
+        "toolchain": {"modules": [m for m in (_text(x) for x in _array(toolchain.get("modules"))) if m][:100],
                       **{k: _text(toolchain.get(k)) for k in TOOLCHAIN_KEYS}},
         "results": _text(results_dir or result.get("results"), 4096),
         "regression": None,
@@ -174,6 +196,70 @@ def run_context(result: Mapping[str, Any], started: float) -> dict[str, Any]:
             "references": {"busbw_gbs": [busbw, lower, None]} if busbw and lower is not None and same_size else {}}
 
 
+METRIC_KEYS = ("busbw_gbs", "busbw_bytes", "compute_gflops", "compute_min_gflops", "startup_s")
+STATUSES = ("ok", "warn", "fail", "unknown")
+
+
+def _scalar_text(value: Any, limit: int = 200) -> str | None:
+    """A string field: a string or number as printable text (:func:`_text`), anything else None."""
+    return _text(value, limit) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+
+
+def normalise(data: Any) -> dict[str, Any] | None:
+    """The record in ``data`` with every field a reader uses of its type, or None when ``data`` is no
+    record: not an object of :data:`SCHEMA`, no run id, a ``kind`` other than its id's, no start time
+    between the epoch and :data:`TIME_MAX`. Every record read (:func:`load_record`) or written
+    (:func:`append`) passes here, so readers (``list``, sitestack's ``invoke history``, the regression
+    alarms, the perflog) trust the types: texts printable and bounded (:func:`_text`), numbers finite
+    and in range (times in (0, 2**33), amounts not negative), objects objects, lists lists. Fields a
+    record lacks stay absent (``ended``, ``hosts``, ``references``, ``exit_code``, a metric); others
+    of a foreign type become null; fields no reader knows are dropped."""
+    if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
+        return None
+    match = _ID.fullmatch(data["id"]) if isinstance(data.get("id"), str) else None
+    started = _time(data.get("started"))
+    if match is None or data.get("kind") != match.group(1) or started is None:
+        return None
+    layout, stack, toolchain = _dict(data.get("layout")), _dict(data.get("stack")), _dict(data.get("toolchain"))
+    metrics, regression, tuning = _dict(data.get("metrics")), data.get("regression"), data.get("tuning")
+    verdict = data.get("verdict")
+    record: dict[str, Any] = {
+        "schema": SCHEMA, "id": match.group(0), "kind": match.group(1), "started": started,
+        "site": _scalar_text(data.get("site"), 64), "job_id": _scalar_text(data.get("job_id"), 64),
+        "verdict": verdict if verdict in ("passed", "failed") else None, "cause": _scalar_text(data.get("cause"), 2000),
+        "layout": {"nodes": _whole(layout.get("nodes")), "world_size": _whole(layout.get("world_size")),
+                   **{k: _scalar_text(layout.get(k), 32) for k in ("launcher", "backend", "device")}},
+        "stack": {"module": _scalar_text(stack.get("module")), "digest": _scalar_text(stack.get("digest"), 64)},
+        "metrics": {k: (_whole if k == "busbw_bytes" else _amount)(metrics[k]) for k in METRIC_KEYS if k in metrics},
+        "toolchain": {"modules": [m for m in (_scalar_text(x) for x in _array(toolchain.get("modules"))[:100]) if m],
+                      **{k: _scalar_text(toolchain.get(k)) for k in TOOLCHAIN_KEYS}},
+        "results": _scalar_text(data.get("results"), 4096),
+        "regression": {"status": regression.get("status") if regression.get("status") in STATUSES else "unknown",
+                       "lines": [t for t in (_scalar_text(x, 2000) for x in _array(regression.get("lines"))[:50]) if t]}
+        if isinstance(regression, dict) else None,
+        "tuning": {key: _texts(tuning.get(key)) for key in ("chosen", "evidence")} if isinstance(tuning, dict) else None,
+    }
+    return {**record, **_context(data)}
+
+
+def _context(data: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`run_context`'s fields of a record and its ``exit_code``, those it has, normalised."""
+    out: dict[str, Any] = {}
+    if "ended" in data:
+        out["ended"] = _time(data["ended"])
+    if "hosts" in data:
+        hosts = [h for h in (_scalar_text(x, 255) for x in _array(data["hosts"])[:4096]) if h]
+        out["hosts"] = hosts or None
+    if "references" in data:
+        busbw = _array(_dict(data["references"]).get("busbw_gbs"))
+        triple = [_number(v) for v in busbw] if len(busbw) == 3 else []
+        out["references"] = {"busbw_gbs": triple} if triple and triple[0] is not None else {}
+    if "exit_code" in data:
+        code = data["exit_code"]
+        out["exit_code"] = code if isinstance(code, int) and not isinstance(code, bool) and -256 < code < 256 else None
+    return out
+
+
 # -- writing -------------------------------------------------------------------------------------
 def _modes(history_dir: str) -> tuple[int, int]:
     """(directory mode, shared file mode): group-writable where the prefix (the history's parent) is."""
@@ -182,7 +268,7 @@ def _modes(history_dir: str) -> tuple[int, int]:
         shared = bool(os.stat(parent).st_mode & 0o020)
     except OSError:
         shared = False
-    return (0o2775, 0o664) if shared else (0o755, 0o644)
+    return (0o3775, 0o664) if shared else (0o755, 0o644)
 
 
 def _make_dirs(history_dir: str) -> int:
@@ -194,6 +280,10 @@ def _make_dirs(history_dir: str) -> int:
         except FileExistsError:
             if os.path.islink(path) or not os.path.isdir(path):
                 raise HistoryError(f"{path} is not a directory") from None
+            info = os.stat(path)
+            if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != dir_mode:
+                with contextlib.suppress(OSError):  # a history made before, of another mode: the prefix's now
+                    os.chmod(path, dir_mode)
     return file_mode
 
 
@@ -275,9 +365,13 @@ def _locked_append(history_dir: str, line: str, mode: int) -> None:
 
 def append(history_dir: str, record: Mapping[str, Any]) -> str:
     """Record a run in ``history_dir`` (made where missing); the run id. A run already recorded is left as
-    it is (the first record wins). :class:`HistoryError` (one line) when the history cannot be written."""
-    if record.get("schema") != SCHEMA or not _ID.fullmatch(str(record.get("id"))):
-        raise HistoryError(f"not a history record (schema {SCHEMA}, id <UTC time>-<kind>-<job id>)")
+    it is (the first record wins). The record is written as :func:`normalise` makes it; :class:`HistoryError`
+    (one line) when it is no record or the history cannot be written."""
+    normalised = normalise(record)
+    if normalised is None:
+        raise HistoryError(f"not a history record (schema {SCHEMA}, id <UTC time>-<kind>-<job id>, its kind, "
+                           "a start time in seconds since the epoch)")
+    record = normalised
     try:
         mode = _make_dirs(history_dir)
         if _create_run(os.path.join(history_dir, RUNS), record, mode):
@@ -294,13 +388,11 @@ def valid_id(text: str) -> bool:
 
 
 def load_record(text: str) -> dict[str, Any] | None:
-    """The record in ``text`` (one JSON object of :data:`SCHEMA` with a run id), None for anything else."""
+    """The record in ``text`` (one JSON object of :data:`SCHEMA`), normalised (:func:`normalise`); None for anything else."""
     try:
-        data = json.loads(text)
+        return normalise(json.loads(text))
     except (ValueError, RecursionError):
         return None
-    ok = isinstance(data, dict) and data.get("schema") == SCHEMA and _ID.fullmatch(str(data.get("id")))
-    return data if ok else None
 
 
 def _read_bounded(path: str, limit: int) -> str | None:
@@ -317,43 +409,75 @@ def _read_bounded(path: str, limit: int) -> str | None:
 def read(history_dir: str) -> list[dict[str, Any]]:
     """Every run recorded in ``history_dir``, oldest first (by start, then id): the index's lines (a torn
     or foreign line skipped), and from runs/ what the index lacks. [] where there is no history."""
+    return scan(history_dir)[0]
+
+
+def scan(history_dir: str) -> tuple[list[dict[str, Any]], int]:
+    """(:func:`read`'s records, how many index lines and runs/ files were skipped: torn, foreign, not
+    normalised (:func:`normalise`), not regular files, larger than :data:`RECORD_MAX`)."""
+    found, skipped = index_records(_read_bounded(os.path.join(history_dir, INDEX), INDEX_MAX) or "")
+    runs, more = _runs(history_dir, set(found))
+    found.update(runs)
+    return _ordered(found.values()), skipped + more
+
+
+def index_records(text: str) -> tuple[dict[str, dict[str, Any]], int]:
+    """(the records of an index's ``text`` by id, the first of an id winning; how many lines were skipped)."""
     found: dict[str, dict[str, Any]] = {}
-    for line in (_read_bounded(os.path.join(history_dir, INDEX), INDEX_MAX) or "").splitlines():
+    skipped = 0
+    for line in text.splitlines():
         record = load_record(line)
         if record is not None:
             found.setdefault(record["id"], record)
-    found.update(_runs(history_dir, set(found)))
-    return _ordered(found.values())
+        elif line.strip():
+            skipped += 1
+    return found, skipped
+
+
+def run_record(name: str, text: str | None) -> dict[str, Any] | None:
+    """The record of runs/``name`` whose ``text`` was read (None: not read), or None: a file of another
+    name, too large, no record, or the record of another run."""
+    record = load_record(text) if text is not None and len(text) <= RECORD_MAX else None
+    return record if record is not None and name == f"{record['id']}.json" else None
 
 
 def _ordered(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (_number(r.get("started")) or 0.0, r["id"]))
 
 
-def _runs(history_dir: str, known: set[str]) -> dict[str, dict[str, Any]]:
-    """The records of runs/ but those of ``known`` ids."""
-    found = {}
+def _runs(history_dir: str, known: set[str]) -> tuple[dict[str, dict[str, Any]], int]:
+    """(the records of runs/ but those of ``known`` ids, how many run files were skipped)."""
+    found, skipped = {}, 0
     with contextlib.suppress(OSError):
         for name in os.listdir(os.path.join(history_dir, RUNS)):
             if name.endswith(".json") and name[:-5] not in known and _ID.fullmatch(name[:-5]):
-                record = load_record(_read_bounded(os.path.join(history_dir, RUNS, name), RECORD_MAX) or "")
-                if record is not None and record["id"] == name[:-5]:
+                record = run_record(name, _read_bounded(os.path.join(history_dir, RUNS, name), RECORD_MAX + 1))
+                if record is None:
+                    skipped += 1
+                else:
                     found[record["id"]] = record
-    return found
+    return found, skipped
 
 
 def rebuild(history_dir: str) -> int:
     """Rewrite the index from runs/ (under its lock, atomically); the number of runs."""
-    records = _ordered(_runs(history_dir, set()).values())
+    records = _ordered(_runs(history_dir, set())[0].values())
     mode = _modes(history_dir)[1]
     with _index_lock(history_dir, mode):
-        tmp = os.path.join(history_dir, f".{INDEX}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, os.path.join(history_dir, INDEX))
+        # a new file, never one another member of the group planted at this name (a link to follow)
+        tmp = os.path.join(history_dir, f".{INDEX}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+                handle.flush()
+                os.fchmod(handle.fileno(), mode)
+                os.fsync(handle.fileno())
+            os.replace(tmp, os.path.join(history_dir, INDEX))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     return len(records)
 
 
@@ -430,14 +554,17 @@ def _append(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    records = read(_history_dir(args))
+    """The records (each normalised (:func:`normalise`): every printed text printable), and on stderr how many were skipped."""
+    records, skipped = scan(_history_dir(args))
     if args.json:
         print(json.dumps(records, indent=2, sort_keys=True))
-        return 0
-    for r in records:
-        m = r.get("metrics") or {}
-        print(f"{r['id']}  {r.get('verdict') or '-'}  busbw {m.get('busbw_gbs')}  compute {m.get('compute_min_gflops')}  "
-              f"start-up {m.get('startup_s')}  stack {str((r.get('stack') or {}).get('digest') or '-')[:8]}")
+    for r in [] if args.json else records:
+        m = r["metrics"]
+        print(f"{r['id']}  {r['verdict'] or '-'}  busbw {m.get('busbw_gbs')}  compute {m.get('compute_min_gflops')}  "
+              f"start-up {m.get('startup_s')}  stack {(r['stack']['digest'] or '-')[:8]}")
+    if skipped:
+        print(f"sitestack history: {skipped} index lines or run files skipped (torn, not history records, or "
+              "not regular files)", file=sys.stderr)
     return 0
 
 
