@@ -103,3 +103,34 @@ def test_a_variable_also_set_in_env_is_refused(tmp_path: Path):
         pb.load(None, path)
     assert caught.value.where == f"{path}:{line_of(path, 'facts:')}" and caught.value.key == "facts"
     assert "tuning.variables.GLOO_SOCKET_IFNAME: also set in env" in caught.value.detail
+
+
+@pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "PYTHONPATH", "HOME", "MASTER_PORT", "LOCAL_RANK", "SLURM_JOB_ID",
+                                  "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SITESTACK_TIME_LIMIT", "LMOD_CMD", "MODULEPATH",
+                                  "NNODES", "NCCL_DEBUG_FILE", "MIOPEN_USER_DB_PATH", "APPTAINERENV_OMP_NUM_THREADS"])
+def test_a_variable_the_job_itself_needs_is_refused(tmp_path: Path, name: str):
+    """The sweep unsets every tuning variable at each point: PATH or the launchers' variables would take the
+    job down with it."""
+    path = local_with(tmp_path, {"variables": {name: {"candidates": ["1"]}}}, env={})
+    with pytest.raises(InputError) as caught:
+        pb.load(None, path)
+    assert caught.value.where == f"{path}:{line_of(path, name + ':')}", str(caught.value)
+    assert caught.value.key == f"facts.tuning.variables.{name}" and "the job itself needs or sets" in caught.value.detail
+
+
+def test_the_fault_injection_variable_may_be_swept(tmp_path: Path):
+    path = local_with(tmp_path, {"variables": {"SITESTACK_CHECK_FAULT": {"candidates": ["hang@1"]}}}, env={})
+    tuning = pb.load(None, path).facts.tuning
+    assert tuning is not None and list(tuning.variables) == ["SITESTACK_CHECK_FAULT"]
+
+
+def test_a_plan_longer_than_the_schedulers_longest_job_is_refused(tmp_path: Path):
+    """local allows 10-minute jobs: 6 points of 2 minutes (and the guard's 20 s each) cannot fit."""
+    path = local_with(tmp_path, {"point_time": "00:02:00",
+                                 "variables": {"OMP_NUM_THREADS": {"candidates": ["1", "2", "3", "4"]}}}, env={})
+    with pytest.raises(InputError) as caught:
+        pb.load(None, path)
+    assert caught.value.key == "facts" and caught.value.where == f"{path}:{line_of(path, 'facts:')}"
+    detail = caught.value.detail
+    assert "tuning: the sweep cannot fit in one job: 6 points x (120s point_time + 20s)" in detail, detail
+    assert "scheduler.max_job_time 00:10:00 (600s)" in detail

@@ -87,9 +87,10 @@ def test_the_sweep_script_is_the_validation_job_with_the_driver_instead_of_the_g
     validate = rendered("local")[f"jobs/validate-{launcher}.sbatch"][0]
     assert "--sweep \"$PLAN\"" in tune and "--guard --out" not in tune and "sitestack-mpi-probe" not in tune
     assert "#SBATCH --output=sitestack-tune-%j.log" in tune and "sitestack-tune-$JOB_ID" in tune
-    # the launch line itself is the validation job's
+    # the launch line itself is the validation job's (the comments aside)
     launch = validate[validate.index("echo \"sitestack validation: $WORLD_SIZE"):].splitlines()[1:-6]
-    assert "\n".join(launch) in tune
+    code = [line for line in tune.splitlines() if not line.startswith("#")]
+    assert "\n".join(line for line in launch if not line.startswith("#")) in "\n".join(code)
 
 
 def test_the_install_step_plans_writes_and_then_compares_the_plan():
@@ -147,6 +148,7 @@ def test_points_that_cannot_fit_in_the_job_are_recorded_as_not_run(program: Path
     (lambda p: p["points"][1]["settings"].update(LD_PRELOAD="x.so"), "not one of the plan's variables"),
     (lambda p: p["points"][2].update(id="p01"), "points[2].id: a point id p00..p999, each once"),
     (lambda p: p.update(point_seconds=float("nan")), "point_seconds:"),
+    (lambda p: p.update(variables=["OMP_NUM_THREADS", "PATH"]), "variables: PATH: the job itself needs or sets it"),
 ])
 def test_a_plan_that_cannot_run_is_refused_in_one_line(program: Path, tmp_path: Path, edit, says: str):
     plan = json.loads(local_files()["tune-plan.json"][0])
@@ -161,8 +163,17 @@ def test_a_plan_that_cannot_run_is_refused_in_one_line(program: Path, tmp_path: 
     assert run.stderr.strip() == f"sitestack: {caught.value}" and "Traceback" not in run.stderr
 
 
-def test_ports_that_would_reach_the_ephemeral_range_are_refused(program: Path, tmp_path: Path):
+def test_a_job_id_that_is_not_a_number_is_refused(program: Path, tmp_path: Path):
+    """The points' ports derive from the job's id (pointenv): a bad one is refused before any point runs."""
     path = tmp_path / "plan.json"
     path.write_text(local_files()["tune-plan.json"][0])
-    run = driver(program, path, tmp_path / "out", {"MASTER_PORT": "32767"})
-    assert run.returncode == 2 and "ephemeral" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    run = driver(program, path, tmp_path / "out", {"SITESTACK_JOB_ID": "1+1"})
+    assert run.returncode == 2 and "SITESTACK_JOB_ID must be a whole number" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "out" / "points").exists()
+
+
+def test_the_plans_rule_for_variable_names_is_the_playbooks():
+    """The shipped driver imports nothing of sitestack: its copy of the rule must be the model's."""
+    from sitestack.model.tuning_facts import TUNING_NAME
+    from sitestack.validation.ddpcheck.tuneplan import TUNING_NAME as PLAN_NAME
+    assert PLAN_NAME.pattern == TUNING_NAME

@@ -20,7 +20,8 @@ from sitestack.core import envvars, schema, versions
 from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.redact import has_secret
 from sitestack.model.container_facts import Container as Container
-from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC
+from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC, slurm_seconds
+from sitestack.model.tuning_facts import GUARD_GRACE
 from sitestack.model.tuning_facts import Tuning as Tuning
 from sitestack.model.tuning_facts import TuningVariable as TuningVariable
 from sitestack.model.validation_facts import BusBandwidth as BusBandwidth
@@ -318,6 +319,22 @@ class Facts:
         if tuned:
             return (f"tuning.variables.{tuned[0]}: also set in env; a tuned setting is set only by a measurement "
                     "(invoke tune): remove it from env")
+        return self._tuning_fits() or self._gpu_check()
+
+    def _tuning_fits(self) -> str | None:
+        """The sweep's job (every point to its time limit: Tuning.sweep_seconds) within the scheduler's
+        longest job, where the site states it."""
+        if not self.tuning or not self.scheduler.max_job_time:
+            return None
+        need, most = self.tuning.sweep_seconds(), slurm_seconds(self.scheduler.max_job_time)
+        if need <= most:
+            return None
+        return (f"tuning: the sweep cannot fit in one job: {len(self.tuning.points())} points x "
+                f"({self.tuning.point_seconds}s point_time + {GUARD_GRACE}s) with start-up and margin need {need}s, "
+                f"more than scheduler.max_job_time {self.scheduler.max_job_time} ({most}s): "
+                "fewer candidates or a shorter point_time")
+
+    def _gpu_check(self) -> str | None:
         if self.gpu.vendor == "amd" and self.rocm is None:
             return "an AMD GPU site needs rocm: {version, home}"
         if self.gpu.vendor == "nvidia" and self.cuda is None:

@@ -19,3 +19,10 @@ def slurm_seconds(text: str) -> int:
     else:
         hours, minutes, seconds = 0, parts[0], parts[1] if len(parts) > 1 else 0
     return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def slurm_time(seconds: int) -> str:
+    """``seconds`` as Slurm's ``HH:MM:SS``, or ``D-HH:MM:SS`` from a day on."""
+    days, rest = divmod(max(0, int(seconds)), 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text

@@ -18,6 +18,31 @@ from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.redact import has_secret
 from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC, slurm_seconds
 
+#: Names the job itself needs or sets, which the sweep cannot unset and set at every point: the
+#: process's own (PATH, the loader's and Python's), the launchers' and the ranks' (Slurm, PMI, Open MPI,
+#: torchrun), the modules', the job's and its launch helper's (geometry, master address and port, NCCL's
+#: logs, MIOpen's caches, the device hierarchy, the container's binds and passed-in values) and
+#: sitestack's own, except ``SITESTACK_CHECK_FAULT`` (the check's fault injection, which the tests sweep).
+RESERVED_NAMES = (
+    "PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME", "HOME", "USER", "TMPDIR",
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "ROLE_RANK", "NODELIST", "NNODES", "TASKS_PER_NODE", "CPUS_PER_TASK", "CPU_MASKS", "MODULEPATH",
+    "LOADEDMODULES", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_NET", "MIOPEN_USER_DB_PATH",
+    "MIOPEN_CUSTOM_CACHE_DIR", "ZE_FLAT_DEVICE_HIERARCHY", "ZE_AFFINITY_MASK", "SINGULARITY_BINDPATH",
+    "APPTAINER_BINDPATH", "MPI_LOCALRANKID")
+#: Prefixes of such names (``SLURM_JOB_ID``, ``PMI_RANK``, ``OMPI_COMM_WORLD_RANK``, ...).
+RESERVED_PREFIXES = ("SLURM_", "PMI_", "OMPI_", "LMOD_", "TORCHELASTIC_", "SINGULARITYENV_", "APPTAINERENV_",
+                     "SITESTACK_")
+#: The one sitestack variable a sweep may try: the check's fault injection (docs/tuning.md).
+FAULT_VARIABLE = "SITESTACK_CHECK_FAULT"
+#: A tuning variable's name: an environment variable's, none of the reserved ones.
+TUNING_NAME = (rf"(?={FAULT_VARIABLE}$|(?!(?:{'|'.join(RESERVED_NAMES)})$|{'|'.join(RESERVED_PREFIXES)}))"
+               + SHELL_NAME.pattern)
+#: Seconds of a sweep job besides its points: modules, the launch helper, the driver's start-up.
+SWEEP_START_UP = 60
+#: Seconds the guard waits past a point's deadline before it ends the point (ddpcheck.guard.GUARD_GRACE).
+GUARD_GRACE = 20
+
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
     return {"doc": text, **extra}
@@ -53,7 +78,10 @@ class Tuning:
     variables: Mapping[str, TuningVariable] = field(metadata=_doc(
         "environment variables to try (NCCL_*, FI_*, OMP_NUM_THREADS, ...), in the order the sweep runs them; "
         "none of them may also be in env (a tuned setting is set only after a measurement)",
-        key_pattern=SHELL_NAME.pattern, key_doc="an environment variable name (letters, digits, _)"))
+        key_pattern=TUNING_NAME, key_doc=(
+            "an environment variable name (letters, digits, _) other than one the job itself needs or sets, which "
+            "the sweep would unset at every point (" + ", ".join(RESERVED_NAMES) + ", "
+            + ", ".join(f"{p}*" for p in RESERVED_PREFIXES) + f" but {FAULT_VARIABLE})")))
     sizes: tuple[int, ...] = field(default=(), metadata=_doc(
         "allreduce message sizes in bytes measured at each point (default: GPU 1 MiB, 16 MiB and the "
         "validation reference size; CPU 64 KiB, 1 MiB and 4 MiB)"))
@@ -89,6 +117,15 @@ class Tuning:
     def point_seconds(self) -> int:
         """Each point's time limit in seconds."""
         return slurm_seconds(self.point_time)
+
+    def sweep_seconds(self) -> int:
+        """The wall time a sweep job needs for every point to run to its time limit, in whole minutes:
+        each point's ``point_seconds`` and the guard's grace after it, the job's start-up, and the margin
+        the job keeps before its end (a tenth of it, at least a minute, and the guard's grace:
+        ``sitestack.validation.jobs.time_limit``)."""
+        need = len(self.points()) * (self.point_seconds + GUARD_GRACE) + SWEEP_START_UP
+        total = max(need + 60 + GUARD_GRACE, -(-(need + GUARD_GRACE) * 10 // 9))
+        return -(-total // 60) * 60
 
     def points(self) -> list[tuple[str, dict[str, str]]]:
         """The one-factor-at-a-time grid: (label, settings) with the default (nothing set) first, then one

@@ -16,8 +16,10 @@ import json
 from typing import Any
 
 from sitestack.core import templates
+from sitestack.model.container_facts import runtime_of
 from sitestack.model.site import Facts
-from sitestack.validation.jobs import TEMPLATES, JobInputs, environment, job_context, validation_of
+from sitestack.model.slurmtime import slurm_seconds, slurm_time
+from sitestack.validation.jobs import TEMPLATES, JobInputs, environment, job_context, time_limit, validation_of
 
 PLAN = "tune-plan.json"
 PLAN_SCHEMA = "sitestack-tune-plan/1"
@@ -65,9 +67,28 @@ def tune_script_name(launcher: str) -> str:
     return f"tune-{launcher}.sbatch"
 
 
+def tune_job_seconds(facts: Facts) -> int:
+    """The sweep job's wall time: what every point needs to run to its time limit
+    (:meth:`sitestack.model.facts.Tuning.sweep_seconds`), at least the validation job's time, at most
+    ``facts.scheduler.max_job_time`` where set (loading the playbook refuses a plan that cannot fit)."""
+    seconds = slurm_seconds(facts.scheduler.time)
+    if facts.tuning:
+        seconds = max(seconds, facts.tuning.sweep_seconds())
+    if facts.scheduler.max_job_time:
+        seconds = min(seconds, slurm_seconds(facts.scheduler.max_job_time))
+    return seconds
+
+
 def render_tune_job(inputs: JobInputs, launcher: str) -> str:
-    """One sweep batch script: the launcher's validation template with the sweep driver around it."""
+    """One sweep batch script: the launcher's validation template with the sweep driver around it, its
+    ``--time`` the plan's (:func:`tune_job_seconds`), its driver told the container runtime's prefix for
+    variables inside the image where the site has one."""
+    facts = inputs.facts
     ctx = {**job_context(inputs, launcher), "tune": True, "script": tune_script_name(launcher)}
+    seconds = tune_job_seconds(facts)
+    ctx.update(sbatch=[f"--time={slurm_time(seconds)}" if line.startswith("--time=") else line for line in ctx["sbatch"]],
+               job_seconds=seconds, time_limit=time_limit(seconds),
+               container_env=runtime_of(facts.container).env_var("") if facts.container else "")
     name = f"{launcher}.sbatch.j2"
     return templates.cached_text([TEMPLATES], repr((name, sorted(ctx.items()))),
                                  lambda: environment().get_template(name).render(**ctx))

@@ -6,10 +6,13 @@ it never takes the sweep down.
 
 For each point the driver starts from the job's environment, unsets every variable of the plan (the
 default point is the true default even where the stack's module sets a tuned value), sets the point's
-settings (in the environment it hands the guard: no shell reads them), and gives it its own
-``MASTER_PORT`` (the job's + the point's index: a port the previous point's sockets may still hold in
-TIME_WAIT is not reused), its own directory ``OUT/points/<id>`` and its own deadline (``point_seconds``
-from its start, within the job's: a point that cannot fit is recorded as not run).
+settings (in the environment it hands the guard: no shell reads them; inside the image too where the
+ranks run in a container), and gives it its own ``MASTER_PORT`` and rendezvous (a free port of the
+sweep's own range, 30000-32699, never one of this sweep's earlier points:
+:mod:`sitestack.validation.ddpcheck.pointenv`), its own directory ``OUT/points/<id>`` and its own
+deadline (``point_seconds`` from its start, within the job's: a point that cannot fit is recorded as
+not run). The guard runs in its own session: a guard stuck past its deadline is killed with its
+process group and the launcher's session, so nothing of a point outlives it into the next.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from . import envvalues
+from . import envvalues, pointenv
 from .guard import GUARD_GRACE
 from .rank_progress import deadline_from_env
 from .siblings import ddp_report
@@ -31,8 +34,6 @@ from .tuneplan import load_plan, point_dir
 from .verdicts import load_config
 
 SCHEMA = "sitestack-sweep/1"
-#: Linux's ephemeral ports start here (ip_local_port_range): a point's MASTER_PORT stays below.
-EPHEMERAL = 32768
 #: Seconds past a point's guard deadline after which the driver ends the guard itself.
 DRIVER_GRACE = 30
 #: The largest result.json read back (a point's result is a few tens of KiB).
@@ -51,6 +52,8 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--expect-world-size", type=int, required=True)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--ranks-per-node", type=int, default=None)
+    p.add_argument("--container-env", choices=pointenv.CONTAINER_PREFIXES, default=None,
+                   help="the prefix by which the site's container runtime sets a variable inside its image")
     p.add_argument("command", nargs=argparse.REMAINDER)
     if not argv or argv[0].startswith("-"):
         p.error("the plan (tune-plan.json) comes first")
@@ -61,10 +64,9 @@ def sweep_main(argv: list[str]) -> int:
     plan = load_plan(argv[0])
     env = os.environ
     job_deadline = deadline_from_env(env, envvalues.seconds(env, "SITESTACK_TIME_LIMIT", 1) or 480)
-    port = envvalues.whole(env, "MASTER_PORT", 1024, EPHEMERAL - 1) or 29500
-    if port + len(plan["points"]) - 1 >= EPHEMERAL:
-        raise envvalues.EnvError(f"MASTER_PORT {port} + {len(plan['points'])} points reaches the ephemeral ports "
-                                 f"({EPHEMERAL} and up): a point's port could be taken by an outgoing connection")
+    job_id = envvalues.whole(env, "SITESTACK_JOB_ID")
+    job_id = os.getpid() if job_id is None else job_id
+    used: set[int] = set()
     config = load_config(args.config) if args.config else {}
     stack = config.get("stack") or {}
     sweep: dict[str, Any] = {
@@ -77,7 +79,10 @@ def sweep_main(argv: list[str]) -> int:
     os.makedirs(args.out, exist_ok=True)
     write_sweep(args.out, sweep)
     for index, point in enumerate(plan["points"]):
-        record, result = run_point(args, plan, index, point, port + index, job_deadline, command)
+        port = pointenv.point_port(job_id, index, used)
+        used.add(port)
+        record, result = run_point(args, plan, point, port, job_deadline,
+                                   pointenv.point_command(command, port, point["id"]))
         if record["status"] == "ok" and sweep["backend"] is None:
             sweep["backend"], sweep["device"] = result.get("backend"), result.get("device")
         sweep["points"].append(record)
@@ -98,13 +103,15 @@ def write_sweep(out: str, sweep: dict[str, Any]) -> None:
     ddp_report.write_json(sweep, os.path.join(out, "sweep.json"))
 
 
-def point_env(plan: dict[str, Any], point: dict[str, Any], port: int, deadline: float) -> dict[str, str]:
-    """The point's environment: the job's, every plan variable unset, the point's settings, its port,
-    its id and its deadline."""
+def point_env(plan: dict[str, Any], point: dict[str, Any], port: int, deadline: float,
+              container_env: str | None = None) -> dict[str, str]:
+    """The point's environment: the job's, every plan variable unset (and its container variables:
+    :func:`pointenv.container_settings`), the point's settings, its port, its id and its deadline."""
     env = dict(os.environ)
     for name in plan["variables"]:
         env.pop(name, None)
     env.update(point["settings"])
+    pointenv.container_settings(env, plan["variables"], point["settings"], container_env)
     env.update({"MASTER_PORT": str(port), "SITESTACK_TUNE_POINT": point["id"], "SITESTACK_DEADLINE": f"{deadline:.3f}",
                 "SITESTACK_TIME_LIMIT": str(plan["point_seconds"]),
                 "SITESTACK_TIME_LIMIT_FROM": "the tuning plan's point_seconds",
@@ -113,9 +120,10 @@ def point_env(plan: dict[str, Any], point: dict[str, Any], port: int, deadline: 
     return env
 
 
-def run_point(args: argparse.Namespace, plan: dict[str, Any], index: int, point: dict[str, Any], port: int,
+def run_point(args: argparse.Namespace, plan: dict[str, Any], point: dict[str, Any], port: int,
               job_deadline: float, command: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One point under the guard: its record for sweep.json and its result.json ({} without one)."""
+    """One point under the guard (in its own session): its record for sweep.json and its result.json
+    ({} without one)."""
     record: dict[str, Any] = {"id": point["id"], "label": point["label"], "settings": point["settings"],
                               "status": "skipped", "cause": None, "exit_code": None, "seconds": 0.0,
                               "result": None, "busbw_gbs": {}, "step_ms": []}
@@ -132,13 +140,15 @@ def run_point(args: argparse.Namespace, plan: dict[str, Any], index: int, point:
              "--", *command]
     print(f"sitestack tune: {point['id']} {point['label']}: MASTER_PORT {port}, {seconds}s, in {directory}", flush=True)
     try:
-        proc = subprocess.Popen(guard, env=point_env(plan, point, port, start + seconds))
+        proc = subprocess.Popen(guard, env=point_env(plan, point, port, start + seconds, args.container_env),
+                                start_new_session=True)
     except OSError as exc:
         record.update(status="failed", cause=f"cannot start the guard: {exc}")
         return record, {}
     try:
         rc = proc.wait(timeout=seconds + GUARD_GRACE + DRIVER_GRACE)
-    except subprocess.TimeoutExpired:  # the guard itself is stuck: end it, the point is a hang
+    except subprocess.TimeoutExpired:  # the guard itself is stuck: end it and all it started, the point is a hang
+        pointenv.end_point(proc.pid)
         proc.kill()
         rc = proc.wait()
         record.update(status="hung", cause=f"the guard did not end {DRIVER_GRACE}s after its deadline: killed")

@@ -18,6 +18,15 @@ from typing import Any
 SCHEMA = "sitestack-tune-plan/1"
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 POINT_ID = re.compile(r"p[0-9]{2,3}")
+#: A plan variable's name: none the job itself needs or sets (the same rule as the playbook's,
+#: ``sitestack.model.tuning_facts.TUNING_NAME``, which the tests hold equal; this program imports nothing of sitestack).
+TUNING_NAME = re.compile(
+    r"(?=SITESTACK_CHECK_FAULT$|(?!(?:PATH|LD_LIBRARY_PATH|LD_PRELOAD|PYTHONPATH|PYTHONHOME|HOME|USER|TMPDIR|MASTER_ADDR"
+    r"|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|NODELIST|NNODES|TASKS_PER_NODE"
+    r"|CPUS_PER_TASK|CPU_MASKS|MODULEPATH|LOADEDMODULES|NCCL_DEBUG|NCCL_DEBUG_SUBSYS|NCCL_DEBUG_FILE|NCCL_NET"
+    r"|MIOPEN_USER_DB_PATH|MIOPEN_CUSTOM_CACHE_DIR|ZE_FLAT_DEVICE_HIERARCHY|ZE_AFFINITY_MASK|SINGULARITY_BINDPATH"
+    r"|APPTAINER_BINDPATH|MPI_LOCALRANKID)$|SLURM_|PMI_|OMPI_|LMOD_|TORCHELASTIC_|SINGULARITYENV_|APPTAINERENV_"
+    r"|SITESTACK_))[A-Za-z_][A-Za-z0-9_]*")
 #: Bounds on what a plan may ask for: a job step per point, each with its own port above the job's.
 MAX_POINTS, MAX_SIZES, MAX_SIZE, MAX_VALUE = 200, 32, 1 << 33, 4096
 #: The largest plan file read (a plan of MAX_POINTS points is a few tens of KiB).
@@ -66,6 +75,10 @@ def check_plan(data: Any, where: str) -> dict[str, Any]:
     names = data.get("variables")
     if not isinstance(names, list) or not all(isinstance(n, str) and NAME.fullmatch(n) for n in names):
         raise bad("variables", "a list of environment variable names (letters, digits, _)")
+    reserved = next((n for n in names if not TUNING_NAME.fullmatch(n)), None)
+    if reserved is not None:
+        raise bad("variables", f"{reserved}: the job itself needs or sets it, and the sweep unsets every plan "
+                               "variable at each point (docs/tuning.md)")
     points = data.get("points")
     if not isinstance(points, list) or not 1 <= len(points) <= MAX_POINTS:
         raise bad("points", f"a list of 1 to {MAX_POINTS} points")
