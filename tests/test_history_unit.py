@@ -211,3 +211,19 @@ def test_check_config_names_the_digest_of_the_stack_installed_on_the_host(tmp_pa
     assert config["stack"]["digest"] == plan_digest(plan) and config["history_dir"] == f"{ctx.values['prefix']}/history"
     assert jobs.check_config(job_inputs(ctx, directory, "/usr/bin/python3", host))["stack"]["digest"] is None
     assert "history.py" in jobs.job_files(job_inputs(ctx, directory, None, host))
+
+
+def test_a_tuning_is_recorded_with_its_start_and_whether_it_was_published(tmp_path: Path) -> None:
+    from sitestack.engine.site_history import row_of
+    from sitestack.validation import history
+    doc = {"schema": "sitestack-tuning/1", "site": "local", "job_id": "77", "date": "2026-11-25T10:00:00Z",
+           "started": 1764064800.0, "chosen": {"OMP_NUM_THREADS": "1"}, "evidence": {"OMP_NUM_THREADS": "DDP step ..."},
+           "published": False, "unpublished": "1 point(s) not run for want of time (default (again))"}
+    record = history.record_from_result(doc, "tuning", None)
+    assert record["id"] == "20251125T100000Z-tuning-77"   # the sweep's start, not the decision's date
+    assert record["tuning"]["published"] is False and "want of time" in record["tuning"]["unpublished"]
+    history.append(str(tmp_path / "history"), record)
+    (read,) = history.read(str(tmp_path / "history"))
+    assert read["tuning"] == record["tuning"]
+    assert "chose OMP_NUM_THREADS=1, not published (1 point(s) not run" in row_of(read)
+    assert row_of({**read, "tuning": {**read["tuning"], "published": True}}).count("chose OMP_NUM_THREADS=1, published") == 1

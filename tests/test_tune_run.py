@@ -82,7 +82,7 @@ def test_tune_without_a_scheduler_drops_a_crash_and_decides_on_the_rest(installe
     # the table: every point with its status and verdict; the decision; what provision sets now
     assert "SITESTACK_CHECK_FAULT=crash@1  crashed" in out.stdout and "dropped: SITESTACK_CHECK_FAULT=crash@1 (crashed)" \
         in out.stdout, out.stdout
-    assert "provision will now set:" in out.stdout
+    assert "provision will now set in " in out.stdout
     tuning = job["prefix"] / "tuning"
     report = (tuning / "report.md").read_text()
     assert "| p02 | SITESTACK_CHECK_FAULT=crash@1 | crashed |" in report

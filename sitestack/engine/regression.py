@@ -2,7 +2,8 @@
 
 Pure functions of history records (:mod:`sitestack.validation.history`). The healthy runs are the last
 ``window`` validation runs that passed, with the same stack digest and the same layout (nodes, world
-size, launcher, backend, device), started before the new run. For each metric -- busbw at the
+size, launcher, backend, device), started before the new run, less those that were themselves a
+regression (a recorded WARN or FAIL). For each metric -- busbw at the
 reference size and the slowest rank's compute rate (higher is better), the start-up time (lower is
 better) -- the new value is compared with their median:
 
@@ -141,6 +142,7 @@ def line_of(f: Finding) -> str:
 
 
 def ok_text(f: Finding) -> str:
+    """A metric within the spread, or unknown, in a few words (``busbw 0.71 GB/s (median 0.69)``)."""
     name, unit = _name(f.metric)
     if f.status == "unknown":
         return f"{name} unknown ({f.runs} healthy runs measured it)"

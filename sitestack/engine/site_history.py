@@ -63,9 +63,11 @@ def read_on(host: Host, history_dir: str) -> tuple[list[dict[str, Any]], list[st
 
     found, skipped = shipped.index_records(read(posixpath.join(history_dir, shipped.INDEX), shipped.INDEX_MAX) or "")
     listing = host.probe(["ls", "-1", "--", posixpath.join(history_dir, shipped.RUNS)], timeout=60)
-    names = [n for n in listing.stdout.splitlines() if n.endswith(".json")][:RUNS_MAX] if listing.ok else []
+    # the runs the index lacks, the newest RUNS_MAX of them (ls sorts by name: by start time)
+    names = [n for n in listing.stdout.splitlines() if n.endswith(".json") and n[:-5] not in found][-RUNS_MAX:] \
+        if listing.ok else []
     for name in names:
-        if name[:-5] not in found and shipped.valid_id(name[:-5]):
+        if shipped.valid_id(name[:-5]):
             record = shipped.run_record(name, read(posixpath.join(history_dir, shipped.RUNS, name), shipped.RECORD_MAX + 1))
             if record is None:
                 skipped += 1
@@ -93,7 +95,7 @@ def after_validation(host: Host, validation_dir: str, prefix: str, result: Mappi
         record = shipped.record_from_result(result, "validation", out_dir)
     except shipped.HistoryError as exc:
         reporter.note(f"history: not recorded: {exc}")
-        return {"status": "unknown", "lines": [str(exc)]}
+        return {"status": "unknown", "lines": [str(exc)], "metrics": {}}
     runs, warnings = read_on(host, history_dir)
     for warning in warnings:
         reporter.note(f"warning: {warning}")
@@ -150,9 +152,19 @@ def row_of(record: Mapping[str, Any]) -> str:
                                                    in ("warn", "fail") else "")
     stack = str((record.get("stack") or {}).get("digest") or "-")[:8]
     changed = "; ".join(record.get("changes") or []) or "-"
+    if record.get("kind") == "tuning":
+        return f"{record['id']} [tuning]  {tuning_words(record.get('tuning') or {})}  stack {stack}  changed: {changed}"
     kind = "" if record.get("kind") == "validation" else f" [{record.get('kind')}]"
     return (f"{record['id']}{kind}  {verdict}  busbw {number('busbw_gbs', 'GB/s')}{at}  compute {number('compute_min_gflops', 'GFLOPS')}"
             f"  start-up {number('startup_s', 's')}  stack {stack}  changed: {changed}")
+
+
+def tuning_words(tuning: Mapping[str, Any]) -> str:
+    """A tuning's decision in a few words: what it chose, and whether the stack's module sets it."""
+    chosen = ", ".join(f"{k}={v}" for k, v in (tuning.get("chosen") or {}).items()) or "nothing"
+    if tuning.get("published") is False:
+        return f"chose {chosen}, not published ({tuning.get('unpublished') or 'the sweep was not whole'})"
+    return f"chose {chosen}" + (", published" if tuning.get("published") else "")
 
 
 def list_runs(host: Host, validation_dir: str, prefix: str,

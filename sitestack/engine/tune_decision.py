@@ -28,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sitestack.core.errors import InputError
+from sitestack.installs.tuned import TUNING_SCHEMA
+from sitestack.validation.report_plot import human_bytes
 
 SWEEP_SCHEMA = "sitestack-sweep/1"
-TUNING_SCHEMA = "sitestack-tuning/1"
 STATUSES = ("ok", "hung", "crashed", "failed", "skipped")
 #: The most samples one metric of one point may hold (repeats are at most 100: facts.tuning).
 MAX_SAMPLES = 1000
@@ -182,18 +183,10 @@ def nested(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 # -- the decision -------------------------------------------------------------------------------------------
 
-def human_size(n: int) -> str:
-    """``4194304`` -> ``"4 MiB"`` (a size that is not a whole number of KiB stays in bytes)."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
 def metric_words(name: str) -> str:
     """``busbw_gbs/4194304`` -> ``"allreduce busbw at 4 MiB"``; ``step_ms`` -> ``"DDP step"``."""
     metric, _, size = name.partition("/")
-    return f"allreduce busbw at {human_size(int(size))}" if metric == "busbw_gbs" else "DDP step"
+    return f"allreduce busbw at {human_bytes(int(size))}" if metric == "busbw_gbs" else "DDP step"
 
 
 def evidence(point: Mapping[str, Any], default: Mapping[str, Any], judged: Mapping[str, Any], job: str,
@@ -266,6 +259,7 @@ def decide(sweep: Mapping[str, Any], *, date: str, results: str | None = None) -
                                    + ": nothing to compare with, nothing chosen")
     return {
         "schema": TUNING_SCHEMA, "site": sweep.get("site"), "job_id": sweep.get("job_id"), "date": date,
+        "started": sweep.get("started"),   # the sweep's start: the history's run id (docs/history.md)
         "launcher": sweep.get("launcher"), "nodes": sweep.get("nodes"), "world_size": sweep.get("world_size"),
         "backend": sweep.get("backend"), "device": sweep.get("device"), "stack": sweep.get("stack"),
         "sizes": plan.get("sizes"), "repeats": plan.get("repeats"), "min_gain": min_gain,

@@ -10,8 +10,19 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sitestack.engine.tune_decision import human_size
-from sitestack.validation.report_plot import LEFT, PANEL, RIGHT, TOP, UNDER, WIDTH, _add, _Axis, _frame, _marker
+from sitestack.validation.report_plot import (
+    LEFT,
+    PANEL,
+    RIGHT,
+    TOP,
+    UNDER,
+    WIDTH,
+    _add,
+    _Axis,
+    _frame,
+    _marker,
+    human_bytes,
+)
 
 #: One colour per point (matplotlib's tab10, the validation plot's palette), in the order of the points.
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -33,7 +44,7 @@ def sizes_of(doc: Mapping[str, Any]) -> list[str]:
 def rows(doc: Mapping[str, Any]) -> list[list[str]]:
     """The table's rows: a header, then per point id, label, status, busbw per size, DDP step, verdict."""
     sizes = sizes_of(doc)
-    out = [["point", "setting", "status", *[f"busbw {human_size(int(s))} GB/s" for s in sizes], "DDP step ms", "verdict"]]
+    out = [["point", "setting", "status", *[f"busbw {human_bytes(int(s))} GB/s" for s in sizes], "DDP step ms", "verdict"]]
     for p in doc["points"]:
         summary = p.get("summary") or {}
         busbw = summary.get("busbw_gbs") or {}
@@ -103,6 +114,7 @@ def series(doc: Mapping[str, Any]) -> list[tuple[str, list[tuple[int, float]]]]:
 
 
 def title(doc: Mapping[str, Any]) -> str:
+    """The plot's title: the site and the tuning job."""
     return (f"{doc.get('site')}: allreduce busbw at each point of tuning job {doc.get('job_id')}, "
             f"{doc.get('world_size')} ranks, {doc.get('backend')} on {doc.get('device')}")
 
@@ -132,7 +144,7 @@ def _png(doc: Mapping[str, Any], lines: Sequence[tuple[str, list[tuple[int, floa
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(sizes)
-    ax.set_xticklabels([human_size(s) for s in sizes], rotation=30, ha="right")
+    ax.set_xticklabels([human_bytes(s) for s in sizes], rotation=30, ha="right")
     ax.xaxis.set_minor_locator(NullLocator())   # the sizes measured are the ticks; busbw keeps its minor labels
     ax.grid(True, which="major", alpha=0.35)
     ax.set_xlabel("message size")

@@ -32,6 +32,7 @@ from sitestack.engine.tune_report import decision_lines, markdown, render_plot, 
 from sitestack.engine.validate import RESULT_WAIT, ValidateOptions, choose, install_dir, open_host, results_root
 from sitestack.installs.tuned import read_tuned, tuned_from, tuning_path
 from sitestack.model.site import Facts, Site
+from sitestack.validation.ddpcheck.tuneplan import MAX_PLAN_BYTES, check_plan
 from sitestack.validation.jobs import validation_of
 from sitestack.validation.tune_jobs import PLAN, TUNE_LAUNCHERS, tune_plan, tune_script_name
 
@@ -55,6 +56,7 @@ class TuneOutcome:
 
 
 def utc_now() -> str:
+    """Now, in UTC, as tuning.json dates its decision (``2026-11-25T10:00:00Z``)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -104,7 +106,6 @@ def _tune(site: Site, options: ValidateOptions, reporter: Reporter, host: Host, 
     return conclude(site.name, facts, (prefix, directory), TuneOutcome(0, job_id, out_dir, log), rc, reporter, host)
 
 
-
 def choose_for_tune(facts: Facts, options: ValidateOptions, host: Host, check: bool) -> tuple[str, str]:
     """(scheduler, launcher) as ``invoke validate`` chooses them; with ``check`` on a host where no Slurm
     answers and the site has no launcher without one, the site's first sweep launcher on its Slurm."""
@@ -145,6 +146,7 @@ def conclude(site_name: str, facts: Facts, where: tuple[str, str], outcome: Tune
     sweep = {**read_sweep(host, out_dir, log, str(outcome.job_id), rc), "job_id": str(outcome.job_id)}
     tuning = decide(sweep, date=utc_now(), results=out_dir)
     why = unpublished(sweep, tuning, rc)
+    tuning.update(published=why is None, unpublished=why)
     target = os.path.dirname(tuning_path(prefix)) if why is None else f"{out_dir}/decision"
     outcome.files = write_decision(host, target, tuning)
     outcome.tuning = tuning
@@ -162,8 +164,10 @@ def conclude(site_name: str, facts: Facts, where: tuple[str, str], outcome: Tune
     for warning in warnings:
         reporter.note(f"warning: {warning}")
     settings = ", ".join(f"{t.name}={t.value}" for t in tuned) or "no tuned setting (every tuning variable unset)"
-    reporter.note(f"provision will now set: {settings} (`invoke install-modulefiles --site {site_name}` "
-                  "writes the stack's module)")
+    # the stack the sweep ran (a site's other stacks keep what they set: installs/tuned.py)
+    module = (tuning.get("stack") or {}).get("module") or "the stack"
+    reporter.note(f"provision will now set in {module}'s module: {settings} (`invoke install-modulefiles --site "
+                  f"{site_name}` writes it)")
     outcome.code = 0
     return outcome
 
@@ -219,19 +223,20 @@ def write_decision(host: Host, directory: str, tuning: dict[str, Any]) -> list[s
 
 
 def show_plan(site: Site, facts: Facts, host: Host, directory: str, script: str, how: str, reporter: Reporter) -> None:
-    """The points the sweep would run: the installed plan's, else the playbook's (not installed yet)."""
-    text = host.read_tail(f"{directory}/{PLAN}", SWEEP_MAX)
-    plan: Any = None
-    try:
-        plan = json.loads(text) if text else None
-    except ValueError:
-        plan = None
+    """The points the sweep would run: the installed plan's (checked as the sweep job checks it), else the
+    playbook's, saying why (not installed yet, or the installed one is not a plan)."""
     source = f"{directory}/{PLAN}"
-    if not isinstance(plan, dict) or not isinstance(plan.get("points"), list):
-        plan = tune_plan(site.name, facts)
-        source = (f"the playbook's facts.tuning: the sweep is not installed on {host.name} yet "
-                  f"(`invoke install-validation-job --site {site.name}`)")
-    assert plan is not None
+    text = host.read_tail(source, MAX_PLAN_BYTES + 1)
+    plan: dict[str, Any] | None = None
+    try:
+        plan = check_plan(json.loads(text), source) if text and len(text) <= MAX_PLAN_BYTES else None
+    except (ValueError, RecursionError) as exc:   # PlanError is a ValueError
+        reporter.note(f"warning: {source} is not a tuning plan ({exc}): `invoke install-validation-job --site "
+                      f"{site.name}` installs it again")
+    if plan is None:
+        plan = tune_plan(site.name, facts) or {"points": []}
+        source = (f"the playbook's facts.tuning (the sweep is not installed on {host.name} as the playbook has it: "
+                  f"`invoke install-validation-job --site {site.name}`)")
     sizes = ", ".join(str(s) for s in plan.get("sizes") or [])
     reporter.note(f"would run {script} ({how}): {len(plan['points'])} points from {source}; {plan.get('repeats')} "
                   f"samples at each of {sizes} bytes and of the DDP step, {plan.get('point_seconds')} s per point at most")

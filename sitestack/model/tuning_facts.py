@@ -4,8 +4,8 @@ sizes, repeats per point, each point's time limit, the gain a setting must show)
 :mod:`sitestack.model.facts`, which re-exports these names.
 
 The sweep is one factor at a time: a default point with every tuning variable unset, then one point
-per (variable, candidate) with only that variable set, in playbook order (a full product of 4
-variables with 3 values each would be 81 job steps).
+per (variable, candidate) with only that variable set, in playbook order, then the default again (a
+full product of 4 variables with 3 values each would be 81 job steps).
 """
 
 from __future__ import annotations
@@ -87,8 +87,7 @@ class Tuning:
         "validation reference size; CPU 64 KiB, 1 MiB and 4 MiB)"))
     repeats: int = field(default=5, metadata=_doc(
         "timed samples per size (and of the DDP step) at each point; the spread is taken from them. At least 5: "
-        "with 3, two candidates and 5% noise, a sweep with no real difference chose a setting 26% of the time "
-        "(docs/tuning.md)", min=5, max=100))
+        "fewer let noise pass for a gain (docs/tuning.md, \"How often noise wins\")", min=5, max=100))
     point_time: str = field(default="00:02:00", metadata=_doc(
         "each point's own time limit under the hang guard (a point past it is recorded as hung)",
         pattern=SLURM_TIME, pattern_doc=SLURM_TIME_DOC))

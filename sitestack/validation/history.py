@@ -154,6 +154,15 @@ def _started(result: Mapping[str, Any], result_path: str | None) -> float:
     raise HistoryError("the result says nothing of when the run started (or a time before 1970 or after 2242)")
 
 
+def _tuning(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A tuning's part of a record: the settings chosen and their evidence, and whether the decision was
+    published (the stack's module sets it) or why not (a sweep cut short keeps its decision to itself)."""
+    published = doc.get("published")
+    return {"chosen": _texts(doc.get("chosen")), "evidence": _texts(doc.get("evidence")),
+            "published": published if isinstance(published, bool) else None,
+            "unpublished": _text(doc.get("unpublished"), 400)}
+
+
 def record_from_result(result: Mapping[str, Any], kind: str, results_dir: str | None,
                        result_path: str | None = None) -> dict[str, Any]:
     """A history record (schema :data:`SCHEMA`) of a validation's ``result.json`` (or a tuning document)."""
@@ -176,7 +185,7 @@ def record_from_result(result: Mapping[str, Any], kind: str, results_dir: str | 
                       **{k: _text(toolchain.get(k)) for k in TOOLCHAIN_KEYS}},
         "results": _text(results_dir or result.get("results"), 4096),
         "regression": None,
-        "tuning": {key: _texts(result.get(key)) for key in ("chosen", "evidence")} if kind == "tuning" else None,
+        "tuning": _tuning(result) if kind == "tuning" else None,
         **(run_context(result, started) if kind == "validation" else {}),
     }
 
@@ -237,7 +246,7 @@ def normalise(data: Any) -> dict[str, Any] | None:
         "regression": {"status": regression.get("status") if regression.get("status") in STATUSES else "unknown",
                        "lines": [t for t in (_scalar_text(x, 2000) for x in _array(regression.get("lines"))[:50]) if t]}
         if isinstance(regression, dict) else None,
-        "tuning": {key: _texts(tuning.get(key)) for key in ("chosen", "evidence")} if isinstance(tuning, dict) else None,
+        "tuning": _tuning(tuning) if isinstance(tuning, dict) else None,
     }
     return {**record, **_context(data)}
 

@@ -2,7 +2,8 @@
 script per launcher (``jobs/tune-<launcher>.sbatch``), installed beside the validation job.
 
 The plan is the one-factor-at-a-time grid of ``facts.tuning`` (:meth:`sitestack.model.facts.Tuning.points`):
-point ``p00`` with every tuning variable unset, then one point per (variable, candidate). The batch
+point ``p00`` with every tuning variable unset, then one point per (variable, candidate), then the default
+again (it brackets the sweep, so a drift shows in the default's own samples). The batch
 script is the validation job's (:mod:`sitestack.validation.jobs`: modules, launch helper, geometry, checks
 of run-time values, MASTER_ADDR, time limit) with the guard replaced by the sweep driver
 (``ddp_check.py --sweep``, :mod:`sitestack.validation.ddpcheck.sweep`), which runs the same launcher line
@@ -64,6 +65,7 @@ def tune_plan(site: str, facts: Facts) -> dict[str, Any] | None:
 
 
 def tune_script_name(launcher: str) -> str:
+    """The sweep script of ``launcher`` in the job's ``jobs/`` directory."""
     return f"tune-{launcher}.sbatch"
 
 

@@ -23,8 +23,8 @@ from .runner import finish
 from .state import Run
 from .verdicts import CHECKS, FAILED, PASSED, SKIPPED, rank_fault
 
-#: The DDP model's width and batch: enough arithmetic per step (about 1 GFLOP) that the ranks'
-#: threads show in the step time, with gradients small next to it (two 512 KiB buckets).
+#: The DDP model's width and batch: enough arithmetic per step (about 1.6 GFLOP) that the ranks'
+#: threads show in the step time, with gradients small next to it (about 0.5 MiB: one DDP bucket).
 WIDTH, BATCH = 256, 2048
 #: Steps per DDP sample, after WARMUP_STEPS untimed ones.
 STEPS_PER_SAMPLE, WARMUP_STEPS = 4, 2

@@ -27,7 +27,8 @@ TUNING_NAME = re.compile(
     r"|MIOPEN_USER_DB_PATH|MIOPEN_CUSTOM_CACHE_DIR|ZE_FLAT_DEVICE_HIERARCHY|ZE_AFFINITY_MASK|SINGULARITY_BINDPATH"
     r"|APPTAINER_BINDPATH|MPI_LOCALRANKID)$|SLURM_|PMI_|OMPI_|LMOD_|TORCHELASTIC_|SINGULARITYENV_|APPTAINERENV_"
     r"|SITESTACK_))[A-Za-z_][A-Za-z0-9_]*")
-#: Bounds on what a plan may ask for: a job step per point, each with its own port above the job's.
+#: Bounds on what a plan may ask for: a job step per point, each with its own port of the sweep's range
+#: (:mod:`.pointenv`).
 MAX_POINTS, MAX_SIZES, MAX_SIZE, MAX_VALUE = 200, 32, 1 << 33, 4096
 #: The largest plan file read (a plan of MAX_POINTS points is a few tens of KiB).
 MAX_PLAN_BYTES = 1 << 20
