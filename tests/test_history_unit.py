@@ -227,3 +227,14 @@ def test_a_tuning_is_recorded_with_its_start_and_whether_it_was_published(tmp_pa
     assert read["tuning"] == record["tuning"]
     assert "chose OMP_NUM_THREADS=1, not published (1 point(s) not run" in row_of(read)
     assert row_of({**read, "tuning": {**read["tuning"], "published": True}}).count("chose OMP_NUM_THREADS=1, published") == 1
+
+
+def test_a_bounded_read_keeps_the_newest_lines_whole(tmp_path: Path) -> None:
+    from sitestack.validation import history
+    index = tmp_path / "index.jsonl"
+    index.write_text("".join(f'{{"n": {i}}}\n' for i in range(1000)))
+    text = history._read_bounded(str(index), 100)
+    assert text is not None and text.endswith('{"n": 999}\n')
+    assert all(json.loads(line)["n"] > 990 for line in text.splitlines())   # no cut first line
+    os.mkfifo(tmp_path / "fifo")
+    assert history._read_bounded(str(tmp_path / "fifo"), 100) is None

@@ -405,14 +405,21 @@ def load_record(text: str) -> dict[str, Any] | None:
 
 
 def _read_bounded(path: str, limit: int) -> str | None:
+    """The last ``limit`` bytes of the regular file ``path`` (its newest lines: the index grows at its end;
+    a cut first line is left out), never following a link or opening a FIFO or device; None otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):  # a FIFO or device is no history file
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device is no history file
             return None
-        return handle.read(limit).decode("utf-8", "replace")
+        if info.st_size <= limit:
+            return handle.read(limit).decode("utf-8", "replace")
+        handle.seek(info.st_size - limit)
+        data = handle.read(limit)
+        return data[data.find(b"\n") + 1:].decode("utf-8", "replace")
 
 
 def read(history_dir: str) -> list[dict[str, Any]]:
