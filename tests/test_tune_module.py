@@ -20,7 +20,9 @@ from tests.conftest import LMOD_INIT, clean_env, playbook_copy, run_invoke, shel
 from tests.contexts import offline_context
 
 EVIDENCE = "DDP step 20.1 ms vs 38.9 ms unset (-48%, beyond a spread of 3%); job 123, 2026-11-25"
-UNTRIED = ("NCCL_NET_GDR_LEVEL", "NCCL_CROSS_NIC", "NCCL_ALGO")
+#: Per site: the settings its sources advise untried, and one a measurement may choose (name, value).
+UNTRIED = {"frontier": ("NCCL_NET_GDR_LEVEL", "NCCL_CROSS_NIC", "NCCL_ALGO"), "lumi": ("NCCL_CROSS_NIC",)}
+CHOSEN = {"frontier": ("NCCL_NET_GDR_LEVEL", "3"), "lumi": ("NCCL_CROSS_NIC", "1")}
 
 
 def tuning_doc(chosen: dict[str, str], evidence: dict[str, str] | None = None) -> str:
@@ -94,19 +96,20 @@ def test_untried_settings_are_not_set_until_a_measurement_chooses_one(site: str,
     assert out.returncode == 0, out.stdout + out.stderr
     module = next(line for line in out.stdout.splitlines() if line.strip().startswith("+++") and "/pytorch/" in line)
     assert "NCCL_SOCKET_IFNAME" in out.stdout and "FI_MR_CACHE_MONITOR" in out.stdout   # still set: correctness
-    assert not [name for name in UNTRIED if name in out.stdout], out.stdout               # untried: not set
+    assert not [name for name in UNTRIED[site] if name in out.stdout], out.stdout               # untried: not set
     assert "measured by `invoke tune`" not in out.stdout, module
-    # a measurement chose NCCL_NET_GDR_LEVEL=3: the check says so, and the diff shows it with its evidence
+    # a measurement chose one: the check says so, and the diff shows it with its evidence
+    name, value = CHOSEN[site]
     manifest = Path(modulefiles_step(site, prefix).stack.manifest)   # the stack stands installed
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text("{}")
     installed = check_modules(site, prefix, tmp_path)
     assert installed.returncode == 0 and "changed  modulefiles" in installed.stdout, installed.stdout
-    write_tuning(prefix, tuning_doc({"NCCL_NET_GDR_LEVEL": "3"}))
+    write_tuning(prefix, tuning_doc({name: value}))
     out = check_modules(site, prefix, tmp_path, "--check", "--diff")
-    assert "would change: tuned settings changed: NCCL_NET_GDR_LEVEL=3" in out.stdout, out.stdout
+    assert f"would change: tuned settings changed: {name}={value}" in out.stdout, out.stdout
     assert f"+-- measured by `invoke tune` (docs/tuning.md): {EVIDENCE}" in out.stdout, out.stdout
-    assert '+sitestack_default("NCCL_NET_GDR_LEVEL", "3")' in out.stdout, out.stdout
+    assert f'+sitestack_default("{name}", "{value}")' in out.stdout, out.stdout
     applied = check_modules(site, prefix, tmp_path)
     assert "changed  modulefiles" in applied.stdout, applied.stdout
     again = check_modules(site, prefix, tmp_path, "--check")
@@ -114,7 +117,7 @@ def test_untried_settings_are_not_set_until_a_measurement_chooses_one(site: str,
     # the measurement is withdrawn: the setting goes, and the check says so
     write_tuning(prefix, tuning_doc({}))
     out = check_modules(site, prefix, tmp_path, "--check")
-    assert "would change: tuned settings changed: NCCL_NET_GDR_LEVEL unset" in out.stdout, out.stdout
+    assert f"would change: tuned settings changed: {name} unset" in out.stdout, out.stdout
 
 
 def test_a_tuning_json_naming_an_undeclared_variable_is_a_warning_naming_the_file(tmp_path: Path):

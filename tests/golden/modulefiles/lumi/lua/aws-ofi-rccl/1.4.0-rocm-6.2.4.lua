@@ -46,4 +46,5 @@ end
 sitestack_default("FI_CXI_DEFAULT_CQ_SIZE", "131072")
 sitestack_default("FI_CXI_DEFAULT_TX_SIZE", "2048")
 sitestack_default("FI_MR_CACHE_MONITOR", "userfaultfd")
+sitestack_default("NCCL_NET_GDR_LEVEL", "3")
 sitestack_default("NCCL_SOCKET_IFNAME", "hsn0,hsn1,hsn2,hsn3")
