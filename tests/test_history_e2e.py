@@ -33,7 +33,7 @@ def job(tmp_path, validation_python) -> dict:
                         env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")}, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     config = json.loads((prefix / "validation" / "check-config.json").read_text())
-    assert config["history_dir"] == str(prefix / "history") and config["stack"]["digest"] is None   # --python: no stack
+    assert config["history_dir"] == str(prefix / "history") and config["stack"]["manifest"] is None   # --python: no stack
     return {"prefix": prefix, "dir": prefix / "validation", "python": python, "env": env, "results": tmp_path / "results"}
 
 

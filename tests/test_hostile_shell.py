@@ -110,7 +110,7 @@ UNQUOTED = {
     "max_id", "max_count", "port_base", "port_span", "load_failed", "out_refused", "result_space_mib", "stacks",
     "cards", "node_cores", "ranks_per_node", "cores_per_rank", "per_node", "time_limit", "job_seconds",
     "guard_grace", "launcher", "launch_name", "unit", "hierarchy", "1 if stacks else 0", "cards * stacks",
-    "'{'", "loop.first", "job.script", "script", "masks",
+    "'{'", "loop.first", "'tune' if tune else 'validation'", "job.script", "script", "masks",
     # names: checked (SHELL_NAME, checked_name) or sitestack's own
     "key", "var", "generation_var", "container.bind_var", "name", "container.runtime",
     # quoted in Python before the template sees them (sh_expanding, sh_default)

@@ -13,6 +13,7 @@ from sitestack.core.errors import InputError
 from sitestack.core.paths import PLAYBOOK_DIR
 from sitestack.engine import playbook as pb
 from sitestack.model.facts import Tuning, TuningVariable
+from tests.conftest import run_invoke
 
 
 def local_with(tmp_path: Path, tuning: Any, env: dict[str, str] | None = None) -> Path:
@@ -124,13 +125,14 @@ def test_the_fault_injection_variable_may_be_swept(tmp_path: Path):
     assert tuning is not None and list(tuning.variables) == ["SITESTACK_CHECK_FAULT"]
 
 
-def test_a_plan_longer_than_the_schedulers_longest_job_is_refused(tmp_path: Path):
-    """local allows 10-minute jobs: 6 points of 2 minutes (and the guard's 20 s each) cannot fit."""
+def test_a_plan_longer_than_the_schedulers_longest_job_is_refused_by_tune_not_by_the_playbook(tmp_path: Path):
+    """local allows 10-minute jobs: 6 points of 2 minutes (and the guard's 20 s each) cannot fit. The playbook
+    still loads (provision must not fail over a measurement); `invoke tune` refuses, naming facts.tuning."""
     path = local_with(tmp_path, {"point_time": "00:02:00",
                                  "variables": {"OMP_NUM_THREADS": {"candidates": ["1", "2", "3", "4"]}}}, env={})
-    with pytest.raises(InputError) as caught:
-        pb.load(None, path)
-    assert caught.value.key == "facts" and caught.value.where == f"{path}:{line_of(path, 'facts:')}"
-    detail = caught.value.detail
+    detail = pb.load(None, path).facts.tuning_problem() or ""
     assert "tuning: the sweep cannot fit in one job: 6 points x (120s point_time + 20s)" in detail, detail
     assert "scheduler.max_job_time 00:10:00 (600s)" in detail
+    out = run_invoke("tune", "--playbook", str(path), "--check", env={"HOME": str(tmp_path)})
+    assert out.returncode == 1 and "facts.tuning" in out.stderr and "cannot fit in one job" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr

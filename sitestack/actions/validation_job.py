@@ -71,10 +71,9 @@ class InstallValidationJob(Action):
     def python(self) -> str | None:
         return self.ctx.options.python or self.args.python or None
 
-    def files(self, host: Host | None = None) -> dict[str, tuple[str, int]]:
-        """The job's files, and where the site has ``facts.tuning`` the tuning sweep's plan and scripts;
-        with ``host``, check-config.json names the digest of the stack installed there."""
-        inputs = job_inputs(self.ctx, self.args.dir, self.python(), host)
+    def files(self) -> dict[str, tuple[str, int]]:
+        """The job's files, and where the site has ``facts.tuning`` the tuning sweep's plan and scripts."""
+        inputs = job_inputs(self.ctx, self.args.dir, self.python())
         return {**job_files(inputs), **tune_files(inputs)}
 
     def cc(self) -> str:
@@ -85,7 +84,7 @@ class InstallValidationJob(Action):
 
     # -- Step ----------------------------------------------------------------------------------
     def pending(self, host: Host) -> str | None:
-        reasons = files_pending(host, self.args.dir, self.files(host))
+        reasons = files_pending(host, self.args.dir, self.files())
         if self.args.build_probe:
             stamp = host.read_text(f"{self.args.dir}/{STAMP}")
             if stamp is None or not host.exists(f"{self.args.dir}/{PROBE_EXE}"):
@@ -98,10 +97,10 @@ class InstallValidationJob(Action):
         return "; ".join(shown)
 
     def diff(self, host: Host) -> str | None:
-        return files_diff(host, self.args.dir, self.files(host))
+        return files_diff(host, self.args.dir, self.files())
 
     def apply(self, host: Host) -> None:
-        write_files(host, self.args.dir, self.files(host))
+        write_files(host, self.args.dir, self.files())
         if self.args.build_probe:
             stamp = host.read_text(f"{self.args.dir}/{STAMP}")
             if stamp is None or stamp.strip() != self.digest() or not host.exists(f"{self.args.dir}/{PROBE_EXE}"):

@@ -74,6 +74,8 @@ def _tune(site: Site, options: ValidateOptions, reporter: Reporter, host: Host, 
     facts, prefix = resolved.facts, resolved.values["prefix"]
     if facts.tuning is None:
         raise InputError(site.path, f"site {site.name} declares nothing to tune (no facts.tuning)")
+    if facts.tuning_problem():
+        raise InputError(site.path, str(facts.tuning_problem()), "facts.tuning")
     directory = install_dir(site, resolved.values)
     scheduler, launcher = choose_for_tune(facts, options, host, check)
     if launcher not in TUNE_LAUNCHERS:

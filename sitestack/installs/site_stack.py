@@ -14,7 +14,6 @@ from typing import Any
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.stamp import installed_wheel, read_stamp
-from sitestack.installs.venv_manifest import plan_digest, read_manifest
 from sitestack.installs.venv_stack import Built, Stack, module_root, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand
@@ -96,11 +95,11 @@ def stage_script(ctx: RunContext) -> str | None:
     return f"{directory}/{launch_helpers.STAGE}"
 
 
-def job_inputs(ctx: RunContext, directory: str, python: str | None, host: Host | None = None) -> JobInputs:
+def job_inputs(ctx: RunContext, directory: str, python: str | None) -> JobInputs:
     """The job's inputs for a run context: facts.env keeps ``{user}``/``{home}`` for the job's user;
-    the checks run with ``python``, else the stack's Python, else facts.python.executable. With ``host``,
-    the stack's digest (its manifest's plan digest, as its generations record it) where the stack is
-    installed there: the history knows runs of the same stack by it."""
+    the checks run with ``python``, else the stack's Python, else facts.python.executable. The stack's
+    digest is not among them: the job reads it from the stack's manifest when it runs
+    (``ddpcheck/provenance.py``), so the job's files do not depend on whether the stack was made first."""
     runtime = {"user": "${USER}", "home": "${HOME}"}
     env = {k: expand(v, runtime) for k, v in ctx.site.late_env(ctx.values).items()}
     stack = site_stack(ctx)
@@ -114,16 +113,7 @@ def job_inputs(ctx: RunContext, directory: str, python: str | None, host: Host |
                      stack_module=stack.name if stack is not None and uses_module else None,
                      module_root=module_root(ctx) if uses_module else None,
                      manifest=stack.manifest if stack is not None and python is None else None,
-                     checks_need=stack.checks if stack is not None else (),
-                     stack_digest=stack_digest(host, stack) if stack is not None and python is None else None)
-
-
-def stack_digest(host: Host | None, stack: Stack) -> str | None:
-    """The plan digest of ``stack``'s manifest on ``host`` (None without a host or a manifest): the same for
-    a re-install of the same inputs, another for a stack whose plan changed."""
-    manifest = read_manifest(host, stack) if host is not None else None
-    plan = (manifest or {}).get("plan")
-    return plan_digest(plan) if isinstance(plan, dict) else None
+                     checks_need=stack.checks if stack is not None else ())
 
 
 def _install_targets(ctx: RunContext, recipes: Sequence[str]) -> dict[str, Any]:

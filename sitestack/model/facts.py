@@ -319,11 +319,12 @@ class Facts:
         if tuned:
             return (f"tuning.variables.{tuned[0]}: also set in env; a tuned setting is set only by a measurement "
                     "(invoke tune): remove it from env")
-        return self._tuning_fits() or self._gpu_check()
+        return self._gpu_check()
 
-    def _tuning_fits(self) -> str | None:
-        """The sweep's job (every point to its time limit: Tuning.sweep_seconds) within the scheduler's
-        longest job, where the site states it."""
+    def tuning_problem(self) -> str | None:
+        """Why the sweep's job (every point to its time limit: Tuning.sweep_seconds) cannot fit in the
+        scheduler's longest job, where the site states it; None when it fits. ``invoke tune`` refuses such a
+        sweep; the rest of the playbook is not refused for it (a provision must not fail over a measurement)."""
         if not self.tuning or not self.scheduler.max_job_time:
             return None
         need, most = self.tuning.sweep_seconds(), slurm_seconds(self.scheduler.max_job_time)

@@ -147,7 +147,6 @@ class JobInputs:
     checks_need: tuple[str, ...] = ()  # what the checks import besides torch (venv_stack.CHECK_NEEDS)
     prefix: str | None = None  # the site's install prefix (default: the parent of dir), bound into a container
     launch_env: str | None = None  # sitestack-launch-env, sourced for the geometry, port, hosts, MIOpen and facts.env
-    stack_digest: str | None = None  # the stack's plan digest (its manifest's), by which the history knows its runs
 
 
 def script_name(launcher: str) -> str:
@@ -340,7 +339,7 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                                                    "source": v.compute.source},
         "stack": {"includes": sorted(inputs.stack_includes), "module": inputs.stack_module,
                   "manifest": inputs.manifest, "launch_env": inputs.launch_env, "needs": ["torch", *inputs.checks_need, *sorted(
-                      r for r in inputs.stack_includes if r in IMPORTED)], "digest": inputs.stack_digest},
+                      r for r in inputs.stack_includes if r in IMPORTED)]},
         "history_dir": f"{(inputs.prefix or str(Path(inputs.dir).parent)).rstrip('/')}/history",
     }
 
