@@ -105,7 +105,10 @@ def test_tune_on_slurm_records_a_hang_and_a_crash_and_picks_by_measurement(insta
                                   "SITESTACK_CHECK_FAULT=hang@1": "hung", "SITESTACK_CHECK_FAULT=crash@1": "crashed"})
     assert doc["launcher"] == "srun" and doc["job_id"].isdigit()
     assert "rank 1" in points["SITESTACK_CHECK_FAULT=hang@1"]["cause"]
-    assert points["OMP_NUM_THREADS=2"]["verdict"] == "worse", points["OMP_NUM_THREADS=2"]
+    # 2 ranks x 2 threads on 2 cores: measured worse when the machine is quiet (182 ms vs 18 ms a step), never
+    # chosen; how much worse is the benchmarks' business, so under load "noise" is accepted too
+    assert points["OMP_NUM_THREADS=2"]["verdict"] in ("worse", "noise"), points["OMP_NUM_THREADS=2"]
+    assert doc["chosen"].get("OMP_NUM_THREADS") != "2", doc["chosen"]
     assert "SITESTACK_CHECK_FAULT" not in doc["chosen"]
     print("decision:", doc["chosen"], doc["evidence"])
     # the stack's module sets what was chosen (here: whatever the measurement chose), each under its evidence
