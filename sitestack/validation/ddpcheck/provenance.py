@@ -132,12 +132,11 @@ def ready_seconds(env: Mapping[str, str], ready_at: object, now: float | None = 
 
 
 def stack_record(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The stack the run validated: its module and digest from check-config.json; the digest of the
-    manifest the job imports from, where it is readable and says otherwise (the stack changed since
-    the job was installed), wins: the history compares what ran."""
+    """The stack the run validated: its module from check-config.json, and the plan digest of the manifest
+    check-config.json names, read now (null where it is not readable): the history compares what ran, and
+    the installed job's files do not depend on whether the stack was made before them."""
     stack: dict[str, Any] = config["stack"] if isinstance(config.get("stack"), dict) else {}
-    digest = manifest_digest(stack.get("manifest"))
-    return {"module": clean(stack.get("module"), 200), "digest": digest or clean(stack.get("digest"), 64)}
+    return {"module": clean(stack.get("module"), 200), "digest": manifest_digest(stack.get("manifest"))}
 
 
 def manifest_digest(path: object) -> str | None:

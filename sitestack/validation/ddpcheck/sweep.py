@@ -28,6 +28,7 @@ from typing import Any
 
 from . import envvalues, pointenv
 from .guard import GUARD_GRACE
+from .provenance import stack_record
 from .rank_progress import deadline_from_env
 from .siblings import ddp_report
 from .tuneplan import load_plan, point_dir
@@ -68,14 +69,13 @@ def sweep_main(argv: list[str]) -> int:
     job_id = os.getpid() if job_id is None else job_id
     used: set[int] = set()
     config = load_config(args.config) if args.config else {}
-    stack = config.get("stack") or {}
     sweep: dict[str, Any] = {
         "schema": SCHEMA, "site": config.get("site") or plan.get("site"),
         "job_id": env.get("SLURM_JOB_ID") or env.get("SITESTACK_JOB_ID"), "launcher": env.get("SITESTACK_LAUNCHER"),
         "nodes": args.nodes, "world_size": args.expect_world_size,
         "ranks_per_node": args.ranks_per_node or args.expect_world_size // max(1, args.nodes),
         "backend": None, "device": None, "started": round(time.time(), 3), "ended": None, "finished": False,
-        "stack": {"module": stack.get("module"), "digest": stack.get("digest")}, "plan": plan, "points": []}
+        "stack": stack_record(config), "plan": plan, "points": []}   # the stack as the validation records it
     os.makedirs(args.out, exist_ok=True)
     write_sweep(args.out, sweep)
     for index, point in enumerate(plan["points"]):
