@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import CannotProbe
 from sitestack.core.host import Host
+from sitestack.core.probecache import cached_probe
 
 #: A Debian package name (policy 5.6.1), with an optional :architecture.
 DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?")
@@ -33,7 +34,10 @@ class AptPackages(Action):
         return f"install {', '.join(self.args.packages)}"
 
     def pending(self, host: Host) -> str | None:
-        out = host.probe(["dpkg-query", "-W", "-f=${Package} ${Status}\\n", "--", *self.args.packages])
+        # The answer is dpkg's status database, which the probe cache vouches for anyway (an install or
+        # removal rewrites it): kept there, a no-op starts no dpkg-query.
+        out = cached_probe(host, ["dpkg-query", "-W", "-f=${Package} ${Status}\\n", "--", *self.args.packages],
+                           lambda done: [])
         if out.rc == 127 and "not found" in out.stderr:
             raise CannotProbe("dpkg-query not found: not a Debian host")
         installed = {line.split()[0] for line in out.stdout.splitlines() if line.endswith(" installed")}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from sitestack.actions.action import Action
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
-from sitestack.model.siteenv import probe_in_site_env
+from sitestack.model.siteenv import ENV_REPORT, env_vouchers, probe_in_site_env
 
 
 class RequireTools(Action):
@@ -25,11 +25,15 @@ class RequireTools(Action):
         return f"check that {', '.join(self.args.tools)} exist"
 
     def pending(self, host: Host) -> str | None:
-        script = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done'
-        out = probe_in_site_env(host, self.ctx.facts, ["bash", "-c", script, "sitestack", *self.args.tools])
+        # Kept in the probe cache while the PATH directories and module files stay the same: a tool
+        # removed or added changes its directory's mtime (sitestack.model.siteenv.env_vouchers).
+        script = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 || printf \'MISSING\\t%s\\n\' "$t"; done\n' + ENV_REPORT
+        facts = self.ctx.facts
+        out = probe_in_site_env(host, facts, ["bash", "-c", script, "sitestack", *self.args.tools],
+                                vouchers=lambda done: env_vouchers(facts, done))
         if out.rc != 0:
             raise SitestackError(f"cannot check tools: {out.stderr.strip()}")
-        missing = out.stdout.split()
+        missing = [line.split("\t", 1)[1] for line in out.stdout.splitlines() if line.startswith("MISSING\t")]
         if missing:
             loaded = ", ".join(self.ctx.facts.modules.load) or "no site modules"
             raise SitestackError(f"missing on {host.name} (with {loaded} loaded): {', '.join(missing)}")

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sitestack.core import user_file
 from sitestack.core.redact import redact, redact_data
 from sitestack.core.report import HostRun
-from sitestack.engine.validate import Outcome
 from sitestack.programs.visible import printable
+
+if TYPE_CHECKING:  # the validation outcome's module imports the report renderers: not for a provision
+    from sitestack.engine.validate import Outcome
 
 #: The version of the document's shape (docs/cli.md).
 SCHEMA_VERSION = 1

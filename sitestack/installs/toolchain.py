@@ -10,14 +10,14 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sitestack.builders import HostTools
 from sitestack.core.errors import SitestackError
-from sitestack.core.host import Completed, Host
-from sitestack.core.probecache import path_dirs
+from sitestack.core.host import Completed, Host, LocalHost
 from sitestack.installs.target import Target
 from sitestack.model.site import Facts
-from sitestack.model.siteenv import probe_in_site_env
+from sitestack.model.siteenv import ENV_REPORT, env_vouchers, probe_in_site_env
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,7 @@ for t in "$@"; do
 done
 printf 'NPROC\t%s\n' "$(nproc 2>/dev/null || echo 1)"
 printf 'SLURM\t%s\n' "${SLURM_JOB_ID:-}"
-printf 'PATH\t%s\n' "$PATH"
-printf 'LMFILES\t%s\n' "${_LMFILES_:-}"
-"""
+""" + ENV_REPORT
 
 
 @dataclass(frozen=True)
@@ -104,37 +102,88 @@ def read_probe(out: Completed) -> ProbeAnswer:
 def probe_tools(host: Host, facts: Facts, tools: Sequence[str]) -> ProbeAnswer:
     """Find ``tools`` with the site's modules loaded (kept in the probe cache while its vouchers stay)."""
     out = probe_in_site_env(host, facts, ["bash", "-c", PROBE_SCRIPT, "sitestack", *dict.fromkeys(tools)],
-                            vouchers=vouchers)
+                            vouchers=lambda out: vouchers(facts, out))
     if out.rc != 0:
         raise SitestackError(f"cannot probe the toolchain on {host.name}: {(out.stderr or out.stdout).strip()}")
     return read_probe(out)
 
 
-#: Run by the build interpreter: what it is, whatever name found it (a shim, a symlink, a venv's link):
-#: the real file, its full version and its ABI (the tag of its bytecode and of its extension modules).
-INTERPRETER_PROBE = ("import json, os, sys, sysconfig; print(json.dumps({"
-                     "'realpath': os.path.realpath(sys.executable), 'version': ' '.join(sys.version.split()), "
-                     "'abi': ' '.join(filter(None, [sys.implementation.cache_tag, "
-                     "sysconfig.get_config_var('SOABI')]))}))")
+#: Run by the build interpreter with ``RESOLVED CWD`` (what ``PATH`` found for its name, ``readlink -f``,
+#: and the directory the probe runs in): what it is, whatever name found it (a shim, a symlink, a venv's
+#: link): the real file, its full version and its ABI (the tag of its bytecode and of its extension
+#: modules); and ``vouch``, the files that chose this interpreter for that name, or null where they cannot
+#: be known (a wrapper script other than pyenv's: it may choose by anything).
+INTERPRETER_PROBE = r"""
+import json, os, sys, sysconfig
+resolved, cwd = (sys.argv[1:] + ["", ""])[:2]
+def script(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"#!"
+    except OSError:
+        return True
+env = os.environ
+vouch = [os.path.realpath(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg"), resolved]
+vouch += [d for d in env.get("PATH", "").split(os.pathsep) if d.startswith("/")]
+root = env.get("PYENV_ROOT", "")
+if script(resolved) and root.startswith("/") and resolved.startswith(os.path.join(root, "shims") + os.sep):
+    # pyenv's choice: $PYENV_VERSION (part of the environment, which the cache's key digests), else the
+    # first .python-version from the working directory up, else $PYENV_ROOT/version; its hooks may
+    # change it (https://github.com/pyenv/pyenv#choosing-the-python-version).
+    here = os.path.realpath(cwd or ".")
+    while True:
+        vouch.append(os.path.join(here, ".python-version"))
+        if here == "/":
+            break
+        here = os.path.dirname(here)
+    vouch += [os.path.join(root, "version"), os.path.join(root, "versions"), os.path.join(root, "libexec")]
+    vouch += [d for d in env.get("PYENV_HOOK_PATH", "").split(os.pathsep) if d.startswith("/")]
+elif script(resolved):
+    vouch = None
+print(json.dumps({"realpath": os.path.realpath(sys.executable), "version": " ".join(sys.version.split()),
+                  "abi": " ".join(filter(None, [sys.implementation.cache_tag, sysconfig.get_config_var("SOABI")])),
+                  "vouch": vouch}))
+"""
 
 
-def probe_interpreter(host: Host, facts: Facts, python: str, label: str) -> dict[str, str]:
+def probe_interpreter(host: Host, facts: Facts, python: str, label: str, found: Found | None = None) -> dict[str, str]:
     """The build interpreter ``python`` run with the site's modules loaded: the real path of its
     ``sys.executable``, its full version and ABI. These, not the name that found it, are its identity:
     a pyenv shim (a script that execs the version's binary,
     https://github.com/pyenv/pyenv#understanding-shims), a symlink or a wrapper script before the same
     interpreter give the same; an interpreter of another minor version, or another build of the same,
-    behind the same name gives others, so the package is built again. Not cached: a shim may pick
-    another interpreter without any file on its path changing."""
-    out = probe_in_site_env(host, facts, [python, "-c", INTERPRETER_PROBE])
+    behind the same name gives others, so the package is built again.
+
+    ``found``: what the toolchain probe found for ``python``. With it the answer is kept in the probe
+    cache while the files that chose the interpreter stay the same: the binary, its venv's
+    ``pyvenv.cfg``, the ``PATH`` directories, and for a pyenv shim pyenv's version files and hooks
+    (the working directory is part of the cache's key: pyenv reads ``.python-version`` from there up).
+    Any other wrapper script is run every time: it may choose by anything."""
+    resolved = found.real if found else ""
+    argv = [python, "-c", INTERPRETER_PROBE, resolved, os.getcwd() if isinstance(host, LocalHost) else ""]
+    out = probe_in_site_env(host, facts, argv, vouchers=interpreter_vouchers if found else None)
+    found_json = _interpreter_answer(out)
+    if found_json is None:
+        raise SitestackError(f"{label}: cannot run its build interpreter {python} on {host.name}: "
+                             f"{(out.stderr or out.stdout).strip()[-300:]}")
+    return {k: str(found_json.get(k, "")) for k in ("realpath", "version", "abi")}
+
+
+def _interpreter_answer(out: Completed) -> dict[str, Any] | None:
     try:
         found = json.loads(out.stdout.strip().splitlines()[-1]) if out.rc == 0 else None
     except (ValueError, IndexError):
         found = None
-    if not isinstance(found, dict):
-        raise SitestackError(f"{label}: cannot run its build interpreter {python} on {host.name}: "
-                             f"{(out.stderr or out.stdout).strip()[-300:]}")
-    return {k: str(found.get(k, "")) for k in ("realpath", "version", "abi")}
+    return found if isinstance(found, dict) else None
+
+
+def interpreter_vouchers(out: Completed) -> list[str] | None:
+    """The files :data:`INTERPRETER_PROBE` says chose the interpreter, or None (not kept)."""
+    answer = _interpreter_answer(out)
+    vouch = answer.get("vouch") if answer else None
+    if not isinstance(vouch, list) or not all(isinstance(v, str) and v.startswith("/") for v in vouch):
+        return None
+    return list(dict.fromkeys(vouch))
 
 
 def identities(found: Mapping[str, Found], python: str, interpreter: Mapping[str, str]) -> dict[str, str]:
@@ -146,31 +195,25 @@ def identities(found: Mapping[str, Found], python: str, interpreter: Mapping[str
     return out
 
 
-def vouchers(out: Completed) -> list[str]:
-    """What the toolchain answer depends on: each tool found (as spelled and as resolved), the ``$PATH``
-    directories it was looked up in (a new tool in one changes its mtime) and the module files loaded
-    (:mod:`sitestack.core.probecache`). A tool that runs another (``mpicc --version`` runs the compiler)
-    is covered when both come from packages (the package database is a voucher) or from ``$PATH``
-    directories."""
+def vouchers(facts: Facts, out: Completed) -> list[str]:
+    """What the toolchain answer depends on: each tool found (as spelled and as resolved), and the site
+    environment it was found in (:func:`sitestack.model.siteenv.env_vouchers`: the ``$PATH``
+    directories, the module files loaded). A tool that runs another (``mpicc --version`` runs the
+    compiler) is covered when both come from packages (the package database is a voucher) or from
+    ``$PATH`` directories."""
     files: list[str] = []
     for line in out.stdout.splitlines():
         parts = line.split("\t")
         if parts[0] == "TOOL" and len(parts) == 5:
             files += dict.fromkeys(parts[2:4])
-        elif parts[0] == "PATH" and len(parts) == 2:
-            files += path_dirs(parts[1])
-        elif parts[0] == "LMFILES" and len(parts) == 2:
-            # each loaded module file, and its directory: another version beside it may become the default
-            loaded = path_dirs(parts[1])
-            files += loaded + [os.path.dirname(f) for f in loaded]
-    return files
+    return files + env_vouchers(facts, out)
 
 
 def probe_toolchain(host: Host, target: Target, extra: Sequence[str] = ()) -> Toolchain:
     """Find the target's tools (and ``extra`` ones) with the site's modules loaded."""
     builder = target.builder
     answer = probe_tools(host, target.facts, [*target.tools(), *extra, *builder.optional_tools])
-    interpreter = (probe_interpreter(host, target.facts, target.python, target.label)
+    interpreter = (probe_interpreter(host, target.facts, target.python, target.label, answer.found[target.python])
                    if target.python in answer.found else {})
     found = identities(answer.found, target.python, interpreter)
     # Optional tools are never "missing": the builder says whether the host's serve or PyPI's are used.

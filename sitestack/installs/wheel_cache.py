@@ -26,7 +26,7 @@ def toolchain_identity(host: Host, facts: Facts, tools: Sequence[str], python: s
     with the modules loaded: :func:`sitestack.installs.toolchain.identities`; ``python``, one of
     ``tools``, as the interpreter reports itself) and ``uname -m``: what a built binary depends on."""
     answer = probe_tools(host, facts, tools)
-    interpreter = probe_interpreter(host, facts, python, "the MPI probe") if python in answer.found else {}
+    interpreter = probe_interpreter(host, facts, python, "the MPI probe", answer.found[python]) if python in answer.found else {}
     found: dict[str, object] = {**dict.fromkeys(answer.missing, "missing"),
                                 **identities(answer.found, python, interpreter)}
     arch = host.probe(["uname", "-m"])

@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from sitestack.core import envvars, schema, versions
 from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.redact import has_secret
@@ -190,6 +188,9 @@ def requirement_problem(text: str) -> str | None:
         if re.search(r"[\s'\"`$;]", text) or ".." in text.split("/"):
             return f"{text!r} is not a plain path or URL"
         return None
+    # packaging's parser is imported only for a playbook that names torch packages (a no-op's imports)
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         Requirement(text)
     except InvalidRequirement as exc:

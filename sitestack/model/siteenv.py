@@ -12,11 +12,12 @@ set up, :data:`LOAD_FAILED` when a site module does not load.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from sitestack.core.errors import CannotProbe, SitestackError
 from sitestack.core.host import Completed, Host
-from sitestack.core.probecache import cached_probe
+from sitestack.core.probecache import cached_probe, path_dirs
 from sitestack.core.quoting import sh
 from sitestack.model.site import Facts
 
@@ -77,3 +78,25 @@ def probe_in_site_env(host: Host, facts: Facts, argv: Sequence[str], *, load: bo
     if out.rc == LOAD_FAILED and facts.modules.system != "none":
         raise SitestackError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "a site module did not load")
     return out
+
+
+#: Printed at the end of a probe's script run in the site environment: what :func:`env_vouchers` reads.
+ENV_REPORT = """printf 'PATH\\t%s\\n' "$PATH"
+printf 'LMFILES\\t%s\\n' "${_LMFILES_:-}"
+"""
+
+
+def env_vouchers(facts: Facts, out: Completed) -> list[str]:
+    """What an answer given in the site environment depends on, from its :data:`ENV_REPORT` lines: the
+    ``$PATH`` directories (a tool added or removed changes one's mtime), each module file loaded and its
+    directory (another version beside it may become the default), and the module system's init script
+    (:mod:`sitestack.core.probecache` adds the package databases)."""
+    files: list[str] = [mods for mods in ([facts.modules.init] if facts.modules.init else INIT_CANDIDATES)]
+    for line in out.stdout.splitlines():
+        name, _, value = line.partition("\t")
+        if name == "PATH":
+            files += path_dirs(value)
+        elif name == "LMFILES":
+            loaded = path_dirs(value)
+            files += loaded + [os.path.dirname(f) for f in loaded]
+    return files

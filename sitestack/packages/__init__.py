@@ -10,15 +10,15 @@ This layer sits below installs and actions: it imports core, model and builders 
 
 from __future__ import annotations
 
-from sitestack.packages.aws_ofi_rccl import PluginHooks
+from sitestack.core.lazytable import LazyTable
 from sitestack.packages.hooks import InstallInfo, NotReady, PackageHooks, Prepared
-from sitestack.packages.horovod_hooks import HorovodHooks
 
-#: recipe name (``name:`` of sources/<recipe>.yml) -> its hooks class.
-HOOKS: dict[str, type[PackageHooks]] = {
-    "horovod": HorovodHooks,
-    "aws-ofi-rccl": PluginHooks,
-}
+#: recipe name (``name:`` of sources/<recipe>.yml) -> its hooks class (imported when that recipe is
+#: first installed: :mod:`sitestack.core.lazytable`).
+HOOKS: LazyTable[type[PackageHooks]] = LazyTable({
+    "horovod": "sitestack.packages.horovod_hooks:HorovodHooks",
+    "aws-ofi-rccl": "sitestack.packages.aws_ofi_rccl:PluginHooks",
+})
 
 
 def hooks_for(recipe_name: str) -> type[PackageHooks]:
