@@ -9,7 +9,7 @@ only check it), then times:
   venv of its own), and the ratio of the two.
 
 Also reports what the CLI imports (``python -X importtime``). Targets: the CLI process at most
-0.5 s; sitestack at least 30 times faster than Ansible (``SITESTACK_BENCH_ANSIBLE=off`` leaves
+0.3 s; sitestack at least 30 times faster than Ansible (``SITESTACK_BENCH_ANSIBLE=off`` leaves
 Ansible out).
 """
 
@@ -116,7 +116,7 @@ def main() -> int:
           + ", ".join(f"{k} {v:.0f}" for k, v in imports["top_ms"].items()))  # type: ignore[union-attr]
     data: dict[str, object] = {"steps": len(site.steps), "cli_process": cli, "cli_cpu": cli_cpu, "tool_own_time": tool,
                                "imports": imports}
-    targets = [target("no-op CLI process, wall (median)", cli["median_s"], 0.5)]
+    targets = [target("no-op CLI process, wall (median)", cli["median_s"], 0.3)]
     exe = None if os.environ.get("SITESTACK_BENCH_ANSIBLE") == "off" else ansible_playbook()
     if exe is None:
         print("  ansible: skipped (ansible-core cannot be installed here)")
