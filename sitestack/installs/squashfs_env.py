@@ -180,7 +180,9 @@ def wrapper(packed: PackedEnv, gen_dir: str, command: str) -> str:
             f'exec {sh(rt.command)} exec --bind {binds} {sh(packed.image)} "$root/bin/{command}" "$@"\n')
     # No container: the image is mounted once per node (under a lock on the image, so two first calls
     # do not stack two mounts) by the first of MOUNTERS found; the mount stays until fusermount -u or a
-    # reboot. root is an empty directory until mounted, so a test of root/bin (a shell builtin) tells a
+    # reboot. The mounter does not inherit the lock's descriptor: its daemon would hold the lock for as
+    # long as the image stays mounted, and every other first call would wait on it for ever. root is an
+    # empty directory until mounted, so a test of root/bin (a shell builtin) tells a
     # mounted image without starting mountpoint on every call.
     low, high = (" ".join(map(sh, m)) for m in MOUNTERS)
     return head + (
@@ -188,7 +190,7 @@ def wrapper(packed: PackedEnv, gen_dir: str, command: str) -> str:
         '  exec 9<"$image" && flock 9\n'
         '  if ! mountpoint -q "$root"; then\n'
         f'    if command -v {sh(MOUNTERS[0][0])} >/dev/null 2>&1; then mount=({low}); else mount=({high}); fi\n'
-        '    "${mount[@]}" "$image" "$root" || {\n'
+        '    "${mount[@]}" "$image" "$root" 9<&- || {\n'
         f'      echo "{command}: cannot mount $image at $root (${{mount[0]}})" >&2; exit 1; }}\n'
         '  fi\n'
         '  exec 9<&-\n'

@@ -7,7 +7,7 @@ if ! [ -e "$root/bin" ]; then
   exec 9<"$image" && flock 9
   if ! mountpoint -q "$root"; then
     if command -v squashfuse_ll >/dev/null 2>&1; then mount=(squashfuse_ll); else mount=(squashfuse -o kernel_cache,entry_timeout=86400,attr_timeout=86400,negative_timeout=86400); fi
-    "${mount[@]}" "$image" "$root" || {
+    "${mount[@]}" "$image" "$root" 9<&- || {
       echo "python: cannot mount $image at $root (${mount[0]})" >&2; exit 1; }
   fi
   exec 9<&-
