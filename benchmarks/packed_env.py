@@ -76,14 +76,15 @@ def summary_of(first: tuple[float, float, float], later: list[tuple[float, float
             "total_cpu_s": round(med[1] + med[2], 3), "runs": len(later)}
 
 
-def daemon_of(image: Path) -> int | None:
-    """The pid of the FUSE daemon serving ``image`` (started by a wrapper)."""
+def daemon_of(image: Path, point: Path) -> int | None:
+    """The pid of the FUSE daemon serving ``image`` at ``point`` (started by a wrapper)."""
     for entry in Path("/proc").iterdir():
         try:
             words = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if entry.name.isdigit() and os.fsencode(str(image)) in words and b"squashfuse" in words[0]:
+        if entry.name.isdigit() and {os.fsencode(str(image)), os.fsencode(str(point))} <= set(words) \
+                and b"squashfuse" in words[0]:
             return int(entry.name)
     return None
 
@@ -158,7 +159,7 @@ def measure(root: Path, dest: Path) -> dict[str, Any]:
             ways[name] = ([str(at / "bin" / "python"), *IMPORT], how.pid if isinstance(how, subprocess.Popen) else None)
         wrapped = [str(dest / "bin" / "python"), *IMPORT]
         first = start(wrapped, None)   # the wrapper mounts the image: all the daemon's CPU so far is this start's
-        daemon = daemon_of(new_image)
+        daemon = daemon_of(new_image, point)
         first_daemon = daemon_cpu(daemon)
         mounted.append((point, None))
         ways["after: lz4 + squashfuse_ll, wrapper"] = (wrapped, daemon)
