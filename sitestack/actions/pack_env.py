@@ -38,7 +38,7 @@ from sitestack.installs.conda_env import EnvFile, python_problem, read_env_input
 from sitestack.installs.env_sources import Sources, plan_sources
 from sitestack.installs.squashfs_env import (
     BASE_SCRIPTS,
-    MKSQUASHFS_OPTIONS,
+    MOUNTERS,
     PackedEnv,
     commands_of,
     requirement_names,
@@ -162,10 +162,15 @@ class PackEnv(Action):
         p = self.packed
         tools = {"mksquashfs": "squashfs-tools"}
         tools.update({p.runtime.command: "the site's container runtime"} if p.runtime else
-                     {"squashfuse": "squashfuse", "mountpoint": "util-linux", "flock": "util-linux"})
+                     {"mountpoint": "util-linux", "flock": "util-linux"})
         script = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done'
-        out = host.probe(["bash", "-c", script, "sitestack", *tools])
-        missing = out.stdout.split()
+        mounters = [] if p.runtime else [m[0] for m in MOUNTERS]
+        out = host.probe(["bash", "-c", script, "sitestack", *tools, *mounters])
+        missing = [t for t in out.stdout.split() if t in tools]
+        if mounters and set(mounters) <= set(out.stdout.split()):
+            # the wrappers mount with the first found (squashfs_env.MOUNTERS); either will do
+            tools[" or ".join(mounters)] = "squashfuse"
+            missing.append(" or ".join(mounters))
         if missing:
             raise SitestackError(f"packing needs {', '.join(f'{t} ({tools[t]})' for t in missing)} "
                                  f"on {host.name}")
@@ -222,7 +227,7 @@ class PackEnv(Action):
         commands = commands_of(listing)
         self.ctx.note(f"{p.name}: mksquashfs ({len(commands)} commands)")
         jobs = self.ctx.options.jobs or self.ctx.facts.build_jobs
-        host.run(["mksquashfs", root, f"{gdir}/env.sqfs", *MKSQUASHFS_OPTIONS,
+        host.run(["mksquashfs", root, f"{gdir}/env.sqfs", *p.mksquashfs_options(),
                   *(["-processors", str(jobs)] if jobs else [])], log=log)
         # the image holds the environment now; root stays as the (empty) mount point
         host.run(["bash", "-c", 'rm -rf -- "$1" && mkdir -- "$1"', "sitestack", root])

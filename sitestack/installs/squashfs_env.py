@@ -15,8 +15,8 @@ wrappers. The layout under ``<dest>`` (``<parent>/<leaf>``, a symlink to a gener
 
 A wrapper runs its command with the image mounted at ``root``: in the site's container
 (``<runtime> exec --bind env.sqfs:root:image-src=/ IMAGE root/bin/CMD``, as Tykky does), or,
-where the site uses no container, with ``squashfuse`` (the mount is made once per node, under a
-lock, and stays). Inside a container that already has the image mounted it runs the command
+where the site uses no container, with ``squashfuse_ll`` (else ``squashfuse``; the mount is made
+once per node, under a lock, and stays). Inside a container that already has the image mounted it runs the command
 directly (Tykky's nesting rule). This module renders the texts and parses the inputs; the
 ``pack-env`` action (sitestack/actions/pack_env.py) runs the build.
 """
@@ -38,7 +38,8 @@ from sitestack.model.container_facts import Runtime
 
 #: Bump when the layout or the wrappers change, so existing packs are rebuilt.
 #: 2: the base's console scripts of the requested distributions are wrapped too.
-FORMAT = 2
+#: 3: lz4 images mounted with squashfuse_ll where there is no container (:data:`COMPRESSION`, :data:`MOUNTERS`).
+FORMAT = 3
 #: Options a requirements file may carry: where packages come from. Anything else (``-r``, ``-e``,
 #: ``-c``) names files or checkouts the host may not have.
 ALLOWED_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--pre", "--only-binary", "--no-binary")
@@ -48,6 +49,20 @@ VALUED_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--only-bi
 NOT_COMMANDS = re.compile(r"(?i)activate(\..*)?|Activate\.ps1|deactivate")
 #: mksquashfs options: no appending to an old image, files owned by root (the build user is nobody's concern).
 MKSQUASHFS_OPTIONS = ("-noappend", "-quiet", "-no-progress", "-all-root")
+#: Compression and block size, by who mounts the image (benchmarks/packed_env.py measures them). squashfuse
+#: decompresses in user space on a node's first start: lz4 costs a fifth of gzip's CPU there and packs in
+#: seconds instead of a minute, for a larger image. 128K blocks (mksquashfs's default): FUSE reads at most
+#: 128K at a time, so a 1M block is decompressed again for each of its pieces. In a container the site's
+#: runtime mounts it, possibly with the kernel's squashfs, whose compressors are a kernel build choice:
+#: gzip there, mksquashfs's default and what Tykky builds (its sqfs_options default to none).
+COMPRESSION = {"squashfuse": ("-comp", "lz4", "-b", "128K"), "container": ("-comp", "gzip", "-b", "128K")}
+#: What mounts the image where there is no container, the first one found: squashfuse_ll (FUSE's low-level
+#: API) answers lookups and attributes with an unlimited timeout and opens files with keep_cache, so a
+#: second process reads the image from the page cache; the high-level squashfuse resolves every path and
+#: re-reads every file through user space, unless told to cache. The image never changes (a re-pack is a
+#: new generation at a new path), so caching everything for as long as it is mounted is safe.
+MOUNTERS = (("squashfuse_ll",),
+            ("squashfuse", "-o", "kernel_cache,entry_timeout=86400,attr_timeout=86400,negative_timeout=86400"))
 
 
 #: What an index option's value may be: one URL or path, no spaces or quotes (it becomes an argv word).
@@ -128,9 +143,14 @@ class PackedEnv:
         return {"format": FORMAT, "requirements": [redact(r) for r in self.requirements], "python": self.python,
                 "system_site_packages": self.system_site_packages,
                 "runtime": self.runtime.name if self.runtime else None, "image": self.image,
-                "mksquashfs": list(MKSQUASHFS_OPTIONS),
+                "mksquashfs": list(self.mksquashfs_options()),
+                **({} if self.runtime else {"mount": [list(m) for m in MOUNTERS]}),
                 **({"conda": list(self.conda), "channels": [redact(c) for c in self.channels]} if self.conda else {}),
                 **({"credentials": secret} if secret else {})}
+
+    def mksquashfs_options(self) -> tuple[str, ...]:
+        """mksquashfs's options for this environment's image (:data:`COMPRESSION`)."""
+        return (*MKSQUASHFS_OPTIONS, *COMPRESSION["container" if self.runtime else "squashfuse"])
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.inputs(), sort_keys=True).encode()).hexdigest()
@@ -158,13 +178,21 @@ def wrapper(packed: PackedEnv, gen_dir: str, command: str) -> str:
         return head + (
             f'if grep -qsF " $root " /proc/self/mountinfo; then exec "$root/bin/{command}" "$@"; fi\n'
             f'exec {sh(rt.command)} exec --bind {binds} {sh(packed.image)} "$root/bin/{command}" "$@"\n')
-    # No container: squashfuse mounts the image once per node (under a lock on the image, so two
-    # first calls do not stack two mounts); the mount stays until fusermount -u or a reboot.
+    # No container: the image is mounted once per node (under a lock on the image, so two first calls
+    # do not stack two mounts) by the first of MOUNTERS found; the mount stays until fusermount -u or a
+    # reboot. The mounter does not inherit the lock's descriptor: its daemon would hold the lock for as
+    # long as the image stays mounted, and every other first call would wait on it for ever. root is an
+    # empty directory until mounted, so a test of root/bin (a shell builtin) tells a
+    # mounted image without starting mountpoint on every call.
+    low, high = (" ".join(map(sh, m)) for m in MOUNTERS)
     return head + (
-        'if ! mountpoint -q "$root"; then\n'
+        'if ! [ -e "$root/bin" ]; then\n'
         '  exec 9<"$image" && flock 9\n'
-        '  mountpoint -q "$root" || squashfuse "$image" "$root" || {\n'
-        f'    echo "{command}: cannot mount $image at $root (squashfuse)" >&2; exit 1; }}\n'
+        '  if ! mountpoint -q "$root"; then\n'
+        f'    if command -v {sh(MOUNTERS[0][0])} >/dev/null 2>&1; then mount=({low}); else mount=({high}); fi\n'
+        '    "${mount[@]}" "$image" "$root" 9<&- || {\n'
+        f'      echo "{command}: cannot mount $image at $root (${{mount[0]}})" >&2; exit 1; }}\n'
+        '  fi\n'
         '  exec 9<&-\n'
         'fi\n'
         f'exec "$root/bin/{command}" "$@"\n')
