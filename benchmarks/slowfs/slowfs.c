@@ -19,7 +19,8 @@
  * a free slot and holds it for `latency_us` microseconds, then is answered from the backing
  * directory. With K=1 and 1 ms the filesystem serves ~1000 metadata operations per second, shared
  * by every process that uses it, as one MDS's capacity is shared by a machine's job. Data reads
- * (read) add no latency.
+ * (read) add no latency. A process's second lookup of a path is answered from "its client's cache"
+ * (see seen_before; option client_cache=0 charges every lookup).
  *
  * Mounted with entry, attribute and negative caching off (entry_timeout=0, attr_timeout=0,
  * negative_timeout=0) so every rank's lookups reach the "server", as they would from separate
@@ -28,7 +29,7 @@
  * Counters: operations per kind and bytes read, written as JSON to the `stats=FILE` option's file
  * on SIGUSR1 and at unmount (atomically: FILE.tmp, then rename).
  *
- * Usage: slowfs BACKING MOUNTPOINT [-f] [-o latency_us=N,slots=K,stats=/abs/file.json]
+ * Usage: slowfs BACKING MOUNTPOINT [-f] [-o latency_us=N,slots=K,client_cache=0|1,stats=/abs/file.json]
  * Build: cc -O2 -Wall -o slowfs slowfs.c $(pkg-config --cflags --libs fuse3)
  */
 #define FUSE_USE_VERSION 31
@@ -43,6 +44,7 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,19 +53,21 @@
 #include <time.h>
 #include <unistd.h>
 
-enum kind { K_GETATTR, K_OPEN, K_OPENDIR, K_READDIR, K_READLINK, K_ACCESS, K_STATFS, K_READ, K_COUNT };
-static const char *kind_names[K_COUNT] = {"getattr", "open", "opendir", "readdir",
+enum kind { K_GETATTR, K_GETATTR_CACHED, K_OPEN, K_OPENDIR, K_READDIR, K_READLINK, K_ACCESS, K_STATFS, K_READ, K_COUNT };
+static const char *kind_names[K_COUNT] = {"getattr", "getattr_cached", "open", "opendir", "readdir",
                                           "readlink", "access", "statfs", "read"};
 
 static struct options {
     char *stats;
     int latency_us;
     int slots;
+    int client_cache;
 } opts;
 
 #define OPTION(t, p) {t, offsetof(struct options, p), 1}
 static const struct fuse_opt option_spec[] = {
-    OPTION("stats=%s", stats), OPTION("latency_us=%d", latency_us), OPTION("slots=%d", slots), FUSE_OPT_END};
+    OPTION("stats=%s", stats), OPTION("latency_us=%d", latency_us), OPTION("slots=%d", slots),
+    OPTION("client_cache=%d", client_cache), FUSE_OPT_END};
 
 static char backing[PATH_MAX];
 static unsigned long long counts[K_COUNT];
@@ -83,6 +87,42 @@ static void metadata_op(enum kind k) {
     sem_post(&server);
 }
 
+/*
+ * Each process's own client cache. The kernel caches nothing (timeouts 0), so every lookup of every
+ * process reaches this daemon; a lookup of a path the same process already looked up is answered
+ * without the latency, as a client node answers it from its dentry and attribute cache (Lustre: under
+ * the lock the MDS granted). So each process stands for a client node of its own: every rank looks up
+ * every file it needs once from the server, and walking a path's parents again costs nothing.
+ * Keys: hash(path) mixed with the caller's pid, in an open-addressing table emptied when 3/4 full.
+ */
+#define SEEN_SIZE (1u << 21)
+static uint64_t *seen;
+static unsigned seen_used;
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int seen_before(const char *path) {
+    uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+    for (const char *c = path; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= (uint64_t)fuse_get_context()->pid * 0x9E3779B97F4A7C15ull;
+    h |= 1;  /* 0 marks a free slot */
+    pthread_mutex_lock(&seen_lock);
+    if (seen_used > SEEN_SIZE / 4 * 3) {
+        memset(seen, 0, SEEN_SIZE * sizeof *seen);
+        seen_used = 0;
+    }
+    unsigned i = (unsigned)(h >> 11) & (SEEN_SIZE - 1);
+    while (seen[i] && seen[i] != h)
+        i = (i + 1) & (SEEN_SIZE - 1);
+    int found = seen[i] == h;
+    if (!found) {
+        seen[i] = h;
+        seen_used++;
+    }
+    pthread_mutex_unlock(&seen_lock);
+    return found;
+}
+
 static int full(char *out, const char *path) {
     int n = snprintf(out, PATH_MAX, "%s%s", backing, path);
     return (n < 0 || n >= PATH_MAX) ? -ENAMETOOLONG : 0;
@@ -100,7 +140,7 @@ static void dump_stats(void) {
     fprintf(f, "{\"latency_us\": %d, \"slots\": %d, \"ops\": {", opts.latency_us, opts.slots);
     for (int k = 0; k < K_COUNT; k++) {
         unsigned long long v = __atomic_load_n(&counts[k], __ATOMIC_RELAXED);
-        if (k != K_READ)
+        if (k != K_READ && k != K_GETATTR_CACHED)
             total += v;
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", kind_names[k], v);
     }
@@ -123,7 +163,9 @@ static void *stats_thread(void *arg) {
 static sigset_t usr1;
 
 static void *sf_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
-    (void)conn;
+    /* A Lustre client holds a lock on what it cached and does not ask the server again on each read:
+     * without this, attr_timeout=0 makes the kernel send a getattr before every read to check its cache. */
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
     cfg->entry_timeout = 0;
     cfg->attr_timeout = 0;
     cfg->negative_timeout = 0;
@@ -142,7 +184,10 @@ static void sf_destroy(void *data) {
 }
 
 static int sf_getattr(const char *path, struct stat *st, struct fuse_file_info *fi) {
-    metadata_op(K_GETATTR);
+    if (opts.client_cache && seen_before(path))
+        __atomic_fetch_add(&counts[K_GETATTR_CACHED], 1, __ATOMIC_RELAXED);
+    else
+        metadata_op(K_GETATTR);
     if (fi)
         return fstat((int)fi->fh, st) == -1 ? -errno : 0;
     char p[PATH_MAX];
@@ -258,6 +303,7 @@ static const struct fuse_operations ops = {
 int main(int argc, char *argv[]) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     opts.slots = 1;
+    opts.client_cache = 1;
     if (fuse_opt_parse(&args, &opts, option_spec, NULL) == -1)
         return 1;
     /* the first non-option argument is the backing directory; fuse_main gets the rest */
@@ -282,6 +328,11 @@ int main(int argc, char *argv[]) {
     for (int i = at; i < args.argc - 1; i++)
         args.argv[i] = args.argv[i + 1];
     args.argc--;
+    seen = calloc(SEEN_SIZE, sizeof *seen);
+    if (!seen) {
+        fprintf(stderr, "slowfs: out of memory\n");
+        return 1;
+    }
     sem_init(&server, 0, (unsigned)opts.slots);
     sigemptyset(&usr1);
     sigaddset(&usr1, SIGUSR1);
