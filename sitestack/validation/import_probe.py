@@ -18,7 +18,7 @@ A rank writes ``DIR/rank-<rank>.json`` (written to a temporary name, then rename
   client's (node's) counters, not the rank's own; absent elsewhere.
 
 The rank, world size and rendezvous come from the options, else the launcher's variables
-(``RANK``/``WORLD_SIZE``, Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``, Open MPI's, PMI's) and
+(``RANK``/``WORLD_SIZE``, Open MPI's, PMI's, Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``) and
 ``MASTER_ADDR``/``MASTER_PORT``; every value read is checked (digits only, a host name of
 letters, digits, ``.-:``) and a bad one is one line ``error: import_probe: ...`` with exit 1.
 
@@ -42,8 +42,10 @@ import sys
 import time
 from typing import Any
 
-RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-SIZE_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+#: The launchers' variables, in this order: Slurm's last, as mpiexec inside a Slurm job leaves the batch
+#: step's SLURM_PROCID (0) in every rank's environment.
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,253}$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 #: Where Lustre clients keep their per-mount llite counters (older clients: /proc; 2.12+: debugfs too).
