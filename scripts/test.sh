@@ -16,7 +16,7 @@ PACKAGES=(
   slurm-wlm munge openssh-server openssh-client
   libfabric-dev libhwloc-dev hipcc libamdhip64-dev
   procps psmisc
-  bubblewrap squashfuse squashfs-tools fuse3
+  bubblewrap squashfuse squashfs-tools fuse3 libfuse3-dev   # libfuse3-dev: tests/test_slowfs.py builds slowfs
   zsh fish tcsh
   python3-pip python3-venv   # the local site's python3 is the system's: .venv is sitestack's, never the site's
 )

@@ -292,8 +292,8 @@ def write_report(result: dict[str, Any], out: str) -> None:
 
 
 def startup_lines(startup: dict[str, Any] | None) -> list[str]:
-    """The start-up section: how long the ranks took to meet, `import torch` from the shared prefix and from
-    node-local storage."""
+    """The start-up section: how long the ranks took to meet; where the job measured it (startup.json), the
+    time until every rank had imported torch from the shared prefix and from node-local storage."""
     if not startup or set(startup) <= {"ready_s"} and startup.get("ready_s") is None:
         return []
     def secs(value: Any) -> str:
@@ -301,11 +301,13 @@ def startup_lines(startup: dict[str, Any] | None) -> list[str]:
     lines = ["## Start-up", ""]
     if isinstance(startup.get("ready_s"), (int, float)):
         lines.append(f"- every rank in the process group {secs(startup['ready_s'])} after the launcher started")
-    if "shared_path" in startup or "staged_path" in startup:   # the job timed `import torch` (facts.node.stage_env)
-        lines += [f"- `import torch` from the shared prefix ({startup.get('shared_path', '?')}), slowest node: "
-                  f"{secs(startup.get('shared_s'))}",
-                  f"- `import torch` from node-local storage ({startup.get('staged_path') or 'not staged'}): "
-                  f"{secs(startup.get('staged_s'))}"]
+    if "shared_path" in startup or "staged_path" in startup:   # the job's import_probe.py ranks (facts.node.stage_env)
+        ranks = f"all {startup['ranks']} ranks" if isinstance(startup.get("ranks"), int) else "every rank"
+        stage = f", staging {secs(startup['stage_s'])} included" if isinstance(startup.get("stage_s"), (int, float)) else ""
+        lines += [f"- `import torch` by {ranks} from the shared prefix ({startup.get('shared_path', '?')}): "
+                  f"{secs(startup.get('shared_s'))} until the last had imported",
+                  f"- the same from node-local storage ({startup.get('staged_path') or 'not staged'}): "
+                  f"{secs(startup.get('staged_s'))}{stage}"]
     if startup.get("note"):
         lines.append(f"- {startup['note']}")
     return lines + [""]

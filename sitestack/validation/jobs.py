@@ -45,6 +45,7 @@ PROGRAM_FILES: dict[str, Path] = {
     "nccl_parse.py": _HERE / "nccl_parse.py",
     "nccl_nodes.py": _HERE / "nccl_nodes.py",
     "history.py": _HERE / "history.py",  # the site's history of runs (docs/history.md)
+    "import_probe.py": _HERE / "import_probe.py",  # the start-up probe (startup.json)
     "hostlist.py": _HERE.parent / "programs" / "hostlist.py",
     "visible.py": _HERE.parent / "programs" / "visible.py",
     **{f"ddpcheck/{p.name}": p for p in sorted((_HERE / "ddpcheck").glob("*.py"))},

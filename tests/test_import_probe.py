@@ -1,0 +1,76 @@
+"""import_probe.py, the start-up probe every rank of the validation job runs: real processes, each
+writing its rank file; the aggregate's time until every rank imported; bad input refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sitestack.validation import import_probe
+
+PROBE = Path(import_probe.__file__)
+
+
+def run(python: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, str(PROBE), *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_ranks_and_aggregate(tmp_path: Path) -> None:
+    t0 = time.time()
+    for rank in range(3):   # the rank from the launcher's variables, as under srun
+        out = run(sys.executable, "--out", str(tmp_path), "--module", "json",
+                  env={"SLURM_PROCID": str(rank), "SLURM_NTASKS": "3", "RANK": ""})
+        assert out.returncode == 0, out.stderr
+    record = json.loads((tmp_path / "rank-00001.json").read_text())
+    assert record["rank"] == 1 and record["world_size"] == 3 and record["pid"] > 0
+    assert record["started_at"] <= record["imported_at"] and record["imported_s"] >= 0
+    assert record["io"]["rchar"] > 0
+    summary = import_probe.aggregate(str(tmp_path), t0, 3)
+    assert summary["ranks"] == 3 and summary["imported"] == 3 and summary["missing"] == []
+    assert 0 < summary["all_imported_s"] <= time.time() - t0
+    assert summary["imported_s"]["max"] >= summary["imported_s"]["median"]
+    # a missing rank and a failed import leave no time until all imported
+    assert import_probe.aggregate(str(tmp_path), t0, 4)["all_imported_s"] is None
+    failed = run(sys.executable, "--out", str(tmp_path), "--module", "no_such_module_here", "--rank", "3",
+                 "--world-size", "4")
+    assert failed.returncode == 1
+    summary = import_probe.aggregate(str(tmp_path), t0, 4)
+    assert summary["failed"] == [3] and summary["all_imported_s"] is None
+    assert "ModuleNotFoundError" in summary["errors"][0]
+    cli = run(sys.executable, "--aggregate", str(tmp_path), "--t0", f"{t0:.3f}", "--json", str(tmp_path / "s.json"))
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads((tmp_path / "s.json").read_text())["ranks"] == 4
+
+
+def test_ddp_start_on_gloo(tmp_path: Path, validation_python: tuple[str, dict[str, str]]) -> None:
+    python, env = validation_python
+    t0 = time.time()
+    env = {**env, "GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29733", "WORLD_SIZE": "2"}
+    procs = [subprocess.Popen([python, str(PROBE), "--out", str(tmp_path), "--ddp"], env={**os.environ, **env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    summary = import_probe.aggregate(str(tmp_path), t0, 2)
+    assert summary["failed"] == [] and summary["all_ddp_ready_s"] >= summary["all_imported_s"] > 0
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    cases = [({"RANK": "1; rm -rf /", "WORLD_SIZE": "2"}, ["--out", str(tmp_path)], "RANK="),
+             ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "99999"}, ["--out", str(tmp_path)], "MASTER_PORT="),
+             ({}, ["--out", str(tmp_path), "--rank", "2", "--world-size", "2"], "not below"),
+             ({}, ["--out", str(tmp_path / "absent"), "--module", "json"], "not a directory"),
+             ({}, ["--out", str(tmp_path), "--module", "os; import x"], "--module"),
+             ({}, ["--aggregate", str(tmp_path), "--t0", "yesterday"], "--t0"),
+             ({}, ["--aggregate", str(tmp_path)], "needs --t0")]
+    for env, args, words in cases:
+        out = run(sys.executable, *args, env={"RANK": "", "WORLD_SIZE": "", **env})
+        assert out.returncode == 1, (args, out.stdout)
+        assert out.stderr.startswith("error: import_probe: ") and words in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("rank-*.json"))
