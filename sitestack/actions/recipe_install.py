@@ -78,6 +78,10 @@ class RecipeInstall(Action):
 
     action = "recipe-install"
     installs_recipe = True  # sitestack.installs.site_stack finds the installs of a site by this
+    #: Builds run beside each other: no recipe's build reads another's install (mpi4py and Horovod build
+    #: against the site's MPI, Horovod against its own build environment's torch, the RCCL plugin against
+    #: ROCm and libfabric); each has its own build dir, log, lock and cache entry.
+    concurrent_by_default = True
     #: recipe name -> its hooks (the `package:` arguments each accepts are their ``Args``).
     hooks_table: ClassVar[Mapping[str, type[PackageHooks]]] = HOOKS
 
@@ -102,6 +106,11 @@ class RecipeInstall(Action):
             if self.version is not None and versions.check_version(self.version):
                 return f"version: {versions.check_version(self.version)}"
             return None
+
+    @classmethod
+    def independent(cls, args: Any) -> bool:
+        """Independent unless it names its own ``python``: that interpreter may be one another step makes."""
+        return args.python is None
 
     @classmethod
     def check_args(cls, raw: Any, file: str, line: int, key: str) -> Any:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sitestack.builders import HostTools
+from sitestack.core.cores import CORES_SH
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
 from sitestack.core.probecache import path_dirs
@@ -42,11 +43,11 @@ for t in "$@"; do
   v=$("$p" --version </dev/null 2>&1 | head -n 1)
   printf 'TOOL\t%s\t%s\t%s\t%s\n' "$t" "$p" "${r:-$p}" "$v"
 done
-printf 'NPROC\t%s\n' "$(nproc 2>/dev/null || echo 1)"
+printf 'NPROC\t%s\n' "$(%CORES%)"
 printf 'SLURM\t%s\n' "${SLURM_JOB_ID:-}"
 printf 'PATH\t%s\n' "$PATH"
 printf 'LMFILES\t%s\n' "${_LMFILES_:-}"
-"""
+""".replace("%CORES%", CORES_SH)
 
 
 @dataclass(frozen=True)
