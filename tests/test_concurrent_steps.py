@@ -193,3 +193,32 @@ def test_applying_runs_steps_in_threads_and_reports_in_order():
     assert reported == ["a", "b", "c"] and [r.status for r in results] == ["changed"] * 3
     main = threading.current_thread().name
     assert all(thread != main for _, thread in seen)  # every step ran in a thread of the pool
+
+
+def local_steps(tmp: Path, change: dict[str, dict]) -> dict[str, Step]:
+    """The local playbook's steps as built for this host, with ``change`` merged into the named steps."""
+    from sitestack.actions import ACTIONS
+    from sitestack.engine import playbook as pb
+    from sitestack.model.context import RunOptions
+
+    data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
+    for step in data["steps"]:
+        step.update(change.get(step["name"], {}))
+    path = tmp / "local.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    site = pb.load(path=path)
+    host = local_host(read_only=True)
+    ctx = pb.context_for(site, host, RunOptions(check=True, prefix=str(tmp / "prefix")), None)
+    return {s.name: ACTIONS[s.action].from_spec(s, ctx.for_step(s)) for s in site.steps}
+
+
+def test_the_builds_of_the_local_site_are_independent_and_the_stack_waits(tmp_path: Path):
+    steps = local_steps(tmp_path, {})
+    assert [n for n, s in steps.items() if s.concurrent] == ["mpi4py", "horovod"]
+
+
+@pytest.mark.parametrize("change", [{"concurrent": False}, {"args": {"recipe": "mpi4py", "version": "4.1.2",
+                                                                      "python": "python3"}}])
+def test_a_build_runs_alone_when_the_playbook_says_or_names_its_interpreter(tmp_path: Path, change: dict):
+    steps = local_steps(tmp_path, {"mpi4py": change})
+    assert not steps["mpi4py"].concurrent and steps["horovod"].concurrent

@@ -109,7 +109,8 @@ class RecipeInstall(Action):
 
     @classmethod
     def independent(cls, args: Any) -> bool:
-        """Independent unless it names its own ``python``: that interpreter may be one another step makes."""
+        """Independent unless it names its own ``python`` (that interpreter may be one another step makes;
+        so may the stack env's, which a build for a conda stack uses: :meth:`__init__` says so)."""
         return args.python is None
 
     @classmethod
@@ -152,6 +153,8 @@ class RecipeInstall(Action):
         dest = chosen["dest"] or f"{site_prefix}/{self.recipe.name}/{self.version}"
         #: the stack env's interpreter, where this build is for it (installs/site_stack.py:stack_interpreter)
         self.env_python = None if chosen["python"] else stack_interpreter(ctx, recipe.name)
+        if self.env_python and getattr(spec, "concurrent", None) is None:
+            self.concurrent = False  # it builds with (and for) the stack env another step makes: in order
         self.target = Target(self.recipe, self.version, ctx.facts, dest.rstrip("/"), site_prefix,
                              chosen["python"] or self.env_python or ctx.facts.python.executable)
         self.options = options
