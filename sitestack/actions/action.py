@@ -30,6 +30,9 @@ class Action(Step):
     """A Step built from a playbook step."""
 
     action: ClassVar[str] = ""  # the name playbooks use
+    #: Whether a step of this action may run at the same time as its neighbours that may too, unless
+    #: the playbook says (the step's ``concurrent``); see :meth:`independent`.
+    concurrent_by_default: ClassVar[bool] = False
 
     @dataclass(frozen=True)
     class Args:
@@ -42,6 +45,13 @@ class Action(Step):
         self.become = spec.become
         self.args = args
         self.ctx = ctx
+        self.concurrent = spec.concurrent if spec.concurrent is not None else self.independent(args)
+
+    @classmethod
+    def independent(cls, args: Any) -> bool:
+        """Whether a step with these arguments neither reads what other steps make nor makes what
+        they read, so it may run beside them (:attr:`sitestack.core.step.Step.concurrent`)."""
+        return cls.concurrent_by_default
 
     @classmethod
     def check_args(cls, raw: Any, file: str, line: int, key: str) -> Any:

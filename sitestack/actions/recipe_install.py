@@ -78,6 +78,10 @@ class RecipeInstall(Action):
 
     action = "recipe-install"
     installs_recipe = True  # sitestack.installs.site_stack finds the installs of a site by this
+    #: Builds run beside each other: no recipe's build reads another's install (mpi4py and Horovod build
+    #: against the site's MPI, Horovod against its own build environment's torch, the RCCL plugin against
+    #: ROCm and libfabric); each has its own build dir, log, lock and cache entry.
+    concurrent_by_default = True
     #: recipe name -> its hooks (the `package:` arguments each accepts are their ``Args``).
     hooks_table: ClassVar[Mapping[str, type[PackageHooks]]] = HOOKS
 
@@ -102,6 +106,12 @@ class RecipeInstall(Action):
             if self.version is not None and versions.check_version(self.version):
                 return f"version: {versions.check_version(self.version)}"
             return None
+
+    @classmethod
+    def independent(cls, args: Any) -> bool:
+        """Independent unless it names its own ``python`` (that interpreter may be one another step makes;
+        so may the stack env's, which a build for a conda stack uses: :meth:`__init__` says so)."""
+        return args.python is None
 
     @classmethod
     def check_args(cls, raw: Any, file: str, line: int, key: str) -> Any:
@@ -143,6 +153,8 @@ class RecipeInstall(Action):
         dest = chosen["dest"] or f"{site_prefix}/{self.recipe.name}/{self.version}"
         #: the stack env's interpreter, where this build is for it (installs/site_stack.py:stack_interpreter)
         self.env_python = None if chosen["python"] else stack_interpreter(ctx, recipe.name)
+        if self.env_python and getattr(spec, "concurrent", None) is None:
+            self.concurrent = False  # it builds with (and for) the stack env another step makes: in order
         self.target = Target(self.recipe, self.version, ctx.facts, dest.rstrip("/"), site_prefix,
                              chosen["python"] or self.env_python or ctx.facts.python.executable)
         self.options = options

@@ -96,6 +96,8 @@ PROVISION_HELP = {
     "host": "run on this host (repeatable; an ssh-config alias or host name); default: the playbook's hosts",
     "limit": "only the playbook's hosts matching these names or patterns (comma-separated, e.g. 'login*')",
     "forks": "run at most N hosts at once (default: sitestack.forks, else 16)",
+    "parallel-steps": ("run at most N independent steps (e.g. source builds) at once on a host, applying "
+                       "(default: sitestack.parallel_steps, else the host's usable cores; 1: one after the other)"),
     "start-at": "skip the steps before this one (a step name, as the step listing shows it)",
     "step": "ask before each step: (N)o/(y)es/(c)ontinue (answers from the terminal, or y/n/c lines on stdin, "
             "at most 64 KiB; another answer is refused)",
@@ -119,7 +121,8 @@ PROVISION_HELP = {
 @task(klass=SitestackTask, auto_shortflags=False, iterable=["host", "source"], help=PROVISION_HELP)
 def provision(c: Context, site: str | None = None, check: bool = False, diff: bool = False, tags: str | None = None,
               skip_tags: str | None = None, fail_on_change: bool = False, host: list[str] | None = None,
-              limit: str | None = None, forks: str | None = None, start_at: str | None = None, step: bool = False,
+              limit: str | None = None, forks: str | None = None, parallel_steps: str | None = None,
+              start_at: str | None = None, step: bool = False,
               list_steps: bool = False, list_tags: bool = False, rebuild: str | None = None, no_cache: bool = False,
               source: list[str] | None = None, mirror: str | None = None, prefix: str | None = None,
               account: str | None = None, accept_new_host_keys: bool = False, playbook: str | None = None,
@@ -133,8 +136,8 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
         loaded = pb.load(site, playbook_path(playbook))
         options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change, tags=split_list(tags, "--tags"),
                               skip_tags=split_list(skip_tags, "--skip-tags"), hosts=tuple(host or ()),
-                              limit=split_list(limit, "--limit"), forks=forks, start_at=start_at,
-                              confirm_steps=step, verbose=verbose, rebuild=split_list(rebuild, "--rebuild"),
+                              limit=split_list(limit, "--limit"), forks=forks, parallel_steps=parallel_steps,
+                              start_at=start_at, confirm_steps=step, verbose=verbose, rebuild=split_list(rebuild, "--rebuild"),
                               no_cache=no_cache, prefix=prefix, account=account,
                               accept_new_host_keys=accept_new_host_keys, mirror=mirror,
                               recipe_sources=tuple(recipe_source(s) for s in source or ()))

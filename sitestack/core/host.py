@@ -41,9 +41,19 @@ class LocalHost(Host):
     """This machine: commands through :mod:`subprocess`, files through the OS directly."""
 
     caches_probes = True
+    #: Steps may run in threads at once here: each command is a process of its own, and no state of
+    #: this object changes but caches any thread fills with the same answer.
+    concurrent_steps = True
 
     def __init__(self, name: str = "localhost", *, read_only: bool = False) -> None:
         super().__init__(name, Context(), read_only=read_only)
+
+    def stop_commands(self) -> None:
+        """Stop every command still running here (Ctrl-C reaches only the main thread, and each
+        command runs in its own process group: those other threads wait on would run on)."""
+        with _RUNNING_LOCK:
+            for proc in list(_RUNNING):
+                _kill_group(proc, signal.SIGTERM)
 
     def _exec(self, line: str, **kwargs: Any) -> Any:
         """Run one shell line here with :mod:`subprocess` (Invoke's runner polls its pipes every 10 ms:
@@ -243,6 +253,11 @@ class LocalResult:
 _OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 
 
+#: The commands :func:`run_local` is running (any thread), for :meth:`LocalHost.stop_commands`.
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
 def run_local(line: str, *, out: IO[str] | None = None, timeout: float | None = None,
               secrets: Mapping[str, str] | None = None) -> LocalResult:
     """Run ``line`` with :data:`SHELL`, standard input closed. Without ``out``, stdout and stderr are
@@ -254,6 +269,8 @@ def run_local(line: str, *, out: IO[str] | None = None, timeout: float | None = 
                                 **_OWN_GROUP)
     except OSError as exc:
         return LocalResult(127, "", str(exc))
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
     try:
         return _finish(proc, out, timeout)
     except BaseException:
@@ -261,6 +278,9 @@ def run_local(line: str, *, out: IO[str] | None = None, timeout: float | None = 
         # does not reach it; stop it and what it started, as Invoke's runner does.
         _kill_group(proc, signal.SIGTERM)
         raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
 
 
 def _finish(proc: subprocess.Popen[bytes], out: IO[str] | None, timeout: float | None) -> LocalResult:

@@ -102,6 +102,10 @@ class Host:
     #: Whether :func:`sitestack.core.probecache.cached_probe` may keep this host's answers (a stand-in
     #: host of the tests answers what it is told: never kept).
     caches_probes = False
+    #: Whether steps may run on this host from several threads at once (``provision`` runs independent
+    #: steps together only where it is true). Not over SSH: every command there goes through one
+    #: persistent shell, which answers one command at a time.
+    concurrent_steps = False
 
     def __init__(self, name: str, context: Context, *, read_only: bool = False) -> None:
         self.name = name

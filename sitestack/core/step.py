@@ -9,12 +9,20 @@ anything.
 
 ``converge`` runs each step: pending -> (check mode: "would ...") -> apply -> pending again
 to verify -> :class:`Result`. Handlers notified by changed steps run once, at the end.
+
+Applying with ``concurrency`` above 1, neighbouring steps that declare themselves independent
+(``concurrent = True``: a step that neither reads what the others make nor makes what they
+read, e.g. two source builds) run at the same time, at most ``concurrency`` at once; any
+other step waits for every earlier one and runs alone. Results are still reported in the
+steps' order, and a failure ends the run as it does one step at a time.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,6 +42,9 @@ class Step:
     tags: frozenset[str] = frozenset()
     notify: tuple[str, ...] = ()
     asserts: bool = False
+    #: May run at the same time as the neighbouring steps that may too (applying, with cores to
+    #: spare): it neither reads what they make nor makes what they read. Default: it runs alone.
+    concurrent: bool = False
 
     def describe(self) -> str:
         """What the step makes true, as a short phrase (used when it cannot probe)."""
@@ -88,6 +99,7 @@ def converge(
     on_result: Callable[[Result], None] | None = None,
     not_probed: str | None = None,
     gate: Callable[[Step], str | None] | None = None,
+    concurrency: int = 1,
 ) -> list[Result]:
     """Bring ``host`` to the state ``steps`` describe; return one Result per step and handler.
 
@@ -100,42 +112,122 @@ def converge(
       check mode every step is planned unprobed; applying, every step fails with it.
     - Handlers run once each, in their declared order, after all steps, if a changed step
       notified them.
-    - ``gate``: asked before each selected step runs (``--start-at``, ``--step``); a reason it
-      returns skips the step with that message.
+    - ``gate``: asked before each selected step runs (``--start-at``, ``--step``), in the steps'
+      order; a reason it returns skips the step with that message.
+    - ``concurrency``: applying (never in check mode, nor unprobed), up to this many neighbouring
+      steps with ``concurrent`` set run at once, each in a thread of its own (``host`` must allow
+      that). Each starts in order, after every earlier step has started; a step without it waits
+      for all earlier ones to finish. ``on_result`` still gets the results in the steps' order (a
+      later step's result waits until those before it are reported). A failure stops the steps
+      not started yet (``skipped``); those already running finish and are reported as they end.
     """
+    run = _Run(host, check=check, want_diff=want_diff, not_probed=not_probed, on_result=on_result,
+               workers=concurrency if concurrency > 1 and not check and not not_probed else 1)
     tags, skip_tags = tuple(tags), tuple(skip_tags)
-    results: list[Result] = []
-    notified: dict[str, str] = {}
-    stopped = False
+    try:
+        for step in steps:
+            together = run.pool is not None and step.concurrent
+            run.make_room() if together else run.drain()
+            reason = _skip_reason(step, tags, skip_tags, stopped=run.stopped, gate=gate)
+            if reason is not None:
+                run.queue.append((step, Result(step.name, "skipped", reason)))
+            elif together:
+                run.start(step)
+            else:
+                run.queue.append((step, _run_one(step, host, check=check, want_diff=want_diff, not_probed=not_probed)))
+            run.report()
+        run.drain()
+    finally:
+        run.close()
 
-    def emit(result: Result) -> None:
-        results.append(result)
-        if on_result:
-            on_result(result)
+    run.handlers(handlers)
+    return run.results
 
-    for step in steps:
-        reason = _skip_reason(step, tags, skip_tags, stopped=stopped, gate=gate)
-        if reason is not None:
-            emit(Result(step.name, "skipped", reason))
-            continue
-        result = _run_one(step, host, check=check, want_diff=want_diff, not_probed=not_probed)
-        emit(result)
-        if result.status == "changed":
-            for target in step.notify:
-                notified.setdefault(target, step.name)
-        if result.status == "failed" and not check:
-            stopped = True
 
-    for handler in handlers:
-        if handler.name not in notified:
-            continue
-        if stopped:
-            emit(Result(handler.name, "skipped", "not run: an earlier step failed", handler=True))
-            continue
-        result = _run_one(handler, host, check=check, want_diff=want_diff, not_probed=not_probed,
-                          forced=f"notified by {notified[handler.name]}")
-        emit(Result(**{**result.__dict__, "handler": True}))
-    return results
+class _Run:
+    """One converge: the results reported so far, the handlers notified, whether a step failed,
+    and the steps started but not yet reported (in order; each a Result or a running future)."""
+
+    def __init__(self, host: Host, *, check: bool, want_diff: bool, not_probed: str | None,
+                 on_result: Callable[[Result], None] | None, workers: int) -> None:
+        self.host, self.check, self.want_diff, self.not_probed = host, check, want_diff, not_probed
+        self.on_result, self.workers = on_result, workers
+        self.results: list[Result] = []
+        self.notified: dict[str, str] = {}
+        self.stopped = False
+        self.queue: deque[tuple[Step, Result | concurrent.futures.Future[Result]]] = deque()
+        self.running: set[concurrent.futures.Future[Result]] = set()
+        self.pool = (concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="step")
+                     if workers > 1 else None)
+
+    def emit(self, result: Result) -> None:
+        self.results.append(result)
+        if self.on_result:
+            self.on_result(result)
+
+    def start(self, step: Step) -> None:
+        assert self.pool is not None
+        future = self.pool.submit(_run_one, step, self.host, check=self.check, want_diff=self.want_diff,
+                                  not_probed=self.not_probed)
+        self.running.add(future)
+        self.queue.append((step, future))
+
+    def _wait(self, until: str) -> None:
+        """Wait for one running step to end (``until`` FIRST_COMPLETED) or all; a failure stops the run."""
+        done, _ = concurrent.futures.wait(self.running, return_when=until)
+        for future in done:
+            self.running.discard(future)
+            if future.result().status == "failed" and not self.check:
+                self.stopped = True
+
+    def make_room(self) -> None:
+        """Report what has ended, and wait until fewer than ``workers`` steps run."""
+        while len(self.running) >= self.workers or any(f.done() for f in self.running):
+            self._wait(concurrent.futures.FIRST_COMPLETED)
+        self.report()
+
+    def drain(self) -> None:
+        """Wait for every running step, and report every result."""
+        if self.running:
+            self._wait(concurrent.futures.ALL_COMPLETED)
+        self.report()
+
+    def report(self) -> None:
+        """Report the results at the head of the queue that are known, in order."""
+        while self.queue:
+            step, entry = self.queue[0]
+            if isinstance(entry, concurrent.futures.Future):
+                if entry in self.running:  # not ended, or its failure not yet seen by _wait
+                    return
+                entry = entry.result()
+            self.queue.popleft()
+            self.emit(entry)
+            if entry.status == "changed":
+                for target in step.notify:
+                    self.notified.setdefault(target, step.name)
+            if entry.status == "failed" and not self.check:
+                self.stopped = True
+
+    def handlers(self, handlers: Sequence[Step]) -> None:
+        """Run each notified handler once, in its declared order, one after the other."""
+        for handler in handlers:
+            if handler.name not in self.notified:
+                continue
+            if self.stopped:
+                self.emit(Result(handler.name, "skipped", "not run: an earlier step failed", handler=True))
+                continue
+            result = _run_one(handler, self.host, check=self.check, want_diff=self.want_diff,
+                              not_probed=self.not_probed, forced=f"notified by {self.notified[handler.name]}")
+            self.emit(Result(**{**result.__dict__, "handler": True}))
+
+    def close(self) -> None:
+        """Wait for the steps still running (an interrupt: they are told to stop, not abandoned)."""
+        if self.pool is not None:
+            if self.running:
+                stop = getattr(self.host, "stop_commands", None)
+                if callable(stop):
+                    stop()
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _skip_reason(step: Step, tags: Sequence[str], skip_tags: Sequence[str], *, stopped: bool,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.actions import ACTIONS
+from sitestack.core.cores import local_cores
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, LocalHost, local_host, ssh_host
 from sitestack.core.hostbase import GROUP_UMASK
@@ -121,7 +122,8 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
             return converge(steps, host, check=options.check, want_diff=options.diff, tags=options.tags,
                             skip_tags=options.skip_tags, handlers=handlers, not_probed=not_probed,
                             on_result=lambda r: reporter.result(spec.name, r),
-                            gate=select.gate_for(site, options, spec.name, confirm))
+                            gate=select.gate_for(site, options, spec.name, confirm),
+                            concurrency=step_concurrency(host, options, confirm))
 
         if options.check or not_probed:
             run.results = go()
@@ -141,6 +143,16 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
             host.close()
     run.elapsed = time.perf_counter() - start
     return run
+
+
+def step_concurrency(host: Host, options: Options, confirm: select.Confirm | None = None) -> int:
+    """How many independent steps run at once on ``host``: ``--parallel-steps`` (or the setting), else
+    one per usable core (:mod:`sitestack.core.cores`: the affinity mask, capped by a Slurm job's). One
+    where the host's commands cannot run from several threads (SSH: one shell), with ``--step`` (one
+    question at a time) and in check mode (:func:`converge` plans in order)."""
+    if options.check or confirm is not None or not host.concurrent_steps:
+        return 1
+    return options.parallel_steps or local_cores()
 
 
 class _Unbuilt(Step):

@@ -34,7 +34,8 @@ from sitestack.programs.visible import printable
 #: The settings and what each accepts (docs/cli.md). Null, or a key left out, is not set.
 SETTING_KINDS = {"account": "an account name", "prefix": "an install prefix (an absolute path)",
                  "sources_dir": "an absolute path", "mirror": "an absolute path",
-                 "log_dir": "an absolute path of sitestack's own", "forks": "a whole number from 1 to 1024"}
+                 "log_dir": "an absolute path of sitestack's own", "forks": "a whole number from 1 to 1024",
+                 "parallel_steps": "a whole number from 1 to 1024"}
 #: The section Invoke is told of (``Collection.configure``): None is not set. Invoke only reads an
 #: INVOKE_SITESTACK_X variable for a key declared here.
 SETTINGS: dict[str, Any] = dict.fromkeys(SETTING_KINDS)

@@ -152,6 +152,11 @@ def run_options(c: Context, **fields: Any) -> RunOptions:
     forks = setting(c, "forks", given)
     if forks is not None:
         fields["forks"] = int_option("--forks" if given is not None else "sitestack.forks", forks, low=1, high=1024)
+    given = fields.pop("parallel_steps", None)
+    steps = setting(c, "parallel_steps", given)
+    if steps is not None:
+        fields["parallel_steps"] = int_option("--parallel-steps" if given is not None else "sitestack.parallel_steps",
+                                              steps, low=1, high=1024)
     return RunOptions(**fields)
 
 

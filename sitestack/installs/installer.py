@@ -106,8 +106,12 @@ class Installer:
                 f"{shlex.join(list(shown or argv))}\n"
                 f"log: {self.log}\nbuild dir: {self.work}\n{tail}".rstrip()) from None
 
-    def run_command(self, command: Command) -> None:
-        self.sh(command.argv, cwd=command.cwd, env=command.env, site=True)
+    def run_command(self, command: Command, jobs: str | None = None) -> None:
+        """Run one of the build's commands; with ``jobs``, the usual parallel-build variables say it
+        too (make, CMake, and PyTorch-style extension builds read them), unless the recipe sets
+        them. Not part of the build digest: how many jobs build it does not change what is built."""
+        env = {**parallel_env(jobs), **command.env} if jobs else command.env
+        self.sh(command.argv, cwd=command.cwd, env=env, site=True)
 
     # -- the whole install -----------------------------------------------------------------------
     def run(self) -> None:
@@ -172,7 +176,7 @@ class Installer:
         for command in build_plan(t, layout, has_configure=has_configure, program=program, make_program=make_program):
             if command.phase != self.progress.current:
                 self.progress.phase(command.phase, shlex.join(command.argv)[:200])
-            self.run_command(command)
+            self.run_command(command, layout.jobs)
         return self.store(layout)
 
     def fetch(self) -> str:
@@ -349,3 +353,11 @@ class Installer:
             "inputs": self.inputs,
         }
         self.host.write_text(f"{self.tree}/{STAMP}", json.dumps(stamp, indent=2, sort_keys=True) + "\n")
+
+
+def parallel_env(jobs: str) -> dict[str, str]:
+    """The environment that gives a build ``jobs`` parallel jobs whatever drives it: ``MAKEFLAGS``
+    (make, also under pip or CMake's Makefiles), ``CMAKE_BUILD_PARALLEL_LEVEL`` (``cmake --build``,
+    https://cmake.org/cmake/help/latest/envvar/CMAKE_BUILD_PARALLEL_LEVEL.html) and ``MAX_JOBS``
+    (``torch.utils.cpp_extension`` builds)."""
+    return {"MAKEFLAGS": f"-j{jobs}", "CMAKE_BUILD_PARALLEL_LEVEL": jobs, "MAX_JOBS": jobs}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sitestack.builders import HostTools
+from sitestack.core.cores import CORES_SH
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host, LocalHost
 from sitestack.installs.target import Target
@@ -42,9 +43,9 @@ for t in "$@"; do
   v=$("$p" --version </dev/null 2>&1 | head -n 1)
   printf 'TOOL\t%s\t%s\t%s\t%s\n' "$t" "$p" "${r:-$p}" "$v"
 done
-printf 'NPROC\t%s\n' "$(nproc 2>/dev/null || echo 1)"
+printf 'NPROC\t%s\n' "$(%CORES%)"
 printf 'SLURM\t%s\n' "${SLURM_JOB_ID:-}"
-""" + ENV_REPORT
+""".replace("%CORES%", CORES_SH) + ENV_REPORT
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,8 @@ class RunOptions:
     # -- choosing hosts and steps (like ansible-playbook --limit / --forks / --start-at-task / --step) --
     limit: tuple[str, ...] = ()  # among the playbook's hosts: names or shell patterns (fnmatch)
     forks: int = 16  # hosts run in parallel at most
+    #: independent steps run at once on a host at most (None: the host's cores; 1: one after the other)
+    parallel_steps: int | None = None
     start_at: str | None = None  # skip the steps before this one
     confirm_steps: bool = False  # --step: ask before each step
     verbose: bool = False  # stream commands' output to the console too
@@ -140,6 +142,7 @@ class RunOptions:
         check_tags("--limit", self.limit)
         check_tags("--rebuild", self.rebuild)
         check_count("--forks", self.forks, 1, 1024)
+        check_count("--parallel-steps", self.parallel_steps, 1, 1024)
         if self.start_at is not None:
             check_tags("--start-at", (self.start_at,))
         check_count("--jobs", self.jobs, 1, 4096)

@@ -107,6 +107,10 @@ class StepSpec:
     become: bool = field(default=False, metadata=_doc("run mutations with sudo when not root"))
     stack: str | None = field(default=None, metadata=_doc(
         "run with the facts of this stack of the playbook's `stacks:` (default: the playbook's own facts)"))
+    concurrent: bool | None = field(default=None, metadata=_doc(
+        "whether the step may run at the same time as its neighbours that may too, when applying on a host "
+        "with the cores (false: it runs alone, after every earlier step; default: its action says, e.g. "
+        "recipe-install builds may)"))
     line: int = field(default=0, init=False, compare=False, metadata=_doc("line in the playbook (set by the loader)"))
 
     def check(self) -> str | None:

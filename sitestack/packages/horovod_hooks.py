@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sitestack.core import versions
+from sitestack.core.cores import CORES_SH
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
 from sitestack.core.pip_auth import configured_for, pip_auth
@@ -72,7 +73,8 @@ def _torch_vouchers(out: Completed) -> list[str] | None:
 
 
 def nproc(host: Host) -> int:
-    out = host.probe(["nproc"])
+    """The cores the build may use (:mod:`sitestack.core.cores`: nproc, capped by a Slurm job's)."""
+    out = host.probe(["sh", "-c", CORES_SH])
     return int(out.stdout.strip()) if out.ok and out.stdout.strip().isdigit() else 1
 
 
