@@ -130,7 +130,7 @@ def provision(c: Context, site: str | None = None, check: bool = False, diff: bo
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
     from sitestack.engine import playbook as pb
     from sitestack.engine import select
-    from sitestack.engine.partial_run import checked_sources
+    from sitestack.engine.source_options import checked_sources
 
     with errors_to_exit(debug):
         loaded = pb.load(site, playbook_path(playbook))

@@ -10,7 +10,6 @@ all work as for ``invoke provision``. Version rules are checked before anything 
 from __future__ import annotations
 
 import dataclasses
-import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,18 +18,13 @@ from sitestack.actions import ACTIONS
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import playbook as pb
-from sitestack.installs import sources as sources_mod
+from sitestack.engine.source_options import checked_sources
 from sitestack.installs.conda_env import read_env_input
 from sitestack.installs.venv_stack import require_module_system
 from sitestack.model.context import RunOptions
 from sitestack.model.recipe import load_recipe
 from sitestack.model.site import Site, StepSpec, Toolkit
 from sitestack.packages.aws_ofi_rccl import choose_version, known_rocm, plugin_data
-from sitestack.packages.horovod import plan_for as horovod_plan
-
-
-def _resolved(path: str | None) -> str | None:
-    return str(Path(path).resolve()) if path else None
 
 
 def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Reporter) -> list[HostRun]:
@@ -42,37 +36,6 @@ def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Report
         raise InputError(f"--site {loaded.name}", f"{spec.name}: {problem}")
     single = dataclasses.replace(loaded, steps=(spec,), handlers=(), playbook_steps=loaded.steps)
     return pb.provision(single, checked_sources(single, options, spec.name), reporter)
-
-
-def checked_sources(loaded: Site, options: RunOptions, label: str) -> RunOptions:
-    """``options`` with the paths of --source (one, or NAME=PATH per recipe), --sources-dir and
-    --mirror made absolute, refused before anything connects or is written: a path that is not
-    there, an unsafe tarball, a NAME=PATH whose recipe no step of the playbook installs."""
-    sources = tuple((name, _resolved(path) or path) for name, path in options.recipe_sources)
-    options = dataclasses.replace(options, source=_resolved(options.source), sources_dir=_resolved(options.sources_dir),
-                                  mirror=_resolved(options.mirror), recipe_sources=sources)
-    installed = sorted({str(s.args.get("recipe")) for s in loaded.steps if s.action == "recipe-install"})
-    for name, path in sources:
-        if name not in installed:
-            raise InputError("--source", f"{name}={path}: no step of site {loaded.name} installs recipe {name} "
-                             f"(its recipe-install steps install: {', '.join(installed) or 'nothing'})")
-        _check_source(path, name)
-    if options.source:
-        _check_source(options.source, label)
-    if options.mirror and not Path(options.mirror).is_dir():
-        raise InputError("--mirror", f"{options.mirror}: not a directory")
-    return options
-
-
-def _check_source(path: str, label: str) -> None:
-    if not (Path(path).is_file() or Path(path).is_dir()):
-        raise InputError("--source", f"{path}: not a file or directory")
-    # An unsafe tarball is refused here; one that is no tarball at all fails its sha256 check in the step.
-    if Path(path).is_file() and tarfile.is_tarfile(path):
-        try:
-            sources_mod.check_tarball(Path(path), label)
-        except SitestackError as exc:
-            raise InputError("--source", " ".join(str(exc).split())) from None
 
 
 def _sources_dir(options: RunOptions) -> Path | None:
@@ -98,6 +61,8 @@ def build_horovod(*, site: str | None, playbook: Path | None, version: str | Non
     loaded = pb.load(site, playbook)
     recipe = load_recipe("horovod", _sources_dir(options))
     chosen = recipe.select_version(version, loaded.facts, f"site {loaded.name}")
+    from sitestack.packages.horovod import plan_for as horovod_plan  # provision imports this module: keep it light
+
     horovod_plan(recipe, loaded.facts, options.gpu_operations, loaded.name)
     args: dict[str, Any] = {"recipe": "horovod", **({"version": version} if version else {})}
     spec = StepSpec(name=f"horovod@{chosen}", action="recipe-install", args=args, tags=("build", "horovod"))

@@ -25,8 +25,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from sitestack.core.errors import SitestackError
 from sitestack.core.quoting import SHELL_NAME
 
@@ -71,6 +69,9 @@ class ImageBuild:
             return f"base: unknown base image {self.base!r} (known: {', '.join(IMAGE_BASES)})"
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", self.version):
             return f"version: {self.version!r} is not a version (letters, digits, . _ + -)"
+        # packaging's parser is imported only for an image that names packages (a no-op's imports)
+        from packaging.requirements import InvalidRequirement, Requirement
+
         for req in self.packages:
             try:
                 Requirement(req)
