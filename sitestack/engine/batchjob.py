@@ -82,20 +82,29 @@ def check_launch_env(host: Host, directory: str, site_name: str) -> None:
                              f"install it first (`invoke provision --site {site_name} --tags launch`)")
 
 
+def read_json(host: Host, path: str, limit: int, what: str) -> Any:
+    """The JSON document at ``path`` on ``host``, read bounded (at most ``limit`` bytes); None where the
+    file is missing or empty. Larger, or not JSON: an :class:`InputError` naming the file and ending in
+    ``what`` (what the file should have been, and what to do)."""
+    text = host.read_tail(path, limit + 1)
+    if not text:
+        return None
+    if len(text) > limit:
+        raise InputError(path, f"larger than {limit} bytes: {what}")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(path, f"not JSON ({exc}): {what}") from None
+
+
 def _stack(host: Host, directory: str, site_name: str) -> dict[str, Any]:
     """check-config.json's ``stack`` ({} without the file or the key); an :class:`InputError` naming the
     file when it is not the installed job's JSON object (read bounded: the installer writes a few KiB)."""
     path = f"{directory}/check-config.json"
-    text = host.read_tail(path, CONFIG_MAX + 1)
-    if not text:
-        return {}
     again = f"re-install the job (`invoke install-validation-job --site {site_name}`)"
-    if len(text) > CONFIG_MAX:
-        raise InputError(path, f"larger than {CONFIG_MAX} bytes, not the installed job's configuration; {again}")
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(path, f"not JSON ({exc}); {again}") from None
+    data = read_json(host, path, CONFIG_MAX, f"not the installed job's configuration; {again}")
+    if data is None:
+        return {}
     stack = data.get("stack") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(stack, dict | None):
         raise InputError(path, f"not the installed job's configuration (a JSON object with a `stack` object); {again}")

@@ -26,7 +26,16 @@ from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import Reporter
 from sitestack.engine import site_history
-from sitestack.engine.batchjob import await_words, job_env, preflight, run_here, script_path, submit, wait_for
+from sitestack.engine.batchjob import (
+    await_words,
+    job_env,
+    preflight,
+    read_json,
+    run_here,
+    script_path,
+    submit,
+    wait_for,
+)
 from sitestack.engine.tune_decision import check_sweep, decide
 from sitestack.engine.tune_report import decision_lines, markdown, render_plot, table
 from sitestack.engine.validate import RESULT_WAIT, ValidateOptions, choose, install_dir, open_host, results_root
@@ -124,16 +133,10 @@ def read_sweep(host: Host, out_dir: str, log: str, job_id: str, rc: int | None) 
     """The checked ``sweep.json`` of the job, once its log has the last words (at most RESULT_WAIT s)."""
     await_words(host, log, LAST_WORDS, RESULT_WAIT)
     path = f"{out_dir}/sweep.json"
-    text = host.read_tail(path, SWEEP_MAX + 1)
-    if text is None:
+    doc = read_json(host, path, SWEEP_MAX, "not a sweep of the tuning job")
+    if doc is None:
         tail = "\n".join((host.read_tail(log) or "").rstrip().splitlines()[-15:])
         raise SitestackError(f"job {job_id} left no sweep ({path} missing; exit code {rc}); log {log}:\n{tail}".rstrip())
-    if len(text) > SWEEP_MAX:
-        raise InputError(path, f"larger than {SWEEP_MAX >> 20} MiB: not a sweep of the tuning job")
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(path, f"not a sweep of the tuning job (not JSON: {exc})") from None
     return check_sweep(doc, path)
 
 
