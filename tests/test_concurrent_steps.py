@@ -214,7 +214,7 @@ def local_steps(tmp: Path, change: dict[str, dict]) -> dict[str, Step]:
 
 def test_the_builds_of_the_local_site_are_independent_and_the_stack_waits(tmp_path: Path):
     steps = local_steps(tmp_path, {})
-    assert [n for n, s in steps.items() if s.concurrent] == ["mpi4py", "horovod"]
+    assert [n for n, s in steps.items() if s.concurrent] == ["mpi4py", "horovod", "validation-job"]
 
 
 @pytest.mark.parametrize("change", [{"concurrent": False}, {"args": {"recipe": "mpi4py", "version": "4.1.2",
@@ -222,3 +222,10 @@ def test_the_builds_of_the_local_site_are_independent_and_the_stack_waits(tmp_pa
 def test_a_build_runs_alone_when_the_playbook_says_or_names_its_interpreter(tmp_path: Path, change: dict):
     steps = local_steps(tmp_path, {"mpi4py": change})
     assert not steps["mpi4py"].concurrent and steps["horovod"].concurrent
+
+
+@pytest.mark.parametrize("change", [{"concurrent": False}, {"args": {"build_python": "/opt/stack/bin/python"}}])
+def test_the_validation_job_runs_alone_when_the_playbook_says_or_its_probe_builds_with_a_named_python(
+        tmp_path: Path, change: dict):
+    steps = local_steps(tmp_path, {"validation-job": change})
+    assert not steps["validation-job"].concurrent and steps["horovod"].concurrent

@@ -18,6 +18,7 @@ import hashlib
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sitestack.actions.action import Action, files_diff, files_pending, log_name, write_files
 from sitestack.core.errors import SitestackError
@@ -50,6 +51,10 @@ class InstallValidationJob(Action):
     """The validation DDP job (check program, batch scripts, README, MPI probe) is installed for the site."""
 
     action = "install-validation-job"
+    #: Its files are rendered from the facts, and its MPI probe builds with the host's Python against the
+    #: site's MPI into the job's own directory and build-cache entry: it reads nothing another step makes,
+    #: so on a cold provision the probe builds beside the source builds (docs/cli.md).
+    concurrent_by_default = True
 
     @dataclass(frozen=True)
     class Args:
@@ -63,6 +68,12 @@ class InstallValidationJob(Action):
 
         def check(self) -> str | None:
             return in_prefix_problem(self.dir, "dir")
+
+    @classmethod
+    def independent(cls, args: Any) -> bool:
+        """Independent unless the probe builds with an interpreter named by path (it may be one another
+        step makes, e.g. the stack's); a bare name is the host's own."""
+        return not args.build_probe or "/" not in args.build_python
 
     def describe(self) -> str:
         return f"install the validation job in {self.args.dir}"
