@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.installs.squashfs_env import MOUNTERS, PackedEnv, wrapper
+from sitestack.installs.squashfs_env import FORMAT, MOUNTERS, PackedEnv, wrapper
 from sitestack.model.container_facts import Runtime
 from tests.conftest import run_invoke
 from tests.twins import runtime as twin
@@ -134,6 +134,30 @@ def test_racing_first_calls_mount_once(tmp_path: Path) -> None:
 
 
 @needs_fuse
+def test_a_mount_whose_daemon_was_killed_is_mounted_again(tmp_path: Path) -> None:
+    """The daemon killed (as the out-of-memory killer does): root answers ECONNABORTED or ENOTCONN; the next call
+    detaches the dead mount and mounts the image again, once."""
+    gen, hello = generation(tmp_path, "killed")
+    try:
+        assert subprocess.run([str(hello)], capture_output=True, timeout=60).returncode == 0
+        image = os.fsencode(str(gen / "env.sqfs"))
+        daemons = [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/cmdline")
+                   if image in p.read_bytes().split(b"\0")]
+        assert len(daemons) == 1, daemons
+        os.kill(daemons[0], 9)
+        with pytest.raises(OSError) as dead:   # what every call met before the fix
+            for _ in range(100):
+                (gen / "root").stat()
+                subprocess.run(["sleep", "0.05"])
+        assert dead.value.errno in (103, 107), dead.value   # ECONNABORTED, later ENOTCONN
+        out = subprocess.run([str(hello)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout == f"hello from {gen}/root/bin/hello\n", out.stderr
+        assert mounts_at(gen / "root") == ["fuse.squashfuse_ll"]
+    finally:
+        unmount_under(tmp_path)
+
+
+@needs_fuse
 def test_pack_env_records_the_options_and_needs_a_mounter(tmp_path: Path) -> None:
     """A real ``invoke pack-env`` on the local site: the stamp holds the image's options and the mounters,
     the image is what they say, and its python runs from a squashfuse_ll mount. Without squashfuse_ll and
@@ -150,7 +174,7 @@ def test_pack_env_records_the_options_and_needs_a_mounter(tmp_path: Path) -> Non
         stamp = json.loads((dest / "packed.json").read_text())
         expected = packed(None).mksquashfs_options()
         assert stamp["inputs"]["mksquashfs"] == list(expected) and "lz4" in expected
-        assert stamp["inputs"]["mount"] == [list(m) for m in MOUNTERS] and stamp["inputs"]["format"] == 3
+        assert stamp["inputs"]["mount"] == [list(m) for m in MOUNTERS] and stamp["inputs"]["format"] == FORMAT
         assert "Compression lz4\n" in superblock(dest / "env.sqfs")
         run = subprocess.run([str(dest / "bin" / "python"), "-c", "import six; print(six.__version__)"],
                              capture_output=True, text=True, timeout=120)

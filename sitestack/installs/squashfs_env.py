@@ -39,7 +39,8 @@ from sitestack.model.container_facts import Runtime
 #: Bump when the layout or the wrappers change, so existing packs are rebuilt.
 #: 2: the base's console scripts of the requested distributions are wrapped too.
 #: 3: lz4 images mounted with squashfuse_ll where there is no container (:data:`COMPRESSION`, :data:`MOUNTERS`).
-FORMAT = 3
+#: 4: the wrappers detach a mount whose daemon died before mounting again.
+FORMAT = 4
 #: Options a requirements file may carry: where packages come from. Anything else (``-r``, ``-e``,
 #: ``-c``) names files or checkouts the host may not have.
 ALLOWED_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--pre", "--only-binary", "--no-binary")
@@ -182,12 +183,20 @@ def wrapper(packed: PackedEnv, gen_dir: str, command: str) -> str:
     # do not stack two mounts) by the first of MOUNTERS found; the mount stays until fusermount -u or a
     # reboot. The mounter does not inherit the lock's descriptor: its daemon would hold the lock for as
     # long as the image stays mounted, and every other first call would wait on it for ever. root is an
-    # empty directory until mounted, so a test of root/bin (a shell builtin) tells a
-    # mounted image without starting mountpoint on every call.
+    # empty directory until mounted, so a test of root/bin (a shell builtin) tells a mounted image
+    # without starting mountpoint on every call. A mount whose daemon is gone (killed by the
+    # out-of-memory killer or a node's clean-up) answers "Transport endpoint is not connected" (or
+    # "Software caused connection abort") for root itself, while the kernel's cached entries still
+    # show root/bin: so root is tested too (its attributes are cached while the daemon lives), and a
+    # dead mount is detached (lazily, as its owner may) before mounting again. Another user's dead
+    # mount cannot be: the mount's error then says why.
     low, high = (" ".join(map(sh, m)) for m in MOUNTERS)
     return head + (
-        'if ! [ -e "$root/bin" ]; then\n'
+        'if ! { [ -d "$root" ] && [ -e "$root/bin" ]; }; then\n'
         '  exec 9<"$image" && flock 9\n'
+        '  if ! [ -d "$root" ]; then\n'
+        '    fusermount3 -u -z "$root" 2>/dev/null || fusermount -u -z "$root" 2>/dev/null\n'
+        '  fi\n'
         '  if ! mountpoint -q "$root"; then\n'
         f'    if command -v {sh(MOUNTERS[0][0])} >/dev/null 2>&1; then mount=({low}); else mount=({high}); fi\n'
         '    "${mount[@]}" "$image" "$root" 9<&- || {\n'
