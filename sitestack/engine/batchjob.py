@@ -82,11 +82,12 @@ def check_launch_env(host: Host, directory: str, site_name: str) -> None:
                              f"install it first (`invoke provision --site {site_name} --tags launch`)")
 
 
-def read_json(host: Host, path: str, limit: int, what: str) -> Any:
+def read_json(host: Host, path: str, limit: int, what: str, *, follow: bool = True) -> Any:
     """The JSON document at ``path`` on ``host``, read bounded (at most ``limit`` bytes); None where the
     file is missing or empty. Larger, or not JSON: an :class:`InputError` naming the file and ending in
-    ``what`` (what the file should have been, and what to do)."""
-    text = host.read_tail(path, limit + 1)
+    ``what`` (what the file should have been, and what to do). Not a regular file (a FIFO is never
+    waited on), or unless ``follow`` a symbolic link: a :class:`SitestackError` (``Host.read_tail``)."""
+    text = host.read_tail(path, limit + 1, follow=follow)
     if not text:
         return None
     if len(text) > limit:

@@ -16,7 +16,7 @@ from typing import Any
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import Reporter
-from sitestack.engine import regression
+from sitestack.engine import batchjob, regression
 from sitestack.model.validation_facts import Regression
 from sitestack.validation import history as shipped
 from sitestack.validation.report_plot import human_bytes
@@ -25,17 +25,14 @@ from sitestack.validation.report_plot import human_bytes
 PYTHON = ("python3", "-E", "-s", "-S")
 #: The most runs ``invoke history`` reads from runs/ beside the index (the index holds the rest).
 RUNS_MAX = 10000
-#: The most bytes of check-config.json read (the installer writes a few KiB).
-CONFIG_MAX = 1 << 20
-
-
 def config_of(host: Host, validation_dir: str) -> dict[str, Any]:
-    """The installed job's check-config.json ({} where there is none, or it is no regular file of JSON:
-    read bounded, a FIFO never waited on)."""
+    """The installed job's check-config.json, read as the job's checks read it (:func:`batchjob.read_json`:
+    bounded, a FIFO never waited on; here a symbolic link is not followed), or {} where there is none or
+    it is not that: the history is read without it (``history_dir`` then defaults)."""
     try:
-        text = host.read_tail(f"{validation_dir}/check-config.json", CONFIG_MAX, follow=False)
-        data = json.loads(text) if text else {}
-    except (SitestackError, ValueError, RecursionError):
+        data = batchjob.read_json(host, f"{validation_dir}/check-config.json", batchjob.CONFIG_MAX,
+                                  "not the installed job's configuration", follow=False)
+    except SitestackError:   # InputError included: too large, or not JSON
         return {}
     return data if isinstance(data, dict) else {}
 
