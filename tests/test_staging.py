@@ -186,6 +186,9 @@ def test_validation_reports_both_import_times(staged, slurm_cluster, tmp_path: P
     assert report["verdict"] == "passed"
     summary = (out / "summary.md").read_text()
     assert "## Start-up" in summary and "from node-local storage" in summary
+    log = (out.parent / f"{out.name}.log").read_text()
+    assert (f"every rank imported torch after {startup['shared_s']} s from the shared prefix, "
+            f"{startup['staged_s']} s staged (staging {startup['stage_s']} s)") in log, log[-2000:]
     print(f"import torch: {startup['shared_s']} s from the shared prefix, {startup['staged_s']} s node-local")
 
 
