@@ -153,7 +153,7 @@ class RecipeInstall(Action):
         dest = chosen["dest"] or f"{site_prefix}/{self.recipe.name}/{self.version}"
         #: the stack env's interpreter, where this build is for it (installs/site_stack.py:stack_interpreter)
         self.env_python = None if chosen["python"] else stack_interpreter(ctx, recipe.name)
-        if self.env_python and getattr(spec, "concurrent", None) is None:
+        if self.env_python and spec.concurrent is None:
             self.concurrent = False  # it builds with (and for) the stack env another step makes: in order
         self.target = Target(self.recipe, self.version, ctx.facts, dest.rstrip("/"), site_prefix,
                              chosen["python"] or self.env_python or ctx.facts.python.executable)

@@ -25,6 +25,8 @@ from sitestack.validation.report_plot import human_bytes
 PYTHON = ("python3", "-E", "-s", "-S")
 #: The most runs ``invoke history`` reads from runs/ beside the index (the index holds the rest).
 RUNS_MAX = 10000
+
+
 def config_of(host: Host, validation_dir: str) -> dict[str, Any]:
     """The installed job's check-config.json, read as the job's checks read it (:func:`batchjob.read_json`:
     bounded, a FIFO never waited on; here a symbolic link is not followed), or {} where there is none or

@@ -91,7 +91,7 @@ def env_vouchers(facts: Facts, out: Completed) -> list[str]:
     ``$PATH`` directories (a tool added or removed changes one's mtime), each module file loaded and its
     directory (another version beside it may become the default), and the module system's init script
     (:mod:`sitestack.core.probecache` adds the package databases)."""
-    files: list[str] = [mods for mods in ([facts.modules.init] if facts.modules.init else INIT_CANDIDATES)]
+    files = [facts.modules.init] if facts.modules.init else list(INIT_CANDIDATES)
     for line in out.stdout.splitlines():
         name, _, value = line.partition("\t")
         if name == "PATH":
