@@ -34,6 +34,7 @@ def test_ranks_and_aggregate(tmp_path: Path) -> None:
     assert summary["ranks"] == 3 and summary["imported"] == 3 and summary["missing"] == []
     assert 0 < summary["all_imported_s"] <= time.time() - t0
     assert summary["imported_s"]["max"] >= summary["imported_s"]["median"]
+    assert summary["rchar"]["max"] >= summary["rchar"]["median"] > 0   # /proc/self/io, through the path into "io"
     # a missing rank and a failed import leave no time until all imported
     assert import_probe.aggregate(str(tmp_path), t0, 4)["all_imported_s"] is None
     failed = run(sys.executable, "--out", str(tmp_path), "--module", "no_such_module_here", "--rank", "3",

@@ -218,7 +218,15 @@ def read_ranks(directory: str) -> tuple[list[dict[str, Any]], list[str]]:
     return good, bad
 
 
-def spread(values: list[float]) -> dict[str, float] | None:
+def spread(records: list[dict[str, Any]], *keys: str) -> dict[str, float] | None:
+    """Median and maximum of the number at ``keys`` (a path into each record) over ``records`` that have one."""
+    values = []
+    for record in records:
+        value: Any = record
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if number(value) is not None:
+            values.append(float(value))
     return {"median": statistics.median(values), "max": max(values)} if values else None
 
 
@@ -238,10 +246,8 @@ def aggregate(directory: str, t0: float, expect: int | None = None) -> dict[str,
         "hosts": len({str(r.get("host")) for r in ranks}),
         "all_imported_s": max(imported) - t0 if imported and not failed else None,
         "all_ddp_ready_s": max(ready) - t0 if ready and len(ready) == len(ranks) else None,
-        "imported_s": spread([float(r["imported_s"]) for r in ok if number(r.get("imported_s")) is not None]),
-        "ddp_ready_s": spread([float(r["ddp_ready_s"]) for r in ok if number(r.get("ddp_ready_s")) is not None]),
-        "read_bytes": spread([float(r["io"]["read_bytes"]) for r in ok if number(r.get("io", {}).get("read_bytes")) is not None]),
-        "rchar": spread([float(r["io"]["rchar"]) for r in ok if number(r.get("io", {}).get("rchar")) is not None]),
+        "imported_s": spread(ok, "imported_s"), "ddp_ready_s": spread(ok, "ddp_ready_s"),
+        "read_bytes": spread(ok, "io", "read_bytes"), "rchar": spread(ok, "io", "rchar"),
         "errors": sorted({str(r["error"]) for r in ranks if r.get("error")})[:5],
     }
     if expect is not None:
