@@ -36,7 +36,7 @@ HOROVOD = ModuleSettings(whatis="Horovod for PyTorch, built against the site MPI
                          prepend={"PYTHONPATH": ("{install}",), "PATH": ("{install}/bin",)})
 PLUGIN = ModuleSettings(whatis="libfabric network plugin for RCCL (Slingshot cxi)",
                         prepend={"LD_LIBRARY_PATH": ("{install}/lib",)},
-                        set={"NCCL_NET_PLUGIN": "{install}/lib/librccl-net.so", "SITESTACK_NCCL_NET": "AWS Libfabric"})
+                        set={"SITESTACK_NCCL_NET": "AWS Libfabric"})   # as module_settings wires the ROCm 5.7 fork
 
 
 def context(site_name: str):

@@ -256,7 +256,7 @@ def test_loading_the_plugin_module_does_not_force_nccl_net(tmp_path):
     row = plugin_row(plugin_data(recipe), "1.4.0+17d41cb")
     ctx = offline_context(pb.load("frontier"), account="proj123")
     dest = str(tmp_path / "plugin")
-    spec = module_spec(ctx, recipe, module_settings(recipe, row), "1.4.0+17d41cb", dest,
+    spec = module_spec(ctx, recipe, module_settings(recipe, row, "5.7.1", "1.4.0+17d41cb"), "1.4.0+17d41cb", dest,
                        {"install": dest, "version": "1.4.0+17d41cb"})
     tree = tmp_path / "modules"
     (tree / "aws-ofi-rccl").mkdir(parents=True)
@@ -265,7 +265,9 @@ def test_loading_the_plugin_module_does_not_force_nccl_net(tmp_path):
     text = "\n".join(line for line in text.splitlines() if not line.startswith(("depends_on", "load(")))
     (tree / "aws-ofi-rccl" / "1.4.0.lua").write_text(text + "\n")
     out = subprocess.run(["bash", "-c", f". {sites.LMOD_INIT}; module use {tree}; module load aws-ofi-rccl/1.4.0 && "
-                          'echo "net=${NCCL_NET-unset} name=$SITESTACK_NCCL_NET plugin=$NCCL_NET_PLUGIN"'],
+                          'echo "net=${NCCL_NET-unset} name=$SITESTACK_NCCL_NET plugin=${NCCL_NET_PLUGIN-unset} '
+                          'path=$LD_LIBRARY_PATH"'],
                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-    assert f"net=unset name=AWS Libfabric plugin={dest}/lib/librccl-net.so" in out.stdout, out.stdout + out.stderr
+    # RCCL 5.7.1 opens librccl-net.so by its default name from LD_LIBRARY_PATH (tests/test_comm_oracle.py)
+    assert f"net=unset name=AWS Libfabric plugin=unset path={dest}/lib" in out.stdout, out.stdout + out.stderr
 

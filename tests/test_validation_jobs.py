@@ -80,11 +80,13 @@ def test_batch_scripts_are_valid_bash_without_timestamps(name, launcher):
     assert "LAUNCH_ENV=" + f"{context(name).values['prefix']}/bin/sitestack-launch-env" in text
 
 
-def test_lumi_job_uses_srun_with_the_derived_masks_and_forces_the_plugin_between_nodes():
+def test_lumi_job_uses_srun_with_the_derived_masks_and_never_forces_a_plugin_name():
     text = rendered("lumi")["jobs/validate-srun.sbatch"][0]
     assert f"CPU_MASKS={LUMI_MASKS}\n" in text
     assert "--cpu-bind=mask_cpu:$CPU_MASKS" in text and "--cpus-per-task" not in text
-    assert "if [ \"$NNODES\" -gt 1 ]; then" in text and "export NCCL_NET='AWS Libfabric'" in text
+    # the name a plugin registers varies by release ("AWS Libfabric", "Libfabric", "OFI"): forcing one stops
+    # every job of a site whose plugin says another; the net-plugin check judges the logs instead
+    assert "export NCCL_NET=" not in text and "NCCL_NET=" not in text.replace("NCCL_NET_PLUGIN", "")
     assert 'export NCCL_DEBUG_FILE="$OUT/nccl/%h.%p.log"' in text
     # the MIOpen caches are the helper's (per node and job), made on every node by the job
     # made private on every node (runtime_checks: refused where another user made it first)
@@ -131,7 +133,7 @@ def test_check_config_carries_cpu_sets_references_and_plugin():
     assert cfg["cpu_bind"]["masks"] == LUMI_MASKS.split(",")
     assert cfg["cpu_bind"]["gpu_cpus"][0] == list(range(49, 56))
     assert cfg["network"] == {"fabric": "slingshot-11", "net_plugin": "aws-ofi-rccl", "libfabric_provider": "cxi",
-                              "nccl_net": "AWS Libfabric",
+                              "nccl_net": ["AWS Libfabric", "Libfabric", "OFI"],
                               "nccl_expect": {"transport": "ofi", "provider": "cxi", "plugin": "aws-ofi-rccl"}}
     assert cfg["bandwidth"]["multi_node"]["busbw_gbs"] == 85.0 and cfg["mpi"]["library_match"] == "CRAY MPICH"
     path = GOLDEN / "lumi-check-config.json"

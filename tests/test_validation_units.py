@@ -248,9 +248,19 @@ def test_wrong_provider_and_one_host_without_plugin_fail():
     assert status == "failed" and "nid005012" in summary
 
 
-def test_single_node_skips_and_no_log_on_multi_node_fails():
-    assert netplugin.judge_net_plugin(SOCKET_FALLBACK.replace("nid005012", "nid005011"), hosts=1, plugin="aws-ofi-rccl",
-                               provider="cxi")[0] == "skipped"
+def test_single_node_judges_whether_the_plugin_loaded_and_no_log_on_multi_node_fails():
+    # one node: NCCL/RCCL open the plugin in ncclInit on any node count, so "No plugin found" fails with its reason
+    one = SOCKET_FALLBACK.replace("nid005012", "nid005011")
+    status, summary, _ = netplugin.judge_net_plugin(one, hosts=1, plugin="aws-ofi-rccl", provider="cxi")
+    assert status == "failed" and "aws-ofi-rccl did not load on nid005011" in summary, summary
+    assert '"NET/Plugin : No plugin found (libnccl-net.so)."' in summary and "sockets" in summary
+    loaded = "\n".join(ln for ln in PLUGIN_OK.splitlines() if ln.startswith("nid005011"))
+    status, summary, _ = netplugin.judge_net_plugin(loaded, hosts=1, plugin="aws-ofi-rccl", provider="cxi")
+    assert status == "passed" and "aws-ofi-rccl loaded on every host" in summary and "aws-ofi-rccl 1.4.0" in summary
+    # a site that expects no plugin: nothing to prove on one node
+    assert netplugin.judge_net_plugin(one, hosts=1, plugin=None, provider=None)[0] == "skipped"
+    status, summary, _ = netplugin.judge_net_plugin("", hosts=1, plugin="aws-ofi-rccl", provider="cxi")
+    assert status == "failed" and "no NCCL/RCCL log line" in summary
     status, summary, _ = netplugin.judge_net_plugin("", hosts=4, plugin="aws-ofi-rccl", provider="cxi")
     assert status == "failed" and "cannot prove" in summary
 

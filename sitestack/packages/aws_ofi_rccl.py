@@ -14,8 +14,9 @@ What differs per ROCm release is data in ``sources/aws-ofi-rccl.yml``:
 
 Before building, the host must have HIP (``include/hip/hip_runtime.h`` and libamdhip64) and, for
 the fork, RCCL's header (:class:`PluginHooks`). After building, ``nm -D --defined-only`` must show
-exactly the plugin symbols the recipe lists (:func:`symbol_checks`). The module file sets
-``NCCL_NET_PLUGIN`` (and the ``NCCL_NET`` name in ``SITESTACK_NCCL_NET``) and records the interface versions the plugin offers
+exactly the plugin symbols the recipe lists (:func:`symbol_checks`). The module file wires the plugin the
+way the release's RCCL opens one (``sources/comm/libraries.yml``), names the ``NCCL_NET`` name in
+``SITESTACK_NCCL_NET`` and records the interface versions the plugin offers
 (``SITESTACK_NCCL_NET_PLUGIN_APIS``, :func:`module_settings`).
 """
 
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 from sitestack.core import schema, versions
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
+from sitestack.model import comm_libraries
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import Check, ModuleSettings, Recipe, expand
 from sitestack.model.site import Facts, Toolkit
@@ -73,7 +75,6 @@ class PluginRow:
     hip_option: str
     library: str
     exports: tuple[str, ...]
-    net_name: str
     rccl_option: str | None = None
     hwloc_option: str | None = None
 
@@ -261,17 +262,23 @@ def api_list(row: PluginRow) -> str:
     return ",".join(f"v{v}" for v in api_versions(row.exports))
 
 
-def module_settings(recipe: Recipe, row: PluginRow) -> ModuleSettings:
-    """The recipe's module settings plus the plugin's own: NCCL_NET_PLUGIN (the library's absolute
-    path), so that RCCL loads this library and no other; SITESTACK_NCCL_NET, the name to force it with
-    (``NCCL_NET``) between nodes; SITESTACK_NCCL_NET_PLUGIN_APIS and the whatis line say which plugin
-    interface versions it offers (checked with nm after the build), so a site can tell which RCCL can
-    load it. NCCL_NET itself is not set: on one node the plugin does not initialise, and a forced
-    network then stops every single-node job (the validation job forces it only on two or more nodes)."""
+def module_settings(recipe: Recipe, row: PluginRow, rocm: str, version: str) -> ModuleSettings:
+    """The recipe's module settings plus the plugin's own, wired the way the RCCL of ROCm ``rocm`` opens
+    a plugin (:func:`sitestack.model.comm_libraries.wiring`): the library's directory on LD_LIBRARY_PATH
+    and, unless it has RCCL's default name, NCCL_NET_PLUGIN set to its suffix, never to a path, which
+    RCCL before ROCm 6.3 turns into ``librccl-net-/path.so.so`` and then silently uses sockets.
+    SITESTACK_NCCL_NET is the name to force it with (``NCCL_NET``) between nodes;
+    SITESTACK_NCCL_NET_PLUGIN_APIS and the whatis line say which plugin interface versions it offers
+    (checked with nm after the build). NCCL_NET itself is not set: on one node the plugin is opened but
+    not used, and a forced network then stops every single-node job."""
     base = recipe.module or ModuleSettings()
+    wired = comm_libraries.wiring(comm_libraries.loaders("rccl", rocm=rocm), "{install}/" + row.library)
     whatis = f"{(base.whatis or recipe.description).rstrip('.')}; net plugin API {api_list(row)}"
-    return dataclasses.replace(base, whatis=whatis, set={
-        **base.set, "NCCL_NET_PLUGIN": "{install}/" + row.library, "SITESTACK_NCCL_NET": row.net_name,
+    paths = base.prepend.get("LD_LIBRARY_PATH", ())
+    prepend = {**base.prepend, "LD_LIBRARY_PATH": paths if wired.directory in paths else (wired.directory, *paths)}
+    plugin = {comm_libraries.PLUGIN_VARIABLE: wired.plugin_variable} if wired.plugin_variable else {}
+    return dataclasses.replace(base, whatis=whatis, prepend=prepend, set={
+        **base.set, **plugin, "SITESTACK_NCCL_NET": comm_libraries.net_name(recipe.name, version) or "",
         "SITESTACK_NCCL_NET_PLUGIN_APIS": api_list(row)})
 
 
@@ -372,7 +379,7 @@ class PluginHooks(PackageHooks):
                                     checks=symbol_checks(self.row)))
 
     def module_file(self) -> ModuleSettings:
-        return module_settings(self.recipe, self.row)
+        return module_settings(self.recipe, self.row, self.rocm, self.version)
 
     def pkg_prefix(self, host: Host, package: str) -> str | None:
         """What pkg-config says the package's prefix is, with the site's modules loaded."""

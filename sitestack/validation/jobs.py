@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_default, sh_expanding
+from sitestack.model import comm_libraries
 from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import BusBandwidth, Facts, Validation
@@ -57,12 +58,6 @@ LAUNCHERS = ("srun", "mpiexec", "torchrun", "horovodrun")
 #: multiple of PORT_SPAN, and then the process-group check names the taken port.
 PORT_BASE = 20000
 PORT_SPAN = 10000
-
-#: The NCCL_NET name each network plugin registers: the ROCm fork and aws-ofi-nccl before the
-#: rename say "AWS Libfabric"; current aws-ofi-nccl says "OFI"
-#: (https://github.com/HewlettPackard/shs-ccl-docs/issues/35,
-#: https://docs.olcf.ornl.gov/software/python/pytorch_frontier.html).
-NCCL_NET_NAMES = {"aws-ofi-rccl": "AWS Libfabric", "aws-ofi-nccl": "OFI"}
 
 #: Intel's Level Zero device hierarchy (FLAT: each stack of a card is a root device; COMPOSITE: each
 #: card), which decides a Dawn node's ranks and cores per rank
@@ -287,7 +282,6 @@ def _launch_context(facts: Facts, launcher: str) -> dict[str, Any]:
     else:
         per_node = 'mpiexec -n "$NNODES" -ppn 1 -hosts "$NODELIST"'
         probe = 'mpiexec -n 2 -ppn "$PROBE_PER_NODE" -hosts "$NODELIST"'
-    plugin = facts.network.net_plugin
     return {
         "per_node_command": per_node,
         "probe_command": probe,
@@ -295,8 +289,6 @@ def _launch_context(facts: Facts, launcher: str) -> dict[str, Any]:
         "srun_used": launcher == "srun" or mpi_launcher == "srun",
         "mpi_flavour": facts.mpi.flavour,
         "nccl": facts.collectives in ("nccl", "rccl"),
-        "nccl_net": NCCL_NET_NAMES.get(plugin or "") if plugin else None,
-        "net_plugin": plugin or "",
     }
 
 
@@ -333,7 +325,7 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
         "mpi": {"flavour": facts.mpi.flavour, "library_match": facts.mpi.library_match},
         "network": {"fabric": facts.network.fabric, "net_plugin": facts.network.net_plugin,
                     "libfabric_provider": facts.network.libfabric_provider,
-                    "nccl_net": NCCL_NET_NAMES.get(facts.network.net_plugin or ""),
+                    "nccl_net": comm_libraries.net_names(facts.network.net_plugin) if facts.network.net_plugin else [],
                     "nccl_expect": nccl_expectation(facts)},
         "bandwidth": {"single_node": ref(v.single_node), "multi_node": ref(v.multi_node)},
         "compute": None if v.compute is None else {"gflops": v.compute.gflops, "lower": v.compute.lower,

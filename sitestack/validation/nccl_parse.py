@@ -39,6 +39,11 @@ _OFI_NAME = re.compile(r"NET/OFI (?:Using|Initializing) (?P<name>aws-ofi-[rn]ccl
 # "NET/Plugin: Loaded net plugin Libfabric (v10)" (NCCL 2.28, gpustack/gpustack#5553). NCCL's own
 # transports say "Initialized NET plugin IB" (2.27, NVIDIA/nccl#1925): not an external plugin.
 _LOADED = re.compile(r"NET/Plugin ?: ?Loaded net plugin (?P<name>.*\S)")  # " (vN)" cut off by _loaded
+# A net plugin loaded at the newest interface its NCCL looks up is not named by NCCL <= 2.21 (only the
+# older ones print "Loaded net plugin"); it then looks up the collective-network symbols, which it does
+# only once a net plugin has loaded (NVIDIA/nccl v2.18.3-1 src/net.cc ncclNetPluginInit, seen with the
+# 2.17-2.21 libraries of PyPI): "NET/Plugin: Failed to find ncclCollNetPlugin_v6 symbol."
+_COLL_LOOKUP = re.compile(r"NET/Plugin ?: ?(?:Failed to find ncclCollNetPlugin|Loaded coll plugin)")
 # The RDMA/SHARP plugin (HPC-X): "Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
 # "P2P plugin IBext" (NVIDIA/nccl#952, #988, #1029).
 _SHARP = re.compile(r"^(?:Plugin Path : \S*nccl_rdma_sharp\S*|P2P plugin (?P<p2p>\S+))")
@@ -208,7 +213,7 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
     if r.selected in ("ofi", "ibext") and r.plugin_state in ("none", "not-found"):
         # a "No plugin found (librccl-net.so)" beside a plugin that then carried the data is harmless
         r.plugin_state = "loaded"
-    elif r.plugin and r.plugin_state == "none":
+    elif (r.plugin or any(_COLL_LOOKUP.search(ln.msg) for ln in lines)) and r.plugin_state == "none":
         r.plugin_state = "loaded"
     return r
 

@@ -1,5 +1,6 @@
-"""The net-plugin check: with NCCL_DEBUG=INFO logs, every host used the network the site expects
-between nodes (read by nccl_log.py, shipped beside the check program)."""
+"""The net-plugin check: with NCCL_DEBUG=INFO logs, every host loaded the network plugin the site
+expects (on any node count) and used the network the site expects between nodes (read by nccl_log.py,
+shipped beside the check program)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 
 if TYPE_CHECKING:
-    from ..nccl_parse import Reader
+    from ..nccl_parse import HostReport, Reader
 
 
 def judge_net_plugin(log: str | Reader, *, hosts: int, plugin: str | None, provider: str | None,
@@ -23,19 +24,20 @@ def judge_net_plugin(log: str | Reader, *, hosts: int, plugin: str | None, provi
     (``transport``: ofi, ib, ibext, socket or None; default ofi where a ``plugin`` is expected),
     the cause when it is not that one. The job writes the logs itself, so a host without
     evidence fails. One node (as the launcher and the log both show: the launcher's host names can
-    be one for several containers, so a network between nodes the log shows counts) uses no
-    network between nodes: skipped. A TCP socket fallback
-    fails whether or not the site names a network. ``log``: the logs' text, or what
-    ``nccl_log.read_files`` read of their files (whose notes, lines cut or left unread, join the summary).
+    be one for several containers, so a network between nodes the log shows counts) is judged by
+    :func:`judge_one_node`. A TCP socket fallback fails whether or not the site names a network.
+    ``log``: the logs' text, or what ``nccl_log.read_files`` read of their files (whose notes, lines
+    cut or left unread, join the summary).
     """
     lines, version = nccl_log.parse(log) if isinstance(log, str) else (log.lines, log.version)
     reports = nccl_log.classify(lines)
     evidence = [e for r in reports for e in r.evidence[:3]]
     shown = nccl_log.nodes(lines)
     nodes = max(hosts, len([r for r in reports if r.host != nccl_log.NO_HOST]), 2 if shown.multi else 1)
+    notes = "" if isinstance(log, str) else "".join(f" ({n})" for n in log.notes())
     if nodes < 2:
-        seen = f"; the log shows {nccl_log.summary(reports)}" if reports else ""
-        return SKIPPED, f"single-node run: the network plugin is only used between nodes{seen}", evidence
+        status, summary = judge_one_node(reports, plugin, transport)
+        return status, summary + notes, evidence
     expect = nccl_log.Expectation(transport or ("ofi" if plugin else None), provider, plugin, multi_node=True, strict=True)
     verdict = nccl_log.judge(reports, expect, version, shown)
     verdict.notes += [] if isinstance(log, str) else log.notes()
@@ -43,6 +45,30 @@ def judge_net_plugin(log: str | Reader, *, hosts: int, plugin: str | None, provi
     status = FAILED if verdict.status == nccl_log.FAIL or (verdict.status == nccl_log.WARN and sockets) else PASSED
     notes = "".join(f" ({n})" for n in verdict.notes)
     return status, ("warning: " if verdict.status == nccl_log.WARN and status == PASSED else "") + verdict.cause + notes, evidence
+
+
+def judge_one_node(reports: list[HostReport], plugin: str | None, transport: str | None) -> tuple[str, str]:
+    """A one-node run: no network between nodes is used, but NCCL and RCCL open the net plugin on
+    any node count, when the library initialises (NVIDIA/nccl v2.18.3-1 src/init.cc ncclInit ->
+    ncclNetPluginInit; ROCm/rccl rocm-5.7.1 the same), and say whether it loaded. So a site that
+    expects a plugin (``plugin``, or ``transport`` ofi/ibext) gets it proven here: every host's log
+    shows it loaded, or the check fails with NCCL's own reason ("No plugin found", the dlerror). A
+    site that expects none: skipped."""
+    want = transport or ("ofi" if plugin else None)
+    seen = f"; the log shows {nccl_log.summary(reports)}" if reports else ""
+    if want not in ("ofi", "ibext"):
+        return SKIPPED, f"single-node run and no network plugin expected: the network is only used between nodes{seen}"
+    name = plugin or "the network plugin"
+    if not reports:
+        return FAILED, f"single-node run: no NCCL/RCCL log line shows whether {name} loaded (NCCL_DEBUG=INFO logs are empty)"
+    bad = [r for r in reports if r.plugin_state != "loaded"]
+    if not bad:
+        return PASSED, f"single-node run: {name} loaded on every host ({nccl_log.summary(reports)})"
+    r = bad[0]
+    reason = (f"\"{r.plugin_message}\"" if r.plugin_message else "no line says it loaded") + f"; {nccl_log.summary([r])}"
+    return FAILED, (f"single-node run: {name} did not load on {r.host}: {reason}. NCCL/RCCL open it on any node "
+                    f"count, so between nodes this stack would use {'sockets' if want == 'ofi' else 'its own transport'}"
+                    + (f" (and on {len(bad) - 1} more host{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""))
 
 
 def net_plugin(run: Run) -> None:

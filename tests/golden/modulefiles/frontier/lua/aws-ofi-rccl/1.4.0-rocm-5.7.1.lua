@@ -10,13 +10,14 @@ whatis("URL: https://github.com/ROCm/aws-ofi-rccl")
 help([[
 libfabric network plugin for RCCL (Slingshot cxi).
 The libfabric network plugin for RCCL (aws-ofi-rccl 1.4.0), installed in /lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1.
-Without it RCCL falls back to TCP sockets. This module names the plugin's
-library (NCCL_NET_PLUGIN). On two or more nodes, export NCCL_NET="$SITESTACK_NCCL_NET"
-so that a plugin that does not load is an error instead; not on one node, where the
-plugin does not initialise.
+Without it RCCL falls back to TCP sockets. This module puts the plugin's lib directory on
+LD_LIBRARY_PATH, and sets NCCL_NET_PLUGIN to its name only where the library is not under
+RCCL's default name, the way the stack's RCCL release opens a plugin.
+SITESTACK_NCCL_NET is the name the plugin registers: export NCCL_NET="$SITESTACK_NCCL_NET"
+to make a plugin that does not load an error instead of a silent fallback.
 
 Check that it loads: run a job with NCCL_DEBUG=INFO and look for "NET/OFI" and
-"Using network AWS Libfabric" (not "NET/Socket").
+"Using network" with the plugin's name (not "NET/Socket" or "No plugin found").
 ]])
 
 -- modules it needs, loaded with it
@@ -34,7 +35,6 @@ family("aws_ofi_rccl")
 prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib")
 
 -- settings (pushenv: unloading puts back a value set before)
-pushenv("NCCL_NET_PLUGIN", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib/librccl-net.so")
 pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")
 
 -- defaults (facts.env_defaults): set only where the environment has no value or an empty one, so a
