@@ -21,18 +21,8 @@ from sitestack.installs.given_source import pack_dir
 from sitestack.installs.target import Target, build_plan
 from sitestack.model.recipe import Recipe, load_recipe
 from sitestack.model.site import Facts, Toolkit, expand
-from sitestack.packages.aws_ofi_rccl import (
-    Homes,
-    choose_version,
-    configure_args,
-    known_rocm,
-    module_settings,
-    plugin_data,
-    plugin_row,
-    rccl_prefix,
-    resolve_homes,
-    site_recipe,
-)
+from sitestack.packages.aws_ofi_rccl import Homes, configure_args, module_settings, resolve_homes, site_recipe
+from sitestack.packages.aws_ofi_rccl_rules import choose_version, known_rocm, plugin_data, plugin_row, rccl_prefix
 from tests.twins.rocm import make_rocm
 
 GOLDEN = Path(__file__).parent / "golden" / "netplugin"
@@ -161,7 +151,7 @@ def test_system_prefixes_are_never_passed(data):
         "--with-libfabric=/opt/cray/libfabric/1.22.0", "--with-rocm=/opt/rocm-6.2.4", "--enable-tests"]
     with pytest.raises(SitestackError, match=r"\$MPICH_DIR is not set"):
         resolve_homes(data, fork, "5.7.1", "/opt/rocm-5.7.1", {}, mpi_home="$MPICH_DIR")
-    assert Homes(rocm="/r").mpi is None
+    assert Homes(toolkit="/r").mpi is None
 
 
 @pytest.mark.parametrize("site, fmt", [("frontier", "lua"), ("frontier", "tcl")])
@@ -173,7 +163,7 @@ def test_module_files_wire_the_plugin_as_rccl_opens_it(recipe, data, site, fmt):
     ctx = offline_context(pb.load(site), account="project_465000123")
     dest = "/p/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"
     row = plugin_row(data, "1.4.0+17d41cb")
-    spec = module_spec(ctx, recipe, module_settings(recipe, row, "5.7.1", "1.4.0+17d41cb"), "1.4.0+17d41cb", dest, {"install": dest, "version": "1.4.0+17d41cb"})
+    spec = module_spec(ctx, recipe, module_settings(recipe, row, "rocm", "5.7.1", "1.4.0+17d41cb"), "1.4.0+17d41cb", dest, {"install": dest, "version": "1.4.0+17d41cb"})
     assert spec.full == "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"
     text = render(spec, fmt)
     if fmt == "lua":
@@ -198,7 +188,7 @@ def test_a_bad_package_argument_is_refused_when_the_playbook_is_loaded(tmp_path:
     (tmp_path / "fr.yml").write_text(bad)
     line = bad[:bad.index("libfabrik:")].count("\n") + 1
     with pytest.raises(SitestackError, match=rf"fr\.yml:{line}: .*args\.package\.libfabrik: unknown key "
-                                             r"\(known keys: hwloc, libfabric, mpi_home"):
+                                             r"\(known keys: cuda, cuda_home, hwloc, libfabric, mpi_home"):
         pb.load(None, tmp_path / "fr.yml")
     # a recipe without hooks takes no package arguments
     text = (PLAYBOOK_DIR / "local.yml").read_text().replace("site: local", "site: lo")

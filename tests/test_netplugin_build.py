@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from sitestack.installs.sources import sha256_file
+from sitestack.validation import nccl_log
+from tests.twins import comm_oracle
 from tests.twins.rocm import make_rccl_header, make_rocm, upstream_sources
 
 GOLDEN = Path(__file__).parent / "golden" / "netplugin"
@@ -108,8 +110,9 @@ def test_the_rocm_fork_for_rocm_5(cli, tmp_path: Path, env, sources: Path):
 
     shown = module_env(prefix / "modules", "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1", "NCCL_NET_PLUGIN", "NCCL_NET",
                        "SITESTACK_NCCL_NET", "SITESTACK_NCCL_NET_PLUGIN_APIS", "LD_LIBRARY_PATH")
-    assert shown["NCCL_NET_PLUGIN"] == f"{dest}/lib/librccl-net.so" and shown["SITESTACK_NCCL_NET"] == "AWS Libfabric"
-    assert shown["NCCL_NET"] == ""   # not forced: one-node jobs must work; jobs force it between nodes
+    # RCCL of ROCm 5.7.1 opens its default name librccl-net.so from LD_LIBRARY_PATH (tests/test_comm_oracle.py)
+    assert shown["NCCL_NET_PLUGIN"] == "" and shown["SITESTACK_NCCL_NET"] == "AWS Libfabric"
+    assert shown["NCCL_NET"] == ""   # not forced: the name a plugin registers varies by release
     assert shown["SITESTACK_NCCL_NET_PLUGIN_APIS"] == "v5" and shown["LD_LIBRARY_PATH"].startswith(f"{dest}/lib")
     assert "net plugin API v5" in (prefix / "modules" / "aws-ofi-rccl" / "1.4.0+17d41cb-rocm-5.7.1.lua").read_text()
 
@@ -156,7 +159,8 @@ def test_aws_ofi_nccl_for_rocm_6(cli, tmp_path: Path, env, sources: Path):
     module = prefix / "modules" / "aws-ofi-rccl" / "1.18.0-rocm-6.2.4.lua"
     shown = module_env(prefix / "modules", "aws-ofi-rccl/1.18.0-rocm-6.2.4", "NCCL_NET_PLUGIN",
                        "SITESTACK_NCCL_NET_PLUGIN_APIS")
-    assert shown == {"NCCL_NET_PLUGIN": f"{dest}/lib/librccl-net-ofi.so", "SITESTACK_NCCL_NET_PLUGIN_APIS": NCCL_APIS}
+    # the suffix, which every RCCL opens as librccl-net-ofi.so; never a path, which RCCL < 6.3 cannot take
+    assert shown == {"NCCL_NET_PLUGIN": "ofi", "SITESTACK_NCCL_NET_PLUGIN_APIS": NCCL_APIS}
     assert f"net plugin API {NCCL_APIS}" in module.read_text()
 
     again = cli(*args, "--check", "--fail-on-change", env=env)
@@ -195,3 +199,85 @@ def test_without_site_the_local_site_is_used_only_when_it_has_rocm(cli, tmp_path
     out = cli("build-rccl-plugin", "--rocm", "6.2.4", "--rocm-home", str(rocm), "--prefix", str(tmp_path / "p"),
               "--check", env=env)
     assert out.stdout.startswith("build-rccl-plugin: site local (this machine, "), out.stdout + out.stderr
+
+
+def cuda_toolkit() -> tuple[str, Path]:
+    """The CUDA toolkit of this machine: its release (``nvcc --version``) and home (the tree whose bin/ holds
+    the real nvcc: $CUDA_HOME, /usr/local/cuda-<release> or /usr/local/cuda). Missing is an error, not a skip:
+    the test machines have CUDA 13 (nvcc on PATH)."""
+    out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True)
+    release = out.stdout.split("release ", 1)[1].split(",", 1)[0]
+    for home in (os.environ.get("CUDA_HOME"), f"/usr/local/cuda-{release}", "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "nvcc").is_file() and (Path(home) / "include" / "cuda.h").is_file():
+            return release, Path(home)
+    raise FileNotFoundError(f"nvcc {release} is on PATH, but no CUDA home with bin/nvcc and include/cuda.h was found")
+
+
+@pytest.mark.integration
+def test_aws_ofi_nccl_for_cuda(cli, tmp_path: Path, env, sources: Path):
+    """aws-ofi-nccl 1.18.0 built --with-cuda against this machine's CUDA toolkit, through build-nccl-plugin."""
+    release, cuda = cuda_toolkit()
+    prefix = tmp_path / "prefix"
+    args = ["build-nccl-plugin", "--site", "local", "--cuda", release, "--cuda-home", str(cuda), "--prefix", str(prefix),
+            "--source", str(sources / UPSTREAM)]
+    built = cli(*args, env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    dest = prefix / "aws-ofi-rccl" / f"1.18.0-cuda-{release}"
+    expected = [f"ncclNetPlugin_v{v}" for v in range(2, 12)]   # the recipe's exports for 1.18 (CUDA row)
+    # Both libraries are real files (libtool modules), not a symlink: NCCL opens libnccl-net.so by default.
+    for library in ("libnccl-net-ofi.so", "libnccl-net.so"):
+        assert not (dest / "lib" / library).is_symlink() and exported(dest / "lib" / library) == expected, library
+    assert not list((dest / "lib").glob("librccl-net*"))
+    line = ran_configure(dest, {"PREFIX": prefix, "CUDA": cuda})
+    golden = GOLDEN / "local-cuda.txt"
+    if os.environ.get("SITESTACK_UPDATE_GOLDEN"):
+        golden.write_text(line.replace(f"-cuda-{release}", "-cuda-$RELEASE"))
+    assert line == golden.read_text().replace("$RELEASE", release), "configure line for CUDA changed; review it"
+    assert "--with-cuda=" in line and "--with-rocm" not in line and "--with-hip" not in line
+    stamp = json.loads((dest / ".sitestack" / "install.json").read_text())
+    assert [(c["name"], c["ok"]) for c in stamp["checks"]] == [(f"exports exactly {' '.join(expected)}", True)]
+    assert_no_system_include(build_log(tmp_path))
+
+    module = f"aws-ofi-rccl/1.18.0-cuda-{release}"
+    shown = module_env(prefix / "modules", module, "NCCL_NET_PLUGIN", "SITESTACK_NCCL_NET", "SITESTACK_NCCL_NET_PLUGIN_APIS",
+                       "LD_LIBRARY_PATH")
+    assert shown["NCCL_NET_PLUGIN"] == "ofi" and shown["SITESTACK_NCCL_NET"] == "AWS Libfabric"
+    assert shown["SITESTACK_NCCL_NET_PLUGIN_APIS"] == NCCL_APIS and shown["LD_LIBRARY_PATH"].startswith(f"{dest}/lib")
+    assert f"libfabric network plugin for NCCL (aws-ofi-nccl); net plugin API {NCCL_APIS}" in (
+        prefix / "modules" / f"{module}.lua").read_text()
+    # the built plugin, under its module's environment, opened by the real NCCL of PyPI (tests/twins/comm_oracle.py)
+    for nccl in ("2.17.1", "2.21.5"):
+        wired = {k: shown[k] for k in ("NCCL_NET_PLUGIN", "LD_LIBRARY_PATH")}
+        log = comm_oracle.real_init(comm_oracle.nccl_library(nccl), wired)
+        lines, _ = nccl_log.parse(log)
+        assert [r.plugin_state for r in nccl_log.classify(lines)] == ["loaded"], log
+
+    again = cli(*args, "--check", "--fail-on-change", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rerun = cli(*args, env=env)
+    assert rerun.returncode == 0 and f"] ok       aws-ofi-rccl@1.18.0-cuda-{release}" in rerun.stdout, rerun.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("extra, message", [
+    (["--version", "1.4.0+17d41cb"], "1.4.0+17d41cb (ROCm/aws-ofi-rccl (cxi branch)) is built for ROCm only"),
+    (["--cuda-home", "/usr"], "the CUDA home for CUDA {release} /usr is a system prefix: --with-cuda=/usr"),
+    (["--cuda-home", "/nonexistent"], "missing the CUDA runtime for CUDA {release} in /nonexistent: no include/cuda.h"),
+    (["--nccl", "2.11.4", "--version", "1.21.1"], "it exports plugin API v6, v7, v8, v9, v10, v11, v12 and NCCL 2.11.4 "
+                                                  "loads v4 (NVIDIA/nccl v2.10.3-1, v2.11.4-1 src/init.cc"),
+    (["--nccl", "2.x"], "--nccl '2.x' is not a version"),
+])
+def test_cuda_refusals(cli, tmp_path: Path, env, extra, message):
+    release, cuda = cuda_toolkit()
+    home = [] if "--cuda-home" in extra else ["--cuda-home", str(cuda)]
+    args = ["build-nccl-plugin", "--site", "local", "--cuda", release, *home, *extra, "--prefix", str(tmp_path / "prefix"),
+            "--check"]
+    result = cli(*args, env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+    assert message.format(release=release) in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_a_plugin_step_without_a_toolkit_says_what_to_add(cli, tmp_path: Path, env):
+    out = cli("build-nccl-plugin", "--site", "local", "--prefix", str(tmp_path / "p"), "--check", env=env)
+    assert out.returncode == 1 and "has no facts.cuda: add `cuda: {version: ..., home: ...}` under facts:" in out.stderr
+    assert "local.yml" in out.stderr and "Traceback" not in out.stderr

@@ -256,7 +256,7 @@ def test_loading_the_plugin_module_does_not_force_nccl_net(tmp_path):
     row = plugin_row(plugin_data(recipe), "1.4.0+17d41cb")
     ctx = offline_context(pb.load("frontier"), account="proj123")
     dest = str(tmp_path / "plugin")
-    spec = module_spec(ctx, recipe, module_settings(recipe, row, "5.7.1", "1.4.0+17d41cb"), "1.4.0+17d41cb", dest,
+    spec = module_spec(ctx, recipe, module_settings(recipe, row, "rocm", "5.7.1", "1.4.0+17d41cb"), "1.4.0+17d41cb", dest,
                        {"install": dest, "version": "1.4.0+17d41cb"})
     tree = tmp_path / "modules"
     (tree / "aws-ofi-rccl").mkdir(parents=True)

@@ -1,5 +1,5 @@
 """Tasks that build from source: build-recipe, build-mpi4py, checksum, recipes, build-horovod,
-build-rccl-plugin.
+build-rccl-plugin, build-nccl-plugin.
 
 The engine is imported inside each task: ``invoke --list`` and a task's start pay only for what
 that task runs (benchmarks/README.md).
@@ -8,6 +8,7 @@ that task runs (benchmarks/README.md).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from invoke.context import Context
 from invoke.tasks import task
@@ -150,7 +151,7 @@ def recipes(c: Context, sources_dir: str | None = None, json: str | None = None,
                      ("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3] for row in rows))
 
 
-# -- Horovod and the RCCL network plugin -----------------------------------------------------------
+# -- Horovod and the RCCL/NCCL network plugin -----------------------------------------------------------
 
 _COMMON_BUILD_HELP = {k: v for k, v in BUILD_HELP.items() if k not in ("recipe", "prefix")}
 
@@ -183,18 +184,40 @@ def build_horovod(c: Context, site: str | None = None, version: str | None = Non
         finish("build-horovod", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
 
 
-@task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
+_PLUGIN_HELP = {
     **_COMMON_BUILD_HELP,
+    "source": "the plugin's source: a tarball or a directory (a checkout)",
+    "libfabric": "libfabric prefix (default: pkg-config's; a system prefix is never passed)",
+    "mpi-home": "MPI prefix for --with-mpi (default: $MPICH_DIR on Cray)",
+    "tests": "build the plugin's MPI test programs too"}
+
+
+def _build_plugin(c: Context, toolkit: str, *, site: str | None, playbook: str | None, check: bool, diff: bool,
+                  fail_on_change: bool, host: list[str] | None, json: str | None, debug: bool, rebuild: bool,
+                  jobs: str | None, **plugin: Any) -> None:
+    """build-rccl-plugin and build-nccl-plugin: one plugin step for ``toolkit`` (rocm, cuda); ``plugin``: the
+    other options by name, as RunOptions has them."""
+    from sitestack.engine import partial_run
+
+    with errors_to_exit(debug):
+        options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change, hosts=tuple(host or ()),
+                              lock_wait=BUILD_LOCK_WAIT, jobs=jobs_option(jobs),
+                              rebuild=("aws-ofi-rccl",) if rebuild else (), **plugin)
+        report = reporter(diff, debug, json)
+        runs = partial_run.build_net_plugin("rocm" if toolkit == "rocm" else "cuda", site=site,
+                                            playbook=playbook_path(playbook), options=options, reporter=report)
+        task = "build-rccl-plugin" if toolkit == "rocm" else "build-nccl-plugin"
+        finish(task, runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
+
+
+@task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
+    **_PLUGIN_HELP,
     "site": SITE_HELP + " (default: local, this machine, when it has ROCm or --rocm-home is given)",
     "rocm": "ROCm release to build for, e.g. 5.7.1 (default: the site's facts.rocm.version)",
     "version": "plugin version (default: the fork for ROCm < 6, aws-ofi-nccl from ROCm 6)",
-    "source": "the plugin's source: a tarball or a directory (a checkout)",
     "prefix": PREFIX_HELP + "; the plugin goes to <prefix>/aws-ofi-rccl/<version>-rocm-<rocm>",
     "rocm-home": "ROCm/HIP prefix (default: the site's facts.rocm.home for that release, else /opt/rocm-<rocm>)",
-    "rccl-home": "prefix with include/rccl/rccl.h when RCCL is not the ROCm release's",
-    "libfabric": "libfabric prefix (default: pkg-config's; a system prefix is never passed)",
-    "mpi-home": "MPI prefix for --with-mpi (default: $MPICH_DIR on Cray)",
-    "tests": "build the plugin's MPI test programs too"})
+    "rccl-home": "prefix with include/rccl/rccl.h when RCCL is not the ROCm release's"})
 def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = None, version: str | None = None,
                       source: str | None = None, prefix: str | None = None, rocm_home: str | None = None,
                       rccl_home: str | None = None, libfabric: str | None = None, mpi_home: str | None = None,
@@ -204,16 +227,34 @@ def build_rccl_plugin(c: Context, rocm: str | None = None, site: str | None = No
                       accept_new_host_keys: bool = False, json: str | None = None, verbose: bool = False,
                       rebuild: bool = False, no_cache: bool = False, debug: bool = False) -> None:
     """Build the RCCL libfabric plugin for a ROCm release (aws-ofi-rccl / aws-ofi-nccl) and its module file."""
-    from sitestack.engine import partial_run
+    _build_plugin(c, "rocm", site=site, playbook=playbook, check=check, diff=diff, fail_on_change=fail_on_change,
+                  host=host, json=json, debug=debug, rebuild=rebuild, jobs=jobs, prefix=prefix, account=account,
+                  accept_new_host_keys=accept_new_host_keys, source=source, sources_dir=sources_dir, mirror=mirror,
+                  rocm=rocm, rocm_home=rocm_home, rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home,
+                  plugin_version=version, tests=tests, verbose=verbose, no_cache=no_cache)
 
-    with errors_to_exit(debug):
-        options = run_options(c, check=check, diff=diff, fail_on_change=fail_on_change,
-                              hosts=tuple(host or ()), prefix=prefix, account=account,
-                              accept_new_host_keys=accept_new_host_keys, lock_wait=BUILD_LOCK_WAIT, source=source,
-                              sources_dir=sources_dir, mirror=mirror, jobs=jobs_option(jobs), rocm=rocm,
-                              rocm_home=rocm_home, rccl_home=rccl_home, libfabric=libfabric, mpi_home=mpi_home,
-                              plugin_version=version, tests=tests, verbose=verbose,
-                              rebuild=("aws-ofi-rccl",) if rebuild else (), no_cache=no_cache)
-        report = reporter(diff, debug, json)
-        runs = partial_run.build_rccl_plugin(site=site, playbook=playbook_path(playbook), options=options, reporter=report)
-        finish("build-rccl-plugin", runs, report, check=check, fail_on_change=fail_on_change, json_target=json)
+
+@task(klass=SitestackTask, auto_shortflags=False, iterable=["host"], help={
+    **_PLUGIN_HELP,
+    "site": SITE_HELP + " (default: local, this machine, when it has CUDA or --cuda-home is given)",
+    "cuda": "CUDA release to build for, e.g. 13.0 (default: the site's facts.cuda.version)",
+    "version": "plugin version (default: aws-ofi-nccl 1.18.0; the ROCm fork is refused)",
+    "prefix": PREFIX_HELP + "; the plugin goes to <prefix>/aws-ofi-rccl/<version>-cuda-<cuda>",
+    "cuda-home": "CUDA prefix with include/cuda.h and lib64/ (default: the site's facts.cuda.home for that "
+                 "release, else /usr/local/cuda-<cuda>)",
+    "nccl": "the NCCL version the stack uses, e.g. 2.18.3: refused when it loads none of the plugin's API versions",
+    "hwloc": "hwloc prefix (default: pkg-config's; a system prefix is never passed)"})
+def build_nccl_plugin(c: Context, cuda: str | None = None, site: str | None = None, version: str | None = None,
+                      source: str | None = None, prefix: str | None = None, cuda_home: str | None = None,
+                      nccl: str | None = None, libfabric: str | None = None, hwloc: str | None = None,
+                      mpi_home: str | None = None, tests: bool = False, check: bool = False, diff: bool = False,
+                      fail_on_change: bool = False, host: list[str] | None = None, account: str | None = None,
+                      sources_dir: str | None = None, mirror: str | None = None, jobs: str | None = None,
+                      playbook: str | None = None, accept_new_host_keys: bool = False, json: str | None = None,
+                      verbose: bool = False, rebuild: bool = False, no_cache: bool = False, debug: bool = False) -> None:
+    """Build the NCCL libfabric plugin for a CUDA release (aws-ofi-nccl --with-cuda) and its module file."""
+    _build_plugin(c, "cuda", site=site, playbook=playbook, check=check, diff=diff, fail_on_change=fail_on_change,
+                  host=host, json=json, debug=debug, rebuild=rebuild, jobs=jobs, prefix=prefix, account=account,
+                  accept_new_host_keys=accept_new_host_keys, source=source, sources_dir=sources_dir, mirror=mirror,
+                  cuda=cuda, cuda_home=cuda_home, nccl=nccl, libfabric=libfabric, hwloc=hwloc, mpi_home=mpi_home,
+                  plugin_version=version, tests=tests, verbose=verbose, no_cache=no_cache)

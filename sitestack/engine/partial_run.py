@@ -1,6 +1,6 @@
 """The tasks that run part of a site's playbook: one build step, or the steps of some actions.
 
-``invoke build-recipe``, ``build-mpi4py``, ``build-horovod`` and ``build-rccl-plugin`` make
+``invoke build-recipe``, ``build-mpi4py``, ``build-horovod``, ``build-rccl-plugin`` and ``build-nccl-plugin`` make
 one step (an action and its arguments), put it in the site's playbook in place of the
 playbook's own steps, and provision; ``install-venv`` and ``install-modulefiles`` run only
 the playbook's steps of their actions. The site's hosts, modules, check mode, locks and recap
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.actions import ACTIONS
-from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.errors import InputError
 from sitestack.core.report import HostRun, Reporter
 from sitestack.engine import playbook as pb
 from sitestack.engine.source_options import checked_sources
@@ -23,8 +23,17 @@ from sitestack.installs.conda_env import read_env_input
 from sitestack.installs.venv_stack import require_module_system
 from sitestack.model.context import RunOptions
 from sitestack.model.recipe import load_recipe
-from sitestack.model.site import Site, StepSpec, Toolkit
-from sitestack.packages.aws_ofi_rccl import choose_version, known_rocm, plugin_data
+from sitestack.model.site import Site, StepSpec
+from sitestack.packages.aws_ofi_rccl import RECIPE_NAME
+from sitestack.packages.aws_ofi_rccl_rules import (
+    KIT_NAMES,
+    Kit,
+    choose_version,
+    known_rocm,
+    known_version,
+    plugin_data,
+    with_toolkit,
+)
 
 
 def run_step(loaded: Site, spec: StepSpec, options: RunOptions, reporter: Reporter) -> list[HostRun]:
@@ -69,33 +78,42 @@ def build_horovod(*, site: str | None, playbook: Path | None, version: str | Non
     return run_step(loaded, spec, options, reporter)
 
 
-def build_rccl_plugin(*, site: str | None, playbook: Path | None, options: RunOptions,
-                      reporter: Reporter) -> list[HostRun]:
-    """``invoke build-rccl-plugin``: the ROCm release and plugin checked, then one recipe-install step of
-    the aws-ofi-rccl recipe (the ROCm release reaches its hooks as the run's ``rocm`` option).
+def build_net_plugin(toolkit: Kit, *, site: str | None, playbook: Path | None, options: RunOptions,
+                     reporter: Reporter) -> list[HostRun]:
+    """``invoke build-rccl-plugin`` (``toolkit`` rocm) and ``build-nccl-plugin`` (cuda): the toolkit release
+    and plugin checked, then one recipe-install step of the plugin recipe (the release reaches its
+    hooks as the run's ``rocm`` or ``cuda`` option).
 
     Without --site (or --playbook) the site is ``local``, this machine: said on the first line, and
-    refused when this machine's site has no ROCm (facts.rocm) and no --rocm-home says where one is,
-    so that ``--rocm 5.7.1`` alone never builds for a site nobody chose."""
+    refused when this machine's site has no such toolkit (facts.rocm, facts.cuda) and no --rocm-home or
+    --cuda-home says where one is, so that ``--rocm 5.7.1`` alone never builds for a site nobody chose."""
+    task = {"rocm": "build-rccl-plugin", "cuda": "build-nccl-plugin"}[toolkit]
+    kit, _ = KIT_NAMES[toolkit]
+    home = options.rocm_home if toolkit == "rocm" else options.cuda_home
     loaded = pb.load(site or ("local" if playbook is None else None), playbook)
+    have = loaded.facts.rocm if toolkit == "rocm" else loaded.facts.cuda
     if site is None and playbook is None:
-        if loaded.facts.rocm is None and not options.rocm_home:
-            raise InputError("--site", f"not given, and the local site (this machine, {loaded.path}) has no ROCm "
-                             "(facts.rocm): name the site to build for (e.g. --site frontier, --site lumi), or give "
-                             "--site local with --rocm-home")
-        reporter.note(f"build-rccl-plugin: site local (this machine, {loaded.path}); --site names another")
-    recipe = load_recipe("aws-ofi-rccl", _sources_dir(options))
+        if have is None and not home:
+            raise InputError("--site", f"not given, and the local site (this machine, {loaded.path}) has no {kit} "
+                             f"(facts.{toolkit}): name the site to build for (e.g. --site frontier, --site lumi), or "
+                             f"give --site local with --{toolkit}-home")
+        reporter.note(f"{task}: site local (this machine, {loaded.path}); --site names another")
+    recipe = load_recipe(RECIPE_NAME, _sources_dir(options))
     data = plugin_data(recipe)
-    rocm = options.rocm or (loaded.facts.rocm.version if loaded.facts.rocm else None)
-    if not rocm:
-        raise SitestackError(f"site {loaded.name} has no facts.rocm: give --rocm (e.g. --rocm 5.7.1)")
-    rocm = known_rocm(data, rocm, recipe.path)
-    facts = dataclasses.replace(loaded.facts, rocm=Toolkit(version=rocm, home=options.rocm_home or "/opt/rocm"))
-    chosen = choose_version(recipe, data, facts, options.plugin_version, loaded.name)
-    spec = StepSpec(name=f"{data.install_name}@{chosen}-rocm-{rocm}", action="recipe-install",
-                    args={"recipe": "aws-ofi-rccl"},
-                    tags=("build", "netplugin"))
-    return run_step(loaded, spec, dataclasses.replace(options, rocm=rocm), reporter)
+    release = (options.rocm if toolkit == "rocm" else options.cuda) or (have.version if have else None)
+    if not release:
+        example = "5.7.1" if toolkit == "rocm" else "13.0"
+        raise InputError(loaded.path, f"site {loaded.name} has no facts.{toolkit}: add `{toolkit}: {{version: ..., "
+                         f"home: ...}}` under facts:, or give --{toolkit} (e.g. --{toolkit} {example})")
+    release = known_rocm(data, release, recipe.path) if toolkit == "rocm" else known_version(release, "--cuda", "13.0")
+    facts = with_toolkit(loaded.facts, toolkit, release, home or "/opt/toolkit")   # the home is not looked at here
+    chosen = choose_version(recipe, data, facts, options.plugin_version, loaded.name, toolkit=toolkit,
+                            nccl=options.nccl)
+    spec = StepSpec(name=f"{data.install_name}@{chosen}-{toolkit}-{release}", action="recipe-install",
+                    args={"recipe": RECIPE_NAME}, tags=("build", "netplugin"))
+    chosen_options = (dataclasses.replace(options, rocm=release) if toolkit == "rocm"
+                      else dataclasses.replace(options, cuda=release))
+    return run_step(loaded, spec, chosen_options, reporter)
 
 
 def steps_of(site: Site, actions: Sequence[str]) -> tuple[StepSpec, ...]:

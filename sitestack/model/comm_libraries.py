@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from sitestack.core import schema, versions
 from sitestack.core.errors import SitestackError
@@ -43,7 +43,6 @@ class Loader:
     suffix_name: str
     path_first: bool
     opened: Literal["init", "communicator"]
-    apis: tuple[int, ...]
     source: str
     rocm: str | None = None
 
@@ -63,6 +62,17 @@ class Loader:
 
 
 @dataclass(frozen=True)
+class PluginApis:
+    """The ``ncclNetPlugin_vN`` interface versions a range of a library's versions looks up, newest first."""
+
+    library: Literal["nccl", "rccl"]
+    versions: str
+    apis: tuple[int, ...]
+    source: str
+    rocm: str | None = None
+
+
+@dataclass(frozen=True)
 class PluginName:
     """The NET name a plugin's versions register, and the other names they are known by."""
 
@@ -76,6 +86,7 @@ class PluginName:
 @dataclass(frozen=True)
 class Table:
     loaders: tuple[Loader, ...]
+    plugin_apis: tuple[PluginApis, ...]
     plugins: tuple[PluginName, ...]
 
 
@@ -88,7 +99,19 @@ def table(path: Path = TABLE) -> Table:
 def loaders(library: str, *, version: str | None = None, rocm: str | None = None) -> tuple[Loader, ...]:
     """The rows for ``library`` at ``version`` (or, for RCCL, the ROCm release ``rocm``); every row of the
     library when neither is known. An unknown library is refused."""
-    rows = [r for r in table().loaders if r.library == library]
+    return _rows(table().loaders, library, version, rocm)
+
+
+def plugin_apis(library: str, *, version: str | None = None, rocm: str | None = None) -> PluginApis:
+    """The plugin interface versions ``library`` at ``version`` (RCCL: of ROCm ``rocm``) looks up."""
+    return _rows(table().plugin_apis, library, version, rocm)[0]
+
+
+R = TypeVar("R", Loader, PluginApis)
+
+
+def _rows(every: Sequence[R], library: str, version: str | None, rocm: str | None) -> tuple[R, ...]:
+    rows = [r for r in every if r.library == library]
     if not rows:
         raise SitestackError(f"{display_path(TABLE)} has no loader rows for {library!r}")
     if rocm is not None and library == "rccl":
@@ -99,7 +122,7 @@ def loaders(library: str, *, version: str | None = None, rocm: str | None = None
         return tuple(rows)
     if not chosen:
         what = f"ROCm {rocm}" if rocm is not None else f"{library} {version}"
-        raise SitestackError(f"{display_path(TABLE)}: no loader row covers {what}")
+        raise SitestackError(f"{display_path(TABLE)}: no row for {library} covers {what}")
     return tuple(chosen)
 
 

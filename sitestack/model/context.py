@@ -120,6 +120,9 @@ class RunOptions:
     gpu_operations: str | None = None  # Horovod: NCCL, MPI or none
     rocm: str | None = None  # the RCCL plugin: the ROCm version
     rocm_home: str | None = None
+    cuda: str | None = None  # the NCCL plugin: the CUDA version
+    cuda_home: str | None = None
+    nccl: str | None = None  # the NCCL plugin: the NCCL version its API versions are checked against
     plugin_version: str | None = None
     tests: bool = False  # the RCCL plugin: build its tests too
     rccl_home: str | None = None
@@ -150,6 +153,7 @@ class RunOptions:
         for option, value in (("--python", self.python), ("--source", self.source), ("--mirror", self.mirror),
                               ("--sources-dir", self.sources_dir), ("--rocm", self.rocm),
                               ("--rocm-home", self.rocm_home), ("--rccl-home", self.rccl_home),
+                              ("--cuda", self.cuda), ("--cuda-home", self.cuda_home), ("--nccl", self.nccl),
                               ("--libfabric", self.libfabric), ("--mpi-home", self.mpi_home),
                               ("--version", self.plugin_version), ("--gpu-operations", self.gpu_operations)):
             problem = control_problem(value) if value is not None else None

@@ -1,204 +1,103 @@
-"""The RCCL network plugin's package knowledge (aws-ofi-rccl / aws-ofi-nccl for a ROCm release).
+"""The network plugin's package knowledge: aws-ofi-rccl / aws-ofi-nccl for a ROCm or a CUDA release.
 
-What differs per ROCm release is data in ``sources/aws-ofi-rccl.yml``:
+What differs per toolkit and release is data in ``sources/aws-ofi-rccl.yml``, read and checked in
+:mod:`sitestack.packages.aws_ofi_rccl_rules`:
 
-- which plugin (``data.default_for_rocm``): the ROCm fork (cxi branch) before ROCm 6,
-  aws-ofi-nccl built ``--with-rocm`` from ROCm 6;
-- whether they fit: an unknown ROCm release, a plugin whose exported API versions the release's
-  RCCL does not load (``data.rccl_loads``) or a version the recipe's rules exclude is refused
-  before anything is built;
+- which toolkit: ROCm (RCCL loads the plugin) where the step or task names a ROCm release or the
+  site has ``facts.rocm``, else CUDA (NCCL) where it names a CUDA release or has ``facts.cuda``;
+- which plugin (``data.default_for_rocm``, ``data.default_for_cuda``): the ROCm fork (cxi branch)
+  before ROCm 6, aws-ofi-nccl built ``--with-rocm`` from ROCm 6 and ``--with-cuda`` for CUDA;
+- whether they fit: an unknown ROCm release, a version not built for the toolkit, a plugin whose
+  exported API versions the library does not load (``plugin_apis`` of sources/comm/libraries.yml; for
+  NCCL where its version is given) or a toolkit release the row's ``requires`` excludes is refused before
+  anything is built;
 - where RCCL's headers are (``data.rccl_prefix``: the prefix must contain
   ``include/rccl/rccl.h``), which configure options each plugin has (``data.plugins``), which
   prefixes are the system's (``data.system_prefixes``): libfabric, hwloc and MPI there are left
-  out of the configure line, a ROCm or RCCL prefix there is refused (:func:`refuse_system`).
+  out of the configure line, a toolkit or RCCL prefix there is refused (:func:`refuse_system`).
 
-Before building, the host must have HIP (``include/hip/hip_runtime.h`` and libamdhip64) and, for
-the fork, RCCL's header (:class:`PluginHooks`). After building, ``nm -D --defined-only`` must show
-exactly the plugin symbols the recipe lists (:func:`symbol_checks`). The module file wires the plugin the
-way the release's RCCL opens one (``sources/comm/libraries.yml``), names the ``NCCL_NET`` name in
-``SITESTACK_NCCL_NET`` and records the interface versions the plugin offers
+Before building, the toolkit's home must hold what ``data.toolkit_files`` lists (HIP for ROCm; cuda.h
+and the static cudart for CUDA) and, for the fork, RCCL's header (:class:`PluginHooks`). After
+building, ``nm -D --defined-only`` must show exactly the plugin symbols the recipe lists
+(:func:`symbol_checks`). The module file sets
+``NCCL_NET_PLUGIN`` (and the ``NCCL_NET`` name in ``SITESTACK_NCCL_NET``) and records the interface versions the plugin offers
 (``SITESTACK_NCCL_NET_PLUGIN_APIS``, :func:`module_settings`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from sitestack.core import schema, versions
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.model import comm_libraries
 from sitestack.model.context import RunContext
-from sitestack.model.recipe import Check, ModuleSettings, Recipe, expand
-from sitestack.model.site import Facts, Toolkit
+from sitestack.model.recipe import Check, ModuleSettings, Recipe
+from sitestack.model.site import Facts
 from sitestack.model.site import expand as site_expand
 from sitestack.model.siteenv import probe_in_site_env
+from sitestack.packages.aws_ofi_rccl_rules import (
+    KIT_NAMES,
+    Kit,
+    PluginData,
+    PluginRow,
+    api_versions,
+    choose_version,
+    is_system,
+    known_rocm,
+    known_version,
+    plugin_data,
+    plugin_row,
+    rccl_prefix,
+    with_toolkit,
+)
 from sitestack.packages.hooks import InstallInfo, PackageHooks, Prepared
 from sitestack.packages.shared import braces, replace_recipe, resolve_refs, site_environment
 
-RECIPE_FILE = "sources/aws-ofi-rccl.yml"
-R = TypeVar("R")
-
-
-# -- the recipe's tables -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class RocmRow:
-    """A row of a per-ROCm-release table: the releases it covers (a version range) and why."""
-
-    rocm: str
-    why: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class DefaultRow(RocmRow):
-    version: str          # the plugin version built for those releases
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrefixRow(RocmRow):
-    prefix: str           # where their RCCL's include/rccl/rccl.h is ({rocm_home} placeholder)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoadsRow(RocmRow):
-    api: tuple[int, ...]  # the net plugin API versions their RCCL loads
-
-
-@dataclass(frozen=True)
-class PluginRow:
-    versions: str
-    upstream: str
-    hip_option: str
-    library: str
-    exports: tuple[str, ...]
-    rccl_option: str | None = None
-    hwloc_option: str | None = None
-
-    def check(self) -> str | None:
-        return versions.check_spec(self.versions) and f"versions: {versions.check_spec(self.versions)}"
-
-
-@dataclass(frozen=True)
-class PluginData:
-    """``data:`` of sources/aws-ofi-rccl.yml."""
-
-    install_name: str
-    default_for_rocm: tuple[DefaultRow, ...]
-    plugins: tuple[PluginRow, ...]
-    rocm_releases: tuple[str, ...]
-    rccl_prefix: tuple[PrefixRow, ...]
-    rccl_loads: tuple[LoadsRow, ...]
-    system_prefixes: tuple[str, ...] = ("/usr", "/usr/local", "/")
-    mpi_home: Mapping[str, str] = field(default_factory=dict)
-
-
-def plugin_data(recipe: Recipe) -> PluginData:
-    return schema.build(PluginData, dict(recipe.data), recipe.path, line=1, key="data")
-
-
-def _row(rows: Sequence[R], attr: str, value: str, what: str, recipe: str) -> R:
-    """The first row of table ``what`` whose ``attr`` range covers ``value``."""
-    for row in rows:
-        if versions.matches(getattr(row, attr), value):
-            return row
-    raise SitestackError(f"{recipe}: no row of data.{what} covers {attr} {value}")
-
-
-# -- version rules (pure) ---------------------------------------------------------------------------
-def known_rocm(data: PluginData, rocm: str, recipe: str = RECIPE_FILE) -> str:
-    """The ROCm release as the recipe spells it (``7.0`` -> ``7.0.0``); unknown ones are refused."""
-    try:
-        versions.parse(rocm)
-    except ValueError:
-        raise SitestackError(f"--rocm {rocm!r} is not a ROCm version (like 5.7.1)") from None
-    for release in data.rocm_releases:
-        if versions.matches(f"=={release}", rocm):
-            return release
-    raise SitestackError(f"unknown ROCm version {rocm}: {recipe} knows {', '.join(data.rocm_releases)} "
-                         "(add a release to data.rocm_releases once where its RCCL headers are and which plugin API "
-                         "versions its RCCL loads are known)")
-
-
-def plugin_row(data: PluginData, version: str, recipe: str = RECIPE_FILE) -> PluginRow:
-    return _row(data.plugins, "versions", version, "plugins", recipe)
-
-
-def api_versions(symbols: Sequence[str]) -> list[int]:
-    return [int(s.rsplit("_v", 1)[1]) for s in symbols if "_v" in s and s.rsplit("_v", 1)[1].isdigit()]
-
-
-def choose_version(recipe: Recipe, data: PluginData, facts: Facts, asked: str | None, site: str) -> str:
-    """The plugin version for the site's ROCm (``facts.rocm``): ``asked`` or the default for that
-    release; refused when the recipe's rules or the RCCL's plugin API do not fit."""
-    if facts.rocm is None:
-        raise SitestackError(f"site {site} has no facts.rocm: say which ROCm release to build for (--rocm)")
-    rocm = facts.rocm.version
-    version = asked or _row(data.default_for_rocm, "rocm", rocm, "default_for_rocm", recipe.path).version
-    if version not in recipe.versions:
-        raise SitestackError(f"unknown version {version!r} of {recipe.name} (known versions in {recipe.path}: "
-                             f"{', '.join(recipe.known_versions())})")
-    row = plugin_row(data, version, recipe.path)
-    problems = recipe.unmet(version, facts)
-    loads = _row(data.rccl_loads, "rocm", rocm, "rccl_loads", recipe.path)
-    if not set(api_versions(row.exports)) & set(loads.api):
-        problems.append(f"it exports plugin API {', '.join(f'v{v}' for v in api_versions(row.exports))} and the RCCL "
-                        f"of ROCm {rocm} loads {', '.join(f'v{v}' for v in loads.api)} ({loads.why})")
-    if problems:
-        fits = [v for v in recipe.known_versions() if not recipe.unmet(v, facts)]
-        hint = f"versions that fit ROCm {rocm}: {', '.join(fits)}" if fits else f"no known version fits ROCm {rocm}"
-        raise SitestackError(f"{recipe.name} {version} ({row.upstream}) does not fit ROCm {rocm} on {site}: "
-                             f"{'; '.join(problems)}. {hint}")
-    return version
-
-
-def rccl_prefix(data: PluginData, rocm: str, rocm_home: str) -> str:
-    row = _row(data.rccl_prefix, "rocm", rocm, "rccl_prefix", RECIPE_FILE)
-    return expand(row.prefix, {"rocm_home": rocm_home})
+RECIPE_NAME = "aws-ofi-rccl"
 
 
 @dataclass(frozen=True)
 class Homes:
-    """The prefixes configure is given (None: not given)."""
+    """The prefixes configure is given (None: not given); ``toolkit``: the ROCm or CUDA home."""
 
-    rocm: str
+    toolkit: str
     rccl: str | None = None
     libfabric: str | None = None
     hwloc: str | None = None
     mpi: str | None = None
 
 
-def is_system(data: PluginData, prefix: str) -> bool:
-    """Whether ``prefix`` is one of the system's (``/usr``, ``/usr/local``): never given to configure."""
-    def norm(path: str) -> str:
-        return "/" + os.path.normpath(path).lstrip("/")
-    return norm(prefix) in {norm(p) for p in data.system_prefixes}
-
-
 def refuse_system(data: PluginData, prefix: str, what: str, option: str, how: str) -> None:
-    """A prefix configure must be given (HIP, RCCL) that is a system prefix is refused: ``-I/usr/include``
+    """A prefix configure must be given (HIP, CUDA, RCCL) that is a system prefix is refused: ``-I/usr/include``
     (and aws-ofi-nccl's ``-isystem /usr/include``) breaks GCC's ``#include_next <stdlib.h>``
-    (found building the plugin on Debian 12), and leaving the option out would make configure look in /opt/rocm instead."""
+    (found building the plugin on Debian 12), and leaving the option out would make configure look in /opt/rocm
+    instead, or (CUDA) find cuda.h but link no cudart: aws-ofi-nccl 1.18 m4/check_pkg_cuda.m4 sets CUDA_LIBS
+    (-lcudart_static) only when --with-cuda names a path."""
     if is_system(data, prefix):
         raise SitestackError(f"{what} {prefix} is a system prefix: {option}={prefix} would put -I{prefix.rstrip('/')}"
                              f"/include on the compiler line, which breaks GCC's #include_next <stdlib.h>; {how}")
 
 
-def resolve_homes(data: PluginData, row: PluginRow, rocm: str, rocm_home: str, env: Mapping[str, str], *,
+def resolve_homes(data: PluginData, row: PluginRow, release: str, home: str, env: Mapping[str, str], *,
                   rccl_home: str | None = None, libfabric: str | None = None, hwloc: str | None = None,
                   mpi_home: str | None = None, mpi_flavour: str | None = None,
                   pkg_prefix: Mapping[str, str | None] | None = None) -> Homes:
-    """The prefixes for configure: as given ($VARIABLES from ``env``, the site environment), else
-    pkg-config's (``pkg_prefix``), the recipe's RCCL location for the release and MPI per flavour."""
+    """The prefixes for configure: the toolkit's ``home`` for ``release`` (ROCm or CUDA, as ``row`` is built
+    for), the others as given ($VARIABLES from ``env``, the site environment), else pkg-config's
+    (``pkg_prefix``), the recipe's RCCL location for the release and MPI per flavour."""
     pkg = pkg_prefix or {}
-    refuse_system(data, rocm_home, f"the ROCm home for ROCm {rocm}", row.hip_option,
-                  "give --rocm-home a ROCm tree whose include/ holds hip/ (like /opt/rocm-5.7.1)")
+    kit = KIT_NAMES[row.toolkit][0]
+    example = {"rocm": "include/ holds hip/ (like /opt/rocm-5.7.1)",
+               "cuda": "include/ holds cuda.h (like /usr/local/cuda-13.0 or $NVHPC_ROOT/cuda/12.4)"}[row.toolkit]
+    refuse_system(data, home, f"the {kit} home for {kit} {release}", row.toolkit_option,
+                  f"give --{row.toolkit}-home a {kit} tree whose {example}")
     rccl = None
     if row.rccl_option:
-        rccl = resolve_refs(rccl_home or rccl_prefix(data, rocm, rocm_home), env, "the RCCL prefix")
+        rccl = resolve_refs(rccl_home or rccl_prefix(data, release, home), env, "the RCCL prefix")
         refuse_system(data, rccl, "the RCCL prefix", row.rccl_option,
                       "give --rccl-home a tree whose include/ holds only rccl/")
     fabric = resolve_refs(libfabric, env, "libfabric") if libfabric else pkg.get("libfabric")
@@ -211,16 +110,18 @@ def resolve_homes(data: PluginData, row: PluginRow, rocm: str, rocm_home: str, e
             mpi = resolve_refs(data.mpi_home[mpi_flavour], env, "the MPI prefix")
         except SitestackError:
             mpi = None    # only the plugin's tests need it
-    return Homes(rocm=rocm_home, rccl=rccl, libfabric=fabric, hwloc=hw, mpi=mpi)
+    return Homes(toolkit=home, rccl=rccl, libfabric=fabric, hwloc=hw, mpi=mpi)
 
 
-def configure_args(data: PluginData, version: str, homes: Homes, *, tests: bool = False) -> list[str]:
-    """The site's configure options of plugin ``version`` (the recipe adds its own, e.g. --disable-tests)."""
-    row = plugin_row(data, version)
+def configure_args(data: PluginData, version: str, homes: Homes, *, tests: bool = False,
+                   toolkit: Kit = "rocm") -> list[str]:
+    """The site's configure options of plugin ``version`` built for ``toolkit`` (the recipe adds its own,
+    e.g. --disable-tests)."""
+    row = plugin_row(data, version, toolkit=toolkit)
     args = []
     if homes.libfabric and not is_system(data, homes.libfabric):
         args.append(f"--with-libfabric={homes.libfabric}")
-    args.append(f"{row.hip_option}={homes.rocm}")
+    args.append(f"{row.toolkit_option}={homes.toolkit}")
     if row.rccl_option and homes.rccl:
         args.append(f"{row.rccl_option}={homes.rccl}")
     if row.hwloc_option and homes.hwloc and not is_system(data, homes.hwloc):
@@ -233,13 +134,15 @@ def configure_args(data: PluginData, version: str, homes: Homes, *, tests: bool 
 
 
 def site_recipe(recipe: Recipe, version: str, args: Sequence[str], *, tests: bool = False,
-                sha256: str | None = None, checks: Sequence[Check] = ()) -> Recipe:
-    """``recipe`` with the site's configure options, the sha256 of the source used, and checks."""
+                sha256: str | None = None, checks: Sequence[Check] = (), sanity: Sequence[str] = ()) -> Recipe:
+    """``recipe`` with the site's configure options, the sha256 of the source used, checks, and the
+    plugin row's sanity paths where it has its own (``sanity``; empty: the recipe's)."""
     source = recipe.versions[version]
     own = tuple(a for a in source.args if not (tests and a == "--disable-tests"))
     source = dataclasses.replace(source, args=own + tuple(braces(a) for a in args),
                                  sha256=sha256 or source.sha256)
-    return replace_recipe(recipe, versions={**recipe.versions, version: source}, checks=(*recipe.checks, *checks))
+    return replace_recipe(recipe, versions={**recipe.versions, version: source}, checks=(*recipe.checks, *checks),
+                          sanity=tuple(sanity) or recipe.sanity)
 
 
 #: Prints the plugin interface symbols a library exports, sorted, framed as ``exports: A B.`` so that
@@ -262,17 +165,20 @@ def api_list(row: PluginRow) -> str:
     return ",".join(f"v{v}" for v in api_versions(row.exports))
 
 
-def module_settings(recipe: Recipe, row: PluginRow, rocm: str, version: str) -> ModuleSettings:
-    """The recipe's module settings plus the plugin's own, wired the way the RCCL of ROCm ``rocm`` opens
-    a plugin (:func:`sitestack.model.comm_libraries.wiring`): the library's directory on LD_LIBRARY_PATH
-    and, unless it has RCCL's default name, NCCL_NET_PLUGIN set to its suffix, never to a path, which
-    RCCL before ROCm 6.3 turns into ``librccl-net-/path.so.so`` and then silently uses sockets.
-    SITESTACK_NCCL_NET is the name to force it with (``NCCL_NET``) between nodes;
-    SITESTACK_NCCL_NET_PLUGIN_APIS and the whatis line say which plugin interface versions it offers
-    (checked with nm after the build). NCCL_NET itself is not set: on one node the plugin is opened but
-    not used, and a forced network then stops every single-node job."""
+def module_settings(recipe: Recipe, row: PluginRow, toolkit: Kit, release: str, version: str,
+                    nccl: str | None = None) -> ModuleSettings:
+    """The recipe's module settings plus the plugin's own, wired the way the stack's library opens a
+    plugin (:func:`sitestack.model.comm_libraries.wiring`: RCCL of ROCm ``release``, or NCCL ``nccl``,
+    every NCCL version when that is not given): the library's directory on LD_LIBRARY_PATH and, unless
+    it has the library's default name, NCCL_NET_PLUGIN set to its suffix, never to a path, which RCCL
+    before ROCm 6.3 and NCCL before 2.21 turn into ``lib...-net-/path.so.so`` and then silently use
+    sockets. SITESTACK_NCCL_NET is the name to force it with (``NCCL_NET``); SITESTACK_NCCL_NET_PLUGIN_APIS
+    and the whatis line say which plugin interface versions it offers (checked with nm after the build).
+    NCCL_NET itself is not set: its name varies by plugin release, and a wrong one stops every job."""
     base = recipe.module or ModuleSettings()
-    wired = comm_libraries.wiring(comm_libraries.loaders("rccl", rocm=rocm), "{install}/" + row.library)
+    rows = (comm_libraries.loaders("rccl", rocm=release) if toolkit == "rocm"
+            else comm_libraries.loaders("nccl", version=nccl))
+    wired = comm_libraries.wiring(rows, "{install}/" + row.library)
     whatis = f"{(base.whatis or recipe.description).rstrip('.')}; net plugin API {api_list(row)}"
     paths = base.prepend.get("LD_LIBRARY_PATH", ())
     prepend = {**base.prepend, "LD_LIBRARY_PATH": paths if wired.directory in paths else (wired.directory, *paths)}
@@ -282,13 +188,31 @@ def module_settings(recipe: Recipe, row: PluginRow, rocm: str, version: str) -> 
         "SITESTACK_NCCL_NET_PLUGIN_APIS": api_list(row)})
 
 
-def default_rocm_home(ctx: RunContext, rocm: str) -> str:
-    """facts.rocm.home with {rocm_version} set to ``rocm`` (placeholders of the site filled), else /opt/rocm-<rocm>."""
-    raw = (ctx.site.raw_facts.get("rocm") or {}).get("home") if ctx.site.raw_facts else None
+def default_home(ctx: RunContext, toolkit: Kit, release: str) -> str:
+    """facts.<toolkit>.home with {<toolkit>_version} set to ``release`` (placeholders of the site filled),
+    else /opt/rocm-<release> (ROCm) or /usr/local/cuda-<release> (CUDA, NVIDIA's installer's default)."""
+    raw = (ctx.site.raw_facts.get(toolkit) or {}).get("home") if ctx.site.raw_facts else None
     if not raw:
-        return f"/opt/rocm-{rocm}"
-    return site_expand(str(raw), {**ctx.values, "rocm_version": rocm})
+        return f"/opt/rocm-{release}" if toolkit == "rocm" else f"/usr/local/cuda-{release}"
+    return site_expand(str(raw), {**ctx.values, f"{toolkit}_version": release})
 
+
+def build_toolkit(ctx: RunContext, rocm: str | None, cuda: str | None) -> Kit:
+    """ROCm or CUDA: the release given (step or task), else the site's facts.rocm, else facts.cuda."""
+    if rocm and cuda:
+        raise SitestackError(f"both a ROCm ({rocm}) and a CUDA ({cuda}) release given: the plugin is built for one "
+                             "(--rocm for RCCL, --cuda for NCCL)")
+    if rocm or cuda:
+        return "rocm" if rocm else "cuda"
+    if ctx.facts.rocm is not None:
+        return "rocm"
+    if ctx.facts.cuda is not None:
+        return "cuda"
+    raise SitestackError(
+        f"the network plugin step ({RECIPE_NAME} recipe) on site {ctx.site.name}: {ctx.site.path} has neither "
+        "facts.rocm nor facts.cuda, so there is no toolkit to build it for: add `rocm: {version: ..., home: ...}` "
+        "(RCCL) or `cuda: {version: ..., home: ...}` (NCCL) under facts: in that file, or name the release in the "
+        "step (package: {rocm: X} or {cuda: X}) or the task (build-rccl-plugin --rocm X, build-nccl-plugin --cuda X)")
 
 
 # -- the hooks ---------------------------------------------------------------------------------------
@@ -299,6 +223,14 @@ class PluginArgs:
     rocm: str | None = field(default=None, metadata={"doc": "ROCm release to build for (default: facts.rocm.version)"})
     rocm_home: str | None = field(default=None, metadata={"doc": (
         "ROCm/HIP prefix (default: facts.rocm.home for that release, else /opt/rocm-<rocm>)")})
+    cuda: str | None = field(default=None, metadata={"doc": (
+        "CUDA release to build for (default: facts.cuda.version where the site has no facts.rocm)")})
+    cuda_home: str | None = field(default=None, metadata={"doc": (
+        "CUDA prefix with include/cuda.h and lib64/ (default: facts.cuda.home for that release, else "
+        "/usr/local/cuda-<cuda>)")})
+    nccl: str | None = field(default=None, metadata={"doc": (
+        "version of the NCCL the stack uses (CUDA builds): the plugin's API versions are checked against it "
+        "(plugin_apis in sources/comm/libraries.yml)")})
     rccl_home: str | None = field(default=None, metadata={"doc": (
         "prefix with include/rccl/rccl.h, for an RCCL outside ROCm (default: from the ROCm release)")})
     libfabric: str | None = field(default=None, metadata={"doc": (
@@ -310,7 +242,7 @@ class PluginArgs:
 
 
 class PluginHooks(PackageHooks):
-    """The RCCL libfabric network plugin for a ROCm release: version, dest and configure options."""
+    """The libfabric network plugin for a ROCm (RCCL) or CUDA (NCCL) release: version, dest and configure options."""
 
     Args = PluginArgs
     given_source = True   # its forks often have no release tarball with a known sum: --source
@@ -330,56 +262,77 @@ class PluginHooks(PackageHooks):
     def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
         super().__init__(ctx, recipe, args)
         self.data = data = plugin_data(recipe)
-        rocm = self.option("rocm") or (ctx.facts.rocm.version if ctx.facts.rocm else None)
-        if not rocm:
-            raise SitestackError(f"site {ctx.site.name} has no facts.rocm: say which ROCm release to build for (--rocm)")
-        self.rocm = rocm = known_rocm(data, rocm, recipe.path)
-        home = self.option("rocm_home") or default_rocm_home(ctx, rocm)
-        # The install is for this release: its placeholders ({rocm_home}, {rocm_version}) and rules see it.
-        self.ctx = dataclasses.replace(ctx, facts=dataclasses.replace(ctx.facts, rocm=Toolkit(version=rocm, home=home)))
-        asked = ctx.options.plugin_version or getattr(args, "version", None)
-        self.version = choose_version(recipe, data, self.ctx.facts, asked, ctx.site.name)
-        self.row = plugin_row(data, self.version, recipe.path)
-        self.dest = getattr(args, "dest", None) or f"{ctx.values['prefix']}/{data.install_name}/{self.version}-rocm-{rocm}"
+        self.toolkit = kit = build_toolkit(ctx, self.option("rocm"), self.option("cuda"))
+        facts = ctx.facts.rocm if kit == "rocm" else ctx.facts.cuda
+        asked = self.option(kit) or (facts.version if facts else None)
+        assert asked is not None   # build_toolkit found one
+        if kit == "rocm":
+            self.release = known_rocm(data, asked, recipe.path)
+        else:
+            self.release = known_version(asked, "--cuda", "13.0")
+        self.nccl = nccl = self.option("nccl")
+        if nccl is not None:
+            known_version(nccl, "--nccl", "2.18.3")
+        home = self.option(f"{kit}_home") or default_home(ctx, kit, self.release)
+        # The install is for this release: its placeholders ({rocm_home}, {cuda_version}, ...) and rules see it.
+        self.ctx = dataclasses.replace(ctx, facts=with_toolkit(ctx.facts, kit, self.release, home))
+        version = ctx.options.plugin_version or getattr(args, "version", None)
+        self.version = choose_version(recipe, data, self.ctx.facts, version, ctx.site.name, toolkit=kit, nccl=nccl)
+        self.row = plugin_row(data, self.version, recipe.path, kit)
+        if self.row.whatis:   # the module's description, where the row's is not the recipe's
+            self.recipe = replace_recipe(recipe, module=dataclasses.replace(recipe.module or ModuleSettings(),
+                                                                            whatis=self.row.whatis))
+        self.dest = (getattr(args, "dest", None)
+                     or f"{ctx.values['prefix']}/{data.install_name}/{self.version}-{kit}-{self.release}")
         self.homes: Homes | None = None
 
     def install_args(self) -> Mapping[str, str | None]:
         return {"version": self.version, "dest": self.dest}
 
     def describe(self, info: InstallInfo) -> str:
-        return f"build {info.label} ({self.row.upstream}) for ROCm {self.rocm} into {info.dest}"
+        return f"build {info.label} ({self.row.upstream}) for {KIT_NAMES[self.toolkit][0]} {self.release} into {info.dest}"
 
     def prepare(self, host: Host, info: InstallInfo) -> Prepared:
-        """Check HIP (and RCCL's header for the fork); the recipe with the site's configure options."""
+        """Check the toolkit's files (and RCCL's header for the fork); the recipe with the site's configure options."""
         facts = self.ctx.facts
-        assert facts.rocm is not None   # set by __init__
-        home = facts.rocm.home
-        missing_hip = [p for p in ("include/hip/hip_runtime.h",) if not host.exists(f"{home}/{p}")]
-        libs = host.probe(["bash", "-c", 'compgen -G "$1/lib/libamdhip64.so*" || compgen -G "$1/lib64/libamdhip64.so*" '
-                           '|| compgen -G "$1/lib/*-linux-gnu/libamdhip64.so*"', "sitestack", home])
-        if missing_hip or not libs.ok:
-            what = ", ".join(missing_hip + ([] if libs.ok else ["libamdhip64.so"]))
-            raise SitestackError(f"missing HIP for ROCm {self.rocm} in {home}: no {what} (load the site's rocm module, "
-                                 "or give --rocm-home)")
+        home = facts.rocm if self.toolkit == "rocm" else facts.cuda
+        assert home is not None   # set by __init__
         env = site_environment(host, facts)
         given = {k: self.option(k) for k in ("rccl_home", "libfabric", "hwloc", "mpi_home")}
         pkg = {name: self.pkg_prefix(host, name) for name in ("libfabric", "hwloc") if not given[name]}
-        homes = resolve_homes(self.data, self.row, self.rocm, home, env, mpi_flavour=facts.mpi.flavour,
-                              pkg_prefix=pkg, **given)
+        homes = resolve_homes(self.data, self.row, self.release, home.home, env, mpi_flavour=facts.mpi.flavour,
+                              pkg_prefix=pkg, **given)   # a system prefix is refused before its files are looked at
+        self.check_toolkit(host, home.home)
         if homes.rccl and not host.exists(f"{homes.rccl}/include/rccl/rccl.h"):
             raise SitestackError(
-                f"no RCCL header {homes.rccl}/include/rccl/rccl.h for ROCm {self.rocm}: {self.row.upstream} includes "
+                f"no RCCL header {homes.rccl}/include/rccl/rccl.h for ROCm {self.release}: {self.row.upstream} includes "
                 "<rccl/rccl.h> (ROCm <= 5.1 installs only <rocm>/rccl/include/rccl.h); install RCCL or give --rccl-home")
         tests = bool(self.option("tests"))
         if tests and not homes.mpi:
             raise SitestackError("the plugin's tests need MPI: give --mpi-home")
         self.homes = homes
-        args = configure_args(self.data, self.version, homes, tests=tests)
+        args = configure_args(self.data, self.version, homes, tests=tests, toolkit=self.toolkit)
         return Prepared(site_recipe(self.recipe, self.version, args, tests=tests, sha256=info.source_sha256(),
-                                    checks=symbol_checks(self.row)))
+                                    checks=symbol_checks(self.row), sanity=self.row.sanity))
+
+    def check_toolkit(self, host: Host, home: str) -> None:
+        """The toolkit's home holds what ``data.toolkit_files`` lists (one alternative of each entry)."""
+        rows = [r for r in self.data.toolkit_files if r.toolkit == self.toolkit]
+        missing = []
+        for row in rows:
+            for alternatives in row.files:
+                found = host.probe(["bash", "-c", 'for g in "${@:2}"; do compgen -G "$1/$g" && exit 0; done; exit 1',
+                                    "sitestack", home, *alternatives])
+                if not found.ok:
+                    missing.append(alternatives[0].replace("*", ""))
+        if missing:
+            what = rows[0].what if rows else "the toolkit"
+            kit = KIT_NAMES[self.toolkit][0]
+            raise SitestackError(f"missing {what} for {kit} {self.release} in {home}: no {', '.join(missing)} (load the "
+                                 f"site's {self.toolkit} module, or give --{self.toolkit}-home)")
 
     def module_file(self) -> ModuleSettings:
-        return module_settings(self.recipe, self.row, self.rocm, self.version)
+        return module_settings(self.recipe, self.row, self.toolkit, self.release, self.version, self.nccl)
 
     def pkg_prefix(self, host: Host, package: str) -> str | None:
         """What pkg-config says the package's prefix is, with the site's modules loaded."""

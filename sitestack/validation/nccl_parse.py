@@ -213,6 +213,10 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
     if r.selected in ("ofi", "ibext") and r.plugin_state in ("none", "not-found"):
         # a "No plugin found (librccl-net.so)" beside a plugin that then carried the data is harmless
         r.plugin_state = "loaded"
+    elif r.plugin_state == "not-found" and (names.get("loaded") or any(_COLL_LOOKUP.search(ln.msg) for ln in lines)):
+        # NCCL >= 2.21 tries NCCL_NET_PLUGIN as given first: "No plugin found (ofi)", then loads
+        # libnccl-net-ofi.so (seen with the 2.21.5 library of PyPI): the load that followed wins
+        r.plugin_state = "loaded"
     elif (r.plugin or any(_COLL_LOOKUP.search(ln.msg) for ln in lines)) and r.plugin_state == "none":
         r.plugin_state = "loaded"
     return r

@@ -65,7 +65,8 @@ def judge_one_node(reports: list[HostReport], plugin: str | None, transport: str
     if not bad:
         return PASSED, f"single-node run: {name} loaded on every host ({nccl_log.summary(reports)})"
     r = bad[0]
-    reason = (f"\"{r.plugin_message}\"" if r.plugin_message else "no line says it loaded") + f"; {nccl_log.summary([r])}"
+    reason = (f"\"{r.plugin_message}\"" if r.plugin_message else "no line says it loaded") + (
+        f"; it used {nccl_log.summary([r])}" if r.transports else "")
     return FAILED, (f"single-node run: {name} did not load on {r.host}: {reason}. NCCL/RCCL open it on any node "
                     f"count, so between nodes this stack would use {'sockets' if want == 'ofi' else 'its own transport'}"
                     + (f" (and on {len(bad) - 1} more host{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""))
