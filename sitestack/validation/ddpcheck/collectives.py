@@ -55,7 +55,7 @@ REPEATS = 3
 #: Wrong results a rank describes one by one (its counts cover the rest).
 KEPT = 8
 #: What backends say when they lack an operation or dtype (gloo: "ProcessGroupGloo does not support
-#: reduce_scatter" before torch 2.6; NCCL: "Unsupported ... dtype").
+#: reduce_scatter" before pytorch/pytorch#149869; NCCL: "Unsupported ... dtype").
 UNSUPPORTED = re.compile(r"not support|unsupported|not implemented", re.I)
 
 
@@ -88,10 +88,9 @@ def repeats(size: int, largest: int) -> int:
 
 def spoiled(env: dict[str, str], rank: int, where: tuple[str, str, int, int], largest: int) -> bool:
     """Whether the test kit's faults spoil this rank's result at ``where`` (op, dtype, size, iteration)."""
-    op, dtype, size, iteration = where
     if rank_fault(env, "collective-large", rank) and where == ("all-reduce", "float32", largest, REPEATS):
         return True
-    return rank_fault(env, "collective-half", rank) and op == "all-gather" and dtype in HALF
+    return rank_fault(env, "collective-half", rank) and where[0] == "all-gather" and where[1] in HALF
 
 
 # -- one rank ------------------------------------------------------------------------------------------
@@ -118,6 +117,13 @@ class Values:
         self.reduced, self.sums, self.plain = tensor(base), tensor(summed_period(base, n)), tensor(base_period(dtype, 1))
 
 
+def newest(dist: Any, *names: str) -> Any:
+    """The first of ``names`` this torch.distributed has: the one-buffer all-gather and reduce-scatter
+    that FSDP calls, by their newest names (torch 2.13 warns that ``all_gather_into_tensor`` and
+    ``reduce_scatter_tensor`` are deprecated for ``*_single``)."""
+    return next((getattr(dist, name) for name in names if hasattr(dist, name)), getattr(dist, names[-1]))
+
+
 def call(run: Run, op: str, values: Values, size: int) -> tuple[Any, Any]:
     """One collective of ``size`` bytes: (this rank's result, the exact result)."""
     torch, dist, n, r = run.torch, run.dist, run.info.world_size, run.info.rank
@@ -128,16 +134,18 @@ def call(run: Run, op: str, values: Values, size: int) -> tuple[Any, Any]:
         return torch.full((length,), -1, dtype=values.dtype, device=run.torch_device())
 
     if op == "all-reduce":
-        got = tile(values.reduced, r, count) + (1 if rank_fault(run.env, "allreduce", r) else 0)
+        got = tile(values.reduced, r, count)
+        if rank_fault(run.env, "allreduce", r):
+            got += 1
         dist.all_reduce(got)
         return got, tile(values.sums, 0, count)
     if op == "reduce-scatter":
         got = unset(chunk)
-        dist.reduce_scatter(got, list(tile(values.reduced, r, n * chunk).chunk(n)))
+        newest(dist, "reduce_scatter_single", "reduce_scatter_tensor")(got, tile(values.reduced, r, n * chunk))
         return got, tile(values.sums, r * chunk, chunk)
     if op == "all-gather":
         got = unset(n * chunk)
-        dist.all_gather(list(got.chunk(n)), tile(values.plain, r * chunk, chunk))
+        newest(dist, "all_gather_single", "all_gather_into_tensor")(got, tile(values.plain, r * chunk, chunk))
         return got, tile(values.plain, 0, n * chunk)
     want, root = tile(values.plain, 0, count), n - 1  # broadcast from the last rank: not rank 0's default
     got = want.clone() if r == root else unset(count)
