@@ -80,6 +80,7 @@ def markdown(result: dict[str, Any]) -> str:
     out += _check_lines(result)
     out += startup_lines(result.get("startup"))
     out += _rank_lines(result.get("ranks") or [])
+    out += _collective_lines(result)
     out += _bandwidth_lines(result.get("bandwidth") or {})
     artefacts = result.get("artefacts") or {}
     if artefacts.get("plot"):
@@ -156,6 +157,29 @@ def threads_text(threads: dict[str, Any] | None) -> str:
     if threads.get("quota"):
         parts.append(f"CPU quota {threads['quota'].get('cpus')}")
     return " · ".join(parts)
+
+
+def _collective_lines(result: dict[str, Any]) -> list[str]:
+    """The collectives section (``ddpcheck/collectives.py``): per operation and dtype, exact, the wrong
+    elements by rank and size, or not supported by the backend (none where the check did not run)."""
+    details = next((c.get("details") or {} for c in result.get("checks", []) if c["name"] == "collectives"), {})
+    if not details.get("ops"):
+        return []
+    wrong, lacking = details.get("wrong") or {}, details.get("unsupported") or {}
+
+    def cell(op: str, dtype: str) -> str:
+        if dtype in lacking.get(op, {}):
+            return f"not supported by {result.get('backend') or 'the backend'}"
+        found = [f"rank {rank} at {human_bytes(int(size))}: {count}" for rank, ops in sorted(wrong.items(), key=lambda i: int(i[0]))
+                 for size, count in ((ops.get(op) or {}).get(dtype) or {}).items()]
+        return ("wrong: " + ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")) if found else "exact"
+
+    out = ["## Collectives", "", f"| operation | {' | '.join(details['dtypes'])} |", "|---|" + "---|" * len(details["dtypes"])]
+    out += [f"| {op} | {' | '.join(_cell(cell(op, dtype)) for dtype in details['dtypes'])} |" for op in details["ops"]]
+    repeated = [f"{human_bytes(int(size))} {n} times" for size, n in (details.get("repeats") or {}).items() if n > 1]
+    return out + ["", f"Sizes {', '.join(human_bytes(s) for s in details.get('sizes') or [])}"
+                  f"{' (' + ', '.join(repeated) + ')' if repeated else ''}; wrong elements per rank, operation, dtype "
+                  "and size: `checks[collectives].details.wrong` in result.json.", ""]
 
 
 def _bandwidth_lines(bw: dict[str, Any]) -> list[str]:

@@ -50,6 +50,8 @@ The tuning sweep: :mod:`.tuneplan` (the plan, checked), :mod:`.tune` (one point,
 ``--tune PLAN``) and :mod:`.sweep` (the driver around the launcher: ``--sweep PLAN``).
 
 Fault injection, for testing this program: ``SITESTACK_CHECK_FAULT=seed@R`` makes rank R build
-its model from another seed; ``allreduce@R`` makes rank R contribute a wrong value; at a tuning
+its model from another seed; ``allreduce@R`` makes rank R contribute a wrong value;
+``collective-large@R`` and ``collective-half@R`` spoil one element of rank R's result at the largest
+size only, or in half precision only (:mod:`.collectives`); at a tuning
 point, ``hang@R`` makes rank R sleep in the measurement and ``crash@R`` end itself with SIGSEGV.
 """

@@ -94,6 +94,20 @@ def allreduce_seconds(run: Run, tensor: Any, iters: int, warmup: int) -> float:
     return float(elapsed.cpu())
 
 
+def run_sizes(run: Run) -> list[int]:
+    """The sweep's message sizes for this run: ``--min-bytes``/``--max-bytes``/``--factor``, by default
+    8 B-256 MiB on a GPU and 4 KiB-4 MiB on CPU, the largest raised to the site's reference sizes
+    (the collectives check verifies the same sizes)."""
+    gpu = run.dev.kind != "cpu"
+    lo, hi = run.args.min_bytes, run.args.max_bytes
+    if hi is None:
+        hi = 256 << 20 if gpu else 4 << 20
+        hi = max([hi] + [r["message_bytes"] for r in (run.config.get("bandwidth") or {}).values() if r])
+    if lo is None:
+        lo = 8 if gpu else 4 << 10
+    return sweep_sizes(lo, hi, run.args.factor)
+
+
 def bandwidth_sweep(run: Run) -> None:
     """The bandwidth check: an allreduce sweep timed by the slowest rank, judged against the site's reference."""
     torch, n = run.torch, run.info.world_size
@@ -101,18 +115,12 @@ def bandwidth_sweep(run: Run) -> None:
         run.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
         return
     gpu = run.dev.kind != "cpu"
-    lo, hi = run.args.min_bytes, run.args.max_bytes
     refs = run.config.get("bandwidth") or {}
-    if hi is None:
-        hi = 256 << 20 if gpu else 4 << 20
-        hi = max([hi] + [r["message_bytes"] for r in refs.values() if r])
-    if lo is None:
-        lo = 8 if gpu else 4 << 10
     iters = run.args.iters or (20 if gpu else 5)
     warmup = run.args.warmup if run.args.warmup is not None else (5 if gpu else 2)
     dev = run.torch_device()
     rows = []
-    for size in sweep_sizes(lo, hi, run.args.factor):
+    for size in run_sizes(run):
         t = torch.zeros(size // 4, dtype=torch.float32, device=dev)
         rows.append(bandwidth_row(size, allreduce_seconds(run, t, iters, warmup), n))
         del t
