@@ -198,7 +198,32 @@ def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any],
         # what the interpreter sees from outside the environment (a container's or a system Python's
         # torch, with --system-site-packages): the validation job's imports may come from there
         "base_packages": sorted(scan.get("base", []), key=lambda p: normalize(p["name"])),
+        "libraries": expected_libraries(stack.site_packages, scan["packages"], scan.get("base", [])),
     }
+
+
+#: The Python distributions whose shared libraries the validation job judges by place: each is a kind of
+#: library there (``ddpcheck/libraries.py``, ``LIBRARIES``: torch's ``libtorch*``/``libc10*``, the
+#: others' extension modules), expected in the package's own directory.
+LIBRARY_PACKAGES = ("horovod", "mpi4py", "numpy", "torch")
+
+
+def expected_libraries(site_packages: str, packages: Sequence[Mapping[str, Any]],
+                       base: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Kind -> the directories the stack's copies of it live in (the manifest's ``libraries``, which the
+    validation job compares each rank's mapped libraries with): a distribution of :data:`LIBRARY_PACKAGES`
+    the environment holds, in its package directory under ``site_packages``; one the base Python
+    provides (a container's torch), in that directory under the ``location`` the scan found it in.
+    A distribution in neither is not named: the job records its libraries without judging where they are."""
+    inside = {normalize(str(p.get("name", ""))) for p in packages}
+    out: dict[str, list[str]] = {}
+    for name in LIBRARY_PACKAGES:
+        where = site_packages if name in inside else next(
+            (str(p["location"]) for p in base if normalize(str(p.get("name", ""))) == name
+             and isinstance(p.get("location"), str)), None)
+        if where:
+            out[name] = [f"{where.rstrip('/')}/{name}"]
+    return out
 
 
 def dump(data: Any) -> str:

@@ -3,7 +3,7 @@
 Run by the stack environment's own interpreter (``python -c <this file's text> SITE_PACKAGES``),
 so it uses the standard library only and imports nothing of sitestack. Output: one line,
 ``{"python": "3.11.7", "packages": [{"name", "version", "dist_info", "record_sha256", "installer",
-"direct_url"}, ...], "base": [{"name", "version"}, ...]}``; the RECORD digest lets the manifest
+"direct_url"}, ...], "base": [{"name", "version", "location"}, ...]}``; the RECORD digest lets the manifest
 notice a distribution whose files were replaced in place. ``installer`` (the INSTALLER file: pip,
 uv, conda) and ``direct_url`` (``{"url", "sha256"}`` from direct_url.json, PEP 610: installed from
 a file or URL, not an index) are the installed metadata the manifest's origins come from (not the
@@ -79,7 +79,7 @@ def direct_url(d: str) -> "dict[str, str | None] | None":
 
 
 def base(sp: str) -> "list[dict[str, str | None]]":
-    """Name and version of each distribution in the ``sys.path`` directories other than ``sp``
+    """Name, version and location (the ``sys.path`` entry) of each distribution in the ``sys.path`` directories other than ``sp``
     (the first found of a name wins, as for imports)."""
     seen: dict[str, dict[str, str | None]] = {}  # not evaluated: any Python 3 runs this
     for entry in sys.path:
@@ -89,7 +89,8 @@ def base(sp: str) -> "list[dict[str, str | None]]":
             if n.endswith(".dist-info") or n.endswith(".egg-info"):
                 d = os.path.join(entry, n)
                 name, version = read_name_version(os.path.join(d, "METADATA" if n.endswith(".dist-info") else "PKG-INFO"))
-                seen.setdefault((name or n.split("-")[0]).lower(), {"name": name or n.split("-")[0], "version": version})
+                seen.setdefault((name or n.split("-")[0]).lower(), {"name": name or n.split("-")[0], "version": version,
+                                                                    "location": entry})
     return [seen[k] for k in sorted(seen)]
 
 

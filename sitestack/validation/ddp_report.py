@@ -81,6 +81,7 @@ def markdown(result: dict[str, Any]) -> str:
     out += startup_lines(result.get("startup"))
     out += _rank_lines(result.get("ranks") or [])
     out += _collective_lines(result)
+    out += library_lines(result.get("ranks") or [])
     out += _bandwidth_lines(result.get("bandwidth") or {})
     artefacts = result.get("artefacts") or {}
     if artefacts.get("plot"):
@@ -142,6 +143,24 @@ def _rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
                    f"{r.get('expected_cpus') or '—'} | {_cell(threads_text(r.get('threads')))} |")
     out.append("")
     return out
+
+
+def library_lines(ranks: list[dict[str, Any]]) -> list[str]:
+    """The libraries the ranks mapped (``ranks[].libraries``, ddpcheck/libraries.py): one row per file,
+    with the ranks that mapped it (none where no rank recorded any)."""
+    rows: dict[tuple[str, str, str, str], list[int]] = {}
+    for r in ranks:
+        for kind, entries in sorted((r.get("libraries") or {}).items()):
+            for e in entries:
+                path = str(e.get("path")) + (" (deleted)" if e.get("deleted") else "")
+                key = (kind, path, _known(e.get("soname")), _known(e.get("version")))
+                rows.setdefault(key, []).extend([r["rank"]] if isinstance(r.get("rank"), int) else [])
+    if not rows:
+        return []
+    out = ["## Libraries", "", "| kind | path | soname | version | ranks |", "|---|---|---|---|---|"]
+    out += [f"| {kind} | `{_cell(path)}` | {_cell(soname)} | {_cell(version)} | {cpu_list(who)} |"
+            for (kind, path, soname, version), who in sorted(rows.items())]
+    return out + [""]
 
 
 def threads_text(threads: dict[str, Any] | None) -> str:

@@ -10,7 +10,9 @@ Checks, in order:
 
 1. ``environment``: ranks found under the launcher, world size as the job expects, versions
    (torch, numpy, NCCL/RCCL, MPI) the same on every rank and as the site facts say, device per
-   rank; each rank's thread settings, and no more torch threads than CPUs (oversubscription).
+   rank; each rank's thread settings, and no more torch threads than CPUs (oversubscription); the
+   shared libraries each rank mapped (:mod:`.libraries`): the stack's copies, one of each, the same on
+   every rank.
 2. ``process-group``: ``init_process_group`` with the backend for the device (nccl on CUDA
    and ROCm, xccl or ccl on Intel XPU, gloo on CPU); a taken port or a missing rank is named.
 3. ``affinity``: each rank's CPU set is what the site intended (the masks or the cores of the
@@ -40,7 +42,7 @@ runs in the site's Python
 (a container, a conda env, a venv).
 
 Its modules, one concern each: :mod:`.ranks` (ranks under every launcher), :mod:`.devices`,
-:mod:`.state` (one rank's run), the checks (:mod:`.environment`, :mod:`.procgroup`,
+:mod:`.state` (one rank's run), the checks (:mod:`.environment` with :mod:`.libraries` and :mod:`.mapped`, :mod:`.procgroup`,
 :mod:`.affinity`, :mod:`.compute` with :mod:`.threads`, :mod:`.collectives`, :mod:`.training` for ddp and checkpoint,
 :mod:`.bandwidth`, :mod:`.netplugin`, :mod:`.mpichecks` with :mod:`.mpi`), :mod:`.runner` (their
 order), :mod:`.report` and :mod:`.results` (what is written), :mod:`.progress`, :mod:`.procs`,

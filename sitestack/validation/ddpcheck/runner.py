@@ -8,6 +8,7 @@ import time
 
 from . import bandwidth, collectives, compute, env_check, horovodcheck, mpichecks, netplugin, procgroup, training
 from .affinity import judge_affinity, parse_masks
+from .libraries import judge_libraries, record_libraries, record_libraries_again
 from .result_file import write_result
 from .siblings import ddp_report
 from .state import Run
@@ -35,9 +36,12 @@ def run_checks(run: Run) -> int:
         with run.timed("mpi-probe"):
             mpichecks.mpi_probe(run)
         return finish(run)
+    with run.timed("environment"):
+        record_libraries(run)
     run.ranks = run.all_gather({**run.me, "problems": run.pre_problems})
     with run.timed("environment"):
         env_check.environment_after(run)
+        judge_libraries(run)
     with run.timed("affinity"):
         masks = parse_masks(run.args.cpu_masks) if run.args.cpu_masks else None
         status, summary, lines = judge_affinity(run.ranks, run.config, masks)
@@ -46,6 +50,8 @@ def run_checks(run: Run) -> int:
         compute.compute(run)
     with run.timed("collectives"):
         collectives.collectives(run)
+    with run.timed("environment"):  # the libraries NCCL/RCCL open at their first collective (libraries.py)
+        record_libraries_again(run)
     ddp_state = None
     with run.timed("ddp"):
         ddp_state = training.ddp(run)
