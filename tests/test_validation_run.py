@@ -130,10 +130,16 @@ def test_torchrun_without_a_scheduler(installed_local_job, tmp_path):
 
 
 def test_mpiexec_without_a_scheduler(installed_local_job, tmp_path):
-    result, out = validate(installed_local_job, tmp_path, "--scheduler", "none", "--launcher", "mpiexec")
+    # what a user exported, misspelled (LUMI-AI-Guide PR #108): a warning naming it, not a failure
+    typo = {"NCCL_SOCKET_IFNAM": "lo", "NCCL_DEBUG_SUBSYTEM": "INIT"}
+    result, out = validate(installed_local_job, tmp_path, "--scheduler", "none", "--launcher", "mpiexec", env=typo)
     assert result.returncode == 0, result.stdout + result.stderr
     data = assert_report(out)
     checks = checks_of(data)
+    environment = checks["environment"]
+    assert environment["status"] == "passed" and environment["summary"].startswith(
+        "warning: NCCL_DEBUG_SUBSYTEM: not a variable NCCL or RCCL reads; did you mean NCCL_DEBUG_SUBSYS?; "
+        "NCCL_SOCKET_IFNAM: not a variable NCCL or RCCL reads; did you mean NCCL_SOCKET_IFNAME?"), environment
     assert data["launcher"] == "mpiexec (Hydra)"
     assert checks["mpi-probe"]["status"] == "passed" and "MPICH" in checks["mpi-probe"]["summary"]
     assert checks["mpi4py"]["status"] == "passed" and "2 ranks" in checks["mpi4py"]["summary"]

@@ -84,10 +84,37 @@ class PluginName:
 
 
 @dataclass(frozen=True)
+class KnownIssue:
+    """A setting known to break a library version (``values``: the values that do; empty: any)."""
+
+    id: str
+    library: Literal["nccl", "rccl"]
+    variable: str
+    effect: str
+    workaround: str
+    source: str
+    values: tuple[str, ...] = ()
+    versions: str | None = None    # the library's versions; an issue with only these applies where the stack's is known
+    rocm: str | None = None        # RCCL: the ROCm releases
+
+    def applies(self, library: str | None, rocm: str | None, version: str | None = None) -> bool:
+        """Whether the issue is one of a stack of ``library`` (of ROCm ``rocm``, at ``version``)."""
+        if library != self.library:
+            return False
+        if self.rocm is not None:
+            return rocm is not None and versions.matches(self.rocm, rocm)
+        return self.versions is None or (version is not None and versions.matches(self.versions, version))
+
+    def matches(self, name: str, value: str) -> bool:
+        return name == self.variable and (not self.values or value.strip().upper() in {v.upper() for v in self.values})
+
+
+@dataclass(frozen=True)
 class Table:
     loaders: tuple[Loader, ...]
     plugin_apis: tuple[PluginApis, ...]
     plugins: tuple[PluginName, ...]
+    known_issues: tuple[KnownIssue, ...] = ()
 
 
 @functools.lru_cache(maxsize=4)

@@ -286,6 +286,9 @@ class Facts:
         "MIOPEN_*), each only where the environment has no value or an empty one (a user's value wins); "
         "values may refer to $VARIABLES of the job's environment",
         key_pattern=SHELL_NAME.pattern, key_doc="an environment variable name (letters, digits, _)"))
+    allow_known_issues: tuple[str, ...] = field(default=(), metadata=_doc(
+        "ids of known_issues in sources/comm/libraries.yml whose setting this site uses knowingly (a setting known to "
+        "break the stack's NCCL/RCCL version is refused otherwise)"))
     env_defaults: tuple[str, ...] = field(default=(), metadata=_doc(
         "names of env entries that are a choice users make (e.g. ZE_FLAT_DEVICE_HIERARCHY at submission): "
         "kept where set, as every env entry is, and also passed into the site's container"))

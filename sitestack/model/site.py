@@ -21,6 +21,7 @@ from sitestack.core import placeholders, schema
 from sitestack.core.errors import InputError
 from sitestack.core.paths import PLAYBOOK_DIR
 from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
+from sitestack.model import comm_settings
 from sitestack.model.facts import (
     BusBandwidth,
     Container,
@@ -264,6 +265,10 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
         raise InputError(exc.where, f"{exc.detail} (facts merged from ${LOCAL_FACTS}: {os.environ[LOCAL_FACTS]})",
                          key=exc.key) from None
     stacks = _stacks(own, shown, local)
+    comm_settings.check_facts(facts, [(data["facts"], "facts")], shown)
+    for key, (stack_facts, _) in stacks.items():
+        overlay = stack_overlays(own, shown)[key]
+        comm_settings.check_facts(stack_facts, [(data["facts"], "facts"), (overlay, f"stacks.{key}.facts")], shown)
     steps = _build_list(StepSpec, data, "steps", shown, unique="name")
     handlers = _build_list(StepSpec, data, "handlers", shown, unique="name") if "handlers" in data else ()
     handler_names = {h.name for h in handlers}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_default, sh_expanding
-from sitestack.model import comm_libraries
+from sitestack.model import comm_libraries, comm_settings
 from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import BusBandwidth, Facts, Validation
@@ -334,6 +334,7 @@ def check_config(inputs: JobInputs) -> dict[str, Any]:
                   "manifest": inputs.manifest, "launch_env": inputs.launch_env, "needs": ["torch", *inputs.checks_need, *sorted(
                       r for r in inputs.stack_includes if r in IMPORTED)]},
         "history_dir": f"{(inputs.prefix or str(Path(inputs.dir).parent)).rstrip('/')}/history",
+        "settings": comm_settings.job_settings(facts),
     }
 
 

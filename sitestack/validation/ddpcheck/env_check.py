@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .affinity import cpu_list
+from .comm_env import setting_warnings
 from .devices import VISIBLE_VARS, select_device
 from .siblings import hostlist
 from .state import Run
@@ -151,7 +152,10 @@ def environment_after(run: Run) -> None:
     hosts = sorted(by_host)
     summary = (f"{len(ranks)} ranks on {len(hosts)} node{'s' if len(hosts) != 1 else ''} under "
                f"{first['launcher']}, {first['device'].split(':')[0]} with {first['backend']}; {', '.join(versions)}")
-    details = {"hosts": hosts, "versions": versions}
+    details: dict[str, Any] = {"hosts": hosts, "versions": versions}
+    warnings = details["warnings"] = setting_warnings(run.env, run.config.get("settings"))
+    if warnings:
+        summary = f"warning: {'; '.join(warnings)}; {summary}"
     if problems:
         run.set("environment", FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                 problems=problems, **details)
