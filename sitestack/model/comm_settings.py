@@ -24,12 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sitestack.core import schema, versions
 from sitestack.core.errors import SitestackError
 from sitestack.core.paths import SOURCES_DIR
-from sitestack.core.yamlfile import MarkedDict, display_path
+from sitestack.core.yamlfile import MarkedDict, display_path, load_yaml
 from sitestack.model import comm_libraries
 from sitestack.model.facts import Facts
 
@@ -69,9 +67,8 @@ def stack_library(collectives: str, rocm: str | None) -> Library | None:
 
 @functools.lru_cache(maxsize=2)
 def _table(path: Path = VARIABLES) -> Mapping[str, Any]:
-    with open(path, encoding="utf-8") as handle:
-        data: Mapping[str, Any] = yaml.safe_load(handle)
-    return data
+    """The variables table, parsed once (core.yamlfile keeps the parse in ~/.cache/sitestack)."""
+    return load_yaml(path)
 
 
 def _present(ranges: str | list[str], version: str) -> bool:
