@@ -149,14 +149,22 @@ def test_a_cuda_plugin_module_makes_real_nccl_open_the_plugin(real_nccl, tmp_pat
 
 
 @pytest.mark.integration
-def test_one_node_validation_judges_a_live_nccl_init(real_nccl, plugins):
+def test_one_node_validation_judges_a_live_nccl_init(real_nccl, tmp_path):
     """NCCL's own log, on one node: a plugin that does not load fails the net-plugin check with NCCL's reason;
-    one that loads passes and is named."""
-    lib = real_nccl["2.17.1"]
-    missing = comm_oracle.real_init(lib, {"NCCL_NET_PLUGIN": str(plugins / "libnccl-net-ofi.so")})
-    status, summary, _ = judge_net_plugin(missing, hosts=1, plugin="aws-ofi-nccl", provider="cxi")
+    one that loads passes and is named; another plugin loading in its place fails."""
+    lib, names = real_nccl["2.17.1"], list(comm_libraries.net_names("aws-ofi-nccl"))
+    comm_oracle.stub_plugin(tmp_path / "ours" / "libnccl-net-ofi.so", "AWS Libfabric")
+    comm_oracle.stub_plugin(tmp_path / "theirs" / "libnccl-net.so", "NCCL RDMA Plugin v6")
+
+    def judged(env: dict[str, str]) -> tuple[str, str]:
+        status, summary, _ = judge_net_plugin(comm_oracle.real_init(lib, env), hosts=1, plugin="aws-ofi-nccl",
+                                              provider="cxi", names=names)
+        return status, summary
+
+    status, summary = judged({"NCCL_NET_PLUGIN": str(tmp_path / "ours" / "libnccl-net-ofi.so")})
     assert status == "failed" and "did not load" in summary, summary
-    assert f"libnccl-net-{plugins}/libnccl-net-ofi.so.so: cannot open shared object file" in summary, summary
-    loaded = comm_oracle.real_init(lib, {"LD_LIBRARY_PATH": str(plugins), "NCCL_NET_PLUGIN": "ofi"})
-    status, summary, _ = judge_net_plugin(loaded, hosts=1, plugin="aws-ofi-nccl", provider="cxi")
-    assert status == "passed" and "by-suffix" in summary, summary
+    assert f"libnccl-net-{tmp_path}/ours/libnccl-net-ofi.so.so: cannot open shared object file" in summary, summary
+    status, summary = judged({"LD_LIBRARY_PATH": str(tmp_path / "ours"), "NCCL_NET_PLUGIN": "ofi"})
+    assert status == "passed" and "AWS Libfabric" in summary, summary
+    status, summary = judged({"LD_LIBRARY_PATH": f"{tmp_path / 'theirs'}:{tmp_path / 'ours'}"})
+    assert status == "failed" and "the plugin 'NCCL RDMA Plugin v6' loaded" in summary, summary

@@ -6,6 +6,9 @@ and key, with exit code 1 and nothing written (sitestack/model/comm_settings.py)
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +131,70 @@ def test_the_job_warns_of_its_own_settings():
     warned = setting_warnings({"NCCL_NET_GDR_LEVEL": "phb"}, issue)
     assert warned and warned[0].startswith("NCCL_NET_GDR_LEVEL=phb: multi-node jobs") and "issues/30" in warned[0]
     assert setting_warnings(env, None) == [] and setting_warnings(env, {"known": "x"}) == []
+
+
+@pytest.mark.parametrize("site, name, value", [
+    ("cirrus", "NCCL_P2P_LEVEL", "NVL"),              # read through ncclGetLevel(..., "NCCL_P2P_LEVEL"), NCCL >= 2.3.4
+    ("lumi", "FI_CXI_COMPAT", "0"),                   # HPE's cxi provider (man/fi_cxi.7.md)
+    ("frontier", "NCCL_ASYNC_ERROR_HANDLING", "1"),   # PyTorch's own older name of TORCH_NCCL_ASYNC_ERROR_HANDLING
+    ("frontier", "OFI_NCCL_PLATFORM", "AWS"),         # aws-ofi-nccl >= 1.18 include/nccl_ofi_param.h
+])
+def test_documented_settings_are_taken(tmp_path, site, name, value):
+    text = (REPO / "playbooks" / f"{site}.yml").read_text().replace(f"site: {site}", "site: other", 1)
+    env = "\n  env:\n"
+    assert env in text
+    (tmp_path / "other.yml").write_text(text.replace(env, f"{env}    {name}: '{value}'\n", 1))
+    assert pb.load(None, tmp_path / "other.yml").facts.env[name] == value
+
+
+def test_a_newer_rccl_may_set_names_no_scan_saw(tmp_path):
+    overlay = "        FI_MR_CACHE_MONITOR: kdreg2"
+    path, _ = variant(tmp_path, overlay, f"{overlay}\n        RCCL_P2P_BATCH_ENABLE: '1'")   # RCCL 2.27.7 (ROCm 7.1.1)
+    assert pb.load(None, path).stacks["rocm7"][0].env["RCCL_P2P_BATCH_ENABLE"] == "1"
+    path, _ = variant(tmp_path, "    NCCL_SOCKET_IFNAME: hsn0", "    NCCL_SOCKET_IFNAME: hsn0\n    RCCL_P2P_BATCH_ENABLE: '1'")
+    assert "facts.env.RCCL_P2P_BATCH_ENABLE: not a variable the RCCL of ROCm 5.7.1 reads" in refused(path)
+
+
+def test_a_plugin_path_the_library_cannot_open_is_refused(tmp_path):
+    path, line = variant(tmp_path, "    NCCL_SOCKET_IFNAME: hsn0",
+                         "    NCCL_SOCKET_IFNAME: hsn0\n    NCCL_NET_PLUGIN: /lustre/x/lib/librccl-net.so")
+    message = refused(path)
+    assert message.startswith(f"{path}:{line}: facts.env.NCCL_NET_PLUGIN: the RCCL of ROCm 5.7.1 opens lib...-net-<value>.so")
+    assert "librccl-net-/lustre/x/lib/librccl-net.so.so" in message and "give the suffix (ofi" in message
+    overlay = "        FI_MR_CACHE_MONITOR: kdreg2"   # RCCL of ROCm 7.1.1 takes the value as a path first
+    path, _ = variant(tmp_path, overlay, f"{overlay}\n        NCCL_NET_PLUGIN: /sw/plugins/librccl-net.so")
+    assert pb.load(None, path).stacks["rocm7"][0].env["NCCL_NET_PLUGIN"] == "/sw/plugins/librccl-net.so"
+
+
+def test_messages_name_the_reader_of_each_family():
+    lumi = comm_settings.stack_library("rccl", "6.2.4")
+    assert comm_settings.unknown_variable("FI_CXI_RDV_PROTO", lumi).startswith(
+        "not a variable libfabric's cxi provider reads; did you mean FI_CXI_RDZV_PROTO?")
+    assert comm_settings.unknown_variable("OFI_NCCL_USE_IPV6_TPC", lumi).startswith(
+        "not a variable the aws-ofi-nccl/aws-ofi-rccl plugin reads; did you mean OFI_NCCL_USE_IPV6_TCP?")
+
+
+@pytest.mark.parametrize("broken, expect", [
+    (lambda t: t.replace("\nrccl:\n", "\nrccl_gone:\n"), r"variables\.yml:\d+: rccl: missing"),
+    (lambda t: t.replace("NCCL_SOCKET_IFNAME: '*'", "NCCL_SOCKET_IFNAME: 5", 1), r"variables\.yml:\d+: nccl\.variables\.NCCL_SOCKET_IFNAME"),
+    (lambda t: t.replace("NCCL_SOCKET_IFNAME: '*'", "NCCL_SOCKET_IFNAME: '>=banana'", 1), r"variables\.yml:\d+: nccl: variables\.NCCL_SOCKET_IFNAME"),
+])
+def test_a_broken_variables_table_is_refused_cleanly(tmp_path, broken, expect):
+    data = tmp_path / "data"
+    for folder in ("playbooks", "sources", "patches", "modulefiles"):
+        shutil.copytree(REPO / folder, data / folder)
+    table = data / "sources" / "comm" / "variables.yml"
+    table.write_text(broken(table.read_text()))
+    out = subprocess.run([sys.executable, "-m", "invoke", "show-site", "--site", "frontier", "--account", "abc"],
+                         capture_output=True, text=True, cwd=REPO, env={**os.environ, "SITESTACK_DATA_DIR": str(data)})
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert re.search(expect, out.stderr), out.stderr
+
+
+def test_the_jobs_reader_takes_only_the_controllers_shape():
+    from sitestack.validation.ddpcheck.comm_env import setting_warnings
+
+    env = {"NCCL_NET_GDR_LEVEL": "PHB", "PATH": "/bin"}
+    for bad in ({"known": {"": ["X"]}}, {"known": {}, "issues": 5}, {"known": {}, "issues": [{"values": 3}]},
+                {"known": {}, "issues": [{"variable": "NCCL_NET_GDR_LEVEL", "values": "PHB"}]}):
+        assert setting_warnings(env, bad) == [], bad

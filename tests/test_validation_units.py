@@ -265,6 +265,33 @@ def test_single_node_judges_whether_the_plugin_loaded_and_no_log_on_multi_node_f
     assert status == "failed" and "cannot prove" in summary
 
 
+@pytest.mark.parametrize("lines, cause", [
+    # another plugin first on the path (HPC-X's SHARP libnccl-net.so, NVIDIA/nccl#1357), or NCCL's own IBext
+    (["NET/Plugin: Loaded net plugin NCCL RDMA Plugin v6 (v6)", "Using network IBext"], "the plugin 'NCCL RDMA Plugin v6' loaded"),
+    (["NET/Plugin: Loaded net plugin IBext (v8)", "Using network IBext"], "the plugin 'IBext' loaded"),
+    # the expected plugin loaded, but NCCL set up another network (it did not start, or NCCL_NET forced one)
+    (["NET/Plugin: Loaded net plugin AWS Libfabric (v5)", "Using network Socket"], "NCCL set up the network 'Socket'"),
+    (["NET/OFI Initializing aws-ofi-nccl 1.14.0", "NCCL_NET set by environment to Socket", "Using network Socket"],
+     "NCCL set up the network 'Socket' (forced by NCCL_NET)"),
+    (["NET/OFI Initializing aws-ofi-nccl 1.14.0", "Using network IB"], "NCCL set up the network 'IB'"),
+])
+def test_single_node_names_another_plugin_or_network(lines, cause):
+    log = "\n".join(f"nid005011:1:1 [0] NCCL INFO {ln}" for ln in lines)
+    status, summary, _ = netplugin.judge_net_plugin(log, hosts=1, plugin="aws-ofi-rccl", provider="cxi",
+                                                    names=["AWS Libfabric", "Libfabric", "OFI"])
+    assert status == "failed" and cause in summary and "the site expects aws-ofi-rccl" in summary, summary
+
+
+def test_single_node_takes_each_name_the_plugin_goes_by():
+    for lines in (["NET/OFI Initializing aws-ofi-nccl 1.18.0", "Using network Libfabric"],
+                  ["NET/Plugin: Loaded net plugin Libfabric (v10)", "Using network Libfabric"],
+                  ["NET/OFI Using aws-ofi-rccl 1.4.0", "Using network AWS Libfabric"]):
+        log = "\n".join(f"nid005011:1:1 [0] NCCL INFO {ln}" for ln in lines)
+        status, summary, _ = netplugin.judge_net_plugin(log, hosts=1, plugin="aws-ofi-rccl", provider="cxi",
+                                                        names=["AWS Libfabric", "Libfabric", "OFI"])
+        assert status == "passed", (lines, summary)
+
+
 def test_timestamped_log_lines_are_parsed_too():
     line = "2025-05-16T16:39:51.208-07:00 | ip-10-36-29-253:79:79 [0] NCCL INFO Using network Socket"
     assert [ln.host for ln in nccl_log.parse(line.replace(" | ", ": "))[0]] == ["ip-10-36-29-253"]

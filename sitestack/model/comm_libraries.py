@@ -71,6 +71,16 @@ class PluginApis:
     source: str
     rocm: str | None = None
 
+    def check(self) -> str | None:
+        return _spec_problem(self.versions, self.rocm)
+
+
+def _spec_problem(*specs: str | None) -> str | None:
+    for spec in specs:
+        if spec is not None and versions.check_spec(spec):
+            return f"{spec!r}: {versions.check_spec(spec)}"
+    return None
+
 
 @dataclass(frozen=True)
 class PluginName:
@@ -97,6 +107,9 @@ class KnownIssue:
     versions: str | None = None    # the library's versions; an issue with only these applies where the stack's is known
     rocm: str | None = None        # RCCL: the ROCm releases
 
+    def check(self) -> str | None:
+        return _spec_problem(self.versions, self.rocm)
+
     def applies(self, library: str | None, rocm: str | None, version: str | None = None) -> bool:
         """Whether the issue is one of a stack of ``library`` (of ROCm ``rocm``, at ``version``)."""
         if library != self.library:
@@ -115,6 +128,11 @@ class Table:
     plugin_apis: tuple[PluginApis, ...]
     plugins: tuple[PluginName, ...]
     known_issues: tuple[KnownIssue, ...] = ()
+
+    def check(self) -> str | None:
+        ids = [issue.id for issue in self.known_issues]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        return f"known_issues: id {twice[0]!r} is used twice" if twice else None
 
 
 @functools.lru_cache(maxsize=4)

@@ -17,6 +17,7 @@ than every scanned one, every scanned version counts, so only names no version r
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,12 +34,23 @@ from sitestack.model.facts import Facts
 
 VARIABLES = SOURCES_DIR / "comm" / "variables.yml"
 
-#: Name prefixes judged, and which readers' names count for each (beside the stack's own library).
-FAMILIES: Mapping[str, tuple[str, ...]] = {
-    "NCCL_": ("aws-ofi-nccl", "aws-ofi-rccl"),
-    "RCCL_": (),
-    "OFI_NCCL_": ("aws-ofi-nccl", "aws-ofi-rccl"),
-    "FI_CXI_": ("libfabric-cxi",),
+
+@dataclass(frozen=True)
+class Family:
+    """Names judged by one prefix: the readers whose names count beside the stack's own library (``own``:
+    whether the stack's NCCL/RCCL reads them), and who reads them, in words."""
+
+    readers: tuple[str, ...]
+    own: bool
+    who: str = ""
+
+
+#: The prefixes judged, longest first where one holds another (OFI_NCCL_ before NCCL_).
+FAMILIES: Mapping[str, Family] = {
+    "OFI_NCCL_": Family(("aws-ofi-nccl", "aws-ofi-rccl"), own=False, who="the aws-ofi-nccl/aws-ofi-rccl plugin"),
+    "NCCL_": Family(("aws-ofi-nccl", "aws-ofi-rccl", "torch"), own=True),
+    "RCCL_": Family((), own=True),
+    "FI_CXI_": Family(("libfabric-cxi",), own=False, who="libfabric's cxi provider"),
 }
 
 
@@ -49,6 +61,25 @@ class Library:
     name: str
     spec: str | None
     label: str
+    rocm: str | None = None   # RCCL: the ROCm release it is of
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One reader's names (``variables``: name -> the scanned versions that read it, a PEP 440 range or *)."""
+
+    scanned_versions: tuple[str, ...]
+    variables: Mapping[str, str]
+    rocm_of_version: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def check(self) -> str | None:
+        for version in self.scanned_versions:
+            if versions.check_version(version):
+                return f"scanned_versions: {version!r}: {versions.check_version(version)}"
+        for name, spec in self.variables.items():
+            if spec != "*" and versions.check_spec(spec):
+                return f"variables.{name}: {versions.check_spec(spec)}"
+        return None
 
 
 def stack_library(collectives: str, rocm: str | None) -> Library | None:
@@ -56,65 +87,95 @@ def stack_library(collectives: str, rocm: str | None) -> Library | None:
     any version; None for gloo or oneCCL."""
     if collectives == "rccl" and rocm:
         try:
-            (row,) = comm_libraries.loaders("rccl", rocm=rocm)
+            rows = comm_libraries.loaders("rccl", rocm=rocm)
         except SitestackError:   # a ROCm release the table does not know: any RCCL
             return Library("rccl", None, f"the RCCL of ROCm {rocm}")
-        return Library("rccl", row.versions, f"the RCCL of ROCm {rocm}")
+        return Library("rccl", rows[0].versions, f"the RCCL of ROCm {rocm}", rocm)
     if collectives in ("nccl", "rccl"):
         return Library(collectives, None, collectives.upper())
     return None
 
 
 @functools.lru_cache(maxsize=2)
-def _table(path: Path = VARIABLES) -> Mapping[str, Any]:
-    """The variables table, parsed once (core.yamlfile keeps the parse in ~/.cache/sitestack)."""
-    return load_yaml(path)
+def _table(path: Path = VARIABLES) -> Mapping[str, Reader]:
+    """The variables table, checked (an error names file, line and key); core.yamlfile keeps its parse."""
+    data = load_yaml(path)
+    shown = display_path(path)
+    for reader in ("nccl", "rccl"):
+        if reader not in data:
+            raise schema._Where(shown, data.line, reader).error("missing: the names this library reads")
+    return {str(k): schema.build(Reader, v, shown, line=data.lines.get(k), key=str(k)) for k, v in data.items()}
 
 
-def _present(ranges: str | list[str], version: str) -> bool:
-    return any(r == "*" or versions.matches(r, version) for r in ([ranges] if isinstance(ranges, str) else ranges))
+def _scanned(reader: str, spec: str | None) -> list[str]:
+    """The scanned versions of ``reader`` within ``spec`` (all where ``spec`` is None)."""
+    entry = _table().get(reader)
+    return [v for v in (entry.scanned_versions if entry else ()) if spec is None or versions.matches(spec, v)]
 
 
 def _names(reader: str, spec: str | None) -> set[str]:
     """The names ``reader`` reads at any scanned version within ``spec`` (every scanned version where
     none is within it)."""
-    entry = _table().get(reader) or {}
-    scanned = [str(v) for v in entry.get("scanned_versions") or []]
-    chosen = [v for v in scanned if spec is None or versions.matches(spec, v)] or scanned
-    return {name for name, ranges in (entry.get("variables") or {}).items() if any(_present(ranges, v) for v in chosen)}
+    entry = _table().get(reader)
+    if entry is None:
+        return set()
+    chosen = _scanned(reader, spec) or list(entry.scanned_versions)
+    return {name for name, spec_ in entry.variables.items()
+            if any(spec_ == "*" or versions.matches(spec_, v) for v in chosen)}
 
 
 @functools.lru_cache(maxsize=32)
-def known_names(library: str | None, spec: str | None, family: str) -> frozenset[str]:
-    """The names of ``family`` a stack of ``library`` (None: any) at ``spec`` may set."""
-    readers = [library] if library else ["nccl", "rccl"]
-    if library == "rccl" and spec is not None and not any(
-            versions.matches(spec, str(v)) for v in _table()["rccl"]["scanned_versions"]):
-        readers.append("nccl")   # a newer RCCL than any scanned: it follows NCCL's names
-    names = set().union(*(_names(r, spec if r == library else None) for r in readers),
-                        *(_names(r, None) for r in FAMILIES[family]))
+def known_names(library: str | None, spec: str | None, family: str) -> frozenset[str] | None:
+    """The names of ``family`` a stack of ``library`` (None: any) at ``spec`` may set; None where the family
+    is not judged for it: a library version newer than every scanned one may read names no scan saw
+    (RCCL_* of ROCm 7), so its own families are taken as they are."""
+    rule = FAMILIES[family]
+    readers = list(rule.readers)
+    if rule.own:
+        if library and spec is not None and not _scanned(library, spec):
+            if family != "NCCL_" or library == "nccl":
+                return None
+            readers += ["nccl", "rccl"]   # a newer RCCL: NCCL's names of every scanned release, then its own
+        else:
+            readers += [library] if library else ["nccl", "rccl"]
+    names = set().union(*(_names(r, spec if r == library else None) for r in readers))
     return frozenset(n for n in names if n.startswith(family))
 
 
 def family_of(name: str) -> str | None:
-    """The longest prefix of :data:`FAMILIES` that ``name`` has (OFI_NCCL_ before NCCL_)."""
+    """The prefix of :data:`FAMILIES` that ``name`` has (the longest: OFI_NCCL_ before NCCL_)."""
     found = [f for f in FAMILIES if name.startswith(f)]
     return max(found, key=len) if found else None
 
 
 def unknown_variable(name: str, library: Library | None) -> str | None:
-    """Why ``name`` is not a setting the stack's library reads ("not a variable ... reads; did you mean
-    ...?"), None when it is one, or of a family the table does not judge."""
+    """Why ``name`` is not a setting the stack's readers know ("not a variable ... reads; did you mean
+    ...?"), None when it is one, or of a family not judged for this library."""
     family = family_of(name)
     if family is None:
         return None
     known = known_names(library.name if library else None, library.spec if library else None, family)
-    if name in known:
+    if known is None or name in known:
         return None
     near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
-    who = library.label if library else "NCCL or RCCL"
+    who = FAMILIES[family].who or (library.label if library else "NCCL or RCCL")
     return (f"not a variable {who} reads" + (f"; did you mean {near[0]}?" if near else "")
             + f" (the names each version reads: sources/comm/{VARIABLES.name})")
+
+
+def plugin_value(value: str, library: Library | None) -> str | None:
+    """Why ``NCCL_NET_PLUGIN=value`` loads no plugin with some version of the stack's library (a path, or
+    a file name, where a loader takes the value only as a suffix: ``lib...-net-/path.so.so``), else None."""
+    if library is None or value.lower() == "none":
+        return None
+    rows = comm_libraries.loaders(library.name, rocm=library.rocm)
+    suffix_only = [r for r in rows if not r.path_first]
+    if not suffix_only or not ("/" in value or value.endswith(".so")):
+        return None
+    row = suffix_only[0]
+    return (f"{library.label} opens lib...-net-<value>.so for it ({row.suffix_name.replace('%s', value)}), which "
+            f"loads nothing ({row.source}): give the suffix (ofi for {row.suffix_name.replace('%s', 'ofi')}) and "
+            "put the plugin's directory on LD_LIBRARY_PATH")
 
 
 def issues_for(env: Mapping[str, str], library: Library | None, rocm: str | None,
@@ -148,7 +209,8 @@ def check_facts(facts: Facts, layers: Sequence[tuple[MarkedDict, str]], shown: s
     candidates = [(name, value) for name, variable in (facts.tuning.variables.items() if facts.tuning else ())
                   for value in variable.candidates]
     for name in [*settings, *(n for n, _ in candidates)]:
-        why = unknown_variable(name, library)
+        why = unknown_variable(name, library) or (
+            plugin_value(settings[name], library) if name == comm_libraries.PLUGIN_VARIABLE and name in settings else None)
         if why:
             raise _where(layers, shown, "env" if name in settings else "tuning.variables", name).error(why)
     for name, why in issues_for({**dict(candidates), **settings}, library, rocm, facts.allow_known_issues):
@@ -181,5 +243,7 @@ def job_settings(facts: Facts) -> dict[str, Any]:
     issues = [{"id": i.id, "variable": i.variable, "values": list(i.values), "effect": i.effect, "source": i.source}
               for i in comm_libraries.table().known_issues
               if i.id not in facts.allow_known_issues and i.applies(name, rocm)]
+    known = {family: known_names(name, spec, family) for family in FAMILIES}
     return {"library": library.label if library else "NCCL or RCCL",
-            "known": {family: sorted(known_names(name, spec, family)) for family in FAMILIES}, "issues": issues}
+            "readers": {family: rule.who for family, rule in FAMILIES.items() if rule.who},
+            "known": {family: sorted(names) for family, names in known.items() if names is not None}, "issues": issues}
