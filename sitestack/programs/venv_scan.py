@@ -99,7 +99,7 @@ def base(sp: str) -> "list[dict[str, str | None]]":
 
 def files(sp: str, patterns: "list[str]") -> "list[str]":
     """The files under ``sp`` that ``patterns`` (relative globs) match, relative to ``sp``, sorted, once each."""
-    found: "set[str]" = set()  # not evaluated: any Python 3 runs this
+    found: set[str] = set()  # not evaluated: any Python 3 runs this
     for pattern in patterns:
         found.update(os.path.relpath(path, sp) for path in glob.glob(os.path.join(glob.escape(sp), pattern))
                      if os.path.isfile(path))
