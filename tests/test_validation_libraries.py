@@ -9,11 +9,19 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from sitestack.installs.venv_manifest import LIBRARY_PACKAGES, expected_libraries
+from sitestack.installs.venv_manifest import (
+    BUNDLED,
+    BUNDLED_FILES,
+    LIBRARY_PACKAGES,
+    expected_libraries,
+    explain,
+    manifest_for,
+)
 from sitestack.validation import ddp_report
 from sitestack.validation.ddpcheck import libraries, mapped
 
@@ -108,15 +116,85 @@ def test_expected_dirs_read_from_the_manifest_check_config_names(tmp_path):
 
 def test_the_manifest_names_each_python_library_package_where_the_stack_holds_it():
     assert set(LIBRARY_PACKAGES) <= set(libraries.KINDS)  # the job's table has a kind for each
+    assert {b.kind for b in BUNDLED} <= set(libraries.KINDS)
     packages = [{"name": "numpy"}, {"name": "mpi4py"}, {"name": "six"}]
     base = [{"name": "torch", "location": "/opt/conda/lib/python3.11/site-packages"}, {"name": "horovod"}]
-    assert expected_libraries("/p/venv/lib/python3.11/site-packages", packages, base) == {
+    scan = {"packages": packages, "base": base}
+    assert expected_libraries("/p/venv/lib/python3.11/site-packages", scan) == {
         "mpi4py": ["/p/venv/lib/python3.11/site-packages/mpi4py"],
         "numpy": ["/p/venv/lib/python3.11/site-packages/numpy"],
         "torch": ["/opt/conda/lib/python3.11/site-packages/torch"]}  # horovod: no location, not judged
 
 
 GCC = shutil.which("gcc")
+SCAN_PROGRAM = Path(__file__).resolve().parents[1] / "sitestack" / "programs" / "venv_scan.py"
+
+
+def test_the_manifest_of_a_stack_that_builds_the_plugin_names_its_lib():
+    """Frontier's stack includes the plugin's recipe-install step: its plan, and so its manifest, name the
+    install's lib (and a changed install is a changed plan); LUMI's plugin is the container's, local has none."""
+    from tests.fakehost import FakeHost
+    from tests.test_venv import site_step
+    ctx, step = site_step("frontier")
+    plugin = next(s for s in ctx.site.steps if s.action == "recipe-install" and s.args["recipe"] == "aws-ofi-rccl")
+    dest = ctx.actions["recipe-install"].from_spec(plugin, ctx).target.dest
+    assert dest.startswith("/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/")
+    plan, built = step.desired(FakeHost())
+    assert plan["libraries"] == {"net-plugin": [f"{dest}/lib"]}
+    scan = {"python": "3.10.13", "packages": [{"name": "torch", "dist_info": "torch-2.2.2+rocm5.7.dist-info"}],
+            "base": [], "files": ["torch/lib/librccl.so"]}
+    manifest = manifest_for(step.stack, plan, scan, {}, None, "gen", built)
+    sp = step.stack.site_packages
+    assert manifest["libraries"] == {"net-plugin": [f"{dest}/lib"], "nccl": [f"{sp}/torch/lib"], "torch": [f"{sp}/torch"]}
+    moved = {**plan, "libraries": {"net-plugin": ["/elsewhere/lib"]}}
+    assert explain(plan, moved) == f"net-plugin libraries {dest}/lib -> /elsewhere/lib"
+    assert explain(moved, {k: v for k, v in plan.items() if k != "libraries"}) == \
+        "net-plugin libraries /elsewhere/lib -> (none)"
+    for name in ("lumi", "local", "cirrus"):
+        _, other = site_step(name)
+        assert "libraries" not in other.desired(FakeHost())[0], name  # an unchanged plan: no rebuild of their stacks
+
+
+def so(path: Path, soname: str, body: str = "int nccl_stub(void) { return 1; }\n") -> Path:
+    """A shared library built with gcc at ``path`` with DT_SONAME ``soname``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = path.parent / (path.name + ".c")
+    source.write_text(body)
+    subprocess.run([GCC, "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(path), str(source)], check=True)
+    source.unlink()
+    return path
+
+
+def dist_info(sp: Path, name: str, version: str) -> None:
+    d = sp / f"{name.replace('-', '_')}-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
+
+
+@pytest.mark.skipif(GCC is None, reason="no gcc")
+def test_the_scan_finds_the_nccl_the_environment_installed(tmp_path):
+    """The real scan program over a site-packages shaped like a CUDA stack's (NVIDIA's NCCL wheel) and a
+    ROCm stack's (RCCL in torch/lib): the manifest names the directory of each copy the environment holds."""
+    sp = tmp_path / "lib" / "python3.11" / "site-packages"
+    nccl = so(sp / "nvidia" / "nccl" / "lib" / "libnccl.so.2", "libnccl.so.2")
+    so(sp / "stray" / "lib" / "libnccl.so.2", "libnccl.so.2")   # no distribution ships it here: not named
+    (sp / "torch" / "lib").mkdir(parents=True)
+    dist_info(sp, "torch", "2.2.2")
+    argv = [sys.executable, str(SCAN_PROGRAM), str(sp), *BUNDLED_FILES]
+
+    def scan() -> dict:
+        return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
+    assert scan()["files"] == ["nvidia/nccl/lib/libnccl.so.2"]
+    assert "nccl" not in expected_libraries(str(sp), scan())   # the file, but not NVIDIA's NCCL distribution
+    dist_info(sp, "nvidia-nccl-cu12", "2.21.5")
+    assert expected_libraries(str(sp), scan())["nccl"] == [str(nccl.parent)]
+    so(sp / "torch" / "lib" / "librccl.so", "librccl.so.1")
+    assert expected_libraries(str(sp), scan())["nccl"] == [str(nccl.parent), f"{sp}/torch/lib"]
+    # a base Python's (a container's) NCCL is the site's: its torch is named, its NCCL is not
+    base = {"packages": [], "base": [{"name": "torch", "location": str(sp)}], "files": scan()["files"]}
+    assert expected_libraries("/venv/sp", base) == {"torch": [f"{sp}/torch"]}
+    assert expected_libraries(str(sp), {**scan(), "files": ["../../x/libnccl.so.2", "/abs/libnccl.so.2"]}).get("nccl") is None
 
 
 @pytest.mark.skipif(GCC is None, reason="no gcc")
@@ -164,16 +242,15 @@ def test_summary_lists_each_file_with_the_ranks_that_mapped_it():
 
 # -- the check program for real: two ranks of the installed job --------------------------------------------
 
-def job_with_manifest(job: dict, tmp_path: Path) -> tuple[Path, str]:
+def job_with_manifest(job: dict, tmp_path: Path, more: dict[str, list[str]] | None = None) -> tuple[Path, str]:
     """check-config.json of the installed job naming a manifest whose ``libraries`` come from a real scan
-    of the job's Python (programs/venv_scan.py, as install-venv scans a stack); its site-packages."""
-    scan_program = Path(__file__).resolve().parents[1] / "sitestack" / "programs" / "venv_scan.py"
+    of the job's Python (programs/venv_scan.py, as install-venv scans a stack), and ``more``; its site-packages."""
     sp = subprocess.run([job["python"], "-c", "import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))"],
                         capture_output=True, text=True, check=True).stdout.strip()
-    scan = json.loads(subprocess.run([job["python"], str(scan_program), sp], capture_output=True, text=True,
+    scan = json.loads(subprocess.run([job["python"], str(SCAN_PROGRAM), sp], capture_output=True, text=True,
                                      check=True).stdout)
     manifest = tmp_path / "stack.manifest.json"
-    manifest.write_text(json.dumps({"format": 1, "libraries": expected_libraries(sp, scan["packages"], scan["base"])}))
+    manifest.write_text(json.dumps({"format": 1, "libraries": {**expected_libraries(sp, scan), **(more or {})}}))
     config = json.loads((job["dir"] / "check-config.json").read_text())
     config["stack"]["manifest"] = str(manifest)
     path = tmp_path / "check-config.json"
@@ -243,3 +320,41 @@ def test_a_rank_with_other_copies_preloaded_fails_naming_both_paths(installed_lo
             in problems), problems
     assert not any(p.startswith("rank 0 ") for p in problems), problems
     assert data["verdict"] == "failed" and data["cause"].startswith("environment: rank 1 on ")
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(GCC is None, reason="no gcc")
+def test_a_rank_with_another_nccl_and_plugin_fails_naming_both_paths(installed_local_job, tmp_path):
+    """The manifest names the stack's NCCL (NVIDIA's wheel, found by the real scan) and its network plugin's
+    lib (as for a stack whose playbook builds the plugin); each rank LD_PRELOADs a libnccl.so.2 and a
+    librccl-net.so built here with gcc (the plugin a loadable stub exporting ncclNetPlugin_v5): rank 0 the
+    stack's copies, rank 1 copies from elsewhere, as LD_LIBRARY_PATH or LD_PRELOAD put them first in the field."""
+    from tests.twins.comm_oracle import stub_plugin
+    stack_sp = tmp_path / "stack" / "lib" / "python3.11" / "site-packages"
+    dist_info(stack_sp, "nvidia-nccl-cu12", "2.21.5")
+    ours = so(stack_sp / "nvidia" / "nccl" / "lib" / "libnccl.so.2", "libnccl.so.2")
+    scan = json.loads(subprocess.run([sys.executable, str(SCAN_PROGRAM), str(stack_sp), *BUNDLED_FILES],
+                                     capture_output=True, text=True, check=True).stdout)
+    plugin_lib = tmp_path / "prefix" / "aws-ofi-rccl" / "1.18.0" / "lib"
+    our_plugin = stub_plugin(plugin_lib / "librccl-net.so", "Libfabric")
+    theirs = so(tmp_path / "elsewhere" / "libnccl.so.2", "libnccl.so.2")
+    their_plugin = stub_plugin(tmp_path / "elsewhere" / "librccl-net.so", "Libfabric")
+    config, _sp = job_with_manifest(installed_local_job, tmp_path, {
+        "nccl": expected_libraries(str(stack_sp), scan)["nccl"], "net-plugin": [str(plugin_lib)]})
+    out = tmp_path / "out"
+    results = two_ranks(installed_local_job, config, out, {0: {"LD_PRELOAD": f"{ours} {our_plugin}"},
+                                                           1: {"LD_PRELOAD": f"{theirs} {their_plugin}"}})
+    assert [rc for rc, _ in results] == [1, 1], results
+    data = json.loads((out / "result.json").read_text())
+    env_check = next(c for c in data["checks"] if c["name"] == "environment")
+    problems, host = env_check["details"]["problems"], data["ranks"][1]["host"]
+    assert env_check["details"]["libraries_expected"]["net-plugin"] == [str(plugin_lib)]
+    assert [e["path"] for e in data["ranks"][0]["libraries"]["nccl"]] == [str(ours)]
+    assert data["ranks"][0]["libraries"]["net-plugin"][0]["path"] == str(our_plugin)
+    assert (f"rank 1 on {host} mapped nccl library {theirs}, not the stack's copy ({ours.parent}, as the stack's "
+            "manifest says)") in problems, problems
+    assert (f"rank 1 on {host} mapped net-plugin library {their_plugin}, not the stack's copy ({plugin_lib}, as the "
+            "stack's manifest says)") in problems, problems
+    assert (f"ranks disagree on net-plugin library librccl-net: rank 0 mapped {our_plugin}, rank 1 {their_plugin}"
+            in problems), problems
+    assert not any(p.startswith("rank 0 ") for p in problems), problems

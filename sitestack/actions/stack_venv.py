@@ -48,7 +48,7 @@ from sitestack.core.errors import CommandFailed, SitestackError
 from sitestack.core.host import Host
 from sitestack.core.swap import relink_argv
 from sitestack.installs import generations
-from sitestack.installs.site_stack import find_built
+from sitestack.installs.site_stack import find_built, stack_libraries
 from sitestack.installs.venv_env import EnvTools, check_index, list_dists, program
 from sitestack.installs.venv_manifest import (
     dump,
@@ -121,7 +121,7 @@ class StackVenv(Action):
         other = {b.recipe: built_for_other_python(b.wheel, self.stack.python_version) for b in built if b.wheel}
         self.notes += [f"{b.recipe} {b.version} (built for Python {other[b.recipe]})" for b in built if other.get(b.recipe)]
         built = [b for b in built if not other.get(b.recipe)]
-        return plan_for(self.stack, self.ctx.facts, built), built
+        return plan_for(self.stack, self.ctx.facts, built, stack_libraries(self.ctx)), built
 
     def pending(self, host: Host) -> str | None:
         require_module_system(facts=self.ctx.facts)

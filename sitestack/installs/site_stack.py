@@ -162,6 +162,20 @@ def recipe_targets(ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built]
     return out, notes
 
 
+def stack_libraries(ctx: RunContext) -> dict[str, list[str]]:
+    """Kind -> directories of the libraries the site's stack builds itself, which the validation job
+    expects each rank to map from there (the stack manifest's ``libraries``, beside what the scan of the
+    environment finds: :func:`sitestack.installs.venv_manifest.expected_libraries`): the network plugin
+    (``facts.network.net_plugin``, the recipe that builds it) where a recipe-install step of the stack
+    builds it, in its install's ``lib``, autotools' default libdir, where the recipe's sanity path and its
+    module's ``LD_LIBRARY_PATH`` have it. A plugin the site's container or module provides is not named."""
+    plugin = ctx.facts.network.net_plugin
+    if not plugin or plugin not in stack_includes(ctx):
+        return {}
+    built, _notes = recipe_targets(ctx, [plugin])
+    return {"net-plugin": [f"{b.dest}/lib" for b in built]} if built else {}
+
+
 def find_built(host: Host, ctx: RunContext, recipes: Sequence[str]) -> tuple[list[Built], list[str]]:
     """The packages of :func:`recipe_targets` that are installed on ``host``, with their wheels."""
     candidates, notes = recipe_targets(ctx, recipes)
@@ -178,4 +192,4 @@ def find_built(host: Host, ctx: RunContext, recipes: Sequence[str]) -> tuple[lis
 
 
 __all__ = ["RECIPE_INSTALL", "find_built", "job_inputs", "launch_dir", "launch_helper", "recipe_targets",
-           "site_stack", "stack_includes", "stack_interpreter", "stack_python", "stage_script"]
+           "site_stack", "stack_includes", "stack_libraries", "stack_interpreter", "stack_python", "stage_script"]

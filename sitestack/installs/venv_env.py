@@ -17,6 +17,7 @@ from sitestack.core.host import Completed, Host
 from sitestack.core.pip_auth import Configured, pip_auth, uv_auth
 from sitestack.core.redact import redact
 from sitestack.installs.progress import Progress
+from sitestack.installs.venv_manifest import BUNDLED_FILES
 from sitestack.installs.venv_stack import Base, Stack, shared_with_group
 from sitestack.installs.venv_uv import PipSettings, uv_install_argv, uv_uninstall_argv
 
@@ -179,7 +180,7 @@ class EnvTools:
     def scan(self, root: str) -> dict[str, Any]:
         """What :data:`SCAN` says of the environment at ``root``; refuses a base Python of the wrong version."""
         sp = f"{root}/lib/python{self.stack.python_version}/site-packages"
-        out = self.host.probe(self.base.env_python(root, ["-c", SCAN, sp]), timeout=300)
+        out = self.host.probe(self.base.env_python(root, ["-c", SCAN, sp, *BUNDLED_FILES]), timeout=300)
         try:
             data: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

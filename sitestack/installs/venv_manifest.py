@@ -5,12 +5,14 @@ packages and pip's reports, so a re-run compares plans without running pip.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
 import re
 import urllib.parse
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sitestack.core.host import Host
@@ -21,8 +23,12 @@ from sitestack.model.site import Facts
 MANIFEST_FORMAT = 1
 
 
-def plan_for(stack: Stack, facts: Facts, built: Sequence[Built]) -> dict[str, Any]:
-    """Everything the environment's content depends on (what the manifest records as its plan)."""
+def plan_for(stack: Stack, facts: Facts, built: Sequence[Built],
+             libraries: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+    """Everything the environment's content depends on (what the manifest records as its plan).
+    ``libraries``: kind -> directories of the libraries the stack builds beside the environment
+    (:func:`sitestack.installs.site_stack.stack_libraries`, the network plugin's), which the manifest's
+    ``libraries`` names; a plan without them has no key, as plans written before there was one."""
     base: dict[str, Any] = {"source": stack.source, "python": stack.python_version,
                             "executable": facts.python.executable,
                             "system_site_packages": stack.system_site_packages}
@@ -45,6 +51,7 @@ def plan_for(stack: Stack, facts: Facts, built: Sequence[Built]) -> dict[str, An
         "built": {b.recipe: {"version": b.version, "wheel": os.path.basename(b.wheel or ""),
                              "sha256": b.wheel_sha256, "install": b.dest}
                   for b in built if b.wheel},
+        **({"libraries": {kind: list(dirs) for kind, dirs in sorted(libraries.items())}} if libraries else {}),
     }
 
 
@@ -68,6 +75,11 @@ def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         gone = [r for r in old.get(key, []) if r not in new.get(key, [])]
         if added or gone:
             parts.append(f"{key}: " + ", ".join([f"+{r}" for r in added] + [f"-{r}" for r in gone]))
+    ol, nl = old.get("libraries", {}), new.get("libraries", {})
+    for kind in sorted(set(ol) | set(nl)):
+        if ol.get(kind) != nl.get(kind):
+            parts.append(f"{kind} libraries {' '.join(ol.get(kind, [])) or '(none)'} -> "
+                         f"{' '.join(nl.get(kind, [])) or '(none)'}")
     ob, nb = old.get("built", {}), new.get("built", {})
     for recipe in sorted(set(ob) | set(nb)):
         if recipe not in ob:
@@ -198,7 +210,7 @@ def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any],
         # what the interpreter sees from outside the environment (a container's or a system Python's
         # torch, with --system-site-packages): the validation job's imports may come from there
         "base_packages": sorted(scan.get("base", []), key=lambda p: normalize(p["name"])),
-        "libraries": expected_libraries(stack.site_packages, scan["packages"], scan.get("base", [])),
+        "libraries": {**expected_libraries(stack.site_packages, scan), **plan.get("libraries", {})},
     }
 
 
@@ -208,13 +220,46 @@ def manifest_for(stack: Stack, plan: Mapping[str, Any], scan: Mapping[str, Any],
 LIBRARY_PACKAGES = ("horovod", "mpi4py", "numpy", "torch")
 
 
-def expected_libraries(site_packages: str, packages: Sequence[Mapping[str, Any]],
-                       base: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Kind -> the directories the stack's copies of it live in (the manifest's ``libraries``, which the
-    validation job compares each rank's mapped libraries with): a distribution of :data:`LIBRARY_PACKAGES`
-    the environment holds, in its package directory under ``site_packages``; one the base Python
-    provides (a container's torch), in that directory under the ``location`` the scan found it in.
-    A distribution in neither is not named: the job records its libraries without judging where they are."""
+@dataclass(frozen=True)
+class Bundled:
+    """A communication library a distribution of the environment ships: ``kind`` (of ``ddpcheck/libraries.py``
+    ``LIBRARIES``), the distributions that ship it (``dists``, a glob of normalised names) and its files (``files``,
+    a glob relative to site-packages, which the scan is asked for: ``programs/venv_scan.py``)."""
+
+    kind: str
+    dists: str
+    files: str
+
+
+#: The copies of NCCL/RCCL the stack's own torch uses, where the environment installed them.
+BUNDLED: tuple[Bundled, ...] = (
+    # torch's CUDA wheels depend on NVIDIA's NCCL wheel (pytorch/pytorch .github/scripts/
+    # generate_binary_build_matrix.py, PYTORCH_EXTRA_INSTALL_REQUIREMENTS: nvidia-nccl-cu12), and torch
+    # loads it from there (torch/__init__.py, _load_global_deps: cuda_libs "nccl": nvidia/nccl/lib/libnccl.so.*)
+    Bundled("nccl", "nvidia-nccl-cu*", "nvidia/nccl/lib/libnccl.so*"),
+    # torch's ROCm wheels carry RCCL in torch/lib (pytorch/pytorch .ci/manywheel/build_rocm.sh: librccl.so),
+    # the copy that bypassed a container's own RCCL in lumi-ai-factory/laifs-container-recipes#18
+    Bundled("nccl", "torch", "torch/lib/librccl.so*"),
+    Bundled("nccl", "torch", "torch/lib/libnccl.so*"),
+)
+#: What the scan is asked to find (each :attr:`Bundled.files`, once).
+BUNDLED_FILES = tuple(dict.fromkeys(b.files for b in BUNDLED))
+
+
+def expected_libraries(site_packages: str, scan: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Kind -> the directories the stack's copies of it live in, as the environment's scan shows them (the
+    manifest's ``libraries``, which the validation job compares each rank's mapped libraries with; the
+    libraries the stack builds beside the environment come from its plan: :func:`plan_for`):
+
+    - a distribution of :data:`LIBRARY_PACKAGES` the environment holds, in its package directory under
+      ``site_packages``; one the base Python provides (a container's torch), in that directory under the
+      ``location`` the scan found it in;
+    - a library of :data:`BUNDLED` the scan found (``files``) in the environment, where one of its
+      distributions is the environment's, in that file's directory. One the base Python provides is not
+      named: a container's or module's NCCL/RCCL is the site's, whose place no fact says.
+
+    A library in none of these is not named: the job records it without judging where it is."""
+    packages, base = scan.get("packages", []), scan.get("base", [])
     inside = {normalize(str(p.get("name", ""))) for p in packages}
     out: dict[str, list[str]] = {}
     for name in LIBRARY_PACKAGES:
@@ -223,7 +268,15 @@ def expected_libraries(site_packages: str, packages: Sequence[Mapping[str, Any]]
              and isinstance(p.get("location"), str)), None)
         if where:
             out[name] = [f"{where.rstrip('/')}/{name}"]
-    return out
+    files = [f for f in scan.get("files", []) if isinstance(f, str) and not f.startswith("/") and ".." not in f.split("/")]
+    for b in BUNDLED:
+        if any(fnmatch.fnmatchcase(d, b.dists) for d in inside):
+            for f in files:
+                if fnmatch.fnmatchcase(f, b.files):
+                    where = f"{site_packages.rstrip('/')}/{os.path.dirname(f)}"
+                    if where not in out.setdefault(b.kind, []):
+                        out[b.kind].append(where)
+    return {kind: dirs for kind, dirs in out.items() if dirs}
 
 
 def dump(data: Any) -> str:

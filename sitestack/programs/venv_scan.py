@@ -1,9 +1,11 @@
 """List every distribution in one site-packages directory, as JSON on stdout.
 
-Run by the stack environment's own interpreter (``python -c <this file's text> SITE_PACKAGES``),
+Run by the stack environment's own interpreter (``python -c <this file's text> SITE_PACKAGES [GLOB...]``),
 so it uses the standard library only and imports nothing of sitestack. Output: one line,
 ``{"python": "3.11.7", "packages": [{"name", "version", "dist_info", "record_sha256", "installer",
-"direct_url"}, ...], "base": [{"name", "version", "location"}, ...]}``; the RECORD digest lets the manifest
+"direct_url"}, ...], "base": [{"name", "version", "location"}, ...], "files": [...]}``; ``files``: the
+paths, relative to SITE_PACKAGES, of the files each GLOB (relative to it too) matches there (the
+communication libraries a distribution ships: ``venv_manifest.BUNDLED``). The RECORD digest lets the manifest
 notice a distribution whose files were replaced in place. ``installer`` (the INSTALLER file: pip,
 uv, conda) and ``direct_url`` (``{"url", "sha256"}`` from direct_url.json, PEP 610: installed from
 a file or URL, not an index) are the installed metadata the manifest's origins come from (not the
@@ -12,6 +14,7 @@ environment (its other ``sys.path`` directories): a container stack's torch and 
 image (``--system-site-packages``), and the validation job imports them all the same.
 """
 
+import glob
 import hashlib
 import json
 import os
@@ -94,6 +97,15 @@ def base(sp: str) -> "list[dict[str, str | None]]":
     return [seen[k] for k in sorted(seen)]
 
 
+def files(sp: str, patterns: "list[str]") -> "list[str]":
+    """The files under ``sp`` that ``patterns`` (relative globs) match, relative to ``sp``, sorted, once each."""
+    found: set[str] = set()  # not evaluated: any Python 3 runs this
+    for pattern in patterns:
+        found.update(os.path.relpath(path, sp) for path in glob.glob(os.path.join(glob.escape(sp), pattern))
+                     if os.path.isfile(path))
+    return sorted(found)
+
+
 if __name__ == "__main__":
     print(json.dumps({"python": "{}.{}.{}".format(*sys.version_info[:3]), "packages": scan(sys.argv[1]),
-                      "base": base(sys.argv[1])}))
+                      "base": base(sys.argv[1]), "files": files(sys.argv[1], sys.argv[2:])}))
