@@ -114,6 +114,25 @@ def test_expected_dirs_read_from_the_manifest_check_config_names(tmp_path):
     assert libraries.expected_dirs({}) == {} and libraries.expected_dirs({"stack": {"manifest": "rel.json"}}) == {}
 
 
+def test_a_staged_copy_of_the_stack_is_the_stacks_copy(tmp_path):
+    """Frontier stages the stack env on node-local NVMe (stage-env.sh, SITESTACK_STAGED_ENV): its copies
+    of the stack's libraries are the stack's, at the same place under the copy; others still are not."""
+    manifest = tmp_path / "stack.manifest.json"
+    manifest.write_text(json.dumps({"path": "/lustre/stack/2.13.0", "libraries": {
+        "torch": ["/lustre/stack/2.13.0/lib/python3.11/site-packages/torch"], "net-plugin": ["/sw/plugin/lib"]}}))
+    config = {"stack": {"manifest": str(manifest)}}
+    expected = libraries.expected_dirs(config, "/mnt/bb/alice/sitestack-env-5023")
+    assert expected == {"torch": ["/lustre/stack/2.13.0/lib/python3.11/site-packages/torch",
+                                  "/mnt/bb/alice/sitestack-env-5023/lib/python3.11/site-packages/torch"],
+                        "net-plugin": ["/sw/plugin/lib"]}
+    staged = {"rank": 0, "host": "n1", "libraries": {"torch": [
+        {"path": "/mnt/bb/alice/sitestack-env-5023/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so"}]}}
+    assert libraries.rank_problems(staged, expected) == []
+    elsewhere = {"rank": 0, "host": "n1", "libraries": {"torch": [{"path": "/mnt/bb/bob/torch/lib/libtorch_cpu.so"}]}}
+    assert libraries.rank_problems(elsewhere, expected)
+    assert libraries.expected_dirs(config, "relative")["torch"] == expected["torch"][:1]
+
+
 def test_the_manifest_names_each_python_library_package_where_the_stack_holds_it():
     assert set(LIBRARY_PACKAGES) <= set(libraries.KINDS)  # the job's table has a kind for each
     assert {b.kind for b in BUNDLED} <= set(libraries.KINDS)

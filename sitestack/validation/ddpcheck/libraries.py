@@ -130,10 +130,12 @@ def merge(before: Mapping[str, list[dict[str, Any]]], after: Mapping[str, list[d
     return out
 
 
-def expected_dirs(config: Mapping[str, Any]) -> dict[str, list[str]]:
+def expected_dirs(config: Mapping[str, Any], staged: str | None = None) -> dict[str, list[str]]:
     """Where the stack's manifest (check-config.json ``stack.manifest``) says each kind's copies live:
     its ``libraries`` (kind -> directories), the kinds of :data:`LIBRARIES` only, absolute paths only;
-    ``{}`` where there is no manifest, or it names none."""
+    ``{}`` where there is no manifest, or it names none. ``staged``: the copy of the stack the job staged
+    on node-local storage (``SITESTACK_STAGED_ENV``, stage-env.sh): a directory under the stack's own
+    path (the manifest's ``path``) is expected at the same place under the copy too."""
     stack = config.get("stack") if isinstance(config.get("stack"), dict) else {}
     path = stack.get("manifest") if isinstance(stack, dict) else None
     data: Any = None
@@ -146,12 +148,23 @@ def expected_dirs(config: Mapping[str, Any]) -> dict[str, list[str]]:
     if not isinstance(named, dict):
         return {}
     out = {}
+    home = data.get("path") if isinstance(data.get("path"), str) else None
     for kind, dirs in named.items():
         if kind in KINDS and isinstance(dirs, list):
             good = [d.rstrip("/") or "/" for d in dirs[:DIRS_MAX] if isinstance(d, str) and d.startswith("/")]
             if good:
-                out[kind] = good
+                out[kind] = good + _in_copy(good, home, staged)
     return out
+
+
+def _in_copy(dirs: Sequence[str], home: str | None, staged: str | None) -> list[str]:
+    """``dirs`` that lie under the stack's path ``home`` (as spelled or resolved), at the same place under
+    its staged copy ``staged``; none where either is not an absolute path."""
+    if not (home and staged and home.startswith("/") and staged.startswith("/")):
+        return []
+    roots = {home.rstrip("/"), os.path.realpath(home)}
+    return [staged.rstrip("/") + d[len(root):] for d in dirs for root in roots
+            if d == root or d.startswith(root + "/")]
 
 
 def under(path: str, dirs: Sequence[str]) -> bool:
@@ -210,7 +223,7 @@ def record_libraries(run: Run) -> None:
 def judge_libraries(run: Run) -> None:
     """Add what the ranks' libraries break to the environment check (each problem once, in the
     check's own form: the first in the summary, "(and N more)")."""
-    expected = expected_dirs(run.config)
+    expected = expected_dirs(run.config, run.env.get("SITESTACK_STAGED_ENV"))
     problems = [p for r in run.ranks for p in rank_problems(r, expected)] + disagreements(run.ranks)
     check = run.checks["environment"]
     check.details["libraries_expected"] = expected
