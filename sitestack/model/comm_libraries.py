@@ -110,13 +110,14 @@ class KnownIssue:
     def check(self) -> str | None:
         return _spec_problem(self.versions, self.rocm)
 
-    def applies(self, library: str | None, rocm: str | None, version: str | None = None) -> bool:
-        """Whether the issue is one of a stack of ``library`` (of ROCm ``rocm``, at ``version``)."""
+    def applies(self, library: str | None, rocm: str | None) -> bool:
+        """Whether the issue is one of a stack of ``library`` (of ROCm ``rocm``). One that names only the
+        library's own versions applies nowhere yet: facts name no NCCL version."""
         if library != self.library:
             return False
         if self.rocm is not None:
             return rocm is not None and versions.matches(self.rocm, rocm)
-        return self.versions is None or (version is not None and versions.matches(self.versions, version))
+        return self.versions is None
 
     def matches(self, name: str, value: str) -> bool:
         return name == self.variable and (not self.values or value.strip().upper() in {v.upper() for v in self.values})
@@ -158,7 +159,7 @@ R = TypeVar("R", Loader, PluginApis)
 def _rows(every: Sequence[R], library: str, version: str | None, rocm: str | None) -> tuple[R, ...]:
     rows = [r for r in every if r.library == library]
     if not rows:
-        raise SitestackError(f"{display_path(TABLE)} has no loader rows for {library!r}")
+        raise SitestackError(f"{display_path(TABLE)} has no rows for {library!r}")
     if rocm is not None and library == "rccl":
         chosen = [r for r in rows if r.rocm and versions.matches(r.rocm, rocm)]
     elif version is not None:
@@ -204,9 +205,10 @@ def wiring(rows: Sequence[Loader], library: str) -> Wiring:
 
 
 def _suffix(pattern: str, name: str) -> str | None:
+    """X where ``name`` is ``pattern`` with X for ``%s`` (a file name, no ``/``), else None."""
     head, tail = pattern.split("%s")
     middle = name[len(head):len(name) - len(tail)] if name.startswith(head) and name.endswith(tail) else ""
-    return middle if middle and "/" not in middle and len(name) > len(head) + len(tail) else None
+    return middle if middle and "/" not in middle else None
 
 
 def _versions(rows: Sequence[Loader]) -> str:

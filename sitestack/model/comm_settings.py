@@ -82,6 +82,11 @@ class Reader:
         return None
 
 
+def library_of(facts: Facts) -> Library | None:
+    """The communication library of the stack ``facts`` describe (:func:`stack_library`)."""
+    return stack_library(facts.collectives, facts.rocm.version if facts.rocm else None)
+
+
 def stack_library(collectives: str, rocm: str | None) -> Library | None:
     """The stack's library: RCCL of the ROCm release (its version range from the loader table), NCCL at
     any version; None for gloo or oneCCL."""
@@ -89,7 +94,7 @@ def stack_library(collectives: str, rocm: str | None) -> Library | None:
         try:
             rows = comm_libraries.loaders("rccl", rocm=rocm)
         except SitestackError:   # a ROCm release the table does not know: any RCCL
-            return Library("rccl", None, f"the RCCL of ROCm {rocm}")
+            return Library("rccl", None, f"the RCCL of ROCm {rocm}", rocm)
         return Library("rccl", rows[0].versions, f"the RCCL of ROCm {rocm}", rocm)
     if collectives in ("nccl", "rccl"):
         return Library(collectives, None, collectives.upper())
@@ -168,7 +173,8 @@ def plugin_value(value: str, library: Library | None) -> str | None:
     a file name, where a loader takes the value only as a suffix: ``lib...-net-/path.so.so``), else None."""
     if library is None or value.lower() == "none":
         return None
-    rows = comm_libraries.loaders(library.name, rocm=library.rocm)
+    # a ROCm release the loader table does not know (no spec): every RCCL row
+    rows = comm_libraries.loaders(library.name, rocm=library.rocm if library.spec else None)
     suffix_only = [r for r in rows if not r.path_first]
     if not suffix_only or not ("/" in value or value.endswith(".so")):
         return None
@@ -178,13 +184,12 @@ def plugin_value(value: str, library: Library | None) -> str | None:
             "put the plugin's directory on LD_LIBRARY_PATH")
 
 
-def issues_for(env: Mapping[str, str], library: Library | None, rocm: str | None,
-               allowed: Iterable[str] = ()) -> list[tuple[str, str]]:
+def issues_for(env: Mapping[str, str], library: Library | None, allowed: Iterable[str] = ()) -> list[tuple[str, str]]:
     """(variable, why) for each setting of ``env`` a known issue says breaks the stack's library version,
     unless its id is in ``allowed``."""
     found = []
     for issue in comm_libraries.table().known_issues:
-        if issue.id in allowed or not issue.applies(library.name if library else None, rocm):
+        if issue.id in allowed or not issue.applies(*_of(library)):
             continue
         for name, value in env.items():
             if issue.matches(name, value):
@@ -193,13 +198,17 @@ def issues_for(env: Mapping[str, str], library: Library | None, rocm: str | None
     return found
 
 
+def _of(library: Library | None) -> tuple[str | None, str | None]:
+    """(name, ROCm release) of ``library``, as :meth:`KnownIssue.applies` takes them."""
+    return (library.name, library.rocm) if library else (None, None)
+
+
 def check_facts(facts: Facts, layers: Sequence[tuple[MarkedDict, str]], shown: str) -> None:
     """Refuse, naming file, line and key, a setting of ``facts`` (its ``env`` and ``tuning`` variables and
     candidates) that the stack's library does not read or that a known issue says breaks its version, and an
     ``allow_known_issues`` id the table does not have. ``layers``: the facts mappings the setting may come
     from, last wins (the playbook's facts, a stack's overlay), each with its dotted key."""
-    rocm = facts.rocm.version if facts.rocm else None
-    library = stack_library(facts.collectives, rocm)
+    library = library_of(facts)
     ids = {issue.id for issue in comm_libraries.table().known_issues}
     for name in facts.allow_known_issues:
         if name not in ids:
@@ -213,7 +222,7 @@ def check_facts(facts: Facts, layers: Sequence[tuple[MarkedDict, str]], shown: s
             plugin_value(settings[name], library) if name == comm_libraries.PLUGIN_VARIABLE and name in settings else None)
         if why:
             raise _where(layers, shown, "env" if name in settings else "tuning.variables", name).error(why)
-    for name, why in issues_for({**dict(candidates), **settings}, library, rocm, facts.allow_known_issues):
+    for name, why in issues_for({**dict(candidates), **settings}, library, facts.allow_known_issues):
         raise _where(layers, shown, "env" if name in settings else "tuning.variables", name).error(why)
 
 
@@ -237,12 +246,11 @@ def job_settings(facts: Facts) -> dict[str, Any]:
     """What the validation job judges its own environment by (check-config.json's ``settings``,
     sitestack/validation/ddpcheck/comm_env.py): the names each family's readers know for the stack's
     library and the known issues of its version the playbook did not allow."""
-    rocm = facts.rocm.version if facts.rocm else None
-    library = stack_library(facts.collectives, rocm)
+    library = library_of(facts)
     name, spec = (library.name, library.spec) if library else (None, None)
     issues = [{"id": i.id, "variable": i.variable, "values": list(i.values), "effect": i.effect, "source": i.source}
               for i in comm_libraries.table().known_issues
-              if i.id not in facts.allow_known_issues and i.applies(name, rocm)]
+              if i.id not in facts.allow_known_issues and i.applies(*_of(library))]
     known = {family: known_names(name, spec, family) for family in FAMILIES}
     return {"library": library.label if library else "NCCL or RCCL",
             "readers": {family: rule.who for family, rule in FAMILIES.items() if rule.who},

@@ -203,7 +203,9 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
     _choose_transport(r, lines, old_bootstrap)
     names: dict[str, str] = {}  # plugin names seen: "ofi", "loaded", "sharp" -> its name
     ofi_warnings: list[str] = []
+    coll_lookup = False   # a net plugin loaded (_COLL_LOOKUP), named or not
     for ln in lines:
+        coll_lookup = coll_lookup or bool(_COLL_LOOKUP.search(ln.msg))
         keep = _note_network(r, ln.msg, names)
         keep = _note_plugin_state(r, ln.msg, ofi_warnings, keep)
         keep = _note_settings(r, ln, old_bootstrap, names, ofi_warnings, keep)
@@ -213,11 +215,11 @@ def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostRepor
     if r.selected in ("ofi", "ibext") and r.plugin_state in ("none", "not-found"):
         # a "No plugin found (librccl-net.so)" beside a plugin that then carried the data is harmless
         r.plugin_state = "loaded"
-    elif r.plugin_state == "not-found" and (names.get("loaded") or any(_COLL_LOOKUP.search(ln.msg) for ln in lines)):
+    elif r.plugin_state == "not-found" and (names.get("loaded") or coll_lookup):
         # NCCL >= 2.21 tries NCCL_NET_PLUGIN as given first: "No plugin found (ofi)", then loads
         # libnccl-net-ofi.so (seen with the 2.21.5 library of PyPI): the load that followed wins
         r.plugin_state = "loaded"
-    elif (r.plugin or any(_COLL_LOOKUP.search(ln.msg) for ln in lines)) and r.plugin_state == "none":
+    elif (r.plugin or coll_lookup) and r.plugin_state == "none":
         r.plugin_state = "loaded"
     return r
 
