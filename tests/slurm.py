@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.ports import free_port, free_ports
+
 SLURMCTLD = shutil.which("slurmctld") or "/usr/sbin/slurmctld"
 SLURMD = shutil.which("slurmd") or "/usr/sbin/slurmd"
 
@@ -33,25 +35,6 @@ def available() -> str | None:
     if os.geteuid() != 0:
         return "slurmd needs root"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` different free ports (the sockets are held open together: two ports asked one after
-    the other may be the same, and slurmctld and slurmd then fight over it)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 class SlurmCluster:
@@ -82,13 +65,13 @@ class SlurmCluster:
         self.env = {"SLURM_CONF": str(self.conf)}
         # Clusters of concurrent test runs on one machine number their jobs apart: the validation job's
         # MASTER_PORT is 20000 + job id % 10000, and two clusters' job 2 clashed on port 20002.
-        self.first_job_id = 1 + (os.getpid() * 7919 + _free_port()) % 9000
+        self.first_job_id = 1 + (os.getpid() * 7919 + free_port()) % 9000
 
     def write_config(self) -> None:
         for sub in ("state", "spool", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         r = self.root
-        ctld_port, d_port = _free_ports(2)
+        ctld_port, d_port = free_ports(2)
         self.conf.write_text(f"""\
 ClusterName=sitestack-test
 SlurmctldHost={self.node}(127.0.0.1)

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.ports import free_port
+
 SSHD = "/usr/sbin/sshd"
 
 
@@ -49,12 +51,6 @@ class Sshd:
 
 def available() -> bool:
     return os.path.exists(SSHD) and shutil.which("ssh-keygen") is not None and os.geteuid() == 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_sshd(directory: Path, alias: str, *, known: bool = True, home: Path | None = None,

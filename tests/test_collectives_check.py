@@ -12,7 +12,8 @@ import pytest
 from sitestack.validation import ddp_report
 from sitestack.validation.ddpcheck import collectives as co
 from sitestack.validation.ddpcheck.verdicts import FAILED, PASSED
-from tests.test_validation_run import checks_of, free_port, run_ranks
+from tests.ports import free_port
+from tests.test_validation_run import checks_of, run_ranks
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
 WORLDS = (1, 2, 3, 7, 8, 9, 128, 129, 251, 255, 256, 257, 300, 502, 511, 2048, 2049, 5000, 65536, 251 * 257)

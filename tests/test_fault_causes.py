@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from sitestack.validation.ddpcheck import stacks
+from tests.ports import free_port
 from tests.test_faults import (
     LIMIT,
     assert_fault,
-    free_port,
     overlay,
     run_by_hand,
     run_job,

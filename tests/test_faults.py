@@ -35,6 +35,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.ports import free_port
+
 pytestmark = pytest.mark.integration
 
 #: The checks' time limit in these jobs (SITESTACK_TIME_LIMIT): short, to keep the catalogue quick.
@@ -264,12 +266,6 @@ def assert_fault(run: SimpleNamespace, *words: str) -> str:
     assert "summary.md" not in last or summary.exists(), last
     print(f"CAUSE: {cause} ({run.seconds:.0f}s)")
     return cause
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- the catalogue ----------------------------------------------------------------------------------------

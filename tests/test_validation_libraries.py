@@ -279,7 +279,7 @@ def job_with_manifest(job: dict, tmp_path: Path, more: dict[str, list[str]] | No
 
 def two_ranks(job: dict, config: Path, out: Path, rank_env: dict[int, dict[str, str]]) -> list[tuple[int, str]]:
     """Two ranks of the installed job started by hand (env://), each with its own additions to the job's environment."""
-    from tests.test_validation_run import free_port
+    from tests.ports import free_port
     port = free_port()
     procs = []
     for rank in range(2):

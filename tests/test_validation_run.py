@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_invoke
+from tests.ports import free_port
 from tests.test_validation_units import SOCKET_FALLBACK
 
 pytestmark = pytest.mark.integration
@@ -76,12 +77,6 @@ def fake_horovod(tmp_path: Path) -> dict[str, str]:
         (package / path).parent.mkdir(parents=True, exist_ok=True)
         (package / path).write_text(text)
     return {"PYTHONPATH": str(package.parent)}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def check_argv(job: dict, out: Path, *extra: str) -> list[str]:
@@ -233,7 +228,7 @@ def test_affinity_is_compared_with_the_masks(installed_local_job, tmp_path, mask
     proc = subprocess.run(["mpiexec", "-n", "2", "-bind-to", "core", *check_argv(job, out, "--cpu-masks", masks)],
                           env=env, capture_output=True, text=True, timeout=300)
     checks = checks_of(json.loads((out / "result.json").read_text()))
-    assert checks["affinity"]["status"] == status, checks["affinity"]
+    assert checks["affinity"]["status"] == status, checks  # every check: an earlier one may have ended the run
     assert proc.returncode == (0 if status == "passed" else 1), proc.stdout[-3000:]
     if status == "failed":
         assert "rank 0 on" in checks["affinity"]["summary"] and "runs on CPUs 0, expected 1" in checks["affinity"]["summary"]
