@@ -6,7 +6,7 @@ slot and hold it for the latency, as a Lustre MDS shared by a machine's jobs (it
 figures and sources); file data is not slowed and stays in the page cache.
 
 For N = 1, 8 and 32 concurrent ranks and two latencies (0.2 ms and 1 ms, one slot), every rank runs
-`sitestack/validation/import_probe.py` (the validation job's start-up probe: `import torch`, and for
+`sitestack/onsite/import_probe.py` (the validation job's start-up probe: `import torch`, and for
 N = 8 a short gloo DDP start) with the Python of
 (a) `unpacked`: the stack env (a venv with torch 2.13.0 CPU) on the slow file system;
 (b) `packed`: the env packed by `invoke pack-env --site local` (squashfs image) on the slow file
@@ -47,7 +47,7 @@ from _common import BENCH_DIR, ROOT, loadavg, target, write
 
 from sitestack.installs import staging
 from sitestack.installs.venv_stack import Stack
-from sitestack.validation import import_probe
+from sitestack.onsite import import_probe
 
 RANKS = (1, 8, 32)
 DDP_RANKS = (8,)
@@ -141,7 +141,7 @@ def build_envs() -> dict[str, Any]:
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         record: dict[str, Any] = json.loads((PACKED / "packed.json").read_text())
         key = hashlib.sha256(json.dumps(record, sort_keys=True).encode())
-        for code in (Path(staging.__file__), ROOT / "sitestack" / "programs" / "venv_unpack.py"):
+        for code in (Path(staging.__file__), ROOT / "sitestack" / "onsite" / "venv_unpack.py"):
             key.update(code.read_bytes())
         done = DATA / "done"
         if not done.exists() or done.read_text() != key.hexdigest():
@@ -166,7 +166,7 @@ def make_stage_pack(venv: Path) -> None:
     pack = staging.StageArchive(stack, str(MNT))
     PACK_TAR.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=WORK) as extra:
-        shutil.copy(ROOT / "sitestack" / "programs" / "venv_unpack.py", Path(extra) / staging.UNPACK_PROGRAM)
+        shutil.copy(ROOT / "sitestack" / "onsite" / "venv_unpack.py", Path(extra) / staging.UNPACK_PROGRAM)
         (Path(extra) / staging.PACK_RECORD).write_text(pack.record(str(venv)))
         subprocess.run(pack.tar_argv(str(venv), extra, str(PACK_TAR)), check=True)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.programs import activate_hook as hook
+from sitestack.onsite import activate_hook as hook
 from tests.conftest import LMOD_INIT, REPO, clean_env, parse_env, shell, without_lmod_bookkeeping
 
 CONFIG = {"site": "test", "module": "pytorch/2.13.0-cpu", "module_roots": ["/opt/site-modules", "/opt/stack/modules"],

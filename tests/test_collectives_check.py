@@ -9,9 +9,9 @@ import struct
 
 import pytest
 
-from sitestack.validation import ddp_report
-from sitestack.validation.ddpcheck import collectives as co
-from sitestack.validation.ddpcheck.verdicts import FAILED, PASSED
+from sitestack.onsite import ddp_report
+from sitestack.onsite.ddpcheck import collectives as co
+from sitestack.onsite.ddpcheck.verdicts import FAILED, PASSED
 from tests.ports import free_port
 from tests.test_validation_run import checks_of, run_ranks
 

@@ -24,10 +24,10 @@ from sitestack.engine import playbook as pb
 from sitestack.model import comm_libraries
 from sitestack.model.recipe import load_recipe
 from sitestack.model.site import list_sites
+from sitestack.onsite import nccl_log
+from sitestack.onsite.ddpcheck.netplugin import judge_net_plugin
 from sitestack.packages.aws_ofi_rccl import module_settings
 from sitestack.packages.aws_ofi_rccl_rules import choose_version, plugin_data, plugin_row
-from sitestack.validation import nccl_log
-from sitestack.validation.ddpcheck.netplugin import judge_net_plugin
 from tests.contexts import offline_context
 from tests.twins import comm_oracle, sites
 

@@ -118,7 +118,7 @@ def test_the_names_come_from_the_upstream_sources():
 def test_the_job_warns_of_its_own_settings():
     """check-config.json's settings, as the job judges its environment (ddpcheck/comm_env.py)."""
     from sitestack.model.facts import Facts
-    from sitestack.validation.ddpcheck.comm_env import setting_warnings
+    from sitestack.onsite.ddpcheck.comm_env import setting_warnings
 
     facts: Facts = pb.load("frontier").stacks["rocm7"][0]
     settings = comm_settings.job_settings(facts)
@@ -192,7 +192,7 @@ def test_a_broken_variables_table_is_refused_cleanly(tmp_path, broken, expect):
 
 
 def test_the_jobs_reader_takes_only_the_controllers_shape():
-    from sitestack.validation.ddpcheck.comm_env import setting_warnings
+    from sitestack.onsite.ddpcheck.comm_env import setting_warnings
 
     env = {"NCCL_NET_GDR_LEVEL": "PHB", "PATH": "/bin"}
     for bad in ({"known": {"": ["X"]}}, {"known": {}, "issues": 5}, {"known": {}, "issues": [{"values": 3}]},

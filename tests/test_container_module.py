@@ -17,13 +17,13 @@ import pytest
 
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook as pb
-from tests.conftest import LMOD_INIT, REPO, clean_env, parse_env, playbook_copy, run_invoke, shell
+from tests.conftest import LMOD_INIT, clean_env, parse_env, playbook_copy, run_invoke, shell
 from tests.contexts import offline_context
+from tests.onsite_dir import install_programs
 from tests.test_modulefile_golden import built_for
 from tests.twins import runtime as twin
 from tests.twins.stand_ins import lumi_conda
 
-GET_MASTER = REPO / "sitestack" / "programs" / "get_master.py"
 STACK = "pytorch/2.7.1-rocm6.2.4"
 SEED_STEPS = ("seed-container-image", "seed-stack-venv", "seed-venv-hook", "seed-modulefiles")
 
@@ -34,12 +34,13 @@ SEED_STEPS = ("seed-container-image", "seed-stack-venv", "seed-venv-hook", "seed
     ("nid[005252-005253],nid005300", "nid005252", "nid005252 nid005253 nid005300"),
     ("gpu[1-2]-s[3,4],login", "gpu1-s3", "gpu1-s3 gpu1-s4 gpu2-s3 gpu2-s4 login"),
 ])
-def test_get_master(nodelist: str, first: str, every: str) -> None:
-    out = subprocess.run([sys.executable, str(GET_MASTER), nodelist], capture_output=True, text=True)
+def test_get_master(nodelist: str, first: str, every: str, tmp_path: Path) -> None:
+    get_master = install_programs(tmp_path, ("get-master",)) / "get-master"  # as the run scripts' directory holds it
+    out = subprocess.run([sys.executable, str(get_master), nodelist], capture_output=True, text=True)
     assert out.stdout == f"{first}\n"
-    out = subprocess.run([sys.executable, str(GET_MASTER), "--all", nodelist], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, str(get_master), "--all", nodelist], capture_output=True, text=True)
     assert out.stdout.split() == every.split()
-    bad = subprocess.run([sys.executable, str(GET_MASTER), "nid[001-"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, str(get_master), "nid[001-"], capture_output=True, text=True)
     assert bad.returncode == 2 and "cannot parse" in bad.stderr
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.validation.ddpcheck import stacks
+from sitestack.onsite.ddpcheck import stacks
 from tests.ports import free_port
 from tests.test_faults import (
     LIMIT,
@@ -117,7 +117,7 @@ def test_a_hang_names_the_rank_whose_stack_differs(installed_local_job, tmp_path
 DUMPER = textwrap.dedent("""\
     import faulthandler, os, signal, sys, threading, time
     sys.path.insert(0, sys.argv[1])
-    from sitestack.validation.ddpcheck import stacks
+    from sitestack.onsite.ddpcheck import stacks
     print(stacks.register(sys.argv[2], 0), flush=True)
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
     def waiting_here():

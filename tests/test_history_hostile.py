@@ -19,7 +19,7 @@ from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import local_host
 from sitestack.engine import batchjob, perflog, regression, site_history
 from sitestack.model.validation_facts import Regression
-from sitestack.validation import history
+from sitestack.onsite import history
 
 PROGRAM = Path(history.__file__)
 

@@ -1,4 +1,4 @@
-"""The site's history (sitestack/validation/history.py) on its own: records made from results, appended
+"""The site's history (sitestack/onsite/history.py) on its own: records made from results, appended
 once, read back past torn lines, rebuilt from runs/, written by 16 processes at once; the toolchain and
 start-up a run records (ddpcheck/provenance.py); the stack digest check-config.json names."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from sitestack.installs.venv_manifest import plan_digest
-from sitestack.validation import history
-from sitestack.validation.ddpcheck import provenance as toolchain
+from sitestack.onsite import history
+from sitestack.onsite.ddpcheck import provenance as toolchain
 
 PROGRAM = Path(history.__file__)
 
@@ -211,7 +211,7 @@ def test_the_jobs_files_do_not_depend_on_whether_the_stack_was_made_first(tmp_pa
 
 def test_a_tuning_is_recorded_with_its_start_and_whether_it_was_published(tmp_path: Path) -> None:
     from sitestack.engine.site_history import row_of
-    from sitestack.validation import history
+    from sitestack.onsite import history
     doc = {"schema": "sitestack-tuning/1", "site": "local", "job_id": "77", "date": "2026-11-25T10:00:00Z",
            "started": 1764064800.0, "chosen": {"OMP_NUM_THREADS": "1"}, "evidence": {"OMP_NUM_THREADS": "DDP step ..."},
            "published": False, "unpublished": "1 point(s) not run for want of time (default (again))"}
@@ -226,7 +226,7 @@ def test_a_tuning_is_recorded_with_its_start_and_whether_it_was_published(tmp_pa
 
 
 def test_a_bounded_read_keeps_the_newest_lines_whole(tmp_path: Path) -> None:
-    from sitestack.validation import history
+    from sitestack.onsite import history
     index = tmp_path / "index.jsonl"
     index.write_text("".join(f'{{"n": {i}}}\n' for i in range(1000)))
     text = history._read_bounded(str(index), 100)

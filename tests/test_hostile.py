@@ -633,7 +633,7 @@ def test_hostile_paths_stay_inert_in_the_activate_script(tmp_path: Path):
     from sitestack.actions.venv_hook import hook_config
     from sitestack.engine import playbook as pb
     from sitestack.installs.venv_stack import stack_for
-    from sitestack.programs import activate_hook as hook
+    from sitestack.onsite import activate_hook as hook
 
     mark = tmp_path / MARK
     evil = f"'$(touch {mark})`touch {mark}`\"; touch {mark}; \""

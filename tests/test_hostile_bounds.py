@@ -25,8 +25,8 @@ import pytest
 from sitestack.core.errors import SitestackError
 from sitestack.core.report import Reporter
 from sitestack.engine.task_glue import errors_to_exit
-from sitestack.validation.jobs import PROGRAM_FILES
 from tests.conftest import REPO
+from tests.onsite_dir import install_programs
 from tests.test_hostile import Case, assert_refused_cleanly, git_status
 
 PLAIN_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
@@ -46,13 +46,9 @@ def _limit_memory() -> None:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The NCCL log reader as the validation job installs it (jobs.PROGRAM_FILES), in a directory of
-    its own: nccl_log.py, the modules it imports, visible.py."""
-    where = tmp_path_factory.mktemp("job")
-    for name, source in PROGRAM_FILES.items():
-        if name.startswith("nccl_") or name == "visible.py":
-            shutil.copy(source, where / name)
-    return where
+    """The NCCL log reader as the validation job installs it (jobs.PROGRAMS), in a directory of its
+    own: nccl_log.py and the on-site package it runs from."""
+    return install_programs(tmp_path_factory.mktemp("job"), ("nccl_log.py",))
 
 
 def nccl_log(job: Path, *args: str, memory: bool = False) -> subprocess.CompletedProcess[str]:
@@ -103,8 +99,8 @@ def test_the_jobs_check_and_invoke_nccl_log_read_a_200k_line_of_gt(tmp_path: Pat
     log.parent.mkdir()
     log.write_text(">" * N + "\n" + "x" * 20_000 + ">" * 20_000 + "\n")
     check = textwrap.dedent(f"""
-        from sitestack.validation.ddpcheck import netplugin
-        from sitestack.validation import nccl_log
+        from sitestack.onsite.ddpcheck import netplugin
+        from sitestack.onsite import nccl_log
         status, summary, _ = netplugin.judge_net_plugin(nccl_log.read_files([{str(log)!r}]), hosts=2, plugin=None,
                                                         provider=None)
         print(status, summary)
@@ -118,7 +114,7 @@ def test_the_jobs_check_and_invoke_nccl_log_read_a_200k_line_of_gt(tmp_path: Pat
 
 
 def test_the_bounds_are_documented_as_they_are():
-    from sitestack.validation.nccl_lines import LINE_MAX, MESSAGES_MAX
+    from sitestack.onsite.nccl_lines import LINE_MAX, MESSAGES_MAX
 
     text = " ".join((REPO / "docs" / "validation.md").read_text().split())
     assert f"each line up to {LINE_MAX // 1024} KiB" in text and f"at most {MESSAGES_MAX:,} NCCL".replace(",", " ") in text

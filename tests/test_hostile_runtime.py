@@ -27,10 +27,11 @@ from sitestack.actions import ACTIONS
 from sitestack.engine import playbook as pb
 from sitestack.installs.runscripts import scripts
 from sitestack.model.context import RunContext, RunOptions
-from sitestack.programs import hostlist
+from sitestack.onsite import hostlist
+from sitestack.onsite.ddpcheck import envvalues, ranks
 from sitestack.validation import jobs, runtime_checks
-from sitestack.validation.ddpcheck import envvalues, ranks
 from sitestack.validation.launch_helpers import LaunchInputs, render_stage
+from tests.onsite_dir import install_programs
 from tests.test_hostile import MARK
 from tests.test_launch_env import render
 
@@ -526,9 +527,7 @@ def test_the_check_program_refuses_a_bad_rank(name: str, value: str):
                                          ("SITESTACK_EXPECT_WORLD_SIZE", "0x2"), ("SLURM_PROCID", "a[$(id)]")])
 def test_the_check_program_says_which_variable_and_writes_nothing(name: str, value: str, tmp_path: Path):
     out_dir = tmp_path / "out"
-    for file, source in jobs.PROGRAM_FILES.items():  # the job's program as installed
-        (tmp_path / "job" / file).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "job" / file).write_text(source.read_text())
+    install_programs(tmp_path / "job")  # the job's program as installed
     program = tmp_path / "job" / "ddp_check.py"
     env = {"PATH": os.environ["PATH"], "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", name: value}
     rank = [sys.executable, str(program), "--out", str(out_dir), "--no-watchdog"]

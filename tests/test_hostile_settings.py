@@ -311,7 +311,7 @@ def test_no_module_reads_a_sitestack_variable_past_the_table():
     shipped programs check theirs themselves)."""
     direct = re.compile(r"""environ(?:\.get\(|\[)\s*["']SITESTACK_|getenv\(\s*["']SITESTACK_""")
     offenders = [str(p.relative_to(REPO)) for p in sorted((REPO / "sitestack").rglob("*.py"))
-                 if p.parts[-2] not in ("programs", "validation", "ddpcheck") and p.name != "envvars.py"
+                 if p.parts[-2] not in ("onsite", "validation", "ddpcheck") and p.name != "envvars.py"
                  and direct.search(p.read_text())]
     assert offenders == []
 

@@ -25,7 +25,7 @@ from sitestack.actions.venv_hook import hook_config
 from sitestack.engine import playbook as pb
 from sitestack.installs.venv_stack import stack_for
 from sitestack.model.context import RunContext, RunOptions
-from sitestack.programs import activate_hook as hook
+from sitestack.onsite import activate_hook as hook
 from sitestack.validation import jobs
 from sitestack.validation.launch_helpers import render_job_template
 from tests.test_launch_env import render

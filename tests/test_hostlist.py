@@ -1,5 +1,5 @@
 """One table of Slurm host lists (tests/data/hostlists.json) through every place that expands them:
-the parser itself (sitestack/programs/hostlist.py), get-master as the container-image step installs
+the parser itself (sitestack/onsite/hostlist.py), get-master as the container-image step installs
 it, the validation job's check program as installed, and the users' sitestack-launch-env sourced in
 each shell. ClusterShell's NodeSet is the oracle for the valid lists (as sets: it sorts and merges
 duplicates, while ``scontrol show hostnames`` keeps the order written, which the table states)."""
@@ -17,8 +17,8 @@ import pytest
 from ClusterShell.NodeSet import NodeSet
 
 from sitestack.installs.runscripts import scripts
-from sitestack.programs import hostlist
-from sitestack.validation.jobs import PROGRAM_FILES
+from sitestack.onsite import hostlist
+from tests.onsite_dir import install_programs
 from tests.test_launch_env import render
 
 TABLE = json.loads((Path(__file__).parent / "data" / "hostlists.json").read_text())
@@ -80,11 +80,9 @@ def test_get_master_as_installed(tmp_path: Path) -> None:
 
 def test_the_check_program_as_installed(tmp_path: Path) -> None:
     """The installed job's package reads host lists with the hostlist.py installed beside it."""
-    for name, source in PROGRAM_FILES.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(source.read_text())
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from ddpcheck.siblings import hostlist\n"
-            "assert hostlist.__file__ == sys.argv[1] + '/hostlist.py', hostlist.__file__\n"
+    install_programs(tmp_path)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from onsite import hostlist\n"
+            "assert hostlist.__file__ == sys.argv[1] + '/onsite/hostlist.py', hostlist.__file__\n"
             "try:\n    print('\\n'.join(hostlist.expand(sys.argv[2])))\n"
             "except hostlist.HostlistError as exc:\n    sys.exit(f'error: {exc}')\n")
     check_programs(lambda text: [sys.executable, "-I", "-c", code, str(tmp_path), text], "\n")
@@ -117,7 +115,7 @@ def test_the_job_script_without_a_launch_helper_takes_master_addr_from_the_table
     files = jobs.job_files(job_inputs(ctx, str(tmp_path), sys.executable))
     text = next(t for name, (t, _) in files.items() if name.endswith(".sbatch"))
     block = text[text.index("# MASTER_ADDR:"):text.index("export MASTER_ADDR")] + 'echo "$NODELIST"\n'
-    (tmp_path / "hostlist.py").write_text(PROGRAM_FILES["hostlist.py"].read_text())
+    install_programs(tmp_path, ("hostlist.py",))
     script = f'PYTHON={sys.executable}; VALIDATION_DIR={tmp_path}; SLURM_JOB_NODELIST=$1\n{block}'
     for case, out in zip(VALID, run_all(lambda text: ["bash", "-c", script, "bash", text], VALID)):
         assert out.returncode == 0, (case["list"], out.stderr)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from sitestack.validation import import_probe
+from sitestack.onsite import import_probe
 
 PROBE = Path(import_probe.__file__)
 

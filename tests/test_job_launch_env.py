@@ -16,6 +16,7 @@ from sitestack.actions.launch_env import launch_inputs
 from sitestack.installs.site_stack import job_inputs
 from sitestack.validation import jobs
 from sitestack.validation.launch_helpers import HELPER, HOSTLIST, helper_files
+from tests.onsite_dir import install_programs
 from tests.test_validation_jobs import SITES, context
 
 NAMES = ("NNODES", "RANKS_PER_NODE", "WORLD_SIZE", "NODELIST", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
@@ -50,7 +51,7 @@ def geometry(text: str) -> str:
 
 def run(script: str, env: dict[str, str], tmp: Path) -> dict[str, str]:
     # the job's directory holds hostlist.py, which the job's own MASTER_ADDR block runs (no helper)
-    (tmp / "hostlist.py").write_text(jobs.PROGRAM_FILES["hostlist.py"].read_text())
+    install_programs(tmp, ("hostlist.py",))
     head = f"set -uo pipefail\nVALIDATION_DIR={tmp}\nPYTHON=/usr/bin/python3\n"
     out = subprocess.run(["bash", "-c", head + script + PRINT], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "USER": "alice", "HOME": "/home/alice", **env}, timeout=60)

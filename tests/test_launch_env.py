@@ -15,11 +15,12 @@ import pytest
 from sitestack.actions import ACTIONS
 from sitestack.actions.launch_env import launch_inputs
 from sitestack.core.paths import PLAYBOOK_DIR
+from sitestack.core.shipped import single_file
 from sitestack.engine import playbook as pb
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import list_sites
 from sitestack.validation import jobs
-from sitestack.validation.launch_helpers import HOSTLIST, HOSTLIST_SOURCE, LaunchInputs, helper_files, render_helper
+from sitestack.validation.launch_helpers import HOSTLIST, LaunchInputs, helper_files, render_helper
 from tests.conftest import run_invoke
 
 SHELLS = [s for s in ("bash", "dash", "zsh") if shutil.which(s)]
@@ -295,8 +296,8 @@ def test_helpers_match_golden(site: str, tmp_path: Path):
     ctx = RunContext.resolve(loaded, home="/home/u", user="u", account="proj", prefix=str(prefix),
                              options=RunOptions(), actions=ACTIONS)
     for name, (text, _mode) in helper_files(launch_inputs(ctx, f"{prefix}/bin")).items():
-        if name == HOSTLIST:  # a copy of sitestack/programs/hostlist.py (tests/test_hostlist.py)
-            assert text == HOSTLIST_SOURCE.read_text()
+        if name == HOSTLIST:  # a copy of sitestack/onsite/hostlist.py (tests/test_hostlist.py)
+            assert text == single_file("hostlist")
             continue
         path = GOLDEN / f"{site}-{name}"
         if os.environ.get("SITESTACK_UPDATE_GOLDEN"):

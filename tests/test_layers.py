@@ -17,21 +17,15 @@ PACKAGE = ROOT / "sitestack"
 #: Each subpackage's layer: a module may import from its own layer and the ones below, never above.
 LAYERS = {"core": 0, "model": 1, "builders": 2, "packages": 3, "installs": 4, "validation": 4, "actions": 5,
           "engine": 6, "cli": 7}
-#: Self-contained programs shipped to sites as single files: they import nothing of sitestack.
-STANDALONE = {"programs"}
-#: Modules of the validation package that run on the site on their own (no sitestack imports): the
-#: check program's entry point and every module of its package, its report and plot, the NCCL log reader.
-STANDALONE_MODULES = {"sitestack.validation.ddp_check", "sitestack.validation.ddp_report", "sitestack.validation.report_plot",
-                      "sitestack.validation.nccl_log", "sitestack.validation.nccl_lines", "sitestack.validation.nccl_parse",
-                      "sitestack.validation.nccl_nodes", "sitestack.validation.history"}
-#: Packages shipped whole beside those modules: each of their modules is standalone too.
-STANDALONE_PACKAGES = ("sitestack.validation.ddpcheck",)
+#: The package that runs on sites' nodes (sitestack/onsite/): standard library only, and nothing of
+#: sitestack outside it; everything shipped to a site lives there, and nothing else is shipped.
+ONSITE = "onsite"
+STANDALONE = {ONSITE}
 
 
 def standalone(name: str) -> bool:
-    """Whether ``name`` is shipped to sites as a program (it may import only other shipped modules)."""
-    return (layer_of(name) in STANDALONE or name in STANDALONE_MODULES
-            or any(name == p or name.startswith(p + ".") for p in STANDALONE_PACKAGES))
+    """Whether ``name`` runs on sites (it may import only the standard library and the on-site package)."""
+    return layer_of(name) == ONSITE
 
 
 def module_name(path: Path) -> str:
@@ -121,10 +115,8 @@ def test_imports_go_down_the_layers():
     for name, targets in graph().items():
         layer = layer_of(name)
         if standalone(name):
-            # shipped programs import one another from the directory they are installed in
-            parents = {n.rsplit(".", 1)[0] for n in STANDALONE_MODULES} | {"sitestack.programs"}
-            wrong += [f"{name} -> {t} (a shipped program imports nothing of sitestack but other shipped programs)"
-                      for t in targets if not standalone(t) and t not in parents]
+            wrong += [f"{name} -> {t} (the on-site package imports nothing of sitestack outside it)"
+                      for t in targets if not standalone(t)]
             continue
         if layer not in LAYERS:
             continue
@@ -210,23 +202,36 @@ def test_the_action_table_is_complete_whichever_module_is_imported_first():
     assert expected and {"recipe-install", "directory", "stack-venv", "modulefiles"} <= set(expected)
 
 
-#: Programs shipped to sites as one self-contained file each, named in docs/design.md: exempt from the size rule.
-SHIPPED = ("sitestack.programs.activate_hook", "sitestack.validation.history", "sitestack.validation.ddp_report")
-
-
-@pytest.mark.parametrize("name", [n for n in sorted(all_modules()) if n not in SHIPPED])
+@pytest.mark.parametrize("name", sorted(all_modules()))
 def test_no_module_over_400_lines(name):
     lines = len(all_modules()[name].read_text().splitlines())
     assert lines <= 400, f"{name} has {lines} lines"
 
 
-def test_the_shipped_programs_are_named_in_the_design():
-    design = (ROOT / "docs" / "design.md").read_text()
-    for name in SHIPPED:
-        assert name.replace(".", "/") + ".py" in design, f"docs/design.md does not name {name}"
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+#: Imports an on-site module may try and do without (a stack's own packages, probed at run time).
+OPTIONAL = {"torch", "numpy", "matplotlib", "horovod", "mpi4py", "oneccl_bindings_for_pytorch"}
 
 
-@pytest.mark.parametrize("name", SHIPPED)
-def test_the_single_file_programs_stay_under_750_lines(name):
-    lines = len(all_modules()[name].read_text().splitlines())
-    assert lines <= 750, f"{name} has {lines} lines"
+def test_the_on_site_package_imports_only_the_standard_library_and_itself():
+    """Everything under sitestack/onsite/ runs with a node's bare Python: each import is of the
+    standard library, of the package itself (relatively), or of a stack package it probes for."""
+    wrong = []
+    for name, path in all_modules().items():
+        if not standalone(name):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            roots = ([a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import)
+                     else [(node.module or "").split(".")[0]] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            wrong += [f"{name}: import {r}" for r in roots if r not in STDLIB | OPTIONAL]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_single_file_programs_import_nothing_of_the_package():
+    """A program shipped as its own text (``python -c``, or a file copied alone) has no package beside it."""
+    from sitestack.onsite import ENTRY_POINTS, SINGLE_FILE
+    wrong = [f"sitestack.onsite.{m} -> {t}" for m in SINGLE_FILE for t in graph()[f"sitestack.onsite.{m}"]]
+    assert not wrong, "single-file programs that import the package:\n" + "\n".join(wrong)
+    modules = {p.stem for p in (PACKAGE / ONSITE).glob("*.py")}
+    assert set(SINGLE_FILE) <= modules and set(ENTRY_POINTS.values()) <= modules

@@ -1,4 +1,4 @@
-"""The NCCL/RCCL log classifier (sitestack/validation/nccl_log.py).
+"""The NCCL/RCCL log classifier (sitestack/onsite/nccl_log.py).
 
 The corpus test runs over real logs users posted in public issue threads (tests/data/nccl-logs/,
 each with its source in index.yml): every host's transport, the providers, the plugin states and
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sitestack.validation import nccl_log as nl
-from sitestack.validation.ddpcheck import netplugin
-from sitestack.validation.jobs import PROGRAM_FILES
+from sitestack.onsite import nccl_log as nl
+from sitestack.onsite.ddpcheck import netplugin
+from tests.onsite_dir import install_programs
 
 DATA = Path(__file__).resolve().parent / "data" / "nccl-logs"
 INDEX = yaml.safe_load((DATA / "index.yml").read_text())
@@ -213,13 +213,9 @@ PLAIN_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 
 @pytest.fixture(scope="module")
 def script(tmp_path_factory) -> Path:
-    """nccl_log.py and the files it imports, copied as the validation job installs them (by
-    jobs.PROGRAM_FILES) into a directory of their own: it must run with nothing of sitestack."""
-    job = tmp_path_factory.mktemp("job")
-    for name, source in PROGRAM_FILES.items():
-        if name.startswith("nccl_") or name == "visible.py":
-            shutil.copy(source, job / name)
-    return job / "nccl_log.py"
+    """nccl_log.py and the on-site package it runs from, installed as the validation job installs
+    them (jobs.PROGRAMS) into a directory of their own: it must run with nothing of sitestack."""
+    return install_programs(tmp_path_factory.mktemp("job"), ("nccl_log.py",)) / "nccl_log.py"
 
 
 def run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.installs.sources import sha256_file
-from sitestack.validation import nccl_log
+from sitestack.onsite import nccl_log
 from tests.twins import comm_oracle
 from tests.twins.rocm import make_rccl_header, make_rocm, upstream_sources
 

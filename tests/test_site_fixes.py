@@ -24,6 +24,7 @@ from sitestack.packages.horovod_hooks import cuda_stub
 from sitestack.validation import jobs
 from tests.conftest import uv_dir
 from tests.contexts import offline_context
+from tests.onsite_dir import install_programs
 from tests.twins import sites
 
 
@@ -182,10 +183,7 @@ def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp
     runtime.make_image(tmp_path / "empty", image)   # the host's / is the container's
     validation = prefix / "validation"
     validation.mkdir(parents=True, exist_ok=True)
-    from sitestack.validation.jobs import PROGRAM_FILES
-    for name, source in PROGRAM_FILES.items():   # the job's guard around the launcher runs the check program
-        (validation / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, validation / name)
+    install_programs(validation)   # the job's guard around the launcher runs the check program
     (validation / "check-config.json").write_text("{}\n")
     # the job loads the stack's module as users do; this job runs without a provisioned stack
     sites.si.module(prefix / "modules", "pytorch/2.13.0-cpu", "", what="the stack's module",

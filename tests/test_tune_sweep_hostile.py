@@ -20,8 +20,8 @@ from pathlib import Path
 from sitestack.model.container_facts import runtime_of
 from sitestack.model.facts import Tuning, TuningVariable
 from sitestack.model.slurmtime import slurm_time
+from sitestack.onsite.ddpcheck import pointenv, sweep
 from sitestack.validation import tune_jobs
-from sitestack.validation.ddpcheck import pointenv, sweep
 from sitestack.validation.jobs import time_limit
 from tests.test_tune_sweep_jobs import local_files, program  # noqa: F401 (a fixture)
 from tests.test_validation_jobs import context

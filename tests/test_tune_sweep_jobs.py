@@ -16,10 +16,10 @@ import pytest
 
 from sitestack.core.step import converge
 from sitestack.model.facts import Tuning, TuningVariable
+from sitestack.onsite.ddpcheck.tuneplan import PlanError, check_plan
 from sitestack.validation import tune_jobs
-from sitestack.validation.ddpcheck.tuneplan import PlanError, check_plan
-from sitestack.validation.jobs import PROGRAM_FILES
 from tests.fakehost import FakeHost
+from tests.onsite_dir import install_programs
 from tests.test_validation_jobs import GOLDEN, UPDATE, context, rendered, step_for
 
 LOCAL_TUNE = ["srun", "mpiexec", "torchrun"]
@@ -115,10 +115,7 @@ def test_the_install_step_plans_writes_and_then_compares_the_plan():
 @pytest.fixture
 def program(tmp_path: Path) -> Path:
     """The check program as the job installs it (its own directory, no sitestack on the path)."""
-    for name, source in PROGRAM_FILES.items():
-        (tmp_path / "job" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "job" / name).write_bytes(source.read_bytes())
-    return tmp_path / "job" / "ddp_check.py"
+    return install_programs(tmp_path / "job") / "ddp_check.py"
 
 
 def driver(program: Path, plan: Path, out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -175,5 +172,5 @@ def test_a_job_id_that_is_not_a_number_is_refused(program: Path, tmp_path: Path)
 def test_the_plans_rule_for_variable_names_is_the_playbooks():
     """The shipped driver imports nothing of sitestack: its copy of the rule must be the model's."""
     from sitestack.model.tuning_facts import TUNING_NAME
-    from sitestack.validation.ddpcheck.tuneplan import TUNING_NAME as PLAN_NAME
+    from sitestack.onsite.ddpcheck.tuneplan import TUNING_NAME as PLAN_NAME
     assert PLAN_NAME.pattern == TUNING_NAME

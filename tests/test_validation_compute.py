@@ -15,8 +15,8 @@ import yaml
 
 from sitestack.core.errors import InputError
 from sitestack.engine import playbook as pb
-from sitestack.validation import ddp_report
-from sitestack.validation.ddpcheck import compute, env_check, threads
+from sitestack.onsite import ddp_report
+from sitestack.onsite.ddpcheck import compute, env_check, threads
 
 HEALTHY = 145.0  # GFLOPS of one rank here, idle
 

@@ -22,8 +22,8 @@ from sitestack.installs.venv_manifest import (
     explain,
     manifest_for,
 )
-from sitestack.validation import ddp_report
-from sitestack.validation.ddpcheck import libraries, mapped
+from sitestack.onsite import ddp_report
+from sitestack.onsite.ddpcheck import libraries, mapped
 
 MAPS = """\
 55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 131 /usr/bin/python3.11
@@ -146,7 +146,7 @@ def test_the_manifest_names_each_python_library_package_where_the_stack_holds_it
 
 
 GCC = shutil.which("gcc")
-SCAN_PROGRAM = Path(__file__).resolve().parents[1] / "sitestack" / "programs" / "venv_scan.py"
+SCAN_PROGRAM = Path(__file__).resolve().parents[1] / "sitestack" / "onsite" / "venv_scan.py"
 
 
 def test_the_manifest_of_a_stack_that_builds_the_plugin_names_its_lib():

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from sitestack.validation import ddp_report
-from sitestack.validation.ddpcheck import bandwidth, mpichecks
-from sitestack.validation.jobs import PROGRAM_FILES
-from sitestack.validation.report_plot import human_bytes
+from sitestack.onsite import ddp_report
+from sitestack.onsite.ddpcheck import bandwidth, mpichecks
+from sitestack.onsite.report_plot import human_bytes
 from sitestack.validation.results_dir import OUT_REFUSED, RESULT_SPACE_MIB, results_check
+from tests.onsite_dir import install_programs
 from tests.test_faults import finish, job_env, leftovers
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -59,12 +59,8 @@ def report_python(validation_python) -> str:
 
 @pytest.fixture
 def job_dir(tmp_path) -> Path:
-    """The report as installed on a site: ddp_report.py with its report_plot.py."""
-    directory = tmp_path / "validation"
-    directory.mkdir()
-    for name in ("ddp_report.py", "report_plot.py"):
-        shutil.copyfile(PROGRAM_FILES[name], directory / name)
-    return directory
+    """The report as installed on a site: ddp_report.py, run from the on-site package beside it."""
+    return install_programs(tmp_path / "validation", ("ddp_report.py",))
 
 
 @pytest.fixture

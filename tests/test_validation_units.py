@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sitestack.engine import playbook as pb
-from sitestack.validation import ddp_report, masks, nccl_log, report_plot
-from sitestack.validation.ddpcheck import (
+from sitestack.onsite import ddp_report, nccl_log, report_plot
+from sitestack.onsite.ddpcheck import (
     affinity,
     bandwidth,
     devices,
@@ -25,6 +25,7 @@ from sitestack.validation.ddpcheck import (
     ranks,
     verdicts,
 )
+from sitestack.validation import masks
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port
 
 LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"

@@ -1,4 +1,4 @@
-"""Filling a venv from a template (sitestack/programs/venv_clone.py), with real venvs: scripts and
+"""Filling a venv from a template (sitestack/onsite/venv_clone.py), with real venvs: scripts and
 their RECORD lines name the new venv, a moved wheel's direct_url.json names the new wheel, other
 files are hard links, and the template is never written to."""
 

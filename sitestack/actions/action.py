@@ -23,7 +23,7 @@ from sitestack.core.step import Step
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand_all
 from sitestack.model.site import plain_data as _plain
-from sitestack.programs import visible
+from sitestack.onsite import visible
 
 
 class Action(Step):
@@ -83,7 +83,7 @@ class Action(Step):
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters but tab and newline as ``\\xNN`` (:func:`sitestack.programs.visible.printable`):
+    """``text`` with control characters but tab and newline as ``\\xNN`` (:func:`sitestack.onsite.visible.printable`):
     a file on a host may hold terminal escape sequences (a hand edit, a hostile user), and ``--diff``
     prints it to the admin's terminal."""
     return visible.printable(text)

@@ -19,6 +19,7 @@ from pathlib import Path
 from sitestack.actions.action import Action, log_name
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
+from sitestack.core.shipped import single_file
 from sitestack.core.swap import relink_argv
 from sitestack.installs.site_stack import site_stack
 from sitestack.installs.staging import (
@@ -32,8 +33,6 @@ from sitestack.installs.staging import (
     stamp_text,
 )
 from sitestack.installs.venv_stack import Base
-
-UNPACK_SOURCE = Path(__file__).resolve().parent.parent / "programs" / "venv_unpack.py"
 
 
 def site_archive(action: Action) -> StageArchive | None:
@@ -142,7 +141,7 @@ class MakeStageArchive(Action):
     def _venv_pack(self, host: Host, pack: StageArchive, real: str, tmp: str, log: Path | None) -> None:
         """A tar of the venv with sitestack's fix-up and the prefixes it replaces."""
         extra = f"{tmp}.d"
-        host.put_file(UNPACK_SOURCE, f"{extra}/{UNPACK_PROGRAM}", 0o755)
+        host.write_text(f"{extra}/{UNPACK_PROGRAM}", single_file("venv_unpack"), 0o755)
         host.write_text(f"{extra}/{PACK_RECORD}", pack.record(real), 0o644)
         host.run(pack.tar_argv(real, extra, tmp), log=log)
         host.run(["rm", "-rf", "--", extra])

@@ -1,6 +1,6 @@
 """The ``venv-hook`` action: the extend-venv-activate command in the stack's ``bin/``.
 
-The command is ``sitestack/programs/activate_hook.py`` with this site's settings filled in
+The command is ``sitestack/onsite/activate_hook.py`` with this site's settings filled in
 (:func:`hook_config`): run by a user, it extends their own venv so that activating it loads the
 stack's module, and deactivating restores the environment as it was.
 """
@@ -18,7 +18,7 @@ from sitestack.installs.venv_stack import Stack, generation_var, module_root, re
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec
 from sitestack.model.siteenv import INIT_CANDIDATES
-from sitestack.programs import activate_hook
+from sitestack.onsite import activate_hook
 
 
 def hook_config(ctx: RunContext, stack: Stack) -> dict[str, Any]:

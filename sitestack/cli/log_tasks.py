@@ -8,7 +8,7 @@ from invoke.tasks import task
 
 from sitestack.cli.common import DATA_JSON_HELP, DEBUG_HELP, PLAYBOOK_HELP, SITE_HELP
 from sitestack.engine.task_glue import SitestackTask, errors_to_exit, playbook_path, split_list
-from sitestack.validation.nccl_lines import LINE_MAX, MESSAGES_MAX
+from sitestack.onsite.nccl_lines import LINE_MAX, MESSAGES_MAX
 
 
 @task(klass=SitestackTask, auto_shortflags=False, positional=["files"], help={
@@ -25,7 +25,7 @@ def nccl_log(c: Context, files: str | None = None, site: str | None = None, play
     from sitestack.engine import log_verdict  # lazy: the classifier is read only when this task runs
     from sitestack.engine import playbook as pb
     from sitestack.engine import results as results_mod
-    from sitestack.validation import nccl_log as reader
+    from sitestack.onsite import nccl_log as reader
 
     with errors_to_exit(debug):
         if nodes not in (None, "multi", "single"):

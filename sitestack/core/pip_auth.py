@@ -10,7 +10,7 @@ taken out of the options and requirement lines sitestack gives pip; what the com
 - ``--extra-index-url URL`` (and ``--find-links URL``): ``PIP_EXTRA_INDEX_URL`` (``PIP_FIND_LINKS``),
   space-separated. The variable *replaces* pip's configured extra indexes where the command-line
   option adds to them, so the configured ones (read on the host by
-  :mod:`sitestack.programs.pip_settings`) are put in the variable first: pip looks in the same indexes.
+  :mod:`sitestack.onsite.pip_settings`) are put in the variable first: pip looks in the same indexes.
 - a requirement line naming a URL with a userinfo (``pkg @ https://token@host/pkg.whl``): written with
   ``${SITESTACK_INDEX_CREDENTIALS_N}`` in the userinfo's place, and that variable in the environment;
   pip expands ``${NAME}`` in a requirements file
@@ -29,12 +29,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.hostbase import Host
 from sitestack.core.redact import has_secret, redact, split_credentials
+from sitestack.core.shipped import single_file
 
 #: The variable a requirement line's credentials are given in (``{n}``: 1, 2, ...).
 CREDENTIALS_VAR = "SITESTACK_INDEX_CREDENTIALS_{n}"
@@ -56,8 +56,8 @@ class Configured:
 
 def configured_for(host: Host, python: Sequence[str]) -> Configured:
     """What pip run by ``python`` (argv: the interpreter, with its container) is configured with on
-    ``host`` (:mod:`sitestack.programs.pip_settings`, run by that interpreter)."""
-    text = resources.files("sitestack.programs").joinpath("pip_settings.py").read_text(encoding="utf-8")
+    ``host`` (:mod:`sitestack.onsite.pip_settings`, run by that interpreter)."""
+    text = single_file("pip_settings")
     out = host.probe([*python, "-c", text])
     try:
         data: Any = json.loads(out.stdout.strip().splitlines()[-1] if out.ok else "null")

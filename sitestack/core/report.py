@@ -15,7 +15,7 @@ from typing import TextIO
 from sitestack.core.private import open_private
 from sitestack.core.redact import redact
 from sitestack.core.step import Result
-from sitestack.programs.visible import printable
+from sitestack.onsite.visible import printable
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Reporter:
         self._logs: dict[str, Path] = {}
 
     def _print(self, text: str, host: str | None = None) -> None:
-        """``text`` to the console, shown with :func:`~sitestack.programs.visible.printable` (a step's
+        """``text`` to the console, shown with :func:`~sitestack.onsite.visible.printable` (a step's
         message may quote a command's output or a job's log: escape sequences in it are shown, not
         acted on), and as it is (redacted) to ``host``'s log."""
         text = redact(text)  # the console, as the logs, never shows a secret

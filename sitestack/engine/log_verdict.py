@@ -1,6 +1,6 @@
 """The verdict of ``invoke nccl-log``: read NCCL/RCCL logs a user already has, against a site's expectation.
 
-The reading is :mod:`sitestack.validation.nccl_log` (the same code the validation job ships beside
+The reading is :mod:`sitestack.onsite.nccl_log` (the same code the validation job ships beside
 ``ddp_check.py``); the expectation comes from the site's facts through
 :func:`sitestack.validation.jobs.nccl_expectation`, as in the job's ``check-config.json``.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from sitestack.core.errors import InputError
 from sitestack.model.site import Site
-from sitestack.programs.visible import printable
-from sitestack.validation import nccl_log
+from sitestack.onsite import nccl_log
+from sitestack.onsite.visible import printable
 from sitestack.validation.jobs import nccl_expectation
 
 
@@ -52,7 +52,7 @@ def log_files(patterns: Sequence[str]) -> list[Path]:
 
 def read_logs(patterns: Sequence[str], site: Site | None, multi_node: bool | None = None) -> nccl_log.Verdict:
     """The verdict on the logs ``patterns`` name, read together (one run's per-rank files), line by
-    line within :func:`sitestack.validation.nccl_lines.read_files`'s bounds (each line up to
+    line within :func:`sitestack.onsite.nccl_lines.read_files`'s bounds (each line up to
     ``LINE_MAX`` bytes, at most ``MESSAGES_MAX`` messages kept: memory bounded whatever the files' size)."""
     expect = expectation(site, multi_node)
     try:

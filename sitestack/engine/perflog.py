@@ -54,7 +54,7 @@ from typing import Any
 
 from sitestack.core import user_file
 from sitestack.core.errors import InputError
-from sitestack.validation.history import TIME_MAX
+from sitestack.onsite.history import TIME_MAX
 
 #: The test ReFrame would log as (its class name: the perflog's file name is ``<name>.log``).
 CHECK_NAME = "sitestack_validation"

@@ -1,6 +1,6 @@
 """Regression alarms: a new run compared with the site's recent healthy runs of the same stack and layout.
 
-Pure functions of history records (:mod:`sitestack.validation.history`). The healthy runs are the last
+Pure functions of history records (:mod:`sitestack.onsite.history`). The healthy runs are the last
 ``window`` validation runs that passed, with the same stack digest and the same layout (nodes, world
 size, launcher, backend, device), started before the new run, less those that were themselves a
 regression (a recorded WARN or FAIL). For each metric -- busbw at the
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sitestack.model.validation_facts import Regression
-from sitestack.validation.history import normalise, toolchain_changes
+from sitestack.onsite.history import normalise, toolchain_changes
 
 #: The metrics compared: key in the record's ``metrics``, name, unit, whether higher is better.
 METRICS = (("busbw_gbs", "busbw", "GB/s", True), ("compute_min_gflops", "compute (slowest rank)", "GFLOPS", True),
@@ -66,7 +66,7 @@ def healthy_runs(new: Mapping[str, Any], history: Sequence[Mapping[str, Any]], w
     """The last ``window`` passed validation runs of ``new``'s stack and layout that started before it (oldest
     first), less those that were themselves a regression (their recorded ``regression.status`` warn or
     fail): a lasting drop must not become the baseline it is judged against once it fills half the window.
-    ``history`` is read as :func:`sitestack.validation.history.normalise` makes it (a record it refuses is
+    ``history`` is read as :func:`sitestack.onsite.history.normalise` makes it (a record it refuses is
     left out)."""
     started = _start(new)
     records: list[Mapping[str, Any]] = [r for r in (normalise(h) for h in history) if r is not None]

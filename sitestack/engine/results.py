@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sitestack.core import user_file
 from sitestack.core.redact import redact, redact_data
 from sitestack.core.report import HostRun
-from sitestack.programs.visible import printable
+from sitestack.onsite.visible import printable
 
 if TYPE_CHECKING:  # the validation outcome's module imports the report renderers: not for a provision
     from sitestack.engine.validate import Outcome

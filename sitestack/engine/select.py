@@ -20,7 +20,7 @@ from sitestack.core.errors import InputError
 from sitestack.core.step import Step, selected
 from sitestack.model.context import RunOptions
 from sitestack.model.site import HostSpec, Site
-from sitestack.programs import visible
+from sitestack.onsite import visible
 
 
 def select_hosts(site: Site, options: RunOptions) -> list[HostSpec]:

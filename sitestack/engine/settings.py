@@ -29,7 +29,7 @@ from invoke.exceptions import Exit
 from sitestack.core import envvars
 from sitestack.core.errors import InputError
 from sitestack.core.redact import redact
-from sitestack.programs.visible import printable
+from sitestack.onsite.visible import printable
 
 #: The settings and what each accepts (docs/cli.md). Null, or a key left out, is not set.
 SETTING_KINDS = {"account": "an account name", "prefix": "an install prefix (an absolute path)",

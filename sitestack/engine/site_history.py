@@ -1,7 +1,7 @@
 """The site's history on a host, read and appended through the Host API: ``invoke validate`` records its
 run with its regression report, ``invoke tune`` its tuning, ``invoke history`` lists the runs.
 
-The history's format and its writer are the shipped :mod:`sitestack.validation.history` (installed beside
+The history's format and its writer are the shipped :mod:`sitestack.onsite.history` (installed beside
 ``ddp_check.py``); here a record is written by running that program on the host (``python3 -E -s -S
 history.py append``), so a run on this machine and one over SSH write it the same way, under its lock.
 """
@@ -18,8 +18,8 @@ from sitestack.core.host import Host
 from sitestack.core.report import Reporter
 from sitestack.engine import batchjob, regression
 from sitestack.model.validation_facts import Regression
-from sitestack.validation import history as shipped
-from sitestack.validation.report_plot import human_bytes
+from sitestack.onsite import history as shipped
+from sitestack.onsite.report_plot import human_bytes
 
 #: The Python that runs the shipped history.py on the host: the host's own, without site hooks.
 PYTHON = ("python3", "-E", "-s", "-S")
@@ -46,7 +46,7 @@ def history_dir_of(host: Host, validation_dir: str, prefix: str) -> str:
 
 
 def read_on(host: Host, history_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """(every run of the history on ``host``, oldest first, by :func:`sitestack.validation.history.read`'s
+    """(every run of the history on ``host``, oldest first, by :func:`sitestack.onsite.history.read`'s
     rules; warnings, one line each). Each file is read bounded (the index's last ``INDEX_MAX`` bytes, a
     run's first ``RECORD_MAX`` + 1), only where it is a regular file that is no symbolic link: a FIFO
     or device is a warning, never a wait; every record is normalised (the shipped ``normalise``), and

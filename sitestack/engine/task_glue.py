@@ -24,7 +24,7 @@ from sitestack.core import envvars
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.redact import redact
 from sitestack.engine.settings import SETTING_ENV, SETTINGS
-from sitestack.programs import visible
+from sitestack.onsite import visible
 
 if TYPE_CHECKING:
     from sitestack.core.report import HostRun, Reporter

@@ -29,7 +29,7 @@ from typing import Any
 
 from sitestack.core.errors import InputError
 from sitestack.installs.tuned import TUNING_SCHEMA
-from sitestack.validation.report_plot import human_bytes
+from sitestack.onsite.report_plot import human_bytes
 
 SWEEP_SCHEMA = "sitestack-sweep/1"
 STATUSES = ("ok", "hung", "crashed", "failed", "skipped")

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sitestack.validation.report_plot import (
+from sitestack.onsite.report_plot import (
     LEFT,
     PANEL,
     RIGHT,

@@ -41,13 +41,13 @@ from sitestack.engine.tune_report import decision_lines, markdown, render_plot, 
 from sitestack.engine.validate import RESULT_WAIT, ValidateOptions, choose, install_dir, open_host, results_root
 from sitestack.installs.tuned import read_tuned, tuned_from, tuning_path
 from sitestack.model.site import Facts, Site
-from sitestack.validation.ddpcheck.tuneplan import MAX_PLAN_BYTES, check_plan
+from sitestack.onsite.ddpcheck.tuneplan import MAX_PLAN_BYTES, check_plan
 from sitestack.validation.jobs import validation_of
 from sitestack.validation.tune_jobs import PLAN, TUNE_LAUNCHERS, tune_plan, tune_script_name
 
 #: The most a sweep.json may hold (a few KiB per point): a larger one is not read.
 SWEEP_MAX = 16 << 20
-#: The sweep job's last line (sitestack/validation/ddpcheck/sweep.py): sweep.json is complete.
+#: The sweep job's last line (sitestack/onsite/ddpcheck/sweep.py): sweep.json is complete.
 LAST_WORDS = re.compile(r"^sitestack tune: sweep written, exit code \d+", re.M)
 PLOTS = ("busbw.png", "busbw.svg")
 

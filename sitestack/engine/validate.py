@@ -42,7 +42,7 @@ from sitestack.engine.batchjob import slurm_exit_code as slurm_exit_code
 from sitestack.engine.playbook import connect, select_hosts
 from sitestack.model.context import RunOptions, check_host_option
 from sitestack.model.site import Facts, Site, expand
-from sitestack.validation.ddp_report import verdict_table
+from sitestack.onsite.ddp_report import verdict_table
 from sitestack.validation.jobs import script_name, validation_of
 
 LOCAL_LAUNCHERS = ("torchrun", "mpiexec", "horovodrun")

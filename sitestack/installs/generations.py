@@ -9,7 +9,7 @@ same reason). A retired generation is collected (removed) by a later run or ``in
 
 - no process on the host uses it (its files mapped or open, its directories a cwd, its path in a
   command line or environment: :data:`IN_USE_SCRIPT`; a process started from a stack holds its
-  generation open, :mod:`sitestack.programs.generation_pin`), and
+  generation open, :mod:`sitestack.onsite.generation_pin`), and
 - the longest job the scheduler allows has passed since the switch (:func:`grace_seconds`:
   ``facts.scheduler.max_job_time``, else the largest partition MaxTime of ``scontrol show
   partition``), so a job on a compute node, which this host cannot see, has ended.

@@ -26,16 +26,14 @@ image's conda activation sets is there; the stack's venv stays first on PATH.
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 from sitestack.core.quoting import sh_default, sh_expanding
+from sitestack.core.shipped import shipped
 from sitestack.model.facts import Facts
 from sitestack.model.miopen import miopen_cache
 from sitestack.validation import runtime_checks
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN
 from sitestack.validation.runtime_checks import MAX_COUNT, MAX_ID
-
-PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 
 
 def activate(facts: Facts) -> str:
@@ -121,8 +119,7 @@ exec python "$@"
 
 
 def scripts(site: str, facts: Facts) -> dict[str, tuple[str, int]]:
-    """name -> (text, mode) of the three run scripts and the host-list parser get-master imports."""
+    """name -> (text, mode) of the run scripts, get-master and the on-site package it runs from
+    (:func:`sitestack.core.shipped.shipped`: ``onsite/`` holds the host-list parser)."""
     return {"conda-python-simple": (simple(site, facts), 0o755),
-            "conda-python-distributed": (distributed(site, facts), 0o755),
-            "get-master": ((PROGRAMS / "get_master.py").read_text(), 0o755),
-            "hostlist.py": ((PROGRAMS / "hostlist.py").read_text(), 0o644)}
+            "conda-python-distributed": (distributed(site, facts), 0o755), **shipped(("get-master",))}

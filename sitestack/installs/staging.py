@@ -16,7 +16,7 @@ https://peps.python.org/pep-0405/); a stack built with ``python.source: conda`` 
 - conda envs: ``conda-pack`` (0.9.2, from PyPI into a small tools venv beside the stack, so the
   stack itself is not changed), which puts ``bin/conda-unpack`` into the tarball.
 - venvs: a plain ``tar`` of the environment plus ``.sitestack-unpack.py``
-  (:mod:`sitestack.programs.venv_unpack`) and ``.sitestack-pack.json`` naming the prefixes to
+  (:mod:`sitestack.onsite.venv_unpack`) and ``.sitestack-pack.json`` naming the prefixes to
   rewrite. Not venv-pack: its last release (0.2.0) is from 2018, it would be one more package in
   every stack, and what a venv needs after a move is small: its interpreter finds its prefix from
   ``pyvenv.cfg`` beside ``bin/python`` wherever it lies, so only script shebangs, the activate

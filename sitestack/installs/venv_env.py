@@ -1,5 +1,5 @@
 """Running things in a stack environment on the host: the index probe, pip, and the scan of what
-is installed. The two programs run on the host are real files in ``sitestack/programs/``
+is installed. The two programs run on the host are real files in ``sitestack/onsite/``
 (standard library only), passed to the interpreter with ``-c``, so nothing is copied first.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
 from sitestack.core.pip_auth import Configured, pip_auth, uv_auth
 from sitestack.core.redact import redact
+from sitestack.core.shipped import single_file
 from sitestack.installs.progress import Progress
 from sitestack.installs.venv_manifest import BUNDLED_FILES
 from sitestack.installs.venv_stack import Base, Stack, shared_with_group
@@ -26,8 +26,8 @@ PIP_PYTHON_OPTION = (22, 3)
 
 
 def program(name: str) -> str:
-    """The text of ``sitestack/programs/<name>.py``, as ``python -c`` runs it on the host."""
-    return resources.files("sitestack.programs").joinpath(f"{name}.py").read_text(encoding="utf-8")
+    """The text of ``sitestack/onsite/<name>.py``, as ``python -c`` runs it on the host."""
+    return single_file(name)
 
 
 #: Run by the environment's interpreter: every distribution in its own site-packages, as JSON.

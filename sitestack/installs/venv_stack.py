@@ -27,7 +27,7 @@ LABELLED = ("torch", "torchvision", "torchaudio")
 #: The manifest's name inside each generation; ``<path>.manifest.json`` links to the current one's.
 MANIFEST = ".sitestack-manifest.json"
 #: The module (and its .pth) in each generation's site-packages that keeps a process on the generation
-#: it started from (:mod:`sitestack.programs.generation_pin`).
+#: it started from (:mod:`sitestack.onsite.generation_pin`).
 PIN = "_sitestack_generation"
 
 #: A stack name: a module name with at least one ``/`` (placeholders allowed before they are filled).

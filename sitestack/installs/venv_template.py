@@ -6,7 +6,7 @@ for the same plan. After pip builds a generation, :meth:`VenvTemplates.store` co
 host's build cache, ``<cache>/venvs/<family>-<key>/tree`` (key: the plan's digest, which holds the
 pins, the index, the base interpreter and each built wheel's sha256, plus the venv options), with
 ``template.json`` (where it was built, pip's report). :meth:`VenvTemplates.clone` fills the next
-fresh generation from it with :mod:`sitestack.programs.venv_clone`: files hard-linked (copied across
+fresh generation from it with :mod:`sitestack.onsite.venv_clone`: files hard-linked (copied across
 file systems), scripts' ``#!`` lines and their RECORD lines rewritten for the new path, nothing of
 the template written. The generation is then scanned and its manifest written as after pip, so
 the result is checked the same way (the same dist-info set as the template's manifest).

@@ -5,7 +5,7 @@ uv installs the same wheels as pip, several times faster (a torch stack, the who
 benchmarks/provision_warm.py), but it is not a drop-in:
 
 - it reads neither pip's configuration files nor ``PIP_*`` variables: a site's mirror or wheel
-  directory set for pip is read on the host by :mod:`sitestack.programs.pip_settings` and given
+  directory set for pip is read on the host by :mod:`sitestack.onsite.pip_settings` and given
   to uv on its command line (:func:`uv_index_args`);
 - it takes a package from the first index that has it, where pip compares every index's
   versions: ``--index-strategy unsafe-best-match`` is pip's behaviour

@@ -244,7 +244,7 @@ def _where(layers: Sequence[tuple[MarkedDict, str]], shown: str, section: str, n
 
 def job_settings(facts: Facts) -> dict[str, Any]:
     """What the validation job judges its own environment by (check-config.json's ``settings``,
-    sitestack/validation/ddpcheck/comm_env.py): the names each family's readers know for the stack's
+    sitestack/onsite/ddpcheck/comm_env.py): the names each family's readers know for the stack's
     library and the known issues of its version the playbook did not allow."""
     library = library_of(facts)
     name, spec = (library.name, library.spec) if library else (None, None)

@@ -20,6 +20,7 @@ from sitestack.core.cores import CORES_SH
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Completed, Host
 from sitestack.core.pip_auth import configured_for, pip_auth
+from sitestack.core.shipped import single_file
 from sitestack.model.context import RunContext
 from sitestack.model.recipe import Recipe
 from sitestack.model.site import Facts
@@ -41,13 +42,12 @@ from sitestack.packages.horovod import (
 from sitestack.packages.shared import resolve_refs, site_environment
 
 #: Run by the build interpreter (its text is passed with ``python -c``).
-TORCH_PROBE = Path(__file__).resolve().parent.parent / "programs" / "torch_probe.py"
 
 
 def try_probe_torch(host: Host, facts: Facts, python: str) -> tuple[TorchInfo | None, str]:
     """What ``python`` (run with the site's modules loaded) has: torch, its CUDA/HIP, its C++ standard;
     or (None, why not)."""
-    out = probe_in_site_env(host, facts, [python, "-c", TORCH_PROBE.read_text()], vouchers=_torch_vouchers)
+    out = probe_in_site_env(host, facts, [python, "-c", single_file("torch_probe")], vouchers=_torch_vouchers)
     if out.rc != 0:
         return None, (f"cannot run {python} on {host.name} (with the site modules loaded): "
                       f"{(out.stderr or out.stdout).strip()[-400:]}")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_default, sh_expanding
+from sitestack.core.shipped import shipped
 from sitestack.model import comm_libraries, comm_settings
 from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
@@ -32,25 +33,10 @@ if TYPE_CHECKING:
     import jinja2
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-_HERE = Path(__file__).resolve().parent
-#: Every file of the check program the job ships, by its path in the job directory: the entry point,
-#: its package, the report and its plot, the NCCL log reader, the one host-list parser and the one sanitiser
-#: of text printed on a terminal (standard library only; the package imports them from the job directory,
-#: :mod:`sitestack.validation.ddpcheck.siblings`; the NCCL log reader imports the sanitiser).
-PROGRAM_FILES: dict[str, Path] = {
-    "ddp_check.py": _HERE / "ddp_check.py",
-    "ddp_report.py": _HERE / "ddp_report.py",
-    "report_plot.py": _HERE / "report_plot.py",
-    "nccl_log.py": _HERE / "nccl_log.py",
-    "nccl_lines.py": _HERE / "nccl_lines.py",
-    "nccl_parse.py": _HERE / "nccl_parse.py",
-    "nccl_nodes.py": _HERE / "nccl_nodes.py",
-    "history.py": _HERE / "history.py",  # the site's history of runs (docs/history.md)
-    "import_probe.py": _HERE / "import_probe.py",  # the start-up probe (startup.json)
-    "hostlist.py": _HERE.parent / "programs" / "hostlist.py",
-    "visible.py": _HERE.parent / "programs" / "visible.py",
-    **{f"ddpcheck/{p.name}": p for p in sorted((_HERE / "ddpcheck").glob("*.py"))},
-}
+#: The programs of the job directory: the check program and its package, its report, the NCCL log
+#: reader, the site's history, the start-up probe and the host-list parser (:mod:`sitestack.onsite`,
+#: shipped whole by :func:`sitestack.core.shipped.shipped`).
+PROGRAMS = ("ddp_check.py", "ddp_report.py", "nccl_log.py", "history.py", "import_probe.py", "hostlist.py")
 LAUNCHERS = ("srun", "mpiexec", "torchrun", "horovodrun")
 
 #: MASTER_PORT = PORT_BASE + job id % PORT_SPAN: below Linux's ephemeral range (32768-60999), so
@@ -384,8 +370,7 @@ def job_files(inputs: JobInputs) -> dict[str, tuple[str, int]]:
     """Every text file of the installed job: relative path -> (content, mode)."""
     v = validation_of(inputs.facts)
     files: dict[str, tuple[str, int]] = {}
-    for name, source in PROGRAM_FILES.items():
-        files[name] = (source.read_text(encoding="utf-8"), 0o755 if name == "ddp_check.py" else 0o644)
+    files.update(shipped(PROGRAMS))
     files["check-config.json"] = (json.dumps(check_config(inputs), indent=2, sort_keys=True) + "\n", 0o644)
     for launcher in v.launchers:
         files[f"jobs/{script_name(launcher)}"] = (render_job(inputs, launcher), 0o755)

@@ -12,7 +12,7 @@ Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.
   environment has no value or an empty one), and the user's choice (facts.env_defaults) passed into the
   site's container (``APPTAINERENV_NAME``, which wins over the image's ``%environment``).
 - ``sitestack-launch CMD...``: runs CMD with it sourced, once per task under srun or mpiexec.
-- ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/programs/hostlist.py``), which
+- ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/onsite/hostlist.py``), which
   the helper runs with ``python3`` where ``scontrol show hostnames`` is not available (containers).
 - ``sitestack-stage-env`` (sites with ``node.stage_env``): the packed stack env broadcast with
   sbcast to node-local storage, unpacked, fixed up, checked and put first on PATH.
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sitestack.core import templates
 from sitestack.core.quoting import SHELL_NAME, sh_default, sh_expanding
+from sitestack.core.shipped import single_file
 from sitestack.installs.staging import CONDA_UNPACK, UNPACK_PROGRAM
 from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
@@ -44,7 +44,6 @@ LAUNCH = "sitestack-launch"
 STAGE = "sitestack-stage-env"
 HOSTLIST = "sitestack-hostlist"
 #: The host-list parser every shipped program uses (standard library only), installed as HOSTLIST.
-HOSTLIST_SOURCE = Path(__file__).resolve().parent.parent / "programs" / "hostlist.py"
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ def render_stage(inputs: LaunchInputs) -> str:
 def helper_files(inputs: LaunchInputs) -> dict[str, tuple[str, int]]:
     """Every file of the install-launch-env step: name in ``bin`` -> (content, mode)."""
     files = {HELPER: (render_helper(inputs), 0o644), LAUNCH: (render_launch(inputs), 0o755),
-             HOSTLIST: (HOSTLIST_SOURCE.read_text(encoding="utf-8"), 0o755)}
+             HOSTLIST: (single_file("hostlist"), 0o755)}
     if inputs.stage:
         files[STAGE] = (render_stage(inputs), 0o644)
     return files

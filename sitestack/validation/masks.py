@@ -6,7 +6,7 @@ site's reserved cores, plus their SMT siblings (``core + node_cores * t``) when
 ``threads_per_core`` > 1. On LUMI-G (GCD->CCD ``[6,7,2,3,0,1,4,5]``, 8 cores per CCD, core 0 of
 each CCD reserved) this gives ``0xfe << 8*CCD(g)``, the masks of LUMI's own job scripts and
 ReFrame checks. Masks are printed zero-padded to the width of the node's CPU set, in local
-rank order, for ``srun --cpu-bind=mask_cpu:``. The check program (:mod:`sitestack.validation.ddp_check`)
+rank order, for ``srun --cpu-bind=mask_cpu:``. The check program (:mod:`sitestack.onsite.ddp_check`)
 parses them back on the site (``parse_masks``) and prints CPU sets (``cpu_list``).
 """
 

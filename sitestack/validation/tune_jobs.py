@@ -6,7 +6,7 @@ point ``p00`` with every tuning variable unset, then one point per (variable, ca
 again (it brackets the sweep, so a drift shows in the default's own samples). The batch
 script is the validation job's (:mod:`sitestack.validation.jobs`: modules, launch helper, geometry, checks
 of run-time values, MASTER_ADDR, time limit) with the guard replaced by the sweep driver
-(``ddp_check.py --sweep``, :mod:`sitestack.validation.ddpcheck.sweep`), which runs the same launcher line
+(``ddp_check.py --sweep``, :mod:`sitestack.onsite.ddpcheck.sweep`), which runs the same launcher line
 once per point. Pure functions of the facts, like the validation job's files; nothing at all for a
 site without ``facts.tuning``.
 """

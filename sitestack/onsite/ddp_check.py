@@ -4,7 +4,7 @@
 The entry point of the validation job's check program: ``ddp_check.py [OPTIONS]`` runs one rank
 (one process per rank, under any launcher), ``ddp_check.py --guard ... -- LAUNCHER ...`` the
 guard around the launcher. The program itself is the package ``ddpcheck/`` installed beside this
-file (:mod:`sitestack.validation.ddpcheck`, which documents the checks), with ``ddp_report.py``
+file (:mod:`sitestack.onsite.ddpcheck`, which documents the checks), with ``ddp_report.py``
 (and its ``report_plot.py``), ``nccl_log.py``, ``nccl_lines.py``, ``nccl_parse.py``, ``nccl_nodes.py``, ``hostlist.py``
 and ``visible.py``; Python puts
 this file's directory first on ``sys.path``, so it runs with the site's Python and nothing of sitestack.
@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import sys
 
-try:  # imported as part of sitestack
-    from .ddpcheck.main import program
-except ImportError:  # run as the installed job's program, beside ddpcheck/
-    from ddpcheck.main import program  # type: ignore[no-redef, import-not-found, unused-ignore]
+from .ddpcheck.main import program
 
 if __name__ == "__main__":
     program(sys.argv[1:])

@@ -8,8 +8,8 @@ import json
 import os
 from typing import Any
 
+from .. import ddp_report
 from .mpi import mpi_pingpong
-from .siblings import ddp_report
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 

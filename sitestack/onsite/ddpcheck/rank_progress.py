@@ -9,9 +9,9 @@ import os
 import time
 from typing import Any
 
+from .. import ddp_report
 from . import envvalues
 from .ranks import RankInfo
-from .siblings import ddp_report
 from .verdicts import CHECKS
 
 # --------------------------------------------------------------------------------------------

@@ -53,18 +53,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-try:  # imported as part of sitestack
-    from ..programs.visible import printable
-    from .nccl_nodes import Nodes, attribute, from_peers, span
-    from .nccl_nodes import nodes as _nodes
-    from .nccl_parse import LINE_MAX, MESSAGES_MAX, NO_HOST, HostReport, Line, network_kind, parse, read_files
-    from .nccl_parse import classify as _classify
-except ImportError:  # run on its own, beside nccl_lines.py, nccl_parse.py and nccl_nodes.py (the validation job's directory)
-    from nccl_nodes import Nodes, attribute, from_peers, span  # type: ignore[no-redef, import-not-found, unused-ignore]
-    from nccl_nodes import nodes as _nodes  # type: ignore[no-redef, import-not-found, unused-ignore]
-    from nccl_parse import LINE_MAX, MESSAGES_MAX, NO_HOST, HostReport, Line, network_kind, parse, read_files  # type: ignore[no-redef, import-not-found, unused-ignore]
-    from nccl_parse import classify as _classify  # type: ignore[no-redef, import-not-found, unused-ignore]
-    from visible import printable  # type: ignore[no-redef, import-not-found, unused-ignore]
+from .nccl_nodes import Nodes, attribute, from_peers, span
+from .nccl_nodes import nodes as _nodes
+from .nccl_parse import LINE_MAX, MESSAGES_MAX, NO_HOST, HostReport, Line, network_kind, parse, read_files
+from .nccl_parse import classify as _classify
+from .visible import printable
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .siblings import ddp_report
+from .. import ddp_report
 from .verdicts import FAILED, PASSED
 
 

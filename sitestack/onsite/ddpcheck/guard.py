@@ -13,12 +13,12 @@ import sys
 import time
 from typing import Any
 
+from .. import ddp_report, history
 from . import envvalues
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all
 from .provenance import LAUNCH_START
 from .rank_progress import deadline_from_env, read_progress, status_dir
-from .siblings import ddp_report, history
 from .verdicts import exit_code, load_config
 
 #: Seconds between the ranks' deadline and the guard's: the ranks' watchdogs speak first.

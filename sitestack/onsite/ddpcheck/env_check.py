@@ -8,10 +8,10 @@ import os
 import sys
 from typing import Any
 
+from .. import hostlist
 from .affinity import cpu_list
 from .comm_env import setting_warnings
 from .devices import VISIBLE_VARS, select_device
-from .siblings import hostlist
 from .state import Run
 from .threads import THREAD_VARS, numpy_version, oversubscription, share_cpus, thread_settings
 from .verdicts import FAILED, PASSED, job_environment

@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .siblings import nccl_log
+from .. import nccl_log
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 

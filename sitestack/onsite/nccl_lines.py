@@ -23,12 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-try:  # imported as part of sitestack
-    from ..programs.visible import printable, without_sequences
-except ImportError:  # run on its own: beside visible.py (the validation job's directory), or in a checkout
-    if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible.py")):
-        sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "programs"))
-    from visible import printable, without_sequences  # type: ignore[no-redef, import-not-found, unused-ignore]
+from .visible import printable, without_sequences
 
 NO_HOST = "?"
 

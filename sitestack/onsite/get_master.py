@@ -2,7 +2,7 @@
 """get-master: print the first host of a Slurm node list (the job's MASTER_ADDR).
 
 Installed as ``$RUNSCRIPTS/get-master`` by the container-image step, beside ``hostlist.py``
-(:mod:`sitestack.programs.hostlist`, the one host-list parser, which it imports from its own
+(:mod:`sitestack.onsite.hostlist`, the one host-list parser, which it imports from its own
 directory), and called by ``conda-python-distributed`` inside the container, where ``scontrol
 show hostnames`` is not available. Standard library only, nothing of sitestack: it runs with the
 container's Python. The site's own script (the get-master of LUMI's PyTorch container module,
@@ -21,10 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-try:  # imported as part of sitestack (tests)
-    from . import hostlist
-except ImportError:  # run as get-master, beside hostlist.py
-    import hostlist  # type: ignore[no-redef, import-not-found, unused-ignore]
+from . import hostlist
 
 
 def main(argv: list[str]) -> int:

@@ -16,10 +16,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-try:  # imported as part of sitestack
-    from .nccl_parse import NO_HOST, HostReport, Line, network_kind
-except ImportError:  # run on its own, beside nccl_parse.py
-    from nccl_parse import NO_HOST, HostReport, Line, network_kind  # type: ignore[no-redef, import-not-found, unused-ignore]
+from .nccl_parse import NO_HOST, HostReport, Line, network_kind
 
 # A communicator and this process's rank in it. NCCL 2.4 to 2.19: "comm 0x7f6f04001cf0 rank 1 nranks 16
 # cudaDev 1 nvmlDev 1 - Init COMPLETE" (NVIDIA/nccl#229); 2.18+: "ncclCommInitRank comm 0x.. rank 0

@@ -6,8 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from .. import ddp_report
 from .ranks import RankInfo
-from .siblings import ddp_report
 
 #: Latency samples whose maximum is this many times their median are flagged as noisy.
 NOISE_FACTOR = ddp_report.NOISE_FACTOR

@@ -33,8 +33,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .. import ddp_report
 from .bandwidth import run_sizes
-from .siblings import ddp_report
 from .state import Run
 from .verdicts import FAILED, PASSED, rank_fault
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from .. import ddp_report
 from . import envvalues
 from .rank_progress import (
     CRASH_SIGNALS,
@@ -23,7 +24,6 @@ from .rank_progress import (
     waited,
     where,
 )
-from .siblings import ddp_report
 from .stacks import Frame, odd_ones, where_words
 from .verdicts import CHECKS, FAILED, SCHEMA, SKIPPED, Check, time_limit_record
 

@@ -9,7 +9,7 @@ default point is the true default even where the stack's module sets a tuned val
 settings (in the environment it hands the guard: no shell reads them; inside the image too where the
 ranks run in a container), and gives it its own ``MASTER_PORT`` and rendezvous (a free port of the
 sweep's own range, 30000-32699, never one of this sweep's earlier points:
-:mod:`sitestack.validation.ddpcheck.pointenv`), its own directory ``OUT/points/<id>`` and its own
+:mod:`sitestack.onsite.ddpcheck.pointenv`), its own directory ``OUT/points/<id>`` and its own
 deadline (``point_seconds`` from its start, within the job's: a point that cannot fit is recorded as
 not run). The guard runs in its own session: a guard stuck past its deadline is killed with its
 process group and the launcher's session, so nothing of a point outlives it into the next.
@@ -26,11 +26,11 @@ import sys
 import time
 from typing import Any
 
+from .. import ddp_report
 from . import envvalues, pointenv
 from .guard import GUARD_GRACE
 from .provenance import stack_record
 from .rank_progress import deadline_from_env
-from .siblings import ddp_report
 from .tuneplan import load_plan, point_dir
 from .verdicts import load_config
 

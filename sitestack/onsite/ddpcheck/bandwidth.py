@@ -9,7 +9,7 @@ import re
 import time
 from typing import Any
 
-from .siblings import ddp_report
+from .. import ddp_report
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 

@@ -1,4 +1,4 @@
-"""What one point of the tuning sweep gets of its own (:mod:`sitestack.validation.ddpcheck.sweep`): its
+"""What one point of the tuning sweep gets of its own (:mod:`sitestack.onsite.ddpcheck.sweep`): its
 port, its rendezvous, its settings inside a container image, and the end of every process it started.
 
 **Ports.** The validation job's ``MASTER_PORT`` is ``20000 + job id % 10000`` (20000-29999), so the job

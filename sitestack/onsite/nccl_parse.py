@@ -12,10 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-try:  # imported as part of sitestack
-    from .nccl_lines import LINE_MAX, MESSAGES_MAX, NO_HOST, Line, Reader, open_regular, parse, read_files
-except ImportError:  # run on its own, beside nccl_lines.py (the validation job's directory)
-    from nccl_lines import LINE_MAX, MESSAGES_MAX, NO_HOST, Line, Reader, open_regular, parse, read_files  # type: ignore[no-redef, import-not-found, unused-ignore]
+from .nccl_lines import LINE_MAX, MESSAGES_MAX, NO_HOST, Line, Reader, open_regular, parse, read_files
 
 __all__ = ["LINE_MAX", "MESSAGES_MAX", "NO_HOST", "HostReport", "Line", "Reader", "classify", "network_kind",
            "open_regular", "parse", "read_files"]

@@ -22,12 +22,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-try:  # imported as part of sitestack
-    from .report_plot import human_bytes as human_bytes
-    from .report_plot import render_plot
-except ImportError:  # run on its own, or imported by the installed job: report_plot.py is beside it
-    from report_plot import human_bytes as human_bytes  # type: ignore[no-redef, import-not-found, unused-ignore]
-    from report_plot import render_plot  # type: ignore[no-redef, import-not-found, unused-ignore]
+from .report_plot import human_bytes as human_bytes
+from .report_plot import render_plot
 
 STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
 #: A latency whose maximum (or another measurement's mean) is this many times the median is noisy.

@@ -8,10 +8,10 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from .. import ddp_report
 from .faults import LOST_PEER, apply_fault
 from .provenance import ready_seconds, stack_record, toolchain
 from .rank_progress import read_fault
-from .siblings import ddp_report
 from .state import Run
 from .verdicts import CHECKS, FAILED, SCHEMA, job_environment, job_id_for, read_startup, time_limit_record, verdict
 
