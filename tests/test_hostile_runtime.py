@@ -237,6 +237,7 @@ def test_a_reader_that_goes_away_ends_the_parser_quietly():
 
 def test_get_master_names_the_variable_it_read(tmp_path: Path, clean_path: str):
     for name, (text, mode) in scripts("lumi", pb.load("lumi").facts).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
         (tmp_path / name).chmod(mode)
     out = subprocess.run([sys.executable, "-E", "-s", str(tmp_path / "get-master")], capture_output=True, text=True,
@@ -396,6 +397,7 @@ def runscripts(tmp_path_factory) -> Path:
     """LUMI's run scripts as the container step installs them, with a python that only says it ran."""
     root = tmp_path_factory.mktemp("runscripts")
     for name, (text, mode) in scripts("lumi", pb.load("lumi").facts).items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
         (root / name).chmod(mode)
     return root

@@ -71,6 +71,7 @@ def check_programs(argv_of: object, split: str) -> None:
 def test_get_master_as_installed(tmp_path: Path) -> None:
     from sitestack.engine import playbook as pb
     for name, (text, mode) in scripts("lumi", pb.load("lumi").facts).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
         (tmp_path / name).chmod(mode)
     check_programs(lambda text: [sys.executable, "-E", "-s", str(tmp_path / "get-master"), "--all", "--", text], "\n")

@@ -96,7 +96,7 @@ def one_clear_line(proc: subprocess.CompletedProcess, *words: str) -> str:
 WRITER = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import ddp_report
+from onsite import ddp_report
 path, tag = sys.argv[2], sys.argv[3]
 for i in range(300):
     ddp_report.write_json({"writer": tag, "i": i, "pad": [tag * 50] * 400}, path)

@@ -104,8 +104,10 @@ class ContainerImage(Action):
         if not current:
             self._install(host, stat)
         if self.args.runscripts:
-            host.run(["mkdir", "-p", "--", self.runscripts_dir])
-            for name, (text, mode) in scripts(self.ctx.site.name, self.ctx.facts).items():
+            files = scripts(self.ctx.site.name, self.ctx.facts)  # get-master's onsite/ package included
+            folders = sorted({os.path.dirname(f"{self.runscripts_dir}/{name}") for name in files})
+            host.run(["mkdir", "-p", "--", *folders])
+            for name, (text, mode) in files.items():
                 host.write_text(f"{self.runscripts_dir}/{name}", text, mode)
 
     def _install(self, host: Host, stat: str) -> None:
