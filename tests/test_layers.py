@@ -110,6 +110,19 @@ def test_no_import_cycles():
     assert not cycles, f"import cycles: {cycles}"
 
 
+def test_no_import_cycles_between_packages():
+    """Two subpackages never import each other, even through modules that do not form a module cycle
+    (installs/ and validation/ did: each is then one package in all but name)."""
+    edges: dict[str, set[str]] = {}
+    for name, targets in graph().items():
+        edges.setdefault(str(layer_of(name)), set()).update(str(layer_of(t)) for t in targets)
+    reach = {a: set(bs) - {a} for a, bs in edges.items()}
+    for _ in edges:  # the transitive closure: a cycle of any length shows as two packages reaching each other
+        reach = {a: bs.union(*(reach.get(b, set()) for b in bs)) for a, bs in reach.items()}
+    both = sorted({tuple(sorted((a, b))) for a, bs in reach.items() for b in bs if a != b and a in reach.get(b, set())})
+    assert not both, f"subpackages that import each other (directly or through others): {both}"
+
+
 def test_imports_go_down_the_layers():
     wrong = []
     for name, targets in graph().items():

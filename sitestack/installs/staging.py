@@ -33,17 +33,17 @@ from dataclasses import dataclass
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.venv_stack import Stack
+from sitestack.onsite import venv_unpack
 
 #: conda-pack from PyPI, pinned (the tools venv installs exactly this).
 CONDA_PACK = "conda-pack==0.9.2"
-#: Files the venv pack carries at its top level besides the environment.
-UNPACK_PROGRAM = ".sitestack-unpack.py"
-PACK_RECORD = ".sitestack-pack.json"
+#: Files the venv pack carries at its top level besides the environment (named by the program that reads them).
+UNPACK_PROGRAM, PACK_RECORD = venv_unpack.PROGRAM, venv_unpack.RECORD
 #: What marks each kind of environment (a directory, a file), checked in this order.
 CONDA_MARK = "conda-meta"
 VENV_MARK = "pyvenv.cfg"
 #: The fix-up program conda-pack puts into its pack, relative to an unpacked copy.
-CONDA_UNPACK = "bin/conda-unpack"
+CONDA_UNPACK = venv_unpack.CONDA_UNPACK
 
 
 def env_kind(host: Host, path: str) -> str:

@@ -19,6 +19,14 @@ import json
 import os
 import sys
 
+#: The pack's own files, at its top level beside the environment: this program and the record of the
+#: prefixes it replaces (both written by the controller's packer, sitestack/installs/staging.py).
+PROGRAM = ".sitestack-unpack.py"
+RECORD = ".sitestack-pack.json"
+#: The fix-up conda-pack puts into its packs instead, relative to an unpacked copy
+#: (https://conda.github.io/conda-pack/, "conda-unpack").
+CONDA_UNPACK = "bin/conda-unpack"
+
 
 def rewrite(path: str, old: list[str], new: str, *, first_line_only: bool) -> bool:
     """Replace each old prefix by ``new`` in a text file (only its first line for scripts); True if changed."""
@@ -49,7 +57,7 @@ def rewrite(path: str, old: list[str], new: str, *, first_line_only: bool) -> bo
 
 def fix_up(root: str) -> int:
     """Rewrite the old prefixes under ``root``; the number of files changed."""
-    with open(os.path.join(root, ".sitestack-pack.json"), encoding="utf-8") as handle:
+    with open(os.path.join(root, RECORD), encoding="utf-8") as handle:
         record = json.load(handle)
     old = sorted((p for p in record["prefixes"] if p != root), key=len, reverse=True)
     if not old:
@@ -75,8 +83,8 @@ def fix_up(root: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     root = os.path.realpath(args[0] if args else os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.isfile(os.path.join(root, ".sitestack-pack.json")):
-        print(f"sitestack-unpack: {root} is not an unpacked sitestack pack (no .sitestack-pack.json)", file=sys.stderr)
+    if not os.path.isfile(os.path.join(root, RECORD)):
+        print(f"sitestack-unpack: {root} is not an unpacked sitestack pack (no {RECORD})", file=sys.stderr)
         return 1
     changed = fix_up(root)
     print(f"sitestack-unpack: {root}: {changed} files point at the new prefix")

@@ -31,11 +31,12 @@ from typing import Any
 from sitestack.core import templates
 from sitestack.core.quoting import SHELL_NAME, sh_default, sh_expanding
 from sitestack.core.shipped import single_file
-from sitestack.installs.staging import CONDA_UNPACK, UNPACK_PROGRAM
 from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
+from sitestack.onsite.venv_unpack import CONDA_UNPACK
+from sitestack.onsite.venv_unpack import PROGRAM as UNPACK_PROGRAM
 from sitestack.validation import jobs, runtime_checks
 from sitestack.validation import masks as masks_mod
 
@@ -43,7 +44,6 @@ HELPER = "sitestack-launch-env"
 LAUNCH = "sitestack-launch"
 STAGE = "sitestack-stage-env"
 HOSTLIST = "sitestack-hostlist"
-#: The host-list parser every shipped program uses (standard library only), installed as HOSTLIST.
 
 
 @dataclass(frozen=True)
