@@ -81,5 +81,16 @@ def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[B
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    _sync_directory(path.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    """The rename made durable, where the file system allows (fsync(2) of the directory)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 __all__ = ["Signature", "atomic_stream", "atomic_write", "signature", "signature_of"]

@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import secrets
@@ -32,6 +31,7 @@ import sys
 from pathlib import Path
 
 from sitestack.core.errors import InputError
+from sitestack.core.files import atomic_stream
 from sitestack.core.quoting import control_problem
 
 #: What stands for stdout instead of a file name.
@@ -100,34 +100,16 @@ def write(option: str, value: str | None, text: str, mode: int = 0o644) -> None:
 
 
 def _replace(option: str, path: Path, data: bytes, mode: int) -> None:
-    """The write itself: a temporary file made (O_EXCL, O_NOFOLLOW), filled, fsynced, given its mode
-    and renamed over ``path``; removed again on any failure."""
-    tmp = path.parent / _temporary_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)   # ENOSPC, EDQUOT and EIO of a network file system may show only here
-            os.fchmod(fd, _mode_for(option, path, mode))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):   # the rename itself durable, where the file system allows
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    """The write itself, by the one atomic writer (:func:`sitestack.core.files.atomic_stream`: a new
+    temporary file, O_EXCL, fsynced, given its mode, renamed over ``path``, removed on any failure),
+    with the mode the target keeps (:func:`_mode_for`, which refuses a target no longer regular)."""
+    with atomic_stream(path, _mode_for(option, path, mode)) as handle:
+        handle.write(data)
 
 
 def _temporary_name(path: Path) -> str:
-    """The name of the temporary file beside ``path`` (hidden, random, 18 bytes longer)."""
+    """A name as long as the temporary file's beside ``path`` at most (atomic_stream's ``.NAME.XXXXXXXX.tmp``
+    is 14 bytes longer; this is 18): what the length check of :func:`check` measures."""
     return f".{path.name}.{secrets.token_hex(6)}.tmp"
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from sitestack.core.bounded import read_json
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
 from sitestack.core.report import Reporter
@@ -80,22 +81,6 @@ def check_launch_env(host: Host, directory: str, site_name: str) -> None:
     if isinstance(helper, str) and helper and not host.exists(helper):
         raise SitestackError(f"the validation job sources the launch helper {helper}, missing on {host.name}: "
                              f"install it first (`invoke provision --site {site_name} --tags launch`)")
-
-
-def read_json(host: Host, path: str, limit: int, what: str, *, follow: bool = True) -> Any:
-    """The JSON document at ``path`` on ``host``, read bounded (at most ``limit`` bytes); None where the
-    file is missing or empty. Larger, or not JSON: an :class:`InputError` naming the file and ending in
-    ``what`` (what the file should have been, and what to do). Not a regular file (a FIFO is never
-    waited on), or unless ``follow`` a symbolic link: a :class:`SitestackError` (``Host.read_tail``)."""
-    text = host.read_tail(path, limit + 1, follow=follow)
-    if not text:
-        return None
-    if len(text) > limit:
-        raise InputError(path, f"larger than {limit} bytes: {what}")
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(path, f"not JSON ({exc}): {what}") from None
 
 
 def _stack(host: Host, directory: str, site_name: str) -> dict[str, Any]:

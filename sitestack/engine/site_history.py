@@ -13,6 +13,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from sitestack.core.bounded import read_json
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import Reporter
@@ -28,12 +29,12 @@ RUNS_MAX = 10000
 
 
 def config_of(host: Host, validation_dir: str) -> dict[str, Any]:
-    """The installed job's check-config.json, read as the job's checks read it (:func:`batchjob.read_json`:
+    """The installed job's check-config.json, read as the job's checks read it (:func:`sitestack.core.bounded.read_json`:
     bounded, a FIFO never waited on; here a symbolic link is not followed), or {} where there is none or
     it is not that: the history is read without it (``history_dir`` then defaults)."""
     try:
-        data = batchjob.read_json(host, f"{validation_dir}/check-config.json", batchjob.CONFIG_MAX,
-                                  "not the installed job's configuration", follow=False)
+        data = read_json(host, f"{validation_dir}/check-config.json", batchjob.CONFIG_MAX,
+                         "not the installed job's configuration", follow=False)
     except SitestackError:   # InputError included: too large, or not JSON
         return {}
     return data if isinstance(data, dict) else {}

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sitestack.core.bounded import read_json
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import Reporter
@@ -30,7 +31,6 @@ from sitestack.engine.batchjob import (
     await_words,
     job_env,
     preflight,
-    read_json,
     run_here,
     script_path,
     submit,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sitestack.core.bounded import read_bounded
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
 from sitestack.core.quoting import control_problem
@@ -246,10 +247,7 @@ def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> 
     """``path``'s text once the job has said its last words (:data:`LAST_WORDS` in ``log``), waiting
     at most ``wait`` seconds for them; what is there then (None: no result)."""
     await_words(host, log, LAST_WORDS, wait)
-    text = host.read_tail(path, RESULT_MAX + 1)
-    if text is not None and len(text) > RESULT_MAX:
-        raise SitestackError(f"{path} is larger than {RESULT_MAX >> 20} MiB: not a result of the validation job")
-    return text
+    return read_bounded(host, path, RESULT_MAX, "not a result of the validation job")
 
 
 def report_result(text: str, path: str, out_dir: str, reporter: Reporter) -> dict[str, Any]:

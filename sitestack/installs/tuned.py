@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sitestack.core.bounded import read_bounded
+from sitestack.core.errors import InputError
 from sitestack.core.hostbase import Host
 from sitestack.installs.modulefile_text import message_problem
 from sitestack.model.site import Facts
@@ -42,12 +44,11 @@ def read_tuned(host: Host, facts: Facts, prefix: str, stack: str | None = None) 
     """(the settings to set, warnings) from ``tuning.json`` under ``prefix`` on ``host`` for the module of
     ``stack`` (None: any stack)."""
     path = tuning_path(prefix)
-    text = host.read_tail(path, TUNING_MAX + 1)
-    if text is None:
-        return [], []
-    if len(text) > TUNING_MAX:
-        return [], [f"{path}: larger than {TUNING_MAX >> 20} MiB, not a tuning document: ignored"]
-    return tuned_from(text, path, facts, stack)
+    try:
+        text = read_bounded(host, path, TUNING_MAX, "not a tuning document: ignored")
+    except InputError as exc:
+        return [], [str(exc)]
+    return tuned_from(text, path, facts, stack) if text is not None else ([], [])
 
 
 def tuned_from(text: str, path: str, facts: Facts, stack: str | None = None) -> tuple[list[Tuned], list[str]]:
