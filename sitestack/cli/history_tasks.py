@@ -23,12 +23,12 @@ def history(c: Context, site: str | None = None, json: str | None = None, host: 
 
     from sitestack.core import user_file
     from sitestack.core.errors import InputError
-    from sitestack.core.quoting import printable
     from sitestack.engine import perflog as perflog_mod
     from sitestack.engine import playbook as pb
     from sitestack.engine import results as results_mod
     from sitestack.engine import site_history as history_mod
     from sitestack.engine import validate as validation_mod
+    from sitestack.onsite.visible import one_line as printable
 
     with errors_to_exit(debug):
         results_mod.check_target(json)

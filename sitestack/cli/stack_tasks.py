@@ -232,9 +232,9 @@ def gc(c: Context, max_size: str | None = None, max_age: str | None = None, dry_
        debug: bool = False) -> None:
     """Remove the site's retired stack generations nothing can use any more; with --max-size/--max-age, trim
     the build cache too (built artefacts; source tarballs are kept)."""
-    from sitestack.core.quoting import printable
     from sitestack.engine import inventory, lifecycle, results
     from sitestack.engine import playbook as pb
+    from sitestack.onsite.visible import one_line as printable
 
     with errors_to_exit(debug):
         limit = size_option("--max-size", max_size) if max_size is not None else None

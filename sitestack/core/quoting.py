@@ -35,14 +35,6 @@ def control_problem(value: str) -> str | None:
     return f"contains {_NAMES.get(char, f'the control character {char!r}')}: values must be one line"
 
 
-def printable(value: str) -> str:
-    """``value`` as one line of a message or listing: itself when printable, else with its control
-    and format characters escaped (``a\\nb`` for a newline; a file name may hold any of them)."""
-    if value.isprintable():
-        return value
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in value)
-
-
 def in_prefix_problem(path: str, what: str) -> str | None:
     """Why ``path`` (a step argument) is not ``{prefix}`` or below it, or has a ``..`` part: what a
     step writes stays in the install prefix (None: it does)."""

@@ -231,11 +231,11 @@ def show_plan(site: Site, facts: Facts, host: Host, directory: str, script: str,
     """The points the sweep would run: the installed plan's (checked as the sweep job checks it), else the
     playbook's, saying why (not installed yet, or the installed one is not a plan)."""
     source = f"{directory}/{PLAN}"
-    text = host.read_tail(source, MAX_PLAN_BYTES + 1)
     plan: dict[str, Any] | None = None
     try:
-        plan = check_plan(json.loads(text), source) if text and len(text) <= MAX_PLAN_BYTES else None
-    except (ValueError, RecursionError) as exc:   # PlanError is a ValueError
+        doc = read_json(host, source, MAX_PLAN_BYTES, "not a tuning plan")
+        plan = check_plan(doc, source) if doc is not None else None
+    except (InputError, ValueError) as exc:   # PlanError is a ValueError
         reporter.note(f"warning: {source} is not a tuning plan ({exc}): `invoke install-validation-job --site "
                       f"{site.name}` installs it again")
     if plan is None:

@@ -44,6 +44,16 @@ def printable(text: str, keep: str = "\n\t") -> str:
     return _HIDDEN.sub(lambda m: m.group() if m.group() in keep else _escape(m), text)
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line of a message or listing: itself when printable, else every character
+    Python would not print (controls, newlines, format and unassigned characters) written as Python
+    writes it in a string literal (``a\\nb``, ``\\x1b``, ``\\u202e``): a name or value from outside
+    (a file name, a key, an option's value) may hold any of them."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def without_sequences(text: str) -> str:
     """``text`` with each whole terminal escape sequence replaced by a space (the characters of
     an incomplete one stay, for :func:`printable` to show)."""

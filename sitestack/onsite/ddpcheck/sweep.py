@@ -39,8 +39,9 @@ SCHEMA = "sitestack-sweep/1"
 DRIVER_GRACE = 30
 #: The largest result.json read back (a point's result is a few tens of KiB).
 MAX_RESULT_BYTES = 16 << 20
-#: The program beside this package (the guard is this program's --guard).
-PROGRAM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ddp_check.py")
+#: The job directory's ddp_check.py, the launcher beside the onsite/ package this module is part of
+#: (the guard is its --guard; sitestack.core.shipped installs both).
+PROGRAM = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ddp_check.py")
 
 
 def sweep_main(argv: list[str]) -> int:
