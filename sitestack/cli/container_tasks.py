@@ -6,7 +6,7 @@ from typing import Any
 
 from invoke.context import Context
 
-from sitestack.cli.options import RUN, Jobs
+from sitestack.cli.flags import RUN, Jobs
 from sitestack.engine.task_glue import options_task, playbook_path, run_task
 
 

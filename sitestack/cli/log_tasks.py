@@ -7,7 +7,7 @@ from typing import Any
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from sitestack.cli.options import Data, Jobs, Task
+from sitestack.cli.flags import Data, Jobs, Task
 from sitestack.engine.task_glue import errors_to_exit, options_task, playbook_path
 from sitestack.model.options import split_list
 

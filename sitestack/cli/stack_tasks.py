@@ -10,12 +10,11 @@ import dataclasses
 from typing import Any
 
 from invoke.context import Context
-from invoke.exceptions import Exit
 
-from sitestack.cli.options import INSTALLED, RUN, VALIDATE, Listing, Task
-from sitestack.core.errors import InputError, SitestackError
-from sitestack.engine.task_glue import errors_to_exit, options_of, options_task, playbook_path, run_task, size_option
-from sitestack.model.options import RunOptions, ValidateOptions, int_option
+from sitestack.cli.flags import INSTALLED, RUN, VALIDATE, Listing, Task
+from sitestack.core.errors import InputError
+from sitestack.engine.task_glue import emit_data, job_task, options_of, options_task, playbook_path, run_task
+from sitestack.model.options import RunOptions, ValidateOptions, int_option, size_option
 
 # -- the validation job ----------------------------------------------------------------------------
 
@@ -38,23 +37,10 @@ def install_validation_job(c: Context, o: Any) -> None:
 @options_task(*VALIDATE, (ValidateOptions, "nodes ranks_per_node launcher scheduler wait collect results python timeout"))
 def validate(c: Context, o: Any) -> None:
     """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
-    from sitestack.engine import playbook as pb
-    from sitestack.engine import results as results_mod
+    from sitestack.engine import results
     from sitestack.engine import validate as validation_mod
-    from sitestack.engine.task_glue import reporter
 
-    with errors_to_exit(o.debug):
-        loaded = pb.load(o.site, playbook_path(o.playbook))
-        options = options_of(ValidateOptions, c, o)
-        report = reporter(debug=o.debug, json_target=o.json)
-        try:
-            outcome = validation_mod.validate(loaded, options, report)
-        except SitestackError as exc:  # the job's failure is an outcome too: the document says it
-            results_mod.write(o.json, results_mod.validate_document(loaded.name, None, str(exc)))
-            raise
-        results_mod.write(o.json, results_mod.validate_document(loaded.name, outcome))
-    if outcome.code:
-        raise Exit(code=outcome.code)
+    job_task(c, o, validation_mod.validate, results.validate_document)
 
 
 # -- the stack: venv, extend-venv-activate hook, module files ------------------------------------------
@@ -84,14 +70,12 @@ def installed(c: Context, o: Any) -> None:
     """List what is installed in a site's prefix: recipe installs (from their stamps), stack environments, module files."""
     from sitestack.engine import inventory
     from sitestack.engine import playbook as pb
-    from sitestack.engine import results as results_mod
 
-    with errors_to_exit(o.debug):
+    def listing() -> tuple[dict[str, Any], list[str]]:
         loaded = pb.load(o.site, playbook_path(o.playbook))
-        results_mod.check_target(o.json)
         found = inventory.installed(loaded, options_of(RunOptions, c, o))
-        results_mod.emit(o.json, "installed", {"site": loaded.name, **dataclasses.asdict(found)},
-                         inventory.inventory_lines(found))
+        return {"site": loaded.name, **dataclasses.asdict(found)}, list(inventory.inventory_lines(found))
+    emit_data(o, "installed", listing)
 
 
 @options_task(*INSTALLED[2:], (Task, "site playbook debug"), (Listing, "spec"))
@@ -100,40 +84,27 @@ def uninstall(c: Context, o: Any) -> None:
     from sitestack.engine import inventory
     from sitestack.engine import playbook as pb
 
-    with errors_to_exit(o.debug):
-        loaded = pb.load(o.site, playbook_path(o.playbook))
-        removed = inventory.remove(loaded, options_of(RunOptions, c, o), o.spec, print)
-        print(f"removed {removed}")
+    emit_data(o, "uninstall", lambda: ({}, ["removed " + inventory.remove(
+        pb.load(o.site, playbook_path(o.playbook)), options_of(RunOptions, c, o), o.spec, print)]))
 
 
 @options_task(*INSTALLED, (Listing, "max_size max_age dry_run gc_site"))
 def gc(c: Context, o: Any) -> None:
     """Remove the site's retired stack generations nothing can use any more; with --max-size/--max-age, trim
     the build cache too (built artefacts; source tarballs are kept)."""
-    from sitestack.core.quoting import printable
-    from sitestack.engine import inventory, lifecycle, results
+    from sitestack.engine import inventory, lifecycle, listings
     from sitestack.engine import playbook as pb
 
-    with errors_to_exit(o.debug):
+    def listing() -> tuple[dict[str, Any], list[str]]:
         limit = size_option("--max-size", o.max_size) if o.max_size is not None else None
         days = float(int_option("--max-age", o.max_age, low=0, high=100000)) if o.max_age is not None else None
         loaded = pb.load(o.gc_site or "local", playbook_path(o.playbook))
         options = options_of(RunOptions, c, o)
-        results.check_target(o.json)
         gone: list[tuple[str, int]] = []
         if limit is not None or days is not None:   # first: a cache that is not sitestack's stops gc before any removal
             gone = inventory.gc(loaded, options, max_age_days=days, max_bytes=limit, dry_run=o.dry_run)
-        fates = lifecycle.collect(loaded, options, dry_run=o.dry_run, report=print)
-        dry = o.dry_run
-        lines = [f"{printable(v.path)}: {'would be ' + v.why if dry and v.removed else v.why}" for v in fates]
-        lines += [f"{'would remove' if dry else 'removed'} {printable(path)} ({size} bytes)" for path, size in gone]
-        lines.append(f"{sum(v.removed for v in fates)} retired generation(s) {'to remove' if dry else 'removed'}, "
-                     f"{sum(not v.removed for v in fates)} kept; {len(gone)} artefact(s), "
-                     f"{sum(s for _, s in gone)} bytes{' (dry run)' if dry else ''}")
-        document = {"dry_run": dry, "removed": [{"path": str(path), "bytes": size} for path, size in gone],
-                    "bytes": sum(size for _, size in gone),
-                    "generations": [{"path": v.path, "removed": v.removed, "why": v.why} for v in fates]}
-        results.emit(o.json, "gc", document, lines)
+        return listings.gc_report(lifecycle.collect(loaded, options, dry_run=o.dry_run, report=print), gone, o.dry_run)
+    emit_data(o, "gc", listing)
 
 
 # -- generations of the stacks: list, roll back --------------------------------------------------------
@@ -143,13 +114,12 @@ def generations(c: Context, o: Any) -> None:
     """List each stack's generations: when made, digest, what changed, current or retired, in use, and what gc would do."""
     from sitestack.engine import lifecycle as gens
     from sitestack.engine import playbook as pb
-    from sitestack.engine import results as results_mod
 
-    with errors_to_exit(o.debug):
+    def listing() -> tuple[dict[str, Any], list[str]]:
         loaded = pb.load(o.site, playbook_path(o.playbook))
-        results_mod.check_target(o.json)
         found = gens.list_generations(loaded, options_of(RunOptions, c, o), o.stack)
-        results_mod.emit(o.json, "generations", {"site": loaded.name, "stacks": found}, gens.lines(found))
+        return {"site": loaded.name, "stacks": found}, list(gens.lines(found))
+    emit_data(o, "generations", listing)
 
 
 @options_task(*INSTALLED[2:], (Task, "site playbook debug"), (Listing, "stack"))
@@ -158,7 +128,5 @@ def rollback(c: Context, o: Any) -> None:
     from sitestack.engine import lifecycle as gens
     from sitestack.engine import playbook as pb
 
-    with errors_to_exit(o.debug):
-        loaded = pb.load(o.site, playbook_path(o.playbook))
-        for line in gens.rollback(loaded, options_of(RunOptions, c, o), o.stack, print):
-            print(f"rolled back {line}")
+    emit_data(o, "rollback", lambda: ({}, [f"rolled back {line}" for line in gens.rollback(
+        pb.load(o.site, playbook_path(o.playbook)), options_of(RunOptions, c, o), o.stack, print)]))

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import inspect
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,7 +32,7 @@ from sitestack.programs import visible
 
 if TYPE_CHECKING:
     from sitestack.core.report import HostRun, Reporter
-    from sitestack.model.options import RunOptions
+    from sitestack.model.options import RunOptions, ValidateOptions
 
 OptionsT = TypeVar("OptionsT", bound=Options)
 
@@ -127,6 +127,8 @@ def print_task_help(task: Task[Any]) -> None:
 
 
 Source = type | tuple[type, str]
+#: Each task function's options (``module.name`` -> flag -> the field that declares it).
+DECLARED: dict[str, dict[str, dataclasses.Field[Any]]] = {}
 
 
 def option_fields(sources: Sequence[Source]) -> dict[str, dataclasses.Field[Any]]:
@@ -166,6 +168,7 @@ def options_task(*sources: Source) -> Callable[[Callable[[Context, Any], None]],
 
         run.__name__, run.__qualname__, run.__doc__ = body.__name__, body.__qualname__, body.__doc__
         run.__module__ = body.__module__
+        DECLARED[f"{body.__module__}.{body.__name__}"] = by_flag
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         made: Task[Any] = task(klass=SitestackTask, auto_shortflags=False, positional=positional,
                                iterable=[flag for flag, f in by_flag.items() if f.metadata.get("repeatable")],
@@ -189,6 +192,41 @@ def run_task(c: Context, o: Any, command: str, run: Callable[[RunOptions, Report
         options = options_of(RunOptions, c, o, **fixed)
         report = reporter(options.diff, o.debug, o.json)
         finish(command, run(options, report), report, options, o.json)
+
+
+def emit_data(o: Any, command: str, make: Callable[[], tuple[dict[str, Any], Iterable[str]]]) -> None:
+    """A task that prints data: ``--json`` checked, then ``make()``'s document and human lines printed
+    as ``--json`` asks (docs/cli.md; a task without ``--json`` prints the lines)."""
+    from sitestack.engine import results
+
+    target = getattr(o, "json", None)
+    with errors_to_exit(getattr(o, "debug", False)):
+        results.check_target(target)
+        document, lines = make()
+        results.emit(target, command, document, lines)
+
+
+def job_task(c: Context, o: Any, run: Callable[[Any, ValidateOptions, Reporter], Any],
+             document: Callable[[str, Any, str | None], dict[str, Any]]) -> None:
+    """A task that runs a job on the site (validate, tune): its :class:`ValidateOptions`, then
+    ``run(site, options, reporter)``'s outcome as ``document(site name, outcome, error)`` in ``--json``
+    (a failure too: the document says what ended it), and exit with the outcome's code."""
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import results
+    from sitestack.model.options import ValidateOptions
+
+    with errors_to_exit(o.debug):
+        loaded = pb.load(o.site, playbook_path(o.playbook))
+        options = options_of(ValidateOptions, c, o)
+        report = reporter(debug=o.debug, json_target=o.json)
+        try:
+            outcome = run(loaded, options, report)
+        except SitestackError as exc:
+            results.write(o.json, document(loaded.name, None, str(exc)))
+            raise
+        results.write(o.json, document(loaded.name, outcome, None))
+    if outcome.code:
+        raise Exit(code=outcome.code)
 
 
 def setting(c: Context, key: str, value: Any = None) -> Any:
@@ -229,20 +267,6 @@ def finish(command: str, runs: Sequence[HostRun], report: Reporter, options: Run
                                                     check=options.check, log_dir=report.log_dir))
     if code:
         raise Exit(code=code)
-
-
-def size_option(option: str, value: str) -> int:
-    """``500M``, ``20G``, ``1T`` or a number of bytes (powers of 1024, as du -h counts)."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    text = value.strip().upper().removesuffix("B").removesuffix("I")
-    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
-    # plain ASCII decimals only: float() also takes "nan", "1e3", "1_0" and other scripts' digits
-    if not envvars.DECIMAL.fullmatch(number):
-        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
-    size = float(number)
-    if not 0 <= size < 1 << 60:
-        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
-    return int(size * units[unit])
 
 
 def playbook_path(value: str | None) -> Path | None:

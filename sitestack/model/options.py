@@ -136,6 +136,22 @@ def int_option(option: str, value: object, *, low: int, high: int) -> int:
     return number
 
 
+def size_option(option: str, value: str) -> int:
+    """``500M``, ``20G``, ``1T`` or a number of bytes (powers of 1024, as du -h counts)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
+    # plain ASCII decimals only: float() also takes "nan", "1e3", "1_0" and other scripts' digits
+    if not envvars.DECIMAL.fullmatch(number):
+        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
+    size = float(number)
+    if not 0 <= size < 1 << 60:
+        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
+    return int(size * units[unit])
+
+
+
+
 def split_list(option: str, value: str) -> tuple[str, ...]:
     """``"a,b, c"`` -> ``("a", "b", "c")``. An empty or blank value (``''``, ``'  '``) or an empty item
     (``",,,"``, ``"a,,b"``) is an error naming ``option``: it would otherwise select nothing, or

@@ -1,11 +1,7 @@
 """The options only the command line has (which site, where output goes, what a task acts on), each
-declared once with its help, beside the run's own (:class:`~sitestack.model.options.RunOptions`,
-:class:`~sitestack.engine.validate.ValidateOptions`) and the packages' (the hooks' ``Args``).
-
-A task names the fields it takes (:func:`~sitestack.engine.task_glue.options_task`); a class here is
-a declaration, never built: a field's value reaches the task by its name. A field named as a shared
-one gives a task its own help for it (the build tasks' ``--version``).
-"""
+declared once with its help, beside RunOptions', ValidateOptions' (sitestack/model/options.py) and the
+packages' (sitestack/packages/package_args.py). A task names the fields it takes (``options_task``); a
+class here is a declaration, never built. A field of a shared option's flag gives a task its own help."""
 
 from __future__ import annotations
 
