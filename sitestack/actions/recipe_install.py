@@ -96,7 +96,8 @@ class RecipeInstall(Action):
             "`invoke build-horovod --python` overrides)")})
         mirror: str | None = field(default=None, metadata={"doc": "controller directory with source tarballs (air-gapped sites)"})
         package: Mapping[str, Any] = field(default_factory=dict, metadata={"doc": (
-            "the recipe's own arguments, where its hooks have some (below); the run's options of the same name override")})
+            "the recipe's own arguments, where its hooks have some (below); the build tasks take them as options of the "
+            "same name (`invoke build-rccl-plugin --rocm`)")})
 
         def check(self) -> str | None:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.recipe):

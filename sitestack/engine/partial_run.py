@@ -10,7 +10,7 @@ all work as for ``invoke provision``. Version rules are checked before anything 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,32 +64,33 @@ def build_recipe(recipe: str, *, site: str | None, playbook: Path | None, versio
     return run_step(loaded, spec, options, reporter)
 
 
-def build_horovod(*, site: str | None, playbook: Path | None, version: str | None, options: RunOptions,
-                  reporter: Reporter) -> list[HostRun]:
-    """``invoke build-horovod``: one recipe-install step of the horovod recipe (its hooks do the rest)."""
+def build_horovod(*, site: str | None, playbook: Path | None, version: str | None, package: Mapping[str, Any],
+                  options: RunOptions, reporter: Reporter) -> list[HostRun]:
+    """``invoke build-horovod``: one recipe-install step of the horovod recipe (its hooks do the rest);
+    ``package``: the step's ``package:`` arguments (HorovodArgs, e.g. gpu_operations)."""
     loaded = pb.load(site, playbook)
     recipe = load_recipe("horovod", _sources_dir(options))
     chosen = recipe.select_version(version, loaded.facts, f"site {loaded.name}")
     from sitestack.packages.horovod import plan_for as horovod_plan  # provision imports this module: keep it light
 
-    horovod_plan(recipe, loaded.facts, options.gpu_operations, loaded.name)
-    args: dict[str, Any] = {"recipe": "horovod", **({"version": version} if version else {})}
+    horovod_plan(recipe, loaded.facts, package.get("gpu_operations"), loaded.name)
+    args: dict[str, Any] = {"recipe": "horovod", **({"version": version} if version else {}), "package": dict(package)}
     spec = StepSpec(name=f"horovod@{chosen}", action="recipe-install", args=args, tags=("build", "horovod"))
     return run_step(loaded, spec, options, reporter)
 
 
-def build_net_plugin(toolkit: Kit, *, site: str | None, playbook: Path | None, options: RunOptions,
-                     reporter: Reporter) -> list[HostRun]:
+def build_net_plugin(toolkit: Kit, *, site: str | None, playbook: Path | None, version: str | None,
+                     package: Mapping[str, Any], options: RunOptions, reporter: Reporter) -> list[HostRun]:
     """``invoke build-rccl-plugin`` (``toolkit`` rocm) and ``build-nccl-plugin`` (cuda): the toolkit release
-    and plugin checked, then one recipe-install step of the plugin recipe (the release reaches its
-    hooks as the run's ``rocm`` or ``cuda`` option).
+    and plugin ``version`` checked, then one recipe-install step of the plugin recipe; ``package``: its
+    ``package:`` arguments (PluginArgs: the release, homes, tests), the release the one checked here.
 
     Without --site (or --playbook) the site is ``local``, this machine: said on the first line, and
     refused when this machine's site has no such toolkit (facts.rocm, facts.cuda) and no --rocm-home or
     --cuda-home says where one is, so that ``--rocm 5.7.1`` alone never builds for a site nobody chose."""
     task = {"rocm": "build-rccl-plugin", "cuda": "build-nccl-plugin"}[toolkit]
     kit, _ = KIT_NAMES[toolkit]
-    home = options.rocm_home if toolkit == "rocm" else options.cuda_home
+    home = package.get(f"{toolkit}_home")
     loaded = pb.load(site or ("local" if playbook is None else None), playbook)
     have = loaded.facts.rocm if toolkit == "rocm" else loaded.facts.cuda
     if site is None and playbook is None:
@@ -100,20 +101,19 @@ def build_net_plugin(toolkit: Kit, *, site: str | None, playbook: Path | None, o
         reporter.note(f"{task}: site local (this machine, {loaded.path}); --site names another")
     recipe = load_recipe(RECIPE_NAME, _sources_dir(options))
     data = plugin_data(recipe)
-    release = (options.rocm if toolkit == "rocm" else options.cuda) or (have.version if have else None)
+    release = package.get(toolkit) or (have.version if have else None)
     if not release:
         example = "5.7.1" if toolkit == "rocm" else "13.0"
         raise InputError(loaded.path, f"site {loaded.name} has no facts.{toolkit}: add `{toolkit}: {{version: ..., "
                          f"home: ...}}` under facts:, or give --{toolkit} (e.g. --{toolkit} {example})")
     release = known_rocm(data, release, recipe.path) if toolkit == "rocm" else known_version(release, "--cuda", "13.0")
     facts = with_toolkit(loaded.facts, toolkit, release, home or "/opt/toolkit")   # the home is not looked at here
-    chosen = choose_version(recipe, data, facts, options.plugin_version, loaded.name, toolkit=toolkit,
-                            nccl=options.nccl)
-    spec = StepSpec(name=f"{data.install_name}@{chosen}-{toolkit}-{release}", action="recipe-install",
-                    args={"recipe": RECIPE_NAME}, tags=("build", "netplugin"))
-    chosen_options = (dataclasses.replace(options, rocm=release) if toolkit == "rocm"
-                      else dataclasses.replace(options, cuda=release))
-    return run_step(loaded, spec, chosen_options, reporter)
+    chosen = choose_version(recipe, data, facts, version, loaded.name, toolkit=toolkit, nccl=package.get("nccl"))
+    args: dict[str, Any] = {"recipe": RECIPE_NAME, **({"version": version} if version else {}),
+                            "package": {**package, toolkit: release}}
+    spec = StepSpec(name=f"{data.install_name}@{chosen}-{toolkit}-{release}", action="recipe-install", args=args,
+                    tags=("build", "netplugin"))
+    return run_step(loaded, spec, options, reporter)
 
 
 def steps_of(site: Site, actions: Sequence[str]) -> tuple[StepSpec, ...]:

@@ -10,25 +10,31 @@ imported inside them, so listing tasks or starting one costs only what that task
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import os
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from invoke.context import Context
 from invoke.exceptions import Exit
-from invoke.tasks import Task
+from invoke.tasks import Task, task
 
 from sitestack.core import envvars
 from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.quoting import control_problem
 from sitestack.core.redact import redact
 from sitestack.engine.settings import SETTING_ENV, SETTINGS
+from sitestack.model.options import Options, flag_of
 from sitestack.onsite import visible
 
 if TYPE_CHECKING:
     from sitestack.core.report import HostRun, Reporter
-    from sitestack.model.context import RunOptions
+    from sitestack.model.options import RunOptions, ValidateOptions
+
+OptionsT = TypeVar("OptionsT", bound=Options)
 
 __all__ = ["SETTINGS", "SETTING_ENV"]   # the ``sitestack:`` section (sitestack/engine/settings.py)
 
@@ -80,12 +86,17 @@ class SitestackTask(Task[Any]):
 
 def check_given(task: Task[Any], kwargs: dict[str, Any]) -> None:
     """An option given an empty or all-blank value is refused, naming it: it would otherwise mean the
-    option's default (``--limit ''``: every host; ``--rocm ''``: the site's ROCm), not what was asked."""
+    option's default (``--limit ''``: every host; ``--rocm ''``: the site's ROCm), not what was asked.
+    So is a control character in any option's text: every value is one line, whatever reads it."""
     for name, value in kwargs.items():
-        values = value if isinstance(value, list) else [value]
-        if name not in task.positional and any(isinstance(v, str) and not v.strip() for v in values) \
-                and value != _default(task, name):
+        texts = [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+        if name in task.positional:
+            continue
+        if any(not v.strip() for v in texts) and value != _default(task, name):
             raise InputError(f"--{name.replace('_', '-')}", f"{value!r} is empty: give a value, or leave the option out")
+        problem = next(filter(None, map(control_problem, texts)), None)
+        if problem:
+            raise InputError(f"--{name.replace('_', '-')}", problem)
 
 
 def _default(task: Task[Any], name: str) -> Any:
@@ -115,6 +126,109 @@ def print_task_help(task: Task[Any]) -> None:
     program.print_columns(tuples)
 
 
+Source = type | tuple[type, str]
+#: Each task function's options (``module.name`` -> flag -> the field that declares it).
+DECLARED: dict[str, dict[str, dataclasses.Field[Any]]] = {}
+
+
+def option_fields(sources: Sequence[Source]) -> dict[str, dataclasses.Field[Any]]:
+    """The options ``sources`` declare, by flag: a class gives each of its fields that has a ``doc``
+    (sitestack/model/options.py), ``(class, "name ...")`` those fields only; a later field of a flag
+    replaces an earlier one (a task's own help for a shared option)."""
+    chosen: dict[str, dataclasses.Field[Any]] = {}
+    for source in sources:
+        cls, names = source if isinstance(source, tuple) else (source, None)
+        found = {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("doc")}
+        wanted = names.split() if names is not None else list(found)
+        missing = [name for name in wanted if name not in found]
+        if missing:
+            raise TypeError(f"{cls.__name__} has no option {', '.join(missing)} (a field with a doc)")
+        chosen.update((flag_of(found[name]), found[name]) for name in wanted)
+    return chosen
+
+
+def options_task(*sources: Source) -> Callable[[Callable[[Context, Any], None]], Task[Any]]:
+    """A task whose options are fields of option classes, each declared once with its help, flag and
+    whether it repeats or is positional in its metadata (:func:`option_fields`). Invoke reads the
+    options from the signature made here and the help from the fields' docs; the task's function gets
+    their values as one namespace by field name (``o.site``, ``o.hosts``), to pass straight on
+    (:func:`options_of`)."""
+    by_flag = option_fields(sources)
+
+    def make(body: Callable[[Context, Any], None]) -> Task[Any]:
+        positional = [flag for flag, f in by_flag.items() if f.metadata.get("positional")]
+        params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        for flag, f in sorted(by_flag.items(), key=lambda item: item[0] not in positional):
+            default = f.default if isinstance(f.default, (bool, str)) else None
+            params.append(inspect.Parameter(flag, inspect.Parameter.KEYWORD_ONLY, default=inspect.Parameter.empty
+                                            if f.metadata.get("required") else default))
+
+        def run(c: Context, **given: Any) -> None:
+            body(c, SimpleNamespace(**{by_flag[flag].name: value for flag, value in given.items()}))
+
+        run.__name__, run.__qualname__, run.__doc__ = body.__name__, body.__qualname__, body.__doc__
+        run.__module__ = body.__module__
+        DECLARED[f"{body.__module__}.{body.__name__}"] = by_flag
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        made: Task[Any] = task(klass=SitestackTask, auto_shortflags=False, positional=positional,
+                               iterable=[flag for flag, f in by_flag.items() if f.metadata.get("repeatable")],
+                               help={flag.replace("_", "-"): f.metadata["doc"] for flag, f in by_flag.items()})(run)
+        return made
+    return make
+
+
+def options_of(cls: type[OptionsT], c: Context, given: Any, **fixed: Any) -> OptionsT:
+    """``cls`` (:class:`RunOptions`, ValidateOptions) from a task's options, with the configured
+    defaults (:func:`setting`) of those not given; ``fixed``: values the task sets itself."""
+    return cls.from_task(vars(given), lambda key: setting(c, key), **fixed)
+
+
+def run_task(c: Context, o: Any, command: str, run: Callable[[RunOptions, Reporter], Sequence[HostRun]],
+             **fixed: Any) -> None:
+    """A task that runs steps: its :class:`RunOptions`, ``run(options, reporter)``, then :func:`finish`."""
+    from sitestack.model.options import RunOptions
+
+    with errors_to_exit(o.debug):
+        options = options_of(RunOptions, c, o, **fixed)
+        report = reporter(options.diff, o.debug, o.json)
+        finish(command, run(options, report), report, options, o.json)
+
+
+def emit_data(o: Any, command: str, make: Callable[[], tuple[dict[str, Any], Iterable[str]]]) -> None:
+    """A task that prints data: ``--json`` checked, then ``make()``'s document and human lines printed
+    as ``--json`` asks (docs/cli.md; a task without ``--json`` prints the lines)."""
+    from sitestack.engine import results
+
+    target = getattr(o, "json", None)
+    with errors_to_exit(getattr(o, "debug", False)):
+        results.check_target(target)
+        document, lines = make()
+        results.emit(target, command, document, lines)
+
+
+def job_task(c: Context, o: Any, run: Callable[[Any, ValidateOptions, Reporter], Any],
+             document: Callable[[str, Any, str | None], dict[str, Any]]) -> None:
+    """A task that runs a job on the site (validate, tune): its :class:`ValidateOptions`, then
+    ``run(site, options, reporter)``'s outcome as ``document(site name, outcome, error)`` in ``--json``
+    (a failure too: the document says what ended it), and exit with the outcome's code."""
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import results
+    from sitestack.model.options import ValidateOptions
+
+    with errors_to_exit(o.debug):
+        loaded = pb.load(o.site, playbook_path(o.playbook))
+        options = options_of(ValidateOptions, c, o)
+        report = reporter(debug=o.debug, json_target=o.json)
+        try:
+            outcome = run(loaded, options, report)
+        except SitestackError as exc:
+            results.write(o.json, document(loaded.name, None, str(exc)))
+            raise
+        results.write(o.json, document(loaded.name, outcome, None))
+    if outcome.code:
+        raise Exit(code=outcome.code)
+
+
 def setting(c: Context, key: str, value: Any = None) -> Any:
     """An option's value: the command line's (``value``), else its SITESTACK_* variable, else
     ``sitestack.<key>`` of Invoke's configuration, else None. A configured value must be a
@@ -133,33 +247,6 @@ def setting(c: Context, key: str, value: Any = None) -> Any:
     return str(configured)
 
 
-def run_options(c: Context, **fields: Any) -> RunOptions:
-    """The :class:`RunOptions` of a task: ``fields`` from its options, with the configured defaults
-    (account, prefix, sources_dir, mirror, log_dir, forks) where an option was not given.
-    ``fail_on_change`` (not a run option) is only checked: it needs ``check``."""
-    from sitestack.model.context import RunOptions
-
-    if fields.pop("fail_on_change", False) and not fields.get("check"):
-        # it judges a plan; after an applying run there is nothing left that would change
-        raise InputError("--fail-on-change", "works with --check only (exit 2 when anything would change): add --check")
-    for key in ("prefix", "sources_dir", "mirror"):  # every task: provision's recipe installs use them too
-        fields[key] = setting(c, key, fields.get(key))
-    fields["account"] = account_option(setting(c, "account", fields.get("account")))
-    log_dir = setting(c, "log_dir")
-    if log_dir is not None:
-        fields.setdefault("log_root", Path(log_dir))
-    given = fields.pop("forks", None)
-    forks = setting(c, "forks", given)
-    if forks is not None:
-        fields["forks"] = int_option("--forks" if given is not None else "sitestack.forks", forks, low=1, high=1024)
-    given = fields.pop("parallel_steps", None)
-    steps = setting(c, "parallel_steps", given)
-    if steps is not None:
-        fields["parallel_steps"] = int_option("--parallel-steps" if given is not None else "sitestack.parallel_steps",
-                                              steps, low=1, high=1024)
-    return RunOptions(**fields)
-
-
 def reporter(diff: bool = False, debug: bool = False, json_target: str | None = None) -> Reporter:
     """The run's reporter; ``--json -`` keeps the human lines off stdout (they still go to the logs)."""
     from sitestack.core.report import Reporter
@@ -169,74 +256,17 @@ def reporter(diff: bool = False, debug: bool = False, json_target: str | None = 
     return Reporter(show_diff=diff, debug=debug, quiet=json_target == "-")
 
 
-def finish(command: str, runs: Sequence[HostRun], report: Reporter, *, check: bool, fail_on_change: bool,
+def finish(command: str, runs: Sequence[HostRun], report: Reporter, options: RunOptions,
            json_target: str | None) -> None:
     """Write the ``--json`` document and exit with the run's code (0 ok, 1 failed, 2 would change)."""
     from sitestack.engine import results
     from sitestack.engine.playbook import exit_code
 
-    code = exit_code(runs, check=check, fail_on_change=fail_on_change)
-    results.write(json_target, results.run_document(command, report.site or "", runs, code=code, check=check,
-                                                    log_dir=report.log_dir))
+    code = exit_code(runs, check=options.check, fail_on_change=options.fail_on_change)
+    results.write(json_target, results.run_document(command, report.site or "", runs, code=code,
+                                                    check=options.check, log_dir=report.log_dir))
     if code:
         raise Exit(code=code)
-
-
-def split_list(value: str | None, option: str = "") -> tuple[str, ...]:
-    """``"a,b, c"`` -> ``("a", "b", "c")``; None (not given) -> ``()``. An empty or blank value (``''``,
-    ``'  '``) or an empty item (``",,,"``, ``"a,,b"``) is an error naming ``option``: it would otherwise
-    select nothing, or everything (``--limit ''``: every host)."""
-    if value is None:
-        return ()
-    if not value.strip():
-        raise InputError(option or "option", f"{value!r} is empty (a comma-separated list of names)")
-    items = tuple(v.strip() for v in value.split(","))
-    if not all(items):
-        raise InputError(option or "option", f"{value!r} has an empty item (a comma-separated list of names)")
-    return items
-
-
-def recipe_source(value: str) -> tuple[str, str]:
-    """``--source NAME=PATH`` -> (NAME, PATH); anything else is an error naming the option."""
-    name, sep, path = value.partition("=")
-    if not sep or not name.strip() or not path.strip():
-        raise InputError("--source", f"{value!r} must be NAME=PATH: a recipe name and its source tarball or directory "
-                         "(e.g. aws-ofi-rccl=/srv/src/aws-ofi-rccl-17d41cb.tar.gz)")
-    return name.strip(), path.strip()
-
-
-def int_option(option: str, value: object, *, low: int, high: int) -> int:
-    """An integer option within [low, high]; ``--jobs abc`` is an error naming the option."""
-    text = str(value)
-    if not re.fullmatch(r"-?[0-9]+", text):   # int() would take ' 3 ', '1_0' and other scripts' digits
-        raise InputError(option, f"{value!r} is not a whole number")
-    number = int(text)
-    if not low <= number <= high:
-        raise InputError(option, f"must be between {low} and {high}, not {number}")
-    return number
-
-
-def size_option(option: str, value: str) -> int:
-    """``500M``, ``20G``, ``1T`` or a number of bytes (powers of 1024, as du -h counts)."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    text = value.strip().upper().removesuffix("B").removesuffix("I")
-    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
-    # plain ASCII decimals only: float() also takes "nan", "1e3", "1_0" and other scripts' digits
-    if not envvars.DECIMAL.fullmatch(number):
-        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
-    size = float(number)
-    if not 0 <= size < 1 << 60:
-        raise InputError(option, f"{value!r} is not a size (e.g. 500M, 20G, or bytes)")
-    return int(size * units[unit])
-
-
-def account_option(value: str | None) -> str | None:
-    """--account, else $SITESTACK_ACCOUNT; checked as every run option is (:class:`RunOptions`)."""
-    from sitestack.model.context import RunOptions
-
-    account = value if value is not None else envvars.get("SITESTACK_ACCOUNT")
-    RunOptions(account=account)
-    return account
 
 
 def playbook_path(value: str | None) -> Path | None:

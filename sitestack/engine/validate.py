@@ -24,7 +24,6 @@ from typing import Any
 from sitestack.core.bounded import read_bounded
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
-from sitestack.core.quoting import control_problem
 from sitestack.core.report import Reporter
 from sitestack.core.ssh import check_ssh_config
 from sitestack.engine.batchjob import FINISHED as FINISHED  # re-exported: imported from here too
@@ -41,51 +40,13 @@ from sitestack.engine.batchjob import check_imports as check_imports
 from sitestack.engine.batchjob import check_launch_env as check_launch_env
 from sitestack.engine.batchjob import slurm_exit_code as slurm_exit_code
 from sitestack.engine.playbook import connect, select_hosts
-from sitestack.model.context import RunOptions, check_host_option
+from sitestack.model.context import RunOptions
+from sitestack.model.options import ValidateOptions as ValidateOptions  # re-exported: the engine takes it from here
 from sitestack.model.site import Facts, Site, expand
 from sitestack.onsite.ddp_report import verdict_table
 from sitestack.validation.jobs import script_name, validation_of
 
 LOCAL_LAUNCHERS = ("torchrun", "mpiexec", "horovodrun")
-
-
-@dataclass(frozen=True)
-class ValidateOptions:
-    """The options of ``invoke validate``. ``host``: run on this host over SSH (None: here)."""
-
-    nodes: int = 0
-    ranks_per_node: int = 0
-    launcher: str | None = None
-    scheduler: str = "auto"  # auto | slurm | none
-    wait: bool = True
-    collect: str | None = None
-    results: str | None = None
-    prefix: str | None = None
-    account: str | None = None
-    python: str | None = None
-    timeout: float = 3600.0
-    poll: float = 2.0
-    host: str | None = None
-    accept_new_host_keys: bool = False
-
-    def __post_init__(self) -> None:
-        """Refuse bad options before anything connects or runs, naming the option."""
-        if self.results is not None:
-            problem = control_problem(self.results)
-            if problem:
-                raise InputError("--results", problem)
-            if not (self.results.startswith("/") or self.results == "~" or self.results.startswith("~/")):
-                raise InputError("--results", f"{self.results!r} must be an absolute path (or start with ~/)")
-        if self.scheduler not in ("auto", "slurm", "none"):
-            raise InputError("--scheduler", f"must be auto, slurm or none, not {self.scheduler!r}")
-        if self.host is not None:
-            check_host_option(self.host)
-        for option, value in (("--launcher", self.launcher), ("--collect", self.collect), ("--python", self.python)):
-            if value is not None and control_problem(value):
-                raise InputError(option, control_problem(value) or "")
-        if self.collect is not None and not self.collect.isdigit():
-            raise InputError("--collect", f"{self.collect!r} is not a Slurm job id")
-        RunOptions(prefix=self.prefix, account=self.account)  # the same checks as provision's
 
 
 @dataclass
@@ -119,9 +80,7 @@ def slurm_answers(host: Host | None = None) -> bool:
 def choose(facts: Facts, options: ValidateOptions, host: Host | None = None) -> tuple[str, str]:
     """(scheduler, launcher) for this run on ``host`` (default: here)."""
     v = validation_of(facts)
-    scheduler = options.scheduler
-    if scheduler not in ("auto", "slurm", "none"):
-        raise InputError("--scheduler", f"must be auto, slurm or none, not {scheduler!r}")
+    scheduler = options.scheduler   # one of the three (ValidateOptions checks it)
     if scheduler == "auto":
         scheduler = "slurm" if facts.scheduler.kind == "slurm" and slurm_answers(host) else "none"
     if options.launcher:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sitestack.core.errors import SitestackError
@@ -55,6 +55,7 @@ from sitestack.packages.aws_ofi_rccl_rules import (
     with_toolkit,
 )
 from sitestack.packages.hooks import InstallInfo, PackageHooks, Prepared
+from sitestack.packages.package_args import PluginArgs
 from sitestack.packages.shared import braces, replace_recipe, resolve_refs, site_environment
 
 RECIPE_NAME = "aws-ofi-rccl"
@@ -216,31 +217,6 @@ def build_toolkit(ctx: RunContext, rocm: str | None, cuda: str | None) -> Kit:
 
 
 # -- the hooks ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PluginArgs:
-    """The step arguments the plugin adds to a recipe install."""
-
-    rocm: str | None = field(default=None, metadata={"doc": "ROCm release to build for (default: facts.rocm.version)"})
-    rocm_home: str | None = field(default=None, metadata={"doc": (
-        "ROCm/HIP prefix (default: facts.rocm.home for that release, else /opt/rocm-<rocm>)")})
-    cuda: str | None = field(default=None, metadata={"doc": (
-        "CUDA release to build for (default: facts.cuda.version where the site has no facts.rocm)")})
-    cuda_home: str | None = field(default=None, metadata={"doc": (
-        "CUDA prefix with include/cuda.h and lib64/ (default: facts.cuda.home for that release, else "
-        "/usr/local/cuda-<cuda>)")})
-    nccl: str | None = field(default=None, metadata={"doc": (
-        "version of the NCCL the stack uses (CUDA builds): the plugin's API versions are checked against it "
-        "(plugin_apis in sources/comm/libraries.yml)")})
-    rccl_home: str | None = field(default=None, metadata={"doc": (
-        "prefix with include/rccl/rccl.h, for an RCCL outside ROCm (default: from the ROCm release)")})
-    libfabric: str | None = field(default=None, metadata={"doc": (
-        "libfabric prefix (may use $VARIABLES of the site modules; default: pkg-config's; system prefixes are not passed)")})
-    hwloc: str | None = field(default=None, metadata={"doc": "hwloc prefix (aws-ofi-nccl; default: pkg-config's)"})
-    mpi_home: str | None = field(default=None, metadata={"doc": (
-        "MPI prefix for --with-mpi (default: the recipe's per MPI flavour, e.g. $MPICH_DIR on Cray)")})
-    tests: bool = field(default=False, metadata={"doc": "build the plugin's MPI test programs too"})
-
-
 class PluginHooks(PackageHooks):
     """The libfabric network plugin for a ROCm (RCCL) or CUDA (NCCL) release: version, dest and configure options."""
 
@@ -262,21 +238,21 @@ class PluginHooks(PackageHooks):
     def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
         super().__init__(ctx, recipe, args)
         self.data = data = plugin_data(recipe)
-        self.toolkit = kit = build_toolkit(ctx, self.option("rocm"), self.option("cuda"))
+        self.toolkit = kit = build_toolkit(ctx, args.rocm, args.cuda)
         facts = ctx.facts.rocm if kit == "rocm" else ctx.facts.cuda
-        asked = self.option(kit) or (facts.version if facts else None)
+        asked = getattr(args, kit) or (facts.version if facts else None)
         assert asked is not None   # build_toolkit found one
         if kit == "rocm":
             self.release = known_rocm(data, asked, recipe.path)
         else:
             self.release = known_version(asked, "--cuda", "13.0")
-        self.nccl = nccl = self.option("nccl")
+        self.nccl = nccl = args.nccl
         if nccl is not None:
             known_version(nccl, "--nccl", "2.18.3")
-        home = self.option(f"{kit}_home") or default_home(ctx, kit, self.release)
+        home = getattr(args, f"{kit}_home") or default_home(ctx, kit, self.release)
         # The install is for this release: its placeholders ({rocm_home}, {cuda_version}, ...) and rules see it.
         self.ctx = dataclasses.replace(ctx, facts=with_toolkit(ctx.facts, kit, self.release, home))
-        version = ctx.options.plugin_version or getattr(args, "version", None)
+        version = getattr(args, "version", None)
         self.version = choose_version(recipe, data, self.ctx.facts, version, ctx.site.name, toolkit=kit, nccl=nccl)
         self.row = plugin_row(data, self.version, recipe.path, kit)
         if self.row.whatis:   # the module's description, where the row's is not the recipe's
@@ -298,7 +274,7 @@ class PluginHooks(PackageHooks):
         home = facts.rocm if self.toolkit == "rocm" else facts.cuda
         assert home is not None   # set by __init__
         env = site_environment(host, facts)
-        given = {k: self.option(k) for k in ("rccl_home", "libfabric", "hwloc", "mpi_home")}
+        given = {k: getattr(self.args, k) for k in ("rccl_home", "libfabric", "hwloc", "mpi_home")}
         pkg = {name: self.pkg_prefix(host, name) for name in ("libfabric", "hwloc") if not given[name]}
         homes = resolve_homes(self.data, self.row, self.release, home.home, env, mpi_flavour=facts.mpi.flavour,
                               pkg_prefix=pkg, **given)   # a system prefix is refused before its files are looked at
@@ -307,7 +283,7 @@ class PluginHooks(PackageHooks):
             raise SitestackError(
                 f"no RCCL header {homes.rccl}/include/rccl/rccl.h for ROCm {self.release}: {self.row.upstream} includes "
                 "<rccl/rccl.h> (ROCm <= 5.1 installs only <rocm>/rccl/include/rccl.h); install RCCL or give --rccl-home")
-        tests = bool(self.option("tests"))
+        tests = bool(self.args.tests)
         if tests and not homes.mpi:
             raise SitestackError("the plugin's tests need MPI: give --mpi-home")
         self.homes = homes

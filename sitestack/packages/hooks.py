@@ -111,7 +111,3 @@ class PackageHooks:
     def module_file(self) -> ModuleSettings | None:
         """Settings of a module file the install step writes for the install (None: none)."""
         return None
-
-    def option(self, name: str) -> Any:
-        """A step argument, overridden by the run option of the same name (the CLI's)."""
-        return getattr(self.ctx.options, name, None) or getattr(self.args, name, None)

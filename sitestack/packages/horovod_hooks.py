@@ -11,9 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sitestack.core import versions
 from sitestack.core.cores import CORES_SH
@@ -39,6 +38,7 @@ from sitestack.packages.horovod import (
     plan_for,
     with_site,
 )
+from sitestack.packages.package_args import HorovodArgs
 from sitestack.packages.shared import resolve_refs, site_environment
 
 #: Run by the build interpreter (its text is passed with ``python -c``).
@@ -78,22 +78,6 @@ def nproc(host: Host) -> int:
     return int(out.stdout.strip()) if out.ok and out.stdout.strip().isdigit() else 1
 
 
-@dataclass(frozen=True)
-class HorovodArgs:
-    """The step arguments Horovod adds to a recipe install."""
-
-    gpu_operations: str | None = field(default=None, metadata={"doc": (
-        "HOROVOD_GPU_OPERATIONS: NCCL, MPI or none (default: NCCL where the site has NCCL/RCCL, else none)")})
-    nccl_home: str | None = field(default=None, metadata={"doc": (
-        "NCCL with include/nccl.h and lib/ (CUDA sites; may use $VARIABLES set by the site modules; "
-        "default: the nvidia-nccl wheel of the interpreter)")})
-    cpu_operations: Literal["MPI", "GLOO", "CCL"] | None = field(default=None, metadata={"doc": (
-        "HOROVOD_CPU_OPERATIONS: the default for CPU tensors, MPI, GLOO or CCL (default: Horovod's choice)")})
-    cuda_stubs: str | None = field(default=None, metadata={"doc": (
-        "directory with the CUDA driver stub libcuda.so, for hosts without a GPU driver (CUDA sites; may use "
-        "$VARIABLES set by the site modules; default: <facts.cuda.home>/lib64/stubs)")})
-
-
 class HorovodHooks(PackageHooks):
     """Horovod built from its sdist for the site (NCCL/RCCL/CPU from the facts), checked with --check-build."""
 
@@ -115,9 +99,9 @@ class HorovodHooks(PackageHooks):
     def __init__(self, ctx: RunContext, recipe: Recipe, args: Any) -> None:
         super().__init__(ctx, recipe, args)
         self.data = horovod_data(recipe)
-        self.plan = plan_for(recipe, ctx.facts, self.option("gpu_operations"), ctx.site.name,
-                             cpu_ops=self.option("cpu_operations"))
-        self.given_python: str | None = self.option("python")
+        self.plan = plan_for(recipe, ctx.facts, args.gpu_operations, ctx.site.name, cpu_ops=args.cpu_operations)
+        # build-horovod --python, else the step's python:
+        self.given_python: str | None = ctx.options.python or args.python
         self.links: list[tuple[str, str]] = []   # (link path, target) to make before building
         self.env_dir: str | None = None
         self.base_python = ctx.facts.python.executable   # what a build environment is made from (choose_python)
