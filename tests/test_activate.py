@@ -534,3 +534,50 @@ def test_a_shell_keeps_the_generation_its_module_loaded_through_an_upgrade(sh: s
         assert without_lmod_bookkeeping(after) == without_lmod_bookkeeping(before)
     else:
         assert after == before  # exactly: the module's variable and the generation's path are gone
+
+
+def test_the_step_installs_the_command_upgrades_a_single_file_one_and_leaves_a_retired_generation_alone(tmp_path: Path):
+    """venv-hook on a stack behind its stable link: missing -> written (the launcher 0755, last); a command of
+    the single-file kind (what sitestack installed before) differs and --diff shows it; a wrong mode is put
+    right; a generation switched out keeps its own files (every write is a rename: hard links stay)."""
+    from sitestack.actions import ACTIONS
+    from sitestack.core.host import LocalHost
+    from sitestack.engine import playbook as pb
+    from tests.contexts import offline_context
+
+    site = pb.load(path=REPO / "playbooks" / "local.yml")
+    ctx = offline_context(site, prefix=str(tmp_path / "prefix"))
+    step = ACTIONS["venv-hook"].from_spec(next(s for s in site.steps if s.action == "venv-hook"), ctx)
+    stable = Path(step.stack.path)
+    first = stable.parent / ".gen-1"
+    (first / "bin").mkdir(parents=True)
+    (first / "bin" / "python").symlink_to(sys.executable)
+    stable.symlink_to(first.name)
+    host = LocalHost()
+    assert step.pending(host) == (f"{stable}/share/sitestack/onsite/__init__.py missing; "
+                                  f"{stable}/share/sitestack/onsite/activate/__init__.py missing; and 9 more")
+    step.apply(host)
+    assert step.pending(host) is None and step.diff(host) is None
+    command = stable / "bin" / "extend-venv-activate"
+    assert command.stat().st_mode & 0o777 == 0o755 and (stable / "share/sitestack/extend-venv-activate.json").is_file()
+    command.write_text("#!/usr/bin/env python3\n# The stack's extend-venv-activate, installed by sitestack; do not edit.\n")
+    assert step.pending(host) == f"{command} differs"
+    diff = step.diff(host)
+    assert diff is not None and f"--- {command} (on host)" in diff and "+runpy.run_module(\"onsite.activate_hook\"" in diff
+    step.apply(host)
+    command.chmod(0o644)
+    assert step.pending(host) == f"{command} mode 644, want 755"
+    step.apply(host)
+    assert step.pending(host) is None
+    # The next generation, made as stack-venv makes one (files hard-linked), switched in, while the stack held settings
+    # of an older run: the step puts the new ones into the current generation; the retired one keeps its bytes.
+    settings = stable / "share/sitestack/extend-venv-activate.json"
+    settings.write_text("{}\n")
+    second = stable.parent / ".gen-2"
+    subprocess.run(["cp", "-al", str(first), str(second)], check=True)
+    (stable.parent / "next").symlink_to(second.name)
+    os.replace(stable.parent / "next", stable)
+    retired = tree(first)
+    assert step.pending(host) == f"{settings} differs"
+    step.apply(host)
+    assert step.pending(host) is None and tree(first) == retired and settings.read_text() != "{}\n"
