@@ -210,7 +210,7 @@ def test_settings_the_command_cannot_use_are_one_message(case: str, tmp_path: Pa
         "missing-key": (json.dumps({k: v for k, v in CONFIG.items() if k != "python_version"}),
                         f"{settings}: key 'python_version' is missing"),
         "unknown-key": (json.dumps({**CONFIG, "modul": "x"}), f"{settings}: key 'modul' is not a setting of this command"),
-        "too-large": (" " * (1 << 20) + json.dumps(CONFIG), f"{settings}: over 1048576 bytes"),
+        "too-large": (" " * (1 << 16) + json.dumps(CONFIG), f"{settings}: over {1 << 16} bytes"),
     }[case]
     if text is None:
         settings.unlink()
@@ -555,7 +555,8 @@ def test_the_step_installs_the_command_upgrades_a_single_file_one_and_leaves_a_r
     stable.symlink_to(first.name)
     host = LocalHost()
     assert step.pending(host) == (f"{stable}/share/sitestack/onsite/__init__.py missing; "
-                                  f"{stable}/share/sitestack/onsite/activate/__init__.py missing; and 9 more")
+                                  f"{stable}/share/sitestack/onsite/activate/__init__.py missing; "
+                                  f"and {len(step.files()) - 2} more")
     step.apply(host)
     assert step.pending(host) is None and step.diff(host) is None
     command = stable / "bin" / "extend-venv-activate"

@@ -41,8 +41,9 @@ import sys
 from typing import Any, TextIO
 
 from .activate import COMMAND, CSH_DEACTIVATE, ORIG, SCRIPTS, SETTINGS, Refused
+from .activate.scriptfiles import read_text, write_if_changed
 from .activate.stack_settings import read_settings
-from .activate.venv import plan, read_text, read_venv, write_if_changed
+from .activate.venv import plan, read_venv
 
 
 def extend(venv_path: str, config: "dict[str, Any]", out: TextIO = sys.stdout) -> "list[str]":

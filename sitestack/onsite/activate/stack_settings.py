@@ -15,13 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from . import COMMAND, Refused
+from .scriptfiles import read_bytes
 from .shell_quote import csh_quote, fish_quote, sh_quote
 
 _MODULE_NAME = re.compile(r"[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: The most bytes of settings read: a few hundred in practice.
-SETTINGS_LIMIT = 1 << 20
+SETTINGS_LIMIT = 1 << 16
 
 
 def _text(value: Any) -> bool:
@@ -58,14 +59,11 @@ def read_settings(path: str) -> "dict[str, Any]":
     missing, larger than :data:`SETTINGS_LIMIT`, not JSON, or a key is missing, unknown or of the wrong
     type. The values' safety is :func:`check_config`'s."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(SETTINGS_LIMIT + 1)
+        data = read_bytes(path, SETTINGS_LIMIT)
     except FileNotFoundError:
         raise Refused(f"this copy has no stack settings ({path} is missing: run the one in the stack's bin/)") from None
     except OSError as exc:
         raise Refused(f"{path}: cannot read the settings: {exc.strerror}") from None
-    if len(data) > SETTINGS_LIMIT:
-        raise Refused(f"{path}: over {SETTINGS_LIMIT} bytes: not this command's settings")
     try:
         settings = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:

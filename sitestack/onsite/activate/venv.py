@@ -3,18 +3,18 @@ each activate script (saved beside it as ``<script>.sitestack-orig`` the first t
 between the two marked blocks when that copy is gone), and what extending it writes (:func:`plan`).
 
 The extended scripts are always made from the originals, so extending twice gives byte-identical
-files; every file is written atomically, and only when its bytes change (:func:`write_if_changed`).
+files; every file is written atomically, and only when its bytes change (:func:`.scriptfiles.write_if_changed`).
 """
 
 import os
 import re
-import tempfile
 from typing import Any
 
 from . import BEGIN, CSH_DEACTIVATE, END, ORIG, SCRIPTS, Refused
 from .bash import bash_text
 from .csh import csh_texts
 from .fish import fish_text
+from .scriptfiles import read_text
 from .stack_settings import check_config
 
 
@@ -29,11 +29,10 @@ def read_venv(path: str) -> "dict[str, Any]":
         raise Refused(f"{path} is not a Python venv (no pyvenv.cfg; make one with "
                       f"`python3 -m venv --system-site-packages {path}`)")
     cfg: dict[str, str] = {}
-    with open(cfg_path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            key, sep, value = line.partition("=")
-            if sep:
-                cfg[key.strip().lower()] = value.strip()
+    for line in read_text(cfg_path, errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            cfg[key.strip().lower()] = value.strip()
     version = cfg.get("version") or cfg.get("version_info") or ""
     match = re.match(r"(\d+)\.(\d+)", version)
     if not match:
@@ -42,35 +41,6 @@ def read_venv(path: str) -> "dict[str, Any]":
         raise Refused(f"{path} is not a Python venv (no bin/activate)")
     return {"root": os.path.abspath(path), "python": f"{match.group(1)}.{match.group(2)}",
             "system_site_packages": cfg.get("include-system-site-packages", "false").lower() == "true"}
-
-
-def write_if_changed(path: str, text: str, like: "str | None" = None) -> bool:
-    """Write ``text`` to ``path`` atomically (temp file + rename) unless it already holds it."""
-    data = text.encode("utf-8")
-    try:
-        with open(path, "rb") as handle:
-            if handle.read() == data:
-                return False
-    except FileNotFoundError:
-        pass
-    mode = os.stat(like).st_mode & 0o7777 if like and os.path.exists(like) else 0o644
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return True
-
-
-def read_text(path: str) -> str:
-    """The text of ``path`` as it is (newlines untranslated)."""
-    with open(path, encoding="utf-8", newline="") as handle:
-        return handle.read()
 
 
 def original_of(script: str) -> "tuple[str, bool]":
