@@ -1,7 +1,8 @@
 """The parts of ``extend-venv-activate`` (:mod:`..activate_hook`, the command line): what a user's
 venv is and how its scripts are kept (:mod:`.venv`), the stack's settings the command was installed
 with (:mod:`.stack_settings`), the quoting of each shell (:mod:`.shell_quote`), its capped reads and
-atomic writes (:mod:`.scriptfiles`) and the blocks added to each shell's activate script (:mod:`.bash` for bash and zsh, :mod:`.fish`, :mod:`.csh`).
+atomic writes (:mod:`.scriptfiles`) and the blocks added to each shell's activate script
+(:mod:`.bash` for bash and zsh, :mod:`.fish`, :mod:`.csh`).
 
 Here: the names every part shares. Standard library only, and no syntax newer than Python 3.6 (no
 ``from __future__ import annotations``: annotations that name newer types are strings), because
