@@ -69,6 +69,7 @@ def ansible_vars(site: pb.Site) -> dict[str, object]:
     shutil.rmtree(expected_dir, ignore_errors=True)
     files = [PREFIX / "share/sitestack/site.json", *sorted((PREFIX / "modules").rglob("*.lua")),
              PREFIX / "pytorch/2.13.0-cpu/bin/extend-venv-activate",
+             *sorted(p for p in (PREFIX / "pytorch/2.13.0-cpu/share/sitestack").rglob("*") if p.is_file()),
              *sorted(p for p in (PREFIX / "validation").rglob("*") if p.is_file() and "mpi-probe" not in p.parts
                      and "src" not in p.relative_to(PREFIX / "validation").parts)]
     expected = []

@@ -9,6 +9,7 @@ import base64
 import dataclasses
 import hashlib
 import io
+import json
 import os
 import shlex
 import shutil
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from sitestack.onsite import activate_hook as hook
+from sitestack.onsite.activate import BEGIN, CSH_DEACTIVATE, END, ORIG, Refused
+from sitestack.onsite.activate.stack_settings import pick_packages
 from tests.conftest import LMOD_INIT, REPO, clean_env, parse_env, shell, without_lmod_bookkeeping
 
 CONFIG = {"site": "test", "module": "pytorch/2.13.0-cpu", "module_roots": ["/opt/site-modules", "/opt/stack/modules"],
@@ -44,14 +47,14 @@ def test_extending_twice_gives_byte_identical_scripts_and_keeps_the_originals(tm
     venv = make_venv(tmp_path / ODD)
     originals = scripts(venv)
     first = hook.extend(str(venv), CONFIG, out=io.StringIO())
-    assert sorted(Path(p).name for p in first) == ["activate", "activate.csh", "activate.fish", hook.CSH_DEACTIVATE]
+    assert sorted(Path(p).name for p in first) == ["activate", "activate.csh", "activate.fish", CSH_DEACTIVATE]
     once = scripts(venv)
     out = io.StringIO()
     assert hook.extend(str(venv), CONFIG, out=out) == []
     assert scripts(venv) == once and "unchanged" in out.getvalue()
     for name in ("activate", "activate.fish", "activate.csh"):
-        assert once[name + hook.ORIG] == originals[name]  # recoverable
-        assert hook.BEGIN.encode() in once[name] and originals[name] in once[name]  # the original runs unchanged
+        assert once[name + ORIG] == originals[name]  # recoverable
+        assert BEGIN.encode() in once[name] and originals[name] in once[name]  # the original runs unchanged
     assert (venv / "bin" / "activate").stat().st_mode == (venv / "bin" / "activate.sitestack-orig").stat().st_mode
     hook.undo(str(venv), out=io.StringIO())
     assert scripts(venv) == originals
@@ -62,7 +65,7 @@ def test_a_remade_venv_is_extended_from_its_new_scripts(tmp_path: Path):
     hook.extend(str(venv), CONFIG, out=io.StringIO())
     make_venv(venv, sys.executable, "--clear")  # made again: a new, plain activate
     fresh = (venv / "bin" / "activate").read_bytes()
-    assert hook.BEGIN.encode() not in fresh
+    assert BEGIN.encode() not in fresh
     hook.extend(str(venv), CONFIG, out=io.StringIO())
     assert (venv / "bin" / "activate.sitestack-orig").read_bytes() == fresh
 
@@ -77,8 +80,8 @@ def test_an_original_whose_copy_is_gone_is_recovered_from_the_extended_script(tm
     assert (venv / "bin" / "activate.sitestack-orig").read_bytes() == original
     assert (venv / "bin" / "activate").read_bytes() == extended
     (venv / "bin" / "activate.sitestack-orig").unlink()
-    (venv / "bin" / "activate").write_bytes(extended.replace(hook.END.encode(), b"# edited", 1))
-    with pytest.raises(hook.Refused, match="its original .* is gone and the extension was edited"):
+    (venv / "bin" / "activate").write_bytes(extended.replace(END.encode(), b"# edited", 1))
+    with pytest.raises(Refused, match="its original .* is gone and the extension was edited"):
         hook.extend(str(venv), CONFIG, out=io.StringIO())
 
 
@@ -114,7 +117,7 @@ def test_csh_is_left_alone_when_csh_cannot_quote_the_settings(tmp_path: Path):
     hook.extend(str(venv), {**CONFIG, "module_roots": ["/opt/site modules"]}, out=out)  # a space
     assert "skipped   activate.csh: not extended (csh cannot quote '/opt/site modules' safely)" in out.getvalue()
     assert (venv / "bin" / "activate.csh").read_bytes() == original
-    assert hook.BEGIN in (venv / "bin" / "activate").read_text()
+    assert BEGIN in (venv / "bin" / "activate").read_text()
 
 
 def test_a_generation_variable_that_is_not_a_name_is_refused(tmp_path: Path, capsys):
@@ -137,24 +140,105 @@ def test_the_settings_name_the_modules_generation_variable():
     stack = stack_for(ctx)
     config = hook_config(ctx, stack)
     assert config["generation_var"] == generation_var(stack) == "__SITESTACK_GENERATION_PYTORCH"
-    pick = hook.pick_packages(config, "bash")["pick"]
+    pick = pick_packages(config, "bash")["pick"]
     assert f"""_sitestack_p="$__SITESTACK_GENERATION_PYTORCH"'/lib/python{stack.python_version}/site-packages'""" in pick
     assert generation_var(dataclasses.replace(stack, name="aws-ofi.rccl/1.0")) == "__SITESTACK_GENERATION_AWS_OFI_RCCL"
     container = hook_config(ctx, dataclasses.replace(stack, source="container"))
     assert container["site_packages"] is None and container["generation_var"] is None
 
 
+def install_hook(stack: Path, config: dict) -> Path:
+    """The command installed into ``stack`` as the venv-hook step writes it (:func:`hook_files`); its path."""
+    from sitestack.actions.venv_hook import hook_files
+
+    for relative, (text, mode) in hook_files(config).items():
+        path = stack / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(mode)
+    return stack / "bin" / "extend-venv-activate"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def test_the_installed_command_carries_its_settings_and_runs_alone(tmp_path: Path):
-    text = hook.render_command(CONFIG)
-    assert text.startswith("#!/usr/bin/env python3\n") and hook.render_command(CONFIG) == text
-    command = tmp_path / "extend-venv-activate"
-    command.write_text(text)
+    """The launcher, the modules it imports and the settings, in a tree of their own: it runs with an
+    isolated Python (nothing of sitestack on the path), writes nothing into that tree, and says the
+    module in its help."""
+    from sitestack.actions.venv_hook import hook_files
+
+    files = hook_files(CONFIG)
+    assert hook_files(CONFIG) == files and list(files)[-1] == "bin/extend-venv-activate"
+    assert files["bin/extend-venv-activate"][0].startswith("#!/usr/bin/env python3\n")
+    command = install_hook(tmp_path / "stack", CONFIG)
+    installed = tree(tmp_path / "stack")
     venv = make_venv(tmp_path / "v")
     out = subprocess.run([sys.executable, "-I", str(command), str(venv)], capture_output=True, text=True)
     assert out.returncode == 0 and "extended  " in out.stdout, out.stderr
     assert "pytorch/2.13.0-cpu" in (venv / "bin" / "activate").read_text()
+    assert (venv / "bin" / "activate").read_bytes() == scripts(venv)["activate"]
     refused = subprocess.run([sys.executable, "-I", str(command), str(tmp_path / "nowhere")], capture_output=True, text=True)
     assert refused.returncode == 1 and refused.stderr.startswith("extend-venv-activate: error: ")
+    helped = subprocess.run([str(command), "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "loads the module pytorch/2.13.0-cpu and" in " ".join(helped.stdout.split())
+    assert tree(tmp_path / "stack") == installed  # no bytecode, nothing else written into the stack
+
+
+def test_the_installed_command_does_what_the_module_does(tmp_path: Path):
+    """Run as the installed command, the venv gets the same scripts as from the module in the checkout."""
+    command = install_hook(tmp_path / "stack", CONFIG)
+    by_command, by_module = make_venv(tmp_path / "a" / "v"), make_venv(tmp_path / "b" / "v")
+    assert subprocess.run([str(command), str(by_command)], capture_output=True).returncode == 0
+    hook.extend(str(by_module), CONFIG, out=io.StringIO())
+    assert {k: v.replace(b"/b/v", b"/a/v") for k, v in scripts(by_module).items()} == scripts(by_command)
+
+
+@pytest.mark.parametrize("case", ["missing", "not-json", "not-an-object", "wrong-type", "missing-key", "unknown-key",
+                                  "too-large"])
+def test_settings_the_command_cannot_use_are_one_message(case: str, tmp_path: Path):
+    """Settings missing, not JSON, or not the command's: one line naming the file (and the line or key),
+    exit 1, the venv untouched."""
+    command = install_hook(tmp_path / "stack", CONFIG)
+    settings = tmp_path / "stack" / "share" / "sitestack" / "extend-venv-activate.json"
+    text, expect = {
+        "missing": (None, "this copy has no stack settings"),
+        "not-json": ('{"module": "pytorch/2.13.0-cpu",\n "module_roots": [}', f"{settings}:2: the settings are not JSON"),
+        "not-an-object": ("[]", f"{settings}: the settings are not a JSON object"),
+        "wrong-type": (json.dumps({**CONFIG, "module_roots": "/opt/m"}), f"{settings}: key 'module_roots': must be a list"),
+        "missing-key": (json.dumps({k: v for k, v in CONFIG.items() if k != "python_version"}),
+                        f"{settings}: key 'python_version' is missing"),
+        "unknown-key": (json.dumps({**CONFIG, "modul": "x"}), f"{settings}: key 'modul' is not a setting of this command"),
+        "too-large": (" " * (1 << 16) + json.dumps(CONFIG), f"{settings}: over {1 << 16} bytes"),
+    }[case]
+    if text is None:
+        settings.unlink()
+    else:
+        settings.write_text(text)
+    venv = make_venv(tmp_path / "v")
+    before = scripts(venv)
+    out = subprocess.run([sys.executable, "-I", str(command), str(venv)], capture_output=True, text=True)
+    assert out.returncode == 1 and out.stdout == "", out
+    assert out.stderr.startswith("extend-venv-activate: error: ") and expect in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert scripts(venv) == before
+
+
+def test_the_commands_modules_keep_to_python_3_6():
+    """The command runs with the python3 a user's shell finds: its modules (and the package's
+    __init__.py) parse as Python 3.6 and postpone no annotations."""
+    import ast
+
+    from sitestack.core.shipped import ONSITE, imported
+
+    modules = imported("activate_hook")
+    assert {"__init__.py", "activate_hook.py", "activate/bash.py", "activate/venv.py"} <= set(modules)
+    for relative in modules:
+        tree = ast.parse((ONSITE / relative).read_text(), relative, feature_version=(3, 6))
+        futures = [a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "__future__"
+                   for a in n.names]
+        assert futures == [], relative
 
 
 # -- real shells, real Lmod, the session's stack -------------------------------------------------------------------
@@ -450,3 +534,51 @@ def test_a_shell_keeps_the_generation_its_module_loaded_through_an_upgrade(sh: s
         assert without_lmod_bookkeeping(after) == without_lmod_bookkeeping(before)
     else:
         assert after == before  # exactly: the module's variable and the generation's path are gone
+
+
+def test_the_step_installs_the_command_upgrades_a_single_file_one_and_leaves_a_retired_generation_alone(tmp_path: Path):
+    """venv-hook on a stack behind its stable link: missing -> written (the launcher 0755, last); a command of
+    the single-file kind (what sitestack installed before) differs and --diff shows it; a wrong mode is put
+    right; a generation switched out keeps its own files (every write is a rename: hard links stay)."""
+    from sitestack.actions import ACTIONS
+    from sitestack.core.host import LocalHost
+    from sitestack.engine import playbook as pb
+    from tests.contexts import offline_context
+
+    site = pb.load(path=REPO / "playbooks" / "local.yml")
+    ctx = offline_context(site, prefix=str(tmp_path / "prefix"))
+    step = ACTIONS["venv-hook"].from_spec(next(s for s in site.steps if s.action == "venv-hook"), ctx)
+    stable = Path(step.stack.path)
+    first = stable.parent / ".gen-1"
+    (first / "bin").mkdir(parents=True)
+    (first / "bin" / "python").symlink_to(sys.executable)
+    stable.symlink_to(first.name)
+    host = LocalHost()
+    assert step.pending(host) == (f"{stable}/share/sitestack/onsite/__init__.py missing; "
+                                  f"{stable}/share/sitestack/onsite/activate/__init__.py missing; "
+                                  f"and {len(step.files()) - 2} more")
+    step.apply(host)
+    assert step.pending(host) is None and step.diff(host) is None
+    command = stable / "bin" / "extend-venv-activate"
+    assert command.stat().st_mode & 0o777 == 0o755 and (stable / "share/sitestack/extend-venv-activate.json").is_file()
+    command.write_text("#!/usr/bin/env python3\n# The stack's extend-venv-activate, installed by sitestack; do not edit.\n")
+    assert step.pending(host) == f"{command} differs"
+    diff = step.diff(host)
+    assert diff is not None and f"--- {command} (on host)" in diff and "+runpy.run_module(\"onsite.activate_hook\"" in diff
+    step.apply(host)
+    command.chmod(0o644)
+    assert step.pending(host) == f"{command} mode 644, want 755"
+    step.apply(host)
+    assert step.pending(host) is None
+    # The next generation, made as stack-venv makes one (files hard-linked), switched in, while the stack held settings
+    # of an older run: the step puts the new ones into the current generation; the retired one keeps its bytes.
+    settings = stable / "share/sitestack/extend-venv-activate.json"
+    settings.write_text("{}\n")
+    second = stable.parent / ".gen-2"
+    subprocess.run(["cp", "-al", str(first), str(second)], check=True)
+    (stable.parent / "next").symlink_to(second.name)
+    os.replace(stable.parent / "next", stable)
+    retired = tree(first)
+    assert step.pending(host) == f"{settings} differs"
+    step.apply(host)
+    assert step.pending(host) is None and tree(first) == retired and settings.read_text() != "{}\n"

@@ -26,6 +26,7 @@ from sitestack.engine import playbook as pb
 from sitestack.installs.venv_stack import stack_for
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.onsite import activate_hook as hook
+from sitestack.onsite.activate.stack_settings import pick_packages
 from sitestack.validation import jobs
 from sitestack.validation.launch_helpers import render_job_template
 from tests.test_launch_env import render
@@ -148,7 +149,7 @@ def test_csh_reads_the_stack_path_as_it_is(shell: str, hostile):
     prefix, cwd = hostile
     packages = f"{prefix}/stack/lib/python3.11/site-packages"
     config = {"site_packages": packages, "stack": f"{prefix}/stack", "generation_var": "__SITESTACK_GEN"}
-    pick = hook.pick_packages(config, "csh")["pick"]
+    pick = pick_packages(config, "csh")["pick"]
     script = cwd.parent / "pick.csh"
     script.write_text(pick + 'printf "%s\\n" $_sitestack_p:q\n')
     for flags in (["-f"], ["-f", "-i"]):

@@ -1,24 +1,31 @@
 """The ``venv-hook`` action: the extend-venv-activate command in the stack's ``bin/``.
 
-The command is ``sitestack/onsite/activate_hook.py`` with this site's settings filled in
-(:func:`hook_config`): run by a user, it extends their own venv so that activating it loads the
-stack's module, and deactivating restores the environment as it was.
+The command is ``sitestack/onsite/activate_hook.py``, installed into the stack (:func:`hook_files`):
+the on-site modules it imports under ``<stack>/share/sitestack/onsite/``, this site's settings
+(:func:`hook_config`) beside them as JSON, and ``<stack>/bin/extend-venv-activate``, the launcher
+that runs it (:func:`sitestack.core.shipped.installed`). Run by a user, it extends their own venv so
+that activating it loads the stack's module, and deactivating restores the environment as it was.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.actions.action import Action, unified_diff
+from sitestack.actions.action import Action, files_diff, files_pending, write_files
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
+from sitestack.core.shipped import installed
 from sitestack.installs.venv_stack import Stack, generation_var, module_root, require_module_system, stack_for
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec
 from sitestack.model.siteenv import INIT_CANDIDATES
-from sitestack.onsite import activate_hook
+from sitestack.onsite.activate import COMMAND, SETTINGS
+
+#: Where in the stack the command's modules (``onsite/``) and settings are, relative to its root.
+PACKAGE = "share/sitestack"
 
 
 def hook_config(ctx: RunContext, stack: Stack) -> dict[str, Any]:
@@ -52,6 +59,17 @@ def hook_config(ctx: RunContext, stack: Stack) -> dict[str, Any]:
     }
 
 
+def hook_files(config: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """The command's files, relative to the stack's root -> (text, mode): its modules, its settings
+    ``config``, and last the launcher ``bin/extend-venv-activate`` (written in this order, the command
+    is never there before what it runs)."""
+    files = installed(COMMAND, package=PACKAGE)
+    launcher = files.pop(f"bin/{COMMAND}")
+    files[f"{PACKAGE}/{SETTINGS}"] = (json.dumps(config, indent=4, sort_keys=True) + "\n", 0o644)
+    files[f"bin/{COMMAND}"] = launcher
+    return files
+
+
 class VenvHook(Action):
     """The extend-venv-activate command in the stack's bin/: extends a user's venv so that activating it
     loads the stack's module and deactivating restores the environment."""
@@ -65,34 +83,38 @@ class VenvHook(Action):
     def __init__(self, spec: StepSpec, args: Any, ctx: RunContext) -> None:
         super().__init__(spec, args, ctx)
         self.stack = stack_for(ctx, args.name)
-        self.path = f"{self.stack.bin}/{activate_hook.COMMAND}"
+        self.path = f"{self.stack.bin}/{COMMAND}"
 
     def describe(self) -> str:
         return f"install {self.path}"
 
-    def render(self) -> str:
-        return activate_hook.render_command(hook_config(self.ctx, self.stack))
+    def files(self) -> dict[str, tuple[str, int]]:
+        return hook_files(hook_config(self.ctx, self.stack))
 
     def pending(self, host: Host) -> str | None:
         require_module_system(facts=self.ctx.facts)
-        current = host.read_text(self.path)
-        if current is None:
-            return f"{self.path} missing"
-        if current != self.render():
-            return f"{self.path} differs"
+        reasons = [f"{self.stack.path}/{reason}" for reason in files_pending(host, self.stack.path, self.files())]
+        if reasons:
+            return "; ".join(reasons[:2]) + (f"; and {len(reasons) - 2} more" if len(reasons) > 2 else "")
+        mode = self._mode(host)
+        return None if mode is None else f"{self.path} mode {mode}, want 755"
+
+    def _mode(self, host: Host) -> str | None:
+        """The command's mode where it is not 755 (None: it is, or ``stat`` cannot say)."""
         out = host.probe(["stat", "-c", "%a", "--", self.path])
-        if out.ok and out.stdout.strip() != "755":
-            return f"{self.path} mode {out.stdout.strip()}, want 755"
-        return None
+        return out.stdout.strip() if out.ok and out.stdout.strip() != "755" else None
 
     def diff(self, host: Host) -> str | None:
-        return unified_diff(host.read_text(self.path), self.render(), self.path)
+        return files_diff(host, self.stack.path, self.files())
 
     def apply(self, host: Host) -> None:
         if not host.exists(f"{self.stack.bin}/python"):
             raise SitestackError(f"the stack environment {self.stack.path} is not installed (run the stack-venv "
                                  f"step first: invoke install-venv --site {self.ctx.site.name})")
-        host.write_text(self.path, self.render(), 0o755)
+        files = self.files()
+        write_files(host, self.stack.path, files)
+        if self._mode(host) is not None:
+            host.write_text(self.path, files[f"bin/{COMMAND}"][0], 0o755)
 
 
-__all__ = ["VenvHook", "hook_config"]
+__all__ = ["VenvHook", "hook_config", "hook_files"]
