@@ -11,7 +11,6 @@ where none answers) the torchrun, mpiexec or horovodrun batch script runs on the
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
@@ -43,6 +42,7 @@ from sitestack.engine.playbook import connect, select_hosts
 from sitestack.model.context import RunOptions, check_host_option
 from sitestack.model.site import Facts, Site, expand
 from sitestack.onsite.ddp_report import verdict_table
+from sitestack.onsite.result_schema import MAX_BYTES, Result, exit_code, parse_result
 from sitestack.validation.jobs import script_name, validation_of
 
 LOCAL_LAUNCHERS = ("torchrun", "mpiexec", "horovodrun")
@@ -95,7 +95,7 @@ class Outcome:
     job_id: str | None = None
     out_dir: Path | None = None
     log: Path | None = None
-    result: dict[str, Any] | None = None
+    result: Result | None = None
     regression: dict[str, Any] | None = None  # the run against the site's history (engine/regression.py)
 
 
@@ -239,7 +239,7 @@ LAST_WORDS = re.compile(r"^sitestack validation(: (PASSED|FAILED|\?), exit code 
 #: job step first, then writes); Slurm's KillWait (default 30 s) bounds how long that can take.
 RESULT_WAIT = 45.0
 #: The most a result.json may hold (the job's is a few KiB): a larger one is not read.
-RESULT_MAX = 16 << 20
+RESULT_MAX = MAX_BYTES
 
 
 def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> str | None:
@@ -252,21 +252,18 @@ def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> 
     return text
 
 
-def report_result(text: str, path: str, out_dir: str, reporter: Reporter) -> dict[str, Any]:
+def report_result(text: str, path: str, out_dir: str, reporter: Reporter) -> Result:
     """The result in ``text`` (``path``'s), its verdict table and report files reported; a
-    :class:`SitestackError` naming ``path`` when it is not a result of the validation job (the job
-    writes it, but a user's edit, a full disk or another program may have left anything there)."""
-    try:
-        result = json.loads(text)
-        if not isinstance(result, dict):
-            raise TypeError(f"a JSON {type(result).__name__}, not an object")
-        table = verdict_table(result)
-        artefacts = result.get("artefacts") or {}
-        files = [f"{out_dir}/{artefacts[k]}" for k in ("markdown", "json", "plot") if artefacts.get(k)]
-        skipped = f" (plot skipped: {artefacts['plot_note']})" if artefacts.get("plot_note") else ""
-    except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
-        raise SitestackError(f"{path} is not a result of the validation job ({type(exc).__name__}: {exc})") from None
-    reporter.note(table)
+    :class:`SitestackError` naming ``path`` when it is no :class:`~sitestack.onsite.result_schema.Result`
+    (the job writes it, but a user's edit, a full disk, another program or another version of the job
+    may have left anything there)."""
+    result, why = parse_result(text)
+    if result is None:
+        raise SitestackError(f"{path} is not a result of the validation job ({why})")
+    artefacts = result["artefacts"]
+    files = [f"{out_dir}/{artefacts[k]}" for k in ("markdown", "json", "plot") if artefacts.get(k)]
+    skipped = f" (plot skipped: {artefacts['plot_note']})" if artefacts.get("plot_note") else ""
+    reporter.note(verdict_table(result))
     reporter.note("report: " + ", ".join(str(f) for f in files) + skipped)
     return result
 
@@ -281,5 +278,4 @@ def finish(site: Site, job_id: str, out_dir: str, log: str, rc: int | None, repo
         tail = "\n".join((host.read_tail(log) or "").rstrip().splitlines()[-15:])
         raise SitestackError(f"job {job_id} left no result ({path} missing; exit code {rc}); log {log}:\n{tail}".rstrip())
     result = report_result(text, path, out_dir, reporter)
-    code = 0 if result.get("verdict") == "passed" and (rc in (0, None)) else 1
-    return Outcome(code, job_id, Path(out_dir), Path(log), result)
+    return Outcome(1 if exit_code(result, rc) else 0, job_id, Path(out_dir), Path(log), result)
