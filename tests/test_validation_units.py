@@ -464,8 +464,19 @@ def test_validate_without_a_scheduler_runs_the_script_through_the_host(tmp_path,
     site = pb.load("local")
     options = v.ValidateOptions(scheduler="none", launcher="torchrun", prefix=str(tmp_path / "prefix"),
                                 results=str(tmp_path / "results"), ranks_per_node=3, timeout=60)
+    from sitestack.engine import batchjob
+    reads: list[str] = []
+    read_json = batchjob.read_json
+
+    def counted(host, path, *args, **kwargs):
+        reads.append(path)
+        return read_json(host, path, *args, **kwargs)
+
+    monkeypatch.setattr(batchjob, "read_json", counted)
     outcome = v.validate(site, options, Reporter())
     assert outcome.code == 0 and outcome.result is not None and outcome.result["verdict"] == "passed"
+    # check-config.json read once: the checks before submitting and the history take it from there
+    assert [p for p in reads if p.endswith("/check-config.json")] == [str(tmp_path / "prefix" / "validation" / "check-config.json")]
     assert outcome.log is not None and "fake job ran with ranks=3" in outcome.log.read_text()
     monkeypatch.setenv("FAKE_RC", "3")
     assert v.validate(site, options, Reporter()).code == 1  # passed checks, but the script failed

@@ -29,6 +29,7 @@ from sitestack.engine.batchjob import FINISHED as FINISHED  # re-exported: impor
 from sitestack.engine.batchjob import RUN_TO_LOG as RUN_TO_LOG
 from sitestack.engine.batchjob import (
     await_words,
+    job_config,
     job_env,
     preflight,
     run_here,
@@ -161,12 +162,16 @@ def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcom
     """Run (or collect) the site's validation job on its host; report the verdict; return the outcome."""
     host = open_host(site, options)
     try:
-        return remember(site, options, _validate(site, options, reporter, host), reporter, host)
+        resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
+        # the job's check-config.json, read once: the checks before submitting and the history use it
+        config = job_config(host, install_dir(site, resolved.values), site.name)
+        return remember(site, options, _validate(site, options, reporter, host, config), reporter, host, config)
     finally:
         host.close()
 
 
-def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: Reporter, host: Host) -> Outcome:
+def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: Reporter, host: Host,
+             config: Mapping[str, Any]) -> Outcome:
     """The run compared with the site's history and recorded there (docs/history.md): a FAIL exits 1."""
     if outcome.result is None or outcome.out_dir is None:
         return outcome  # not waited for: the job records itself
@@ -175,13 +180,14 @@ def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: R
     resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
     outcome.regression = history.after_validation(
         host, install_dir(site, resolved.values), resolved.values["prefix"], outcome.result, str(outcome.out_dir),
-        validation_of(resolved.facts).regression, reporter)
+        validation_of(resolved.facts).regression, reporter, config)
     if outcome.regression["status"] == "fail":
         outcome.code = 1
     return outcome
 
 
-def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Host) -> Outcome:
+def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Host,
+              config: Mapping[str, Any]) -> Outcome:
     resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
     facts = resolved.facts
     directory = install_dir(site, resolved.values)
@@ -193,7 +199,7 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     if not host.probe(["test", "-f", script]).ok:
         raise SitestackError(f"the validation job is not installed ({script} missing on {host.name}): run "
                              f"`invoke install-validation-job --site {site.name}` first")
-    preflight(host, directory, site.name, root, options.python)
+    preflight(host, directory, site.name, root, options.python, config)
     env = job_env(options.ranks_per_node, options.python)
     if options.wait:
         env["SITESTACK_HISTORY"] = "off"  # recorded here, with its regression report (remember)
