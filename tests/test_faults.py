@@ -35,6 +35,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from sitestack.onsite import result_schema
 from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -215,6 +216,9 @@ def finish(proc: subprocess.Popen, out: Path, start: float) -> SimpleNamespace:
         except OSError:
             pass
     result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else None
+    # a finished run's result and a fault's alike: every field of the one type (onsite/result_schema.py)
+    assert result is None or (result_schema.problem(result) is None and set(result) == set(result_schema.FIELDS)), \
+        result_schema.problem(result)
     return SimpleNamespace(rc=proc.returncode, log=log, out=out, seconds=seconds, result=result, left=left)
 
 

@@ -193,10 +193,10 @@ def test_rebuild_never_follows_a_link_planted_at_its_temporary_name(tmp_path: Pa
     assert not (directory / "index.jsonl").is_symlink()
 
 
-@pytest.mark.parametrize("text", ["{bad", "[1]", '{"stack": 5}'])
+@pytest.mark.parametrize("text", ["{bad", "[1]", '{"stack": 5}', '{"history_dir": 5}'])
 def test_a_malformed_check_config_is_one_error_naming_it(tmp_path: Path, text: str) -> None:
     (tmp_path / "check-config.json").write_text(text)
-    for check in (batchjob.check_imports, batchjob.check_launch_env):
+    for check in (batchjob.check_imports, batchjob.check_launch_env, batchjob.job_config, site_history.history_dir_of):
         with pytest.raises(InputError) as caught:
             check(local_host(), str(tmp_path), "local")
         assert str(caught.value).startswith(f"{tmp_path}/check-config.json: ")

@@ -10,6 +10,7 @@ fails). Nothing here asserts a speed: only that the run ends, within bounds, wit
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import resource
@@ -28,6 +29,7 @@ from sitestack.engine.task_glue import errors_to_exit
 from tests.conftest import REPO
 from tests.onsite_dir import install_programs
 from tests.test_hostile import Case, assert_refused_cleanly, git_status
+from tests.test_result_schema import built
 
 PLAIN_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 #: Well under the minute a hang is counted at: a quadratic pattern on these inputs takes minutes.
@@ -368,7 +370,9 @@ def test_a_huge_job_log_is_read_by_its_tail(tmp_path: Path):
 #: ``validate --collect`` of a job whose result.json is not one: each is one message, no traceback.
 BAD_RESULTS = {"not-json": "not json", "a-list": "[]", "artefacts-a-string": '{"artefacts": "x"}',
                "checks-a-string": '{"verdict": "passed", "checks": "x"}',
-               "check-without-summary": '{"checks": [{"name": "a", "status": "ok"}]}', "a-huge-number": "1e999999"}
+               "check-without-summary": '{"checks": [{"name": "a", "status": "ok"}]}', "a-huge-number": "1e999999",
+               # a whole result of another schema version, and one with a field of another type
+               "schema-1": json.dumps({**built(), "schema": 1}), "world-size-a-string": json.dumps({**built(), "world_size": "2"})}
 
 
 @pytest.mark.parametrize("kind", [*BAD_RESULTS, "fifo", "dev-zero", "log-fifo"])
@@ -399,3 +403,5 @@ def test_validate_collect_reads_only_a_result_of_the_job(tmp_path: Path, kind: s
     assert message.startswith("error: ") and len(message.splitlines()) == 1, message
     named = log if kind == "log-fifo" else result
     assert str(named) in message and ("not a regular file" in message or "not a result" in message), message
+    said = {"schema-1": "schema 1, not 2", "world-size-a-string": "`world_size` is a JSON str, not int"}
+    assert said.get(kind, "") in message, message

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sitestack.onsite import result_schema
 from tests.conftest import run_invoke
 from tests.ports import free_port
 from tests.test_validation_units import SOCKET_FALLBACK
@@ -24,6 +25,7 @@ def checks_of(result: dict) -> dict[str, dict]:
 
 def assert_report(out: Path, verdict: str = "passed") -> dict:
     result = json.loads((out / "result.json").read_text())
+    assert result_schema.problem(result) is None and set(result) == set(result_schema.FIELDS), result_schema.problem(result)
     assert result["verdict"] == verdict, json.dumps([(c["name"], c["status"], c["summary"]) for c in result["checks"]], indent=1)
     summary = (out / "summary.md").read_text()
     assert summary.startswith(f"# sitestack validation: local — {verdict.upper()}")

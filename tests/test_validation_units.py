@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.engine import playbook as pb
-from sitestack.onsite import ddp_report, nccl_log, report_plot
+from sitestack.onsite import ddp_report, nccl_log, report_plot, result_schema
 from sitestack.onsite.ddpcheck import (
     affinity,
     bandwidth,
@@ -381,7 +381,7 @@ def sample_result(**over) -> dict:
 def test_skipped_checks_pass_failed_ones_fail():
     assert verdicts.verdict([verdicts.Check("a", "passed"), verdicts.Check("b", "skipped")]) == "passed"
     assert verdicts.verdict([verdicts.Check("a", "passed"), verdicts.Check("b", "failed")]) == "failed"
-    assert verdicts.exit_code({"verdict": "passed"}) == 0 and verdicts.exit_code({"verdict": "failed"}) == 1
+    assert result_schema.exit_code({"verdict": "passed"}) == 0 and result_schema.exit_code({"verdict": "failed"}) == 1
 
 
 def test_fault_injection_names_rank_and_kind():
@@ -434,11 +434,15 @@ def test_the_check_program_imports_nothing_from_sitestack():
 
 # -- invoke validate through a Host: a stand-in job script, here and over SSH -----------------------
 
+#: The stand-in's result.json: one the builder made (onsite/result_schema.py), its verdict and status printf's.
+FAKE_RESULT = json.dumps(result_schema.build_result(
+    site="local", job_id=None, launcher="torchrun", job_launcher="torchrun", started=None, backend=None, device=None,
+    world_size=1, hosts=[], torch=None, verdict="@V@", fault=None, ranks=[], time_limit={},
+    checks=[{"name": "ddp", "status": "@V@", "summary": "ok"}])).replace('"@V@"', '"%s"')
 FAKE_JOB = """#!/bin/bash
 echo "fake job ran with ranks=${SITESTACK_RANKS_PER_NODE:-unset}"
 mkdir -p "$SITESTACK_VALIDATION_OUT"
-printf '{"site": "local", "verdict": "%s", "checks": [{"name": "ddp", "status": "%s", "summary": "ok"}],
- "artefacts": {"json": "result.json"}}' "${FAKE_VERDICT:-passed}" "${FAKE_VERDICT:-passed}" \\
+printf '""" + FAKE_RESULT + """' "${FAKE_VERDICT:-passed}" "${FAKE_VERDICT:-passed}" \\
   > "$SITESTACK_VALIDATION_OUT/result.json"
 exit "${FAKE_RC:-0}"
 """
@@ -460,8 +464,19 @@ def test_validate_without_a_scheduler_runs_the_script_through_the_host(tmp_path,
     site = pb.load("local")
     options = v.ValidateOptions(scheduler="none", launcher="torchrun", prefix=str(tmp_path / "prefix"),
                                 results=str(tmp_path / "results"), ranks_per_node=3, timeout=60)
+    from sitestack.engine import batchjob
+    reads: list[str] = []
+    read_json = batchjob.read_json
+
+    def counted(host, path, *args, **kwargs):
+        reads.append(path)
+        return read_json(host, path, *args, **kwargs)
+
+    monkeypatch.setattr(batchjob, "read_json", counted)
     outcome = v.validate(site, options, Reporter())
     assert outcome.code == 0 and outcome.result is not None and outcome.result["verdict"] == "passed"
+    # check-config.json read once: the checks before submitting and the history take it from there
+    assert [p for p in reads if p.endswith("/check-config.json")] == [str(tmp_path / "prefix" / "validation" / "check-config.json")]
     assert outcome.log is not None and "fake job ran with ranks=3" in outcome.log.read_text()
     monkeypatch.setenv("FAKE_RC", "3")
     assert v.validate(site, options, Reporter()).code == 1  # passed checks, but the script failed
@@ -558,6 +573,8 @@ def test_the_fault_result_keeps_rank_0s_checks(tmp_path, monkeypatch):
     # rank 0 had picked its device when the time ran out: the header names the backend
     assert result["backend"] == "gloo" and result["device"] == "cpu" and "backend gloo on cpu" in summary
     assert result["time_limit"] == {"seconds": 160.0, "from": "the job's time left (4:00, squeue %L)"}
+    # made by the one builder: every field of a finished run's result, each of its type
+    assert result_schema.problem(result) is None and set(result) == set(result_schema.FIELDS)
 
 
 def test_a_fault_before_the_device_is_picked_says_so(tmp_path):

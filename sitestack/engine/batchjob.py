@@ -34,12 +34,15 @@ RUN_TO_LOG = 'exec bash "$0" >"$1" 2>&1'
 CONFIG_MAX = 1 << 20
 
 
-def preflight(host: Host, directory: str, site_name: str, root: str, python: str | None) -> None:
+def preflight(host: Host, directory: str, site_name: str, root: str, python: str | None,
+              config: Mapping[str, Any] | None = None) -> None:
     """What the job needs on ``host`` before it is submitted: the stack has what it imports (unless
-    ``python`` names another interpreter), the launch helper is installed, ``root`` can take the log."""
+    ``python`` names another interpreter), the launch helper is installed, ``root`` can take the log.
+    ``config``: the job's check-config.json as :func:`job_config` read it (None: read it now)."""
+    config = job_config(host, directory, site_name) if config is None else config
     if not python:
-        check_imports(host, directory, site_name)
-    check_launch_env(host, directory, site_name)
+        check_imports(host, directory, site_name, config)
+    check_launch_env(host, directory, site_name, config)
     # the job's log goes there too: a root it cannot write would lose the job and its cause with it
     check = host.probe(results_check(root), timeout=60)
     if not check.ok:
@@ -47,11 +50,11 @@ def preflight(host: Host, directory: str, site_name: str, root: str, python: str
                              "(choose another with --results)")
 
 
-def check_imports(host: Host, directory: str, site_name: str) -> None:
+def check_imports(host: Host, directory: str, site_name: str, config: Mapping[str, Any] | None = None) -> None:
     """Before submitting: what the job imports (check-config.json ``stack.needs``: torch, numpy, mpi4py
     where the stack includes it) is in the stack's manifest, so a stack that lacks one fails here, in
     seconds and by name, not in the queue. Nothing to check for a job installed without a stack."""
-    stack = _stack(host, directory, site_name)
+    stack = _stack(job_config(host, directory, site_name) if config is None else config)
     path = stack.get("manifest")
     if not path or not isinstance(path, str):
         return
@@ -74,27 +77,36 @@ def check_imports(host: Host, directory: str, site_name: str) -> None:
                              f"job imports (its manifest {path}): re-run `invoke install-venv --site {site_name}`")
 
 
-def check_launch_env(host: Host, directory: str, site_name: str) -> None:
+def check_launch_env(host: Host, directory: str, site_name: str, config: Mapping[str, Any] | None = None) -> None:
     """Before submitting: the users' launch helper the job sources (check-config.json ``stack.launch_env``)
     is installed, so a job installed before the install-launch-env step ran fails here, by name."""
-    helper = _stack(host, directory, site_name).get("launch_env")
+    helper = _stack(job_config(host, directory, site_name) if config is None else config).get("launch_env")
     if isinstance(helper, str) and helper and not host.exists(helper):
         raise SitestackError(f"the validation job sources the launch helper {helper}, missing on {host.name}: "
                              f"install it first (`invoke provision --site {site_name} --tags launch`)")
 
 
-def _stack(host: Host, directory: str, site_name: str) -> dict[str, Any]:
-    """check-config.json's ``stack`` ({} without the file or the key); an :class:`InputError` naming the
-    file when it is not the installed job's JSON object (read bounded: the installer writes a few KiB)."""
+def job_config(host: Host, directory: str, site_name: str | None = None) -> dict[str, Any]:
+    """The installed job's ``check-config.json`` in ``directory`` on ``host``: the one reader of it on the
+    controller (``invoke validate`` reads it once and passes it on). {} without the file. Read bounded
+    (:data:`CONFIG_MAX`) and only as a regular file that is no symbolic link (a FIFO is never waited on:
+    a :class:`SitestackError`); larger, not JSON, or not the installed job's object (``stack`` an object,
+    ``history_dir`` a string, where present): an :class:`InputError` naming the file."""
     path = f"{directory}/check-config.json"
-    again = f"re-install the job (`invoke install-validation-job --site {site_name}`)"
-    data = read_json(host, path, CONFIG_MAX, f"not the installed job's configuration; {again}")
+    again = f"re-install the job (`invoke install-validation-job{' --site ' + site_name if site_name else ''}`)"
+    data = read_json(host, path, CONFIG_MAX, f"not the installed job's configuration; {again}", follow=False)
     if data is None:
         return {}
-    stack = data.get("stack") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or not isinstance(stack, dict | None):
-        raise InputError(path, f"not the installed job's configuration (a JSON object with a `stack` object); {again}")
-    return stack or {}
+    if not isinstance(data, dict) or not isinstance(data.get("stack"), dict | None) \
+            or not isinstance(data.get("history_dir"), str | None):
+        raise InputError(path, "not the installed job's configuration (a JSON object with a `stack` object and a "
+                         f"`history_dir` string); {again}")
+    return data
+
+
+def _stack(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """check-config.json's ``stack`` ({} without one)."""
+    return config.get("stack") or {}
 
 
 def job_env(ranks_per_node: int, python: str | None) -> dict[str, str]:

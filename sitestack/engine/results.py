@@ -67,7 +67,7 @@ def validate_document(site: str, outcome: Outcome | None, error: str | None = No
     result = outcome.result if outcome is not None else None
     return {"schema_version": SCHEMA_VERSION, "command": "validate", "site": site,
             "job_id": outcome.job_id if outcome else None, "results_dir": outcome.out_dir if outcome else None,
-            "log": outcome.log if outcome else None, "verdict": (result or {}).get("verdict"), "result": result,
+            "log": outcome.log if outcome else None, "verdict": result["verdict"] if result else None, "result": result,
             "regression": outcome.regression if outcome else None,
             "error": error, "exit_code": outcome.code if outcome else 1}
 

@@ -13,7 +13,6 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from sitestack.core.bounded import read_json
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import Reporter
@@ -28,21 +27,11 @@ PYTHON = ("python3", "-E", "-s", "-S")
 RUNS_MAX = 10000
 
 
-def config_of(host: Host, validation_dir: str) -> dict[str, Any]:
-    """The installed job's check-config.json, read as the job's checks read it (:func:`sitestack.core.bounded.read_json`:
-    bounded, a FIFO never waited on; here a symbolic link is not followed), or {} where there is none or
-    it is not that: the history is read without it (``history_dir`` then defaults)."""
-    try:
-        data = read_json(host, f"{validation_dir}/check-config.json", batchjob.CONFIG_MAX,
-                         "not the installed job's configuration", follow=False)
-    except SitestackError:   # InputError included: too large, or not JSON
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def history_dir_of(host: Host, validation_dir: str, prefix: str) -> str:
-    """The history directory the installed job records to (check-config.json ``history_dir``), else ``{prefix}/history``."""
-    directory = config_of(host, validation_dir).get("history_dir")
+def history_dir_of(host: Host, validation_dir: str, prefix: str, config: Mapping[str, Any] | None = None) -> str:
+    """The history directory the installed job records to (check-config.json ``history_dir``, an absolute
+    path), else ``{prefix}/history``. ``config``: the job's configuration as :func:`batchjob.job_config`
+    read it (None: read it now)."""
+    directory = (batchjob.job_config(host, validation_dir) if config is None else config).get("history_dir")
     return directory if isinstance(directory, str) and directory.startswith("/") else f"{prefix.rstrip('/')}/history"
 
 
@@ -87,10 +76,12 @@ def append_on(host: Host, program: str, history_dir: str, record: Mapping[str, A
 
 
 def after_validation(host: Host, validation_dir: str, prefix: str, result: Mapping[str, Any], out_dir: str,
-                     policy: Regression | None, reporter: Reporter) -> dict[str, Any]:
+                     policy: Regression | None, reporter: Reporter,
+                     config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A validation's result against the site's history: the regression report printed (a WARN or FAIL
-    prominent), then the run recorded with it (a run the job recorded already is left as it is)."""
-    history_dir = history_dir_of(host, validation_dir, prefix)
+    prominent), then the run recorded with it (a run the job recorded already is left as it is).
+    ``config``: the job's check-config.json as ``invoke validate`` read it (None: read it now)."""
+    history_dir = history_dir_of(host, validation_dir, prefix, config)
     try:
         record = shipped.record_from_result(result, "validation", out_dir)
     except shipped.HistoryError as exc:

@@ -11,7 +11,6 @@ where none answers) the torchrun, mpiexec or horovodrun batch script runs on the
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
@@ -30,6 +29,7 @@ from sitestack.engine.batchjob import FINISHED as FINISHED  # re-exported: impor
 from sitestack.engine.batchjob import RUN_TO_LOG as RUN_TO_LOG
 from sitestack.engine.batchjob import (
     await_words,
+    job_config,
     job_env,
     preflight,
     run_here,
@@ -44,6 +44,7 @@ from sitestack.model.context import RunOptions
 from sitestack.model.options import ValidateOptions as ValidateOptions  # re-exported: the engine takes it from here
 from sitestack.model.site import Facts, Site, expand
 from sitestack.onsite.ddp_report import verdict_table
+from sitestack.onsite.result_schema import MAX_BYTES, Result, exit_code, parse_result
 from sitestack.validation.jobs import script_name, validation_of
 
 LOCAL_LAUNCHERS = ("torchrun", "mpiexec", "horovodrun")
@@ -57,7 +58,7 @@ class Outcome:
     job_id: str | None = None
     out_dir: Path | None = None
     log: Path | None = None
-    result: dict[str, Any] | None = None
+    result: Result | None = None
     regression: dict[str, Any] | None = None  # the run against the site's history (engine/regression.py)
 
 
@@ -121,12 +122,16 @@ def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcom
     """Run (or collect) the site's validation job on its host; report the verdict; return the outcome."""
     host = open_host(site, options)
     try:
-        return remember(site, options, _validate(site, options, reporter, host), reporter, host)
+        resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
+        # the job's check-config.json, read once: the checks before submitting and the history use it
+        config = job_config(host, install_dir(site, resolved.values), site.name)
+        return remember(site, options, _validate(site, options, reporter, host, config), reporter, host, config)
     finally:
         host.close()
 
 
-def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: Reporter, host: Host) -> Outcome:
+def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: Reporter, host: Host,
+             config: Mapping[str, Any]) -> Outcome:
     """The run compared with the site's history and recorded there (docs/history.md): a FAIL exits 1."""
     if outcome.result is None or outcome.out_dir is None:
         return outcome  # not waited for: the job records itself
@@ -135,13 +140,14 @@ def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: R
     resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
     outcome.regression = history.after_validation(
         host, install_dir(site, resolved.values), resolved.values["prefix"], outcome.result, str(outcome.out_dir),
-        validation_of(resolved.facts).regression, reporter)
+        validation_of(resolved.facts).regression, reporter, config)
     if outcome.regression["status"] == "fail":
         outcome.code = 1
     return outcome
 
 
-def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Host) -> Outcome:
+def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Host,
+              config: Mapping[str, Any]) -> Outcome:
     resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
     facts = resolved.facts
     directory = install_dir(site, resolved.values)
@@ -153,7 +159,7 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     if not host.probe(["test", "-f", script]).ok:
         raise SitestackError(f"the validation job is not installed ({script} missing on {host.name}): run "
                              f"`invoke install-validation-job --site {site.name}` first")
-    preflight(host, directory, site.name, root, options.python)
+    preflight(host, directory, site.name, root, options.python, config)
     env = job_env(options.ranks_per_node, options.python)
     if options.wait:
         env["SITESTACK_HISTORY"] = "off"  # recorded here, with its regression report (remember)
@@ -199,7 +205,7 @@ LAST_WORDS = re.compile(r"^sitestack validation(: (PASSED|FAILED|\?), exit code 
 #: job step first, then writes); Slurm's KillWait (default 30 s) bounds how long that can take.
 RESULT_WAIT = 45.0
 #: The most a result.json may hold (the job's is a few KiB): a larger one is not read.
-RESULT_MAX = 16 << 20
+RESULT_MAX = MAX_BYTES
 
 
 def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> str | None:
@@ -209,21 +215,18 @@ def await_result(host: Host, path: str, log: str, wait: float = RESULT_WAIT) -> 
     return read_bounded(host, path, RESULT_MAX, "not a result of the validation job")
 
 
-def report_result(text: str, path: str, out_dir: str, reporter: Reporter) -> dict[str, Any]:
+def report_result(text: str, path: str, out_dir: str, reporter: Reporter) -> Result:
     """The result in ``text`` (``path``'s), its verdict table and report files reported; a
-    :class:`SitestackError` naming ``path`` when it is not a result of the validation job (the job
-    writes it, but a user's edit, a full disk or another program may have left anything there)."""
-    try:
-        result = json.loads(text)
-        if not isinstance(result, dict):
-            raise TypeError(f"a JSON {type(result).__name__}, not an object")
-        table = verdict_table(result)
-        artefacts = result.get("artefacts") or {}
-        files = [f"{out_dir}/{artefacts[k]}" for k in ("markdown", "json", "plot") if artefacts.get(k)]
-        skipped = f" (plot skipped: {artefacts['plot_note']})" if artefacts.get("plot_note") else ""
-    except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
-        raise SitestackError(f"{path} is not a result of the validation job ({type(exc).__name__}: {exc})") from None
-    reporter.note(table)
+    :class:`SitestackError` naming ``path`` when it is no :class:`~sitestack.onsite.result_schema.Result`
+    (the job writes it, but a user's edit, a full disk, another program or another version of the job
+    may have left anything there)."""
+    result, why = parse_result(text)
+    if result is None:
+        raise SitestackError(f"{path} is not a result of the validation job ({why})")
+    artefacts = result["artefacts"]
+    files = [f"{out_dir}/{artefacts[k]}" for k in ("markdown", "json", "plot") if artefacts.get(k)]
+    skipped = f" (plot skipped: {artefacts['plot_note']})" if artefacts.get("plot_note") else ""
+    reporter.note(verdict_table(result))
     reporter.note("report: " + ", ".join(str(f) for f in files) + skipped)
     return result
 
@@ -238,5 +241,4 @@ def finish(site: Site, job_id: str, out_dir: str, log: str, rc: int | None, repo
         tail = "\n".join((host.read_tail(log) or "").rstrip().splitlines()[-15:])
         raise SitestackError(f"job {job_id} left no result ({path} missing; exit code {rc}); log {log}:\n{tail}".rstrip())
     result = report_result(text, path, out_dir, reporter)
-    code = 0 if result.get("verdict") == "passed" and (rc in (0, None)) else 1
-    return Outcome(code, job_id, Path(out_dir), Path(log), result)
+    return Outcome(1 if exit_code(result, rc) else 0, job_id, Path(out_dir), Path(log), result)

@@ -19,18 +19,19 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .report_plot import human_bytes as human_bytes
 from .report_plot import render_plot
+from .result_schema import Result
 
 STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
 #: A latency whose maximum (or another measurement's mean) is this many times the median is noisy.
 NOISE_FACTOR = 10.0
 
 
-def verdict_table(result: dict[str, Any]) -> str:
+def verdict_table(result: Mapping[str, Any]) -> str:
     """A plain-text table: one line per check (what the job log and `invoke validate` print)."""
     rows = [(c["name"], STATUS_MARK.get(c["status"], c["status"]), c["summary"]) for c in result.get("checks", [])]
     width = max((len(r[0]) for r in rows), default=5)
@@ -68,7 +69,7 @@ def one_line(text: Any) -> str:
     return " ".join(str(text).split())
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: Mapping[str, Any]) -> str:
     """``summary.md``: the verdict, the checks, the ranks, the bandwidth table and the evidence."""
     verdict = str(result.get("verdict", "?")).upper()
     out = [f"# sitestack validation: {result.get('site', '?')} — {verdict}", ""]
@@ -97,7 +98,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _facts_line(result: dict[str, Any]) -> str:
+def _facts_line(result: Mapping[str, Any]) -> str:
     """The run in one line, facts joined by `` · ``: job, launcher, backend, ranks and hosts, torch, time."""
     hosts = result.get("hosts") or []
     facts = [f"job {result['job_id']}" if result.get("job_id") else None,
@@ -112,7 +113,7 @@ def _facts_line(result: dict[str, Any]) -> str:
     return " · ".join(f for f in facts if f)
 
 
-def _check_lines(result: dict[str, Any]) -> list[str]:
+def _check_lines(result: Mapping[str, Any]) -> list[str]:
     """The checks' table, then the failed checks' problems beyond the first (which the table shows)."""
     out = ["| check | status | detail |", "|---|---|---|"]
     for check in result.get("checks", []):
@@ -174,7 +175,7 @@ def threads_text(threads: dict[str, Any] | None) -> str:
     return " · ".join(parts)
 
 
-def _collective_lines(result: dict[str, Any]) -> list[str]:
+def _collective_lines(result: Mapping[str, Any]) -> list[str]:
     """The collectives section (``ddpcheck/collectives.py``): per operation and dtype, exact, the wrong
     elements by rank and size, or not supported by the backend (none where the check did not run)."""
     details = next((c.get("details") or {} for c in result.get("checks", []) if c["name"] == "collectives"), {})
@@ -295,12 +296,12 @@ def write_text(path: str, content: str | bytes, sync: bool = True) -> None:
         raise
 
 
-def write_json(data: dict[str, Any], path: str, sync: bool = True) -> None:
+def write_json(data: Mapping[str, Any], path: str, sync: bool = True) -> None:
     """``data`` as indented JSON into ``path``, atomically (:func:`write_text`)."""
     write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", sync)
 
 
-def plot_artefact(result: dict[str, Any], strict: bool = True) -> tuple[str, bytes] | None:
+def plot_artefact(result: Result | dict[str, Any], strict: bool = True) -> tuple[str, bytes] | None:
     """The plot of ``result`` rendered in memory, as (file name, content), and ``result["artefacts"]``
     set to name it (or to say why there is none: ``plot_note``). ``strict``: a drawing that fails
     raises (the redraw reports it); otherwise it becomes the note (the job still writes its result)."""
@@ -319,7 +320,7 @@ def plot_artefact(result: dict[str, Any], strict: bool = True) -> tuple[str, byt
     return plot
 
 
-def write_report(result: dict[str, Any], out: str) -> None:
+def write_report(result: Result | dict[str, Any], out: str) -> None:
     """The job's report into ``out``: the plot, ``result.json``, ``summary.md``, each atomically, the
     plot first (result.json names it) and the Markdown last (a report that cannot be rendered still
     leaves its numbers). A plot that cannot be drawn is a note in the result, not an error."""

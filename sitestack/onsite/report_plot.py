@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from typing import Any
 
 BUSBW, ALGBW, REFERENCE, MPI = "#1f77b4", "#ff7f0e", "#d62728", "#2ca02c"
@@ -32,7 +33,7 @@ def human_bytes(n: float) -> str:
     return f"{n} B"
 
 
-def render_plot(result: dict[str, Any]) -> tuple[str, bytes] | str:
+def render_plot(result: Mapping[str, Any]) -> tuple[str, bytes] | str:
     """The plot of ``result`` as (file name, content): ``bandwidth.png`` drawn by matplotlib, or
     ``bandwidth.svg`` where matplotlib cannot be imported; or why there is no plot (a string).
     Errors of the drawing itself propagate: the caller decides what a failed plot means."""
@@ -49,14 +50,14 @@ def render_plot(result: dict[str, Any]) -> tuple[str, bytes] | str:
     return "bandwidth.png", _png(result, rows, plt)
 
 
-def title(result: dict[str, Any]) -> str:
+def title(result: Mapping[str, Any]) -> str:
     bw = result.get("bandwidth") or {}
     return (f"{result.get('site', '?')}: {bw.get('op', 'allreduce')} bandwidth, {result.get('world_size')} ranks on "
             f"{result.get('nodes')} node(s), {result.get('backend')} on {result.get('device')} "
             f"({result.get('launcher')}) — {str(result.get('verdict', '?')).upper()}")
 
 
-def labels(result: dict[str, Any]) -> dict[str, str]:
+def labels(result: Mapping[str, Any]) -> dict[str, str]:
     """The legend's words for each line, the same in both drawings."""
     bw = result.get("bandwidth") or {}
     op = bw.get("op", "allreduce")
@@ -72,13 +73,13 @@ def labels(result: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def probe_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+def probe_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The C MPI probe's bandwidth rows that have a value."""
     probe = (result.get("mpi") or {}).get("probe") or {}
     return [b for b in probe.get("bandwidth") or [] if b.get("mb_s")]
 
 
-def size_ticks(result: dict[str, Any]) -> list[int]:
+def size_ticks(result: Mapping[str, Any]) -> list[int]:
     """The message sizes labelled on the x axis: every size measured, about ten where there are more."""
     every = sorted({int(r["bytes"]) for r in result["bandwidth"]["rows"]} | {int(b["bytes"]) for b in probe_rows(result)})
     return every if len(every) <= 12 else every[:: max(1, len(every) // 10)]
@@ -86,7 +87,7 @@ def size_ticks(result: dict[str, Any]) -> list[int]:
 
 # -- matplotlib ------------------------------------------------------------------------------------------
 
-def _png(result: dict[str, Any], rows: list[dict[str, Any]], plt: Any) -> bytes:
+def _png(result: Mapping[str, Any], rows: list[dict[str, Any]], plt: Any) -> bytes:
     from matplotlib.ticker import FixedLocator, NullLocator  # type: ignore[import-not-found, unused-ignore]
 
     bw, words, probe = result["bandwidth"], labels(result), probe_rows(result)
@@ -223,7 +224,7 @@ def _frame(svg: ET.Element, axis: _Axis, label: str, ticks: list[int], bottom: b
          transform=f"rotate(-90 22 {middle:.1f})", class_="ylabel")
 
 
-def svg_plot(result: dict[str, Any]) -> str:
+def svg_plot(result: Mapping[str, Any]) -> str:
     """The plot as an SVG document, drawn like the PNG (``result`` has bandwidth rows)."""
     bw, words, probe = result["bandwidth"], labels(result), probe_rows(result)
     rows = [r for r in bw["rows"] if r["busbw_gbs"] > 0 and r["algbw_gbs"] > 0]

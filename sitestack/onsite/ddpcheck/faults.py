@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .. import ddp_report
+from ..result_schema import Result, build_result
 from . import envvalues
 from .rank_progress import (
     CRASH_SIGNALS,
@@ -25,7 +26,7 @@ from .rank_progress import (
     where,
 )
 from .stacks import Frame, odd_ones, where_words
-from .verdicts import CHECKS, FAILED, SCHEMA, SKIPPED, Check, time_limit_record
+from .verdicts import CHECKS, FAILED, SKIPPED, Check, time_limit_record
 
 #: Seconds a second reporter waits for the first to have written the result (report_fault).
 WRITTEN_WAIT = 5.0
@@ -163,28 +164,24 @@ def apply_fault(checks: list[dict[str, Any]], fault: dict[str, Any]) -> None:
             check.update(status=SKIPPED, summary=f"not run: the run ended early ({fault['kind']})")
 
 
-def fault_result(out: str, fault: dict[str, Any]) -> dict[str, Any]:
-    """result.json of a run a watchdog or the guard ended: rank 0's checks as far as they got."""
+def fault_result(out: str, fault: dict[str, Any]) -> Result:
+    """result.json of a run a watchdog or the guard ended: rank 0's checks as far as they got, and what
+    the ranks' progress records say of the run (the other sections stay empty: the ranks never wrote them)."""
     ranks = read_progress(out)
     first = ranks.get(0) or (next(iter(ranks.values())) if ranks else {})
     checks = [dict(c) for c in first.get("checks") or [asdict(Check(name)) for name in CHECKS]]
     apply_fault(checks, fault)
-    hosts = sorted({str(d.get("host")) for d in ranks.values()})
-    return {
-        "schema": SCHEMA, "site": first.get("site") or fault.get("site") or "unknown",
-        "job_id": first.get("job_id") or fault.get("job_id"), "launcher": first.get("launcher"),
-        "job_launcher": first.get("job_launcher"), "started": first.get("started"), "backend": first.get("backend"), "device": first.get("device"),
-        "world_size": max([int(d.get("world_size") or 0) for d in ranks.values()] + [fault.get("expected") or 0]),
-        "nodes": len(hosts), "hosts": hosts, "torch": first.get("torch"), "verdict": FAILED, "cause": fault["cause"],
-        "fault": fault, "checks": checks,
-        "ranks": [{k: v for k, v in d.items() if k != "checks"} for _, d in sorted(ranks.items())],
-        "bandwidth": {}, "mpi": {}, "elapsed_s": max(0.0, round(time.time() - float(first.get("started") or time.time()), 2)),
+    started = first.get("started")
+    return build_result(
+        site=str(first.get("site") or fault.get("site") or "unknown"), job_id=first.get("job_id") or fault.get("job_id"),
+        launcher=first.get("launcher"), job_launcher=first.get("job_launcher"),
+        started=float(started) if isinstance(started, (int, float)) and not isinstance(started, bool) else None,
+        backend=first.get("backend"), device=first.get("device"),
+        world_size=max([int(d.get("world_size") or 0) for d in ranks.values()] + [fault.get("expected") or 0]),
+        hosts=sorted({str(d.get("host")) for d in ranks.values()}), torch=first.get("torch"), verdict=FAILED,
+        checks=checks, fault=fault, ranks=[{k: v for k, v in d.items() if k != "checks"} for _, d in sorted(ranks.items())],
         # the watchdogs and the guard run in the job's environment: the limit the batch script set
-        "time_limit": time_limit_record(_time_limit(fault.get("limit_s")),
-                                        os.environ),
-        "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None,
-                      "plot_note": "the run did not finish"},
-    }
+        time_limit=time_limit_record(_time_limit(fault.get("limit_s")), os.environ), plot_note="the run did not finish")
 
 
 def earliest(ranks: dict[int, dict[str, Any]]) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -14,12 +13,13 @@ import time
 from typing import Any
 
 from .. import ddp_report, history
+from ..result_schema import exit_code, load_result
 from . import envvalues
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all
 from .provenance import LAUNCH_START
 from .rank_progress import deadline_from_env, read_progress, status_dir
-from .verdicts import exit_code, load_config
+from .verdicts import load_config
 
 #: Seconds between the ranks' deadline and the guard's: the ranks' watchdogs speak first.
 GUARD_GRACE = 20.0
@@ -120,18 +120,15 @@ def _watch_step(proc: subprocess.Popen[bytes], out: str, deadline: float) -> tup
 def _last_words(out: str, rc: int | None, timed_out: bool, started: bool) -> int:
     """Print the verdict (where the ranks did not) and a last line naming what exists; the exit code."""
     result_path = os.path.join(out, "result.json")
-    result: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError), open(result_path, encoding="utf-8") as handle:
-        result = json.load(handle)
-    code = rc if rc else exit_code(result)
-    if timed_out:
-        code = code or 3
-    if result:
-        if not started or rc or timed_out or result.get("fault"):  # the ranks did not print the table themselves
+    result, why = load_result(result_path) if os.path.exists(result_path) else (None, "")
+    code = exit_code(result, rc, timed_out)
+    if result is not None:
+        if not started or rc or timed_out or result["fault"]:  # the ranks did not print the table themselves
             print(ddp_report.verdict_table(result), flush=True)
         summary = os.path.join(out, "summary.md")
         where = f"summary: {summary}" if os.path.exists(summary) else f"result: {result_path}"
-        print(f"sitestack validation: {str(result.get('verdict', '?')).upper()}, exit code {code}; {where}", flush=True)
+        print(f"sitestack validation: {result['verdict'].upper()}, exit code {code}; {where}", flush=True)
     else:
-        print(f"sitestack validation: no result was written (exit code {code}); see this log", flush=True)
+        print(f"sitestack validation: no result was written (exit code {code}{'; ' + result_path + ': ' + why if why else ''}); "
+              "see this log", flush=True)
     return code

@@ -9,14 +9,15 @@ from dataclasses import asdict
 from typing import Any
 
 from .. import ddp_report
+from ..result_schema import Result, build_result
 from .faults import LOST_PEER, apply_fault
 from .provenance import ready_seconds, stack_record, toolchain
 from .rank_progress import read_fault
 from .state import Run
-from .verdicts import CHECKS, FAILED, SCHEMA, job_environment, job_id_for, read_startup, time_limit_record, verdict
+from .verdicts import CHECKS, FAILED, job_environment, job_id_for, read_startup, time_limit_record, verdict
 
 
-def write_result(run: Run) -> dict[str, Any]:
+def write_result(run: Run) -> Result:
     """Rank 0: result.json, summary.md and the plot (bandwidth.png, or bandwidth.svg without matplotlib) in
     OUT, each written atomically (a reported fault applied); the result."""
     os.makedirs(run.args.out, exist_ok=True)
@@ -26,38 +27,19 @@ def write_result(run: Run) -> dict[str, Any]:
         apply_fault(checks, fault)
     hosts = sorted({r["host"] for r in run.ranks}) if run.ranks else [run.host]
     first = run.ranks[0] if run.ranks else run.me
-    failed = next((c for c in checks if c["status"] == FAILED), None)
-    result = {
-        "schema": SCHEMA,
-        "site": run.config.get("site", "unknown"),
-        "job_id": job_id_for(run.args.out, run.env),
-        "launcher": run.info.launcher,
-        "job_launcher": run.env.get("SITESTACK_LAUNCHER"),
-        "started": round(run.start, 3),
-        "backend": run.device.backend if run.device else None,
-        "device": run.device.kind if run.device else None,
-        "world_size": run.info.world_size,
-        "nodes": len(hosts),
-        "hosts": hosts,
-        "torch": first.get("torch"),
-        "verdict": FAILED if fault else verdict(checks),
-        "cause": fault["cause"] if fault else (f"{failed['name']}: {failed['summary']}" if failed else None),
-        "fault": fault,
-        "checks": checks,
-        "ranks": run.ranks,
-        "bandwidth": run.bandwidth,
-        "mpi": {k: v for k, v in run.mpi_data.items() if k in ("probe", "mpi4py")},
-        "startup": {**(read_startup(run.args.startup_result) or {}),
-                    "ready_s": ready_seconds(run.env, run.checks["process-group"].details.get("ready_at"))},
-        "stack": stack_record(run.config),
-        "toolchain": toolchain(run.env, first, run.mpi_data.get("probe")),
-        "job_environment": first.get("setting") or job_environment(run.env, (run.config.get("network") or {}).get("net_plugin")),
-        "elapsed_s": round(time.time() - run.start, 2),
-        "time_limit": time_limit_record(run.args.time_limit, run.env),
-        "artefacts": {"json": "result.json", "markdown": "summary.md", "plot": None},  # the plot drawn names itself
-    }
-    if run.tune is not None:  # a tuning point's samples (ddp_check.py --tune)
-        result["tune"] = run.tune
+    plugin = (run.config.get("network") or {}).get("net_plugin")
+    result = build_result(
+        site=run.config.get("site", "unknown"), job_id=job_id_for(run.args.out, run.env), launcher=run.info.launcher,
+        job_launcher=run.env.get("SITESTACK_LAUNCHER"), started=run.start,
+        backend=run.device.backend if run.device else None, device=run.device.kind if run.device else None,
+        world_size=run.info.world_size, hosts=hosts, torch=first.get("torch"), verdict=verdict(checks),
+        checks=checks, fault=fault, ranks=run.ranks, bandwidth=run.bandwidth,
+        mpi={k: v for k, v in run.mpi_data.items() if k in ("probe", "mpi4py")},
+        startup={**(read_startup(run.args.startup_result) or {}),
+                 "ready_s": ready_seconds(run.env, run.checks["process-group"].details.get("ready_at"))},
+        stack=stack_record(run.config), toolchain=toolchain(run.env, first, run.mpi_data.get("probe")),
+        job_environment=first.get("setting") or job_environment(run.env, plugin),
+        time_limit=time_limit_record(run.args.time_limit, run.env), tune=run.tune)  # tune: a tuning point's samples
     # each file atomically, the plot (PNG, or SVG without matplotlib) before the result that names it
     ddp_report.write_report(result, run.args.out)
     run.result = result

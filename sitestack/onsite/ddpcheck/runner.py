@@ -7,12 +7,13 @@ import os
 import time
 
 from .. import ddp_report
+from ..result_schema import exit_code
 from . import bandwidth, collectives, compute, env_check, horovodcheck, mpichecks, netplugin, procgroup, training
 from .affinity import judge_affinity, parse_masks
 from .libraries import judge_libraries, record_libraries, record_libraries_again
 from .result_file import write_result
 from .state import Run
-from .verdicts import FAILED, PASSED, SKIPPED, exit_code, verdict
+from .verdicts import FAILED, PASSED, SKIPPED, verdict
 
 
 def run_checks(run: Run) -> int:

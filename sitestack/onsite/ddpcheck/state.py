@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
+from ..result_schema import Result
 from .devices import Device
 from .rank_progress import Progress
 from .ranks import RankInfo
@@ -36,7 +37,7 @@ class Run:
         self.mpi_data: dict[str, Any] = {}
         self.pg_ok = False
         self.horovod_server: Any = None  # rank 0's Horovod rendezvous where the launcher gives none
-        self.result: dict[str, Any] | None = None
+        self.result: Result | None = None
         self.tune: dict[str, Any] | None = None  # a tuning point's samples (tune.py), else None
         self.progress: Progress | None = None  # OUT/ranks/rank-R.json, read by the watchdogs
         self.deadline = float("inf")  # the job's deadline (epoch s): past it, the watchdogs report

@@ -18,8 +18,6 @@ process group and the launcher's session, so nothing of a point outlives it into
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +25,7 @@ import time
 from typing import Any
 
 from .. import ddp_report
+from ..result_schema import load_result
 from . import envvalues, pointenv
 from .guard import GUARD_GRACE
 from .provenance import stack_record
@@ -37,8 +36,6 @@ from .verdicts import load_config
 SCHEMA = "sitestack-sweep/1"
 #: Seconds past a point's guard deadline after which the driver ends the guard itself.
 DRIVER_GRACE = 30
-#: The largest result.json read back (a point's result is a few tens of KiB).
-MAX_RESULT_BYTES = 16 << 20
 #: The job directory's ddp_check.py, the launcher beside the onsite/ package this module is part of
 #: (the guard is its --guard; sitestack.core.shipped installs both).
 PROGRAM = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ddp_check.py")
@@ -166,13 +163,9 @@ def run_point(args: argparse.Namespace, plan: dict[str, Any], point: dict[str, A
 
 
 def read_result(path: str) -> dict[str, Any]:
-    """A point's result.json ({} when it is missing, too large or not a JSON object)."""
-    with contextlib.suppress(OSError, ValueError, UnicodeDecodeError), open(path, "rb") as handle:
-        raw = handle.read(MAX_RESULT_BYTES + 1)
-        data = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_RESULT_BYTES else None
-        if isinstance(data, dict):
-            return data
-    return {}
+    """A point's result.json ({} when it is missing, too large or no result: result_schema.load_result)."""
+    result, _ = load_result(path)
+    return dict(result) if result is not None else {}
 
 
 def complete(result: dict[str, Any], plan: dict[str, Any]) -> bool:

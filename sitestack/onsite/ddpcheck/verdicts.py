@@ -1,5 +1,5 @@
-"""What a run records: the checks, their statuses, the verdict and the exit code, and the facts about the
-job that result.json carries besides the checks."""
+"""What a run records: the checks, their statuses and the verdict, and the facts about the job that
+result.json carries besides the checks (its type and exit code: ../result_schema.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA = 1
 CHECKS = ("environment", "process-group", "affinity", "compute", "collectives", "ddp", "checkpoint", "bandwidth",
           "net-plugin", "mpi-probe", "mpi4py", "horovod")
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -31,11 +30,6 @@ def verdict(checks: list[Check] | list[dict[str, Any]]) -> str:
     """passed when no check failed (and there is at least one), else failed."""
     statuses = [c.status if isinstance(c, Check) else c["status"] for c in checks]
     return FAILED if FAILED in statuses or not statuses else PASSED
-
-
-def exit_code(result: dict[str, Any]) -> int:
-    """0 only when every check passed (or did not apply)."""
-    return 0 if result.get("verdict") == PASSED else 1
 
 
 #: The variables that decide how the collectives and the network plugin behave: recorded in the report.
