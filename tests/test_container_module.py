@@ -92,13 +92,15 @@ def test_container_image_copy_link_and_sha256(lumi: dict) -> None:
     image = prefix / "container" / "lumi.sif"
     assert image.is_file() and not image.is_symlink() and image.read_bytes() == source.read_bytes()
     assert sorted(p.name for p in (prefix / "runscripts").iterdir()) == [
-        "conda-python-distributed", "conda-python-simple", "get-master", "hostlist.py"]
+        "conda-python-distributed", "conda-python-simple", "get-master", "onsite"]
+    assert sorted(p.name for p in (prefix / "runscripts" / "onsite").iterdir()) == [  # what get-master imports
+        "__init__.py", "get_master.py", "hostlist.py"]
     again = provision(good, prefix)
     assert again.returncode == 0 and "ok       container-image" in again.stdout, again.stdout
     linked = provision(lumi["copy"](install="link"), prefix)
     assert linked.returncode == 0 and os.readlink(image) == str(source), linked.stdout
-    for script in (prefix / "runscripts").iterdir():
-        assert subprocess.run(["bash", "-n", str(script)] if script.name not in ("get-master", "hostlist.py") else
+    for script in [p for p in (prefix / "runscripts").rglob("*") if p.is_file()]:
+        assert subprocess.run(["bash", "-n", str(script)] if script.name.startswith("conda-python") else
                               [sys.executable, "-m", "py_compile", str(script)]).returncode == 0
 
 

@@ -1,7 +1,7 @@
 """The on-site package (:mod:`sitestack.onsite`) as the controller ships it.
 
-A directory that runs on-site programs by name gets ``onsite/`` whole (every module, so any entry's
-imports are there) and, for each entry of :data:`sitestack.onsite.ENTRY_POINTS` it needs, a small
+A directory that runs on-site programs by name gets the modules of ``onsite/`` its programs import
+(:func:`imported`) and, for each entry of :data:`sitestack.onsite.ENTRY_POINTS` it needs, a small
 launcher of that name. The launcher puts its own directory first on ``sys.path`` itself (the job runs
 Python with ``-E -s -S``, and ``-P`` or ``-I`` would drop it) and runs the module as ``__main__``, so
 ``python3 ddp_check.py ...`` in a job directory is what ``python3 -m onsite.ddp_check ...`` would be.
@@ -34,12 +34,6 @@ runpy.run_module("onsite.{module}", run_name="__main__", alter_sys=True)
 '''
 
 
-def package_files() -> dict[str, str]:
-    """``onsite/<relative path>`` -> text, for every module of the package (caches left out)."""
-    return {f"onsite/{path.relative_to(ONSITE).as_posix()}": path.read_text(encoding="utf-8")
-            for path in sorted(ONSITE.rglob("*.py")) if "__pycache__" not in path.parts}
-
-
 def launcher(name: str, package: str | None = None) -> str:
     """The launcher file ``name`` of :data:`~sitestack.onsite.ENTRY_POINTS` (KeyError for another name):
     it runs ``onsite/`` beside itself, or with ``package`` (a path relative to the launcher's directory)
@@ -56,8 +50,10 @@ def launcher(name: str, package: str | None = None) -> str:
 
 
 def shipped(names: tuple[str, ...] | list[str]) -> dict[str, tuple[str, int]]:
-    """Relative path -> (text, mode): the package and the launchers ``names``, executable."""
-    files = {path: (text, 0o644) for path, text in package_files().items()}
+    """Relative path -> (text, mode): the modules the entries ``names`` import (:func:`imported`) under
+    ``onsite/``, then their launchers, executable (last: a launcher never runs before its modules)."""
+    modules = sorted({relative for name in names for relative in imported(ENTRY_POINTS[name])})
+    files = {f"onsite/{relative}": ((ONSITE / relative).read_text(encoding="utf-8"), 0o644) for relative in modules}
     files.update({name: (launcher(name), 0o755) for name in names})
     return files
 
