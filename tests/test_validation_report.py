@@ -174,9 +174,9 @@ def test_a_result_that_cannot_be_rendered_leaves_every_file_as_it_was(tmp_path, 
 
 
 @pytest.mark.parametrize("content, words", [
-    (None, ("cannot read result.json", "No such file or directory")),
-    ("{\"verdict\": ", ("result.json is not JSON", "line 1")),
-    ("[1, 2]", ("not a validation result", "a JSON list")),
+    (None, ("result.json: cannot be read", "No such file or directory")),
+    ("{\"verdict\": ", ("result.json: not JSON", "line 1")),
+    ("[1, 2]", ("result.json: not a JSON object", "a JSON list")),
     ("{\"site\": \"x\"}", ("not a validation result", "\"verdict\" and \"checks\"")),
     ("{\"verdict\": \"passed\", \"checks\": [{\"name\": \"a\"}]}", ("a check without its name, status and summary",)),
 ])

@@ -6,8 +6,10 @@ Standard library only; run by every rank of a job (the validation job's start-up
     python import_probe.py --out DIR [--module torch] [--ddp] [--rank R --world-size W
                            --master-addr HOST --master-port PORT] [--timeout S]
     python import_probe.py --aggregate DIR --t0 EPOCH [--expect N] [--json FILE]
+    python import_probe.py --combine OUT.json --shared-python PY --shared-summary FILE
+                           [--staged-env DIR --staged-summary FILE --stage-s S]
 
-A rank writes ``DIR/rank-<rank>.json`` (written to a temporary name, then renamed):
+A rank writes ``DIR/rank-<rank>.json`` (atomically, :mod:`.fileio`):
 
 - ``started_at``: when this process started (``/proc/self/stat`` starttime, boot-relative, so a
   wrapper that ``exec``\\ s Python is counted from the wrapper's start), ``imported_at``,
@@ -26,6 +28,10 @@ letters, digits, ``.-:``) and a bad one is one line ``error: import_probe: ...``
 ``ranks``, ``all_imported_s`` (the last rank's ``imported_at`` minus ``--t0``, the launch time the
 caller recorded), ``all_ddp_ready_s`` likewise, the median and maximum per-rank ``imported_s``, the
 bytes read, and the ranks that failed or are missing (``--expect N``).
+
+``--combine`` writes the validation job's ``startup.json`` (its report's start-up section) from the
+aggregate of the ranks that imported from the shared prefix and, where the job staged the stack on
+node-local storage, of those that imported from the copy, and prints one line of the two times.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import argparse
 import glob
 import importlib
 import json
+import math
 import os
 import re
 import socket
@@ -41,6 +48,8 @@ import statistics
 import sys
 import time
 from typing import Any
+
+from .fileio import ReadError, read_json, write_json
 
 #: The launchers' variables, in this order: Slurm's last, as mpiexec inside a Slurm job leaves the batch
 #: step's SLURM_PROCID (0) in every rank's environment.
@@ -53,6 +62,8 @@ LLITE_GLOBS = ("/proc/fs/lustre/llite/*/stats", "/sys/kernel/debug/lustre/llite/
 LLITE_KEYS = ("open", "close", "getattr", "inode_permission", "readdir", "statfs", "getxattr", "lookup")
 IO_KEYS = ("rchar", "read_bytes", "syscr")
 RANK_FILE = "rank-{:05d}.json"
+#: The most bytes of a rank file or a summary read (each well under a KiB per rank).
+RECORD_MAX = 16 << 20
 
 
 class ProbeError(Exception):
@@ -123,15 +134,6 @@ def llite_counters() -> dict[str, int]:
     return out
 
 
-def write_json(path: str, data: dict[str, Any]) -> None:
-    """Written whole or not at all: a reader never sees half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def rendezvous(args: argparse.Namespace) -> tuple[int, int, str, int]:
     """(rank, world size, master address, master port) from the options, else the launcher's variables."""
     rank = args.rank if args.rank is not None else from_env(RANK_VARS, 0, 1 << 24)
@@ -193,7 +195,7 @@ def probe(args: argparse.Namespace) -> int:
     lustre_after = llite_counters()
     if lustre_after:
         record["lustre"] = {k: lustre_after[k] - lustre_before.get(k, 0) for k in lustre_after}
-    write_json(os.path.join(args.out, RANK_FILE.format(rank)), record)
+    write_json(os.path.join(args.out, RANK_FILE.format(rank)), record, indent=1)
     return code
 
 
@@ -206,12 +208,11 @@ def read_ranks(directory: str) -> tuple[list[dict[str, Any]], list[str]]:
     good, bad = [], []
     for path in sorted(glob.glob(os.path.join(directory, "rank-*.json"))):
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as exc:
-            bad.append(f"{os.path.basename(path)}: {exc}")
+            data = read_json(path, RECORD_MAX)
+        except ReadError as exc:
+            bad.append(f"{os.path.basename(path)}: {exc.reason}")
             continue
-        if not isinstance(data, dict) or not isinstance(data.get("rank"), int):
+        if not isinstance(data.get("rank"), int):
             bad.append(f"{os.path.basename(path)}: not a rank record")
             continue
         good.append(data)
@@ -257,6 +258,52 @@ def aggregate(directory: str, t0: float, expect: int | None = None) -> dict[str,
     return out
 
 
+def _summary(path: str) -> dict[str, Any] | None:
+    """The aggregate summary in ``path`` (``--aggregate --json``), None where there is none to read."""
+    try:
+        return read_json(path, RECORD_MAX) if path else None
+    except ReadError:
+        return None
+
+
+def _seconds(value: Any) -> Any:
+    """``value`` where it is a number of seconds (int or float, as it was written), else None."""
+    return value if number(value) is not None else None
+
+
+def _seconds_text(text: str) -> float | None:
+    """The seconds the batch script measured (``awk``'s ``%.3f``), None where it measured none."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def combine(shared_python: str, shared_summary: str, staged_env: str = "", staged_summary: str = "",
+            stage_s: str = "") -> dict[str, Any]:
+    """The validation job's ``startup.json`` (the keys ``ddp_report``'s start-up section reads):
+    ``shared_path`` (the Python the ranks imported with from the shared prefix), ``shared_s`` (its
+    summary's ``all_imported_s``), ``staged_path`` (the staged copy; null where none was staged),
+    ``staged_s``, ``stage_s`` (the seconds staging took; null where not measured), ``ranks`` (of the
+    shared summary) and the two summaries whole (``shared``, ``staged``: null where one is missing,
+    not JSON or not an object). Empty texts stand for what the job did not do."""
+    shared = _summary(shared_summary)
+    staged = _summary(staged_summary)
+    return {"shared_path": shared_python, "shared_s": _seconds((shared or {}).get("all_imported_s")),
+            "staged_path": staged_env or None, "staged_s": _seconds((staged or {}).get("all_imported_s")),
+            "stage_s": _seconds_text(stage_s), "ranks": (shared or {}).get("ranks"), "shared": shared, "staged": staged}
+
+
+def combine_main(args: argparse.Namespace) -> int:
+    """``--combine``: write startup.json (atomically) and print the times in one line."""
+    doc = combine(args.shared_python, args.shared_summary, args.staged_env, args.staged_summary, args.stage_s)
+    write_json(args.combine, doc, indent=None)
+    print(f"sitestack validation: every rank imported torch after {doc['shared_s']} s from the shared prefix, "
+          f"{doc['staged_s']} s staged (staging {doc['stage_s']} s)")
+    return 0
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="import_probe.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="directory for this rank's rank-<rank>.json")
@@ -271,6 +318,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--t0", default=None, help="launch time (epoch seconds) for --aggregate")
     p.add_argument("--expect", default=None, help="the number of ranks --aggregate expects")
     p.add_argument("--json", default=None, help="write the summary here (default: print it)")
+    p.add_argument("--combine", metavar="FILE", help="write the job's startup.json from the summaries")
+    p.add_argument("--shared-python", default="", help="for --combine: the Python of the shared prefix")
+    p.add_argument("--shared-summary", default="", help="for --combine: the summary of its ranks")
+    p.add_argument("--staged-env", default="", help="for --combine: the staged copy of the stack ('': none)")
+    p.add_argument("--staged-summary", default="", help="for --combine: the summary of its ranks ('': none)")
+    p.add_argument("--stage-s", default="", help="for --combine: the seconds staging took ('': not staged)")
     args = p.parse_args(argv)
     args.rank = None if args.rank is None else digits("--rank", args.rank, 0, 1 << 24)
     args.world_size = None if args.world_size is None else digits("--world-size", args.world_size, 1, 1 << 24)
@@ -281,8 +334,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         if not re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", args.t0):
             raise ProbeError(f"--t0 {args.t0!r}: expected epoch seconds")
         args.t0 = float(args.t0)
-    if bool(args.aggregate) == bool(args.out):
-        raise ProbeError("give either --out DIR (probe) or --aggregate DIR")
+    if sum(map(bool, (args.out, args.aggregate, args.combine))) != 1:
+        raise ProbeError("give one of --out DIR (probe), --aggregate DIR or --combine FILE")
+    if args.combine and not (args.shared_python and args.shared_summary):
+        raise ProbeError("--combine needs --shared-python and --shared-summary")
     if args.aggregate and args.t0 is None:
         raise ProbeError("--aggregate needs --t0 (the launch time)")
     return args
@@ -293,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(sys.argv[1:] if argv is None else argv)
         if args.out:
             return probe(args)
+        if args.combine:
+            return combine_main(args)
         summary = aggregate(args.aggregate, args.t0, args.expect)
         if args.json:
             write_json(args.json, summary)

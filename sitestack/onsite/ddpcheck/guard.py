@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import time
 from typing import Any
 
 from .. import ddp_report, history
+from ..fileio import ReadError, read_json
 from . import envvalues
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all
@@ -121,8 +121,8 @@ def _last_words(out: str, rc: int | None, timed_out: bool, started: bool) -> int
     """Print the verdict (where the ranks did not) and a last line naming what exists; the exit code."""
     result_path = os.path.join(out, "result.json")
     result: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError), open(result_path, encoding="utf-8") as handle:
-        result = json.load(handle)
+    with contextlib.suppress(ReadError):
+        result = read_json(result_path, ddp_report.RESULT_MAX)
     code = rc if rc else exit_code(result)
     if timed_out:
         code = code or 3

@@ -18,15 +18,13 @@ process group and the launcher's session, so nothing of a point outlives it into
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import subprocess
 import sys
 import time
 from typing import Any
 
-from .. import ddp_report
+from ..fileio import ReadError, read_json, write_json
 from . import envvalues, pointenv
 from .guard import GUARD_GRACE
 from .provenance import stack_record
@@ -100,7 +98,7 @@ def sweep_main(argv: list[str]) -> int:
 
 def write_sweep(out: str, sweep: dict[str, Any]) -> None:
     """``OUT/sweep.json``, atomically (read whole or not at all)."""
-    ddp_report.write_json(sweep, os.path.join(out, "sweep.json"))
+    write_json(os.path.join(out, "sweep.json"), sweep)
 
 
 def point_env(plan: dict[str, Any], point: dict[str, Any], port: int, deadline: float,
@@ -166,12 +164,10 @@ def run_point(args: argparse.Namespace, plan: dict[str, Any], point: dict[str, A
 
 def read_result(path: str) -> dict[str, Any]:
     """A point's result.json ({} when it is missing, too large or not a JSON object)."""
-    with contextlib.suppress(OSError, ValueError, UnicodeDecodeError), open(path, "rb") as handle:
-        raw = handle.read(MAX_RESULT_BYTES + 1)
-        data = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_RESULT_BYTES else None
-        if isinstance(data, dict):
-            return data
-    return {}
+    try:
+        return read_json(path, MAX_RESULT_BYTES)
+    except ReadError:
+        return {}
 
 
 def complete(result: dict[str, Any], plan: dict[str, Any]) -> bool:
