@@ -22,6 +22,7 @@ from sitestack.model.validation_facts import Regression
 from sitestack.onsite import fileio, history
 from tests.onsite_dir import install_programs
 
+
 @pytest.fixture(scope="module")
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """history.py as a job directory holds it (its launcher and ``onsite/``), nothing of sitestack on the path."""

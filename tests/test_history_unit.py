@@ -16,8 +16,9 @@ import pytest
 
 from sitestack.installs.venv_manifest import plan_digest
 from sitestack.onsite import history
-from tests.onsite_dir import install_programs
 from sitestack.onsite.ddpcheck import provenance as toolchain
+from tests.onsite_dir import install_programs
+
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -21,10 +21,10 @@ from typing import Any
 from .fileio import ReadError, read_json, write_atomic, write_json
 from .report_markdown import NOISE_FACTOR as NOISE_FACTOR
 from .report_markdown import STATUS_MARK
-from .report_markdown import markdown as markdown
 from .report_markdown import cpu_list as cpu_list
 from .report_markdown import latency_text as latency_text
 from .report_markdown import library_lines as library_lines
+from .report_markdown import markdown as markdown
 from .report_markdown import startup_lines as startup_lines
 from .report_markdown import threads_text as threads_text
 from .report_plot import human_bytes as human_bytes

@@ -118,11 +118,13 @@ def read_bytes(path: str, limit: int, *, keep: str = "all", follow: bool = True)
     except OSError as exc:
         raise ReadError(path, f"cannot be read ({exc.strerror or exc})") from None
     try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO, a device, a directory: nothing to read whole
+            os.close(fd)
+            raise ReadError(path, "not a regular file")
         with open(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ReadError(path, "not a regular file")
             if keep == "tail":
-                handle.seek(max(0, os.fstat(fd).st_size - limit))
+                handle.seek(max(0, info.st_size - limit))
             data = handle.read(limit + 1)
     except OSError as exc:
         raise ReadError(path, f"cannot be read ({exc.strerror or exc})") from None

@@ -49,7 +49,7 @@ import sys
 import time
 from typing import Any
 
-from .fileio import ReadError, read_json, write_json
+from .fileio import ReadError, read_json, read_text, write_json
 
 #: The launchers' variables, in this order: Slurm's last, as mpiexec inside a Slurm job leaves the batch
 #: step's SLURM_PROCID (0) in every rank's environment.
@@ -64,6 +64,8 @@ IO_KEYS = ("rchar", "read_bytes", "syscr")
 RANK_FILE = "rank-{:05d}.json"
 #: The most bytes of a rank file or a summary read (each well under a KiB per rank).
 RECORD_MAX = 16 << 20
+#: The most bytes of a /proc or llite counters file read (each a few KiB).
+PROC_MAX = 1 << 20
 
 
 class ProbeError(Exception):
@@ -89,14 +91,13 @@ def process_started_at() -> float:
     """When this process started (epoch seconds): /proc/self/stat starttime is clock ticks since boot,
     compared with CLOCK_BOOTTIME now (btime in /proc/stat has only one-second resolution)."""
     try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            stat = f.read()
+        stat = read_text("/proc/self/stat", PROC_MAX, keep="head")
         # the command name (field 2) may hold spaces and parentheses: count fields after the last ')'
         fields = stat[stat.rindex(")") + 2:].split()
         ticks = int(fields[19])   # field 22 of the whole line
         hz = os.sysconf("SC_CLK_TCK")
         age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / hz
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):  # ReadError is a ValueError
         return time.time()   # no /proc: count from now
     return time.time() - max(age, 0.0)
 
@@ -105,13 +106,13 @@ def proc_io() -> dict[str, int]:
     """``/proc/self/io``'s read counters (empty where unreadable, e.g. without CAP_SYS_PTRACE in some containers)."""
     out: dict[str, int] = {}
     try:
-        with open("/proc/self/io", encoding="ascii") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in IO_KEYS and value.strip().isdigit():
-                    out[key] = int(value)
-    except OSError:
-        pass
+        lines = read_text("/proc/self/io", PROC_MAX, keep="head").splitlines()
+    except ReadError:
+        return out
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in IO_KEYS and value.strip().isdigit():
+            out[key] = int(value)
     return out
 
 
@@ -121,9 +122,8 @@ def llite_counters() -> dict[str, int]:
     for pattern in LLITE_GLOBS:
         for path in glob.glob(pattern):
             try:
-                with open(path, encoding="ascii", errors="replace") as f:
-                    lines = f.read().splitlines()
-            except OSError:
+                lines = read_text(path, PROC_MAX, keep="head").splitlines()
+            except ReadError:
                 continue
             for line in lines:
                 parts = line.split()
