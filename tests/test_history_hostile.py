@@ -19,9 +19,14 @@ from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import local_host
 from sitestack.engine import batchjob, perflog, regression, site_history
 from sitestack.model.validation_facts import Regression
-from sitestack.onsite import history
+from sitestack.onsite import fileio, history
+from tests.onsite_dir import install_programs
 
-PROGRAM = Path(history.__file__)
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """history.py as a job directory holds it (its launcher and ``onsite/``), nothing of sitestack on the path."""
+    return install_programs(tmp_path_factory.mktemp("job"), ("history.py",)) / "history.py"
 
 
 def record(n: int, busbw: float = 1.0, **extra: Any) -> dict[str, Any]:
@@ -100,10 +105,10 @@ def test_append_records_the_normalised_record(tmp_path: Path) -> None:
         history.append(str(directory), record(2, started=-5.0))
 
 
-def test_list_prints_no_escape_and_no_traceback(tmp_path: Path) -> None:
+def test_list_prints_no_escape_and_no_traceback(tmp_path: Path, program: Path) -> None:
     directory = hostile_history(tmp_path)
     for extra in ([], ["--json"]):
-        out = subprocess.run([sys.executable, str(PROGRAM), "list", "--dir", str(directory), *extra],
+        out = subprocess.run([sys.executable, str(program), "list", "--dir", str(directory), *extra],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "\x1b" not in out.stdout and "\x07" not in out.stdout and "\\u001b" not in out.stdout
@@ -141,7 +146,7 @@ def _in_thread(call: Any) -> Any:
     return value
 
 
-def test_a_fifo_or_link_in_the_history_is_a_warning_never_a_wait(tmp_path: Path) -> None:
+def test_a_fifo_or_link_in_the_history_is_a_warning_never_a_wait(tmp_path: Path, program: Path) -> None:
     directory = tmp_path / "history"
     (directory / "runs").mkdir(parents=True)
     good = record(1)
@@ -157,7 +162,7 @@ def test_a_fifo_or_link_in_the_history_is_a_warning_never_a_wait(tmp_path: Path)
     assert any("is a symbolic link" in w for w in warnings), warnings
     assert warnings[-1].startswith("history: 2 index lines or run files")
     # the shipped reader: the same, and no wait either
-    out = subprocess.run([sys.executable, str(PROGRAM), "list", "--dir", str(directory)], capture_output=True,
+    out = subprocess.run([sys.executable, str(program), "list", "--dir", str(directory)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith(good["id"]) and "2 index lines" in out.stderr
 
@@ -184,9 +189,8 @@ def test_rebuild_never_follows_a_link_planted_at_its_temporary_name(tmp_path: Pa
     history.append(str(directory), record(1))
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
-    monkeypatch.setattr(history.time, "monotonic_ns", lambda: 7)
-    for name in (f".index.jsonl.{os.getpid()}.tmp", f".index.jsonl.{os.getpid()}.7.tmp"):
-        (directory / name).symlink_to(victim)
+    monkeypatch.setattr(fileio, "_token", lambda: "7")  # the temporary name the rewrite will pick
+    (directory / f".index.jsonl.{os.getpid()}.7.tmp").symlink_to(victim)
     with pytest.raises(FileExistsError):
         history.rebuild(str(directory))
     assert victim.read_text() == "precious\n"

@@ -17,8 +17,13 @@ import pytest
 from sitestack.installs.venv_manifest import plan_digest
 from sitestack.onsite import history
 from sitestack.onsite.ddpcheck import provenance as toolchain
+from tests.onsite_dir import install_programs
 
-PROGRAM = Path(history.__file__)
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """history.py as a job directory holds it (its launcher and ``onsite/``), nothing of sitestack on the path."""
+    return install_programs(tmp_path_factory.mktemp("job"), ("history.py",)) / "history.py"
 
 
 def result(job: str = "42", started: float = 1764000000.5, busbw: float = 0.7, **extra) -> dict:
@@ -129,23 +134,23 @@ def test_sixteen_processes_appending_at_once_leave_sixteen_runs(tmp_path, attemp
     assert len(history.read(directory)) == 16
 
 
-def test_the_command_line_records_lists_and_fails_softly(tmp_path):
+def test_the_command_line_records_lists_and_fails_softly(tmp_path, program: Path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps(result()))
     config = tmp_path / "check-config.json"
     config.write_text(json.dumps({"history_dir": str(tmp_path / "h")}))
-    run = subprocess.run([sys.executable, "-E", "-s", "-S", str(PROGRAM), "record", "--config", str(config), str(path)],
+    run = subprocess.run([sys.executable, "-E", "-s", "-S", str(program), "record", "--config", str(config), str(path)],
                          capture_output=True, text=True)
     assert run.returncode == 0 and "recorded in" in run.stdout, run.stderr
-    again = subprocess.run([sys.executable, str(PROGRAM), "record", "--dir", str(tmp_path / "h"), str(path)],
+    again = subprocess.run([sys.executable, str(program), "record", "--dir", str(tmp_path / "h"), str(path)],
                            capture_output=True, text=True)
     assert "was recorded already" in again.stdout
-    listed = subprocess.run([sys.executable, str(PROGRAM), "list", "--dir", str(tmp_path / "h"), "--json"],
+    listed = subprocess.run([sys.executable, str(program), "list", "--dir", str(tmp_path / "h"), "--json"],
                             capture_output=True, text=True)
     assert [r["job_id"] for r in json.loads(listed.stdout)] == ["42"]
     blocked = tmp_path / "file"
     blocked.write_text("")
-    soft = subprocess.run([sys.executable, str(PROGRAM), "record", "--dir", str(blocked / "h"), str(path)],
+    soft = subprocess.run([sys.executable, str(program), "record", "--dir", str(blocked / "h"), str(path)],
                           capture_output=True, text=True)
     assert soft.returncode == 1 and soft.stdout == ""
     assert soft.stderr.startswith("sitestack history: not recorded: ") and len(soft.stderr.splitlines()) == 1
@@ -226,11 +231,15 @@ def test_a_tuning_is_recorded_with_its_start_and_whether_it_was_published(tmp_pa
 
 
 def test_a_bounded_read_keeps_the_newest_lines_whole(tmp_path: Path) -> None:
-    from sitestack.onsite import history
+    from sitestack.onsite.history_store import newest_lines
     index = tmp_path / "index.jsonl"
     index.write_text("".join(f'{{"n": {i}}}\n' for i in range(1000)))
-    text = history._read_bounded(str(index), 100)
+    text = newest_lines(str(index), 100)
     assert text is not None and text.endswith('{"n": 999}\n')
     assert all(json.loads(line)["n"] > 990 for line in text.splitlines())   # no cut first line
+    assert newest_lines(str(index), index.stat().st_size) == index.read_text()   # a file within the cap: whole
+    assert newest_lines(str(index), index.stat().st_size - 1) == index.read_text().split("\n", 1)[1]
     os.mkfifo(tmp_path / "fifo")
-    assert history._read_bounded(str(tmp_path / "fifo"), 100) is None
+    assert newest_lines(str(tmp_path / "fifo"), 100) is None
+    (tmp_path / "link").symlink_to(index)
+    assert newest_lines(str(tmp_path / "link"), 100) is None

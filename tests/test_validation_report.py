@@ -91,53 +91,6 @@ def one_clear_line(proc: subprocess.CompletedProcess, *words: str) -> str:
     return message
 
 
-# -- atomic writes ------------------------------------------------------------------------------------
-
-WRITER = """
-import sys
-sys.path.insert(0, sys.argv[1])
-from onsite import ddp_report
-path, tag = sys.argv[2], sys.argv[3]
-for i in range(300):
-    ddp_report.write_json({"writer": tag, "i": i, "pad": [tag * 50] * 400}, path)
-"""
-
-
-def test_a_reader_never_sees_a_partial_file_while_two_processes_rewrite_it(tmp_path, job_dir):
-    """Two writers (a rank and its watchdog both rewrite the rank's record) and a reader: every read
-    is whole JSON, and no temporary file is left."""
-    path = tmp_path / "rank-0.json"
-    ddp_report.write_json({"writer": "first"}, str(path))
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(job_dir), str(path), tag]) for tag in "ab"]
-    reads = 0
-    while any(w.poll() is None for w in writers):
-        data = json.loads(path.read_text())  # a torn or truncated file raises here
-        assert data["writer"] in ("first", "a", "b")
-        reads += 1
-    assert [w.wait() for w in writers] == [0, 0] and reads > 10
-    assert json.loads(path.read_text())["i"] == 299
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0.json", "validation"]
-
-
-def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
-    path = tmp_path / "summary.md"
-    ddp_report.write_text(str(path), "old\n")
-    os.chmod(path, 0o644)
-    with pytest.raises(TypeError):
-        ddp_report.write_text(str(path), 42)
-    with pytest.raises(OSError):
-        ddp_report.write_text(str(tmp_path / "missing" / "summary.md"), "x")
-    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["summary.md"]
-    ddp_report.write_text(str(path), b"new\n", sync=False)
-    assert path.read_bytes() == b"new\n" and oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 # -- the redraw ---------------------------------------------------------------------------------------
 
 def test_the_redraw_in_a_results_directory_leaves_summary_whole(tmp_path, job_dir, report_python):
@@ -174,9 +127,9 @@ def test_a_result_that_cannot_be_rendered_leaves_every_file_as_it_was(tmp_path, 
 
 
 @pytest.mark.parametrize("content, words", [
-    (None, ("cannot read result.json", "No such file or directory")),
-    ("{\"verdict\": ", ("result.json is not JSON", "line 1")),
-    ("[1, 2]", ("not a validation result", "a JSON list")),
+    (None, ("result.json: cannot be read", "No such file or directory")),
+    ("{\"verdict\": ", ("result.json: not JSON", "line 1")),
+    ("[1, 2]", ("result.json: not a JSON object", "a JSON list")),
     ("{\"site\": \"x\"}", ("not a validation result", "\"verdict\" and \"checks\"")),
     ("{\"verdict\": \"passed\", \"checks\": [{\"name\": \"a\"}]}", ("a check without its name, status and summary",)),
 ])

@@ -26,7 +26,7 @@ from sitestack.installs.stamp import STAMP, install_lock, lock_path
 from sitestack.installs.venv_stack import module_root
 from sitestack.model.context import RunOptions
 from sitestack.model.site import Site
-from sitestack.onsite.visible import one_line as printable
+from sitestack.onsite.visible import escaped as printable
 
 #: Lists ``<prefix>/*/*<suffix>`` that exist (a glob skips the hidden trees and half-made links).
 _GLOB = 'for f in "$1"/*/*"$2"; do [ -e "$f" ] && printf "%s\\n" "$f"; done; exit 0'

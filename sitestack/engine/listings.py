@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sitestack.core.errors import InputError
-from sitestack.onsite.visible import one_line as printable
+from sitestack.onsite.visible import escaped as printable
 
 #: A document and its human lines.
 Listing = tuple[dict[str, Any], list[str]]

@@ -29,7 +29,7 @@ from invoke.exceptions import Exit
 from sitestack.core import envvars
 from sitestack.core.errors import InputError
 from sitestack.core.redact import redact
-from sitestack.onsite.visible import one_line, printable
+from sitestack.onsite.visible import escaped, printable
 
 #: The settings and what each accepts (docs/cli.md). Null, or a key left out, is not set.
 SETTING_KINDS = {"account": "an account name", "prefix": "an install prefix (an absolute path)",
@@ -48,8 +48,8 @@ ENV_PREFIX = "INVOKE_SITESTACK_"
 
 
 def shown(key: object) -> str:
-    """A key as a message may show it (:func:`sitestack.onsite.visible.one_line`)."""
-    return one_line(str(key))
+    """A key as a message may show it (:func:`sitestack.onsite.visible.escaped`)."""
+    return escaped(str(key))
 
 
 def check_value(key: str, value: object, where: str) -> None:

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The report of a validation run: the verdict table, ``summary.md`` and the plot, and the one way
-every file of a result is written (:func:`write_text`, :func:`write_json`: atomically).
+"""The report of a validation run: the verdict table, ``summary.md`` (:mod:`.report_markdown`) and the
+plot (:mod:`.report_plot`), written beside ``result.json``, each file atomically (:mod:`.fileio`).
 
-Used by ``ddp_check.py`` on the site (installed beside it with ``report_plot.py``, standard library
-plus matplotlib when present) and by sitestack on the controller. Run it on a ``result.json`` to
+Used by ``ddp_check.py`` on the site (standard library, plus matplotlib when present) and by
+sitestack on the controller; the names of the Markdown sections its callers use are imported here. Run it on a ``result.json`` to
 render the Markdown and the plot again, in the results directory or into OUTDIR:
 
     python ddp_report.py RESULT.json [OUTDIR]
@@ -14,21 +14,27 @@ the files as they were and says why (exit 1).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import sys
-import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from .fileio import ReadError, read_json, write_atomic, write_json
+from .report_markdown import NOISE_FACTOR as NOISE_FACTOR
+from .report_markdown import STATUS_MARK
+from .report_markdown import cpu_list as cpu_list
+from .report_markdown import latency_text as latency_text
+from .report_markdown import library_lines as library_lines
+from .report_markdown import markdown as markdown
+from .report_markdown import startup_lines as startup_lines
+from .report_markdown import threads_text as threads_text
 from .report_plot import human_bytes as human_bytes
 from .report_plot import render_plot
 from .result_schema import Result
+from .visible import one_line as one_line
 
-STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
-#: A latency whose maximum (or another measurement's mean) is this many times the median is noisy.
-NOISE_FACTOR = 10.0
+#: The most bytes of a result.json read (a result of thousands of ranks is a few MiB).
+RESULT_MAX = 64 << 20
 
 
 def verdict_table(result: Mapping[str, Any]) -> str:
@@ -42,263 +48,6 @@ def verdict_table(result: Mapping[str, Any]) -> str:
     for name, mark, summary in rows:
         lines.append(f"  {name:<{width}}  {mark:<4}  {summary}")
     return "\n".join(lines)
-
-
-def _cell(text: Any) -> str:
-    return one_line(text).replace("|", "\\|")
-
-
-def latency_text(stats: dict[str, Any]) -> str:
-    """``latency min 1.1 / median 1.3 / max 480 us (noisy: ...)`` from ddp_check.latency_stats."""
-    if not stats:
-        return "latency not measured"
-    text = f"latency min {stats['min_us']:.3g} / median {stats['median_us']:.3g} / max {stats['max_us']:.3g} us"
-    if stats.get("noisy"):
-        text += (f" (noisy: the maximum is {stats['max_us'] / stats['median_us']:.0f}x the median; another process "
-                 "shared the CPU or the network was busy: compare medians)")
-    return text
-
-
-def _known(value: Any) -> str:
-    """A table cell: the value, or a dash where the run ended before it was known."""
-    return "—" if value is None else str(value)
-
-
-def one_line(text: Any) -> str:
-    """``text`` with every run of whitespace (tabs, newlines: MPI libraries print both) as one space."""
-    return " ".join(str(text).split())
-
-
-def markdown(result: Mapping[str, Any]) -> str:
-    """``summary.md``: the verdict, the checks, the ranks, the bandwidth table and the evidence."""
-    verdict = str(result.get("verdict", "?")).upper()
-    out = [f"# sitestack validation: {result.get('site', '?')} — {verdict}", ""]
-    out += [_facts_line(result), ""]
-    out += _check_lines(result)
-    out += startup_lines(result.get("startup"))
-    out += _rank_lines(result.get("ranks") or [])
-    out += _collective_lines(result)
-    out += library_lines(result.get("ranks") or [])
-    out += _bandwidth_lines(result.get("bandwidth") or {})
-    artefacts = result.get("artefacts") or {}
-    if artefacts.get("plot"):
-        out += [f"![allreduce bandwidth vs message size]({artefacts['plot']})", ""]
-    elif artefacts.get("plot_note"):
-        out += [f"Plot skipped: {artefacts['plot_note']}.", ""]
-    plugin = next((c for c in result.get("checks", []) if c["name"] == "net-plugin"), None)
-    if plugin and plugin.get("details", {}).get("evidence"):
-        out += ["## Network plugin evidence (NCCL_DEBUG=INFO)", "", "```"] + plugin["details"]["evidence"] + ["```", ""]
-    out += _mpi_lines(result.get("mpi") or {})
-    out += _environment_lines(result.get("job_environment") or {})
-    out += ["## Files", "", f"- `{artefacts.get('json', 'result.json')}`: every number above, per check and per rank",
-            f"- `{artefacts.get('markdown', 'summary.md')}`: this summary"]
-    if artefacts.get("plot"):
-        out.append(f"- `{artefacts['plot']}`: bandwidth vs message size")
-    out.append("")
-    return "\n".join(out)
-
-
-def _facts_line(result: Mapping[str, Any]) -> str:
-    """The run in one line, facts joined by `` · ``: job, launcher, backend, ranks and hosts, torch, time."""
-    hosts = result.get("hosts") or []
-    facts = [f"job {result['job_id']}" if result.get("job_id") else None,
-             (f"launcher {result.get('launcher')}" if result.get("launcher") else "launcher unknown")
-             + (f" (script: {result['job_launcher']})" if result.get("job_launcher") else ""),
-             f"backend {result.get('backend')} on {result.get('device')}" if result.get("backend")
-             else "backend not chosen (the run ended before torch picked a device)",
-             f"{result.get('world_size')} ranks on {result.get('nodes')} node{'s' if result.get('nodes') != 1 else ''}"
-             + (f" ({', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''})" if hosts else ""),
-             f"torch {result['torch']}" if result.get("torch") else None,
-             f"{result.get('elapsed_s', 0):.1f} s"]
-    return " · ".join(f for f in facts if f)
-
-
-def _check_lines(result: Mapping[str, Any]) -> list[str]:
-    """The checks' table, then the failed checks' problems beyond the first (which the table shows)."""
-    out = ["| check | status | detail |", "|---|---|---|"]
-    for check in result.get("checks", []):
-        out.append(f"| {check['name']} | {STATUS_MARK.get(check['status'], check['status'])} | {_cell(check['summary'])} |")
-    out.append("")
-    problems = [(c["name"], p) for c in result.get("checks", []) if c["status"] == "failed"
-                for p in c.get("details", {}).get("problems", [])[1:]]
-    if problems:
-        out += ["Further problems:", ""] + [f"- {name}: {p}" for name, p in problems] + [""]
-    return out
-
-
-def _rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
-    """The ranks' section, by rank: host, device, CPUs bound and expected (none without ranks)."""
-    if not ranks:
-        return []
-    out = ["## Ranks", "", "| rank | local | host | device | CPUs | expected CPUs | threads |",
-           "|---|---|---|---|---|---|---|"]
-    for r in sorted(ranks, key=lambda r: r.get("rank", 0)):
-        cpus = cpu_list(r.get("affinity") or [])
-        # a rank a watchdog reported early may not know its local rank or device yet
-        out.append(f"| {r.get('rank')} | {_known(r.get('local_rank'))} | {_known(r.get('host'))} | {_known(r.get('device'))}"
-                   f"{' (' + r['device_name'] + ')' if r.get('device_name') else ''} | {cpus} | "
-                   f"{r.get('expected_cpus') or '—'} | {_cell(threads_text(r.get('threads')))} |")
-    out.append("")
-    return out
-
-
-def library_lines(ranks: list[dict[str, Any]]) -> list[str]:
-    """The libraries the ranks mapped (``ranks[].libraries``, ddpcheck/libraries.py): one row per file,
-    with the ranks that mapped it (none where no rank recorded any)."""
-    rows: dict[tuple[str, str, str, str], list[int]] = {}
-    for r in ranks:
-        for kind, entries in sorted((r.get("libraries") or {}).items()):
-            for e in entries:
-                path = str(e.get("path")) + (" (deleted)" if e.get("deleted") else "")
-                key = (kind, path, _known(e.get("soname")), _known(e.get("version")))
-                rows.setdefault(key, []).extend([r["rank"]] if isinstance(r.get("rank"), int) else [])
-    if not rows:
-        return []
-    out = ["## Libraries", "", "| kind | path | soname | version | ranks |", "|---|---|---|---|---|"]
-    out += [f"| {kind} | `{_cell(path)}` | {_cell(soname)} | {_cell(version)} | {cpu_list(who)} |"
-            for (kind, path, soname, version), who in sorted(rows.items())]
-    return out + [""]
-
-
-def threads_text(threads: dict[str, Any] | None) -> str:
-    """A rank's threads in one cell: ``1 torch (2 inter-op) · OMP_NUM_THREADS=1 · 2 ranks share its 2 CPUs``."""
-    if not threads:
-        return "—"
-    parts = [f"{_known(threads.get('torch_threads'))} torch ({_known(threads.get('interop_threads'))} inter-op)"]
-    parts += [f"{var}={value}" for var, value in (threads.get("env") or {}).items() if value is not None]
-    if threads.get("cpus"):
-        sharing = threads.get("ranks_sharing")
-        parts.append(f"{sharing} ranks share its {threads['cpus']} CPUs" if sharing and sharing > 1
-                     else f"{threads['cpus']} CPUs")
-    if threads.get("quota"):
-        parts.append(f"CPU quota {threads['quota'].get('cpus')}")
-    return " · ".join(parts)
-
-
-def _collective_lines(result: Mapping[str, Any]) -> list[str]:
-    """The collectives section (``ddpcheck/collectives.py``): per operation and dtype, exact, the wrong
-    elements by rank and size, or not supported by the backend (none where the check did not run)."""
-    details = next((c.get("details") or {} for c in result.get("checks", []) if c["name"] == "collectives"), {})
-    if not details.get("ops"):
-        return []
-    wrong, lacking = details.get("wrong") or {}, details.get("unsupported") or {}
-
-    def cell(op: str, dtype: str) -> str:
-        if dtype in lacking.get(op, {}):
-            return f"not supported by {result.get('backend') or 'the backend'}"
-        found = [f"rank {rank} at {human_bytes(int(size))}: {count}" for rank, ops in sorted(wrong.items(), key=lambda i: int(i[0]))
-                 for size, count in ((ops.get(op) or {}).get(dtype) or {}).items()]
-        return ("wrong: " + ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")) if found else "exact"
-
-    out = ["## Collectives", "", f"| operation | {' | '.join(details['dtypes'])} |", "|---|" + "---|" * len(details["dtypes"])]
-    out += [f"| {op} | {' | '.join(_cell(cell(op, dtype)) for dtype in details['dtypes'])} |" for op in details["ops"]]
-    repeated = [f"{human_bytes(int(size))} {n} times" for size, n in (details.get("repeats") or {}).items() if n > 1]
-    return out + ["", f"Sizes {', '.join(human_bytes(s) for s in details.get('sizes') or [])}"
-                  f"{' (' + ', '.join(repeated) + ')' if repeated else ''}; wrong elements per rank, operation, dtype "
-                  "and size: `checks[collectives].details.wrong` in result.json.", ""]
-
-
-def _bandwidth_lines(bw: dict[str, Any]) -> list[str]:
-    """The bandwidth section: one row per message size, the definition and the reference it was
-    judged against (none without rows)."""
-    rows = bw.get("rows") or []
-    if not rows:
-        return []
-    out = [f"## Bandwidth: {bw.get('op', 'allreduce')} ({bw.get('dtype', 'float32')}, {bw.get('ranks')} ranks, "
-           f"{bw.get('iters')} iterations per size)", "",
-           "| size | time (us) | algbw (GB/s) | busbw (GB/s) |", "|---:|---:|---:|---:|"]
-    for row in rows:
-        out.append(f"| {human_bytes(row['bytes'])} | {row['time_us']:.1f} | {row['algbw_gbs']:.4g} | {row['busbw_gbs']:.4g} |")
-    out += ["", f"{bw.get('definition', '')}.", ""]
-    ref = bw.get("reference")
-    if ref:
-        out += [f"Reference ({ref.get('kind')}): {ref['busbw_gbs']:.4g} GB/s at {human_bytes(ref['message_bytes'])}, "
-                f"accepted from {ref['minimum_gbs']:.4g} GB/s; measured {ref['measured_gbs']:.4g} GB/s at "
-                f"{human_bytes(ref['at_bytes'])}." + (f" Source: {ref['source']}." if ref.get("source") else ""), ""]
-    else:
-        out += ["No reference for this node count in the site facts: measured only.", ""]
-    return out
-
-
-def _mpi_lines(mpi: dict[str, Any]) -> list[str]:
-    """The MPI section: the C probe's latency and bandwidth, mpi4py's ping-pong (none without either)."""
-    probe, m4 = mpi.get("probe"), mpi.get("mpi4py")
-    if not (probe or m4):
-        return []
-    out = ["## MPI", ""]
-    stats = (m4 or {}).get("latency") or {}
-    if probe:
-        lib = str(probe.get("library", "")).strip().splitlines()
-        mean = float(probe.get("latency_us") or 0)
-        noisy = ""
-        if stats.get("median_us") and mean > NOISE_FACTOR * stats["median_us"]:
-            noisy = (f" (noisy: {mean / stats['median_us']:.0f}x mpi4py's median; a mean is pulled up by the "
-                     "slowest round trips, as when the ranks share a busy CPU)")
-        out.append(f"- C probe ({one_line(lib[0]) if lib else '?'}), {probe.get('size')} ranks on "
-                   f"{', '.join(probe.get('hosts') or [])}: latency {mean:.3g} us (mean of 500 round trips){noisy}")
-        for b in probe.get("bandwidth") or []:
-            out.append(f"  - {human_bytes(b['bytes'])}: {b['mb_s']:.4g} MB/s")
-    if m4:
-        bwv = m4.get("bandwidth_mb_s")
-        extra = f": ping-pong {latency_text(stats)}, {bwv:.4g} MB/s at 1 MiB" if stats and bwv is not None else ""
-        out.append(f"- mpi4py ({one_line(m4.get('library'))}), {m4.get('size')} ranks{extra}")
-    out.append("")
-    return out
-
-
-def _environment_lines(setting: dict[str, Any]) -> list[str]:
-    """The job's environment: modules, the plugin directories on LD_LIBRARY_PATH, the variables set."""
-    if not setting:
-        return []
-    out = ["## Environment", "", f"- modules: {', '.join(setting.get('modules') or []) or '(none loaded)'}",
-           f"- network plugin on LD_LIBRARY_PATH: {', '.join(setting.get('plugin_library_path') or []) or '(none)'}"]
-    return out + [f"- `{k}={one_line(v)}`" for k, v in (setting.get("variables") or {}).items()] + [""]
-
-
-def cpu_list(cpus: Iterable[int], empty: str = "—") -> str:
-    """``{0, 1, 2, 5}`` -> ``"0-2,5"`` (``empty`` for no CPUs)."""
-    values = sorted(cpus)
-    if not values:
-        return empty
-    runs, start, prev = [], values[0], values[0]
-    for cpu in values[1:]:
-        if cpu != prev + 1:
-            runs.append(f"{start}-{prev}" if prev > start else str(start))
-            start = cpu
-        prev = cpu
-    runs.append(f"{start}-{prev}" if prev > start else str(start))
-    return ",".join(runs)
-
-
-def write_text(path: str, content: str | bytes, sync: bool = True) -> None:
-    """Replace ``path`` with ``content`` atomically: a reader (``invoke validate``, the guard, a rank
-    reading the progress records) sees the old file or the new one whole, never a part, and a writer
-    killed midway leaves the old file. The content goes to a temporary name in the same directory
-    (``.NAME.PID-THREAD.tmp``: two writers, processes or threads, never share one), is synced to
-    disk, then renamed over ``path`` (rename(2) is atomic within a file system). OSError propagates,
-    the temporary file removed. ``sync=False`` skips the fsync (a few ms each on a busy file system)
-    for a record rewritten inside a timed loop: still whole or old for every reader, though a node
-    that crashes may lose it."""
-    directory, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    try:
-        # 0o666 less the umask, as open() creates files; O_TRUNC: a name a dead process left is reused
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            if sync:
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(data: Mapping[str, Any], path: str, sync: bool = True) -> None:
-    """``data`` as indented JSON into ``path``, atomically (:func:`write_text`)."""
-    write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", sync)
 
 
 def plot_artefact(result: Result | dict[str, Any], strict: bool = True) -> tuple[str, bytes] | None:
@@ -326,44 +75,18 @@ def write_report(result: Result | dict[str, Any], out: str) -> None:
     leaves its numbers). A plot that cannot be drawn is a note in the result, not an error."""
     plot = plot_artefact(result, strict=False)
     if plot:
-        write_text(os.path.join(out, plot[0]), plot[1])
-    write_json(result, os.path.join(out, "result.json"))
-    write_text(os.path.join(out, "summary.md"), markdown(result))
-
-
-def startup_lines(startup: dict[str, Any] | None) -> list[str]:
-    """The start-up section: how long the ranks took to meet; where the job measured it (startup.json), the
-    time until every rank had imported torch from the shared prefix and from node-local storage."""
-    if not startup or set(startup) <= {"ready_s"} and startup.get("ready_s") is None:
-        return []
-    def secs(value: Any) -> str:
-        return f"{value:.2f} s" if isinstance(value, (int, float)) else "not measured"
-    lines = ["## Start-up", ""]
-    if isinstance(startup.get("ready_s"), (int, float)):
-        lines.append(f"- every rank in the process group {secs(startup['ready_s'])} after the launcher started")
-    if "shared_path" in startup or "staged_path" in startup:   # the job's import_probe.py ranks (facts.node.stage_env)
-        ranks = f"all {startup['ranks']} ranks" if isinstance(startup.get("ranks"), int) else "every rank"
-        stage = f", staging {secs(startup['stage_s'])} included" if isinstance(startup.get("stage_s"), (int, float)) else ""
-        lines += [f"- `import torch` by {ranks} from the shared prefix ({startup.get('shared_path', '?')}): "
-                  f"{secs(startup.get('shared_s'))} until the last had imported",
-                  f"- the same from node-local storage ({startup.get('staged_path') or 'not staged'}): "
-                  f"{secs(startup.get('staged_s'))}{stage}"]
-    if startup.get("note"):
-        lines.append(f"- {startup['note']}")
-    return lines + [""]
+        write_atomic(os.path.join(out, plot[0]), plot[1])
+    write_json(os.path.join(out, "result.json"), result)
+    write_atomic(os.path.join(out, "summary.md"), markdown(result))
 
 
 def read_result(path: str) -> tuple[dict[str, Any] | None, str]:
-    """The result in ``path``, or None and why it cannot be one (missing, not JSON, not a result)."""
+    """The result in ``path``, or None and why it cannot be one (missing, larger than :data:`RESULT_MAX`,
+    not JSON, not a result)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        return None, f"cannot read {path}: {exc.strerror or exc}"
-    except ValueError as exc:  # JSONDecodeError names the line and column; UnicodeDecodeError the byte
-        return None, f"{path} is not JSON ({exc})"
-    if not isinstance(data, dict):
-        return None, f"{path} is not a validation result (a JSON {type(data).__name__}, not an object)"
+        data = read_json(path, RESULT_MAX)
+    except ReadError as exc:
+        return None, str(exc)
     checks = data.get("checks")
     if "verdict" not in data or not isinstance(checks, list):
         return None, f"{path} is not a validation result (no \"verdict\" and \"checks\"; ddp_check.py writes result.json)"
@@ -395,10 +118,10 @@ def main(argv: list[str]) -> int:
         return 1
     try:
         if plot:
-            write_text(os.path.join(out, plot[0]), plot[1])
+            write_atomic(os.path.join(out, plot[0]), plot[1])
         if result["artefacts"] != before and os.path.samefile(out, os.path.dirname(os.path.abspath(path))):
-            write_json(result, path)  # it names the plot drawn now (bandwidth.png or .svg)
-        write_text(os.path.join(out, "summary.md"), text)
+            write_json(path, result)  # it names the plot drawn now (bandwidth.png or .svg)
+        write_atomic(os.path.join(out, "summary.md"), text)
     except OSError as exc:
         print(f"ddp_report: cannot write into {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

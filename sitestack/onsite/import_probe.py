@@ -6,8 +6,10 @@ Standard library only; run by every rank of a job (the validation job's start-up
     python import_probe.py --out DIR [--module torch] [--ddp] [--rank R --world-size W
                            --master-addr HOST --master-port PORT] [--timeout S]
     python import_probe.py --aggregate DIR --t0 EPOCH [--expect N] [--json FILE]
+    python import_probe.py --combine OUT.json --shared-python PY --shared-summary FILE
+                           [--staged-env DIR --staged-summary FILE --stage-s S]
 
-A rank writes ``DIR/rank-<rank>.json`` (written to a temporary name, then renamed):
+A rank writes ``DIR/rank-<rank>.json`` (atomically, :mod:`.fileio`):
 
 - ``started_at``: when this process started (``/proc/self/stat`` starttime, boot-relative, so a
   wrapper that ``exec``\\ s Python is counted from the wrapper's start), ``imported_at``,
@@ -26,6 +28,10 @@ letters, digits, ``.-:``) and a bad one is one line ``error: import_probe: ...``
 ``ranks``, ``all_imported_s`` (the last rank's ``imported_at`` minus ``--t0``, the launch time the
 caller recorded), ``all_ddp_ready_s`` likewise, the median and maximum per-rank ``imported_s``, the
 bytes read, and the ranks that failed or are missing (``--expect N``).
+
+``--combine`` writes the validation job's ``startup.json`` (its report's start-up section) from the
+aggregate of the ranks that imported from the shared prefix and, where the job staged the stack on
+node-local storage, of those that imported from the copy, and prints one line of the two times.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import argparse
 import glob
 import importlib
 import json
+import math
 import os
 import re
 import socket
@@ -41,6 +48,8 @@ import statistics
 import sys
 import time
 from typing import Any
+
+from .fileio import ReadError, read_json, read_text, write_json
 
 #: The launchers' variables, in this order: Slurm's last, as mpiexec inside a Slurm job leaves the batch
 #: step's SLURM_PROCID (0) in every rank's environment.
@@ -53,6 +62,10 @@ LLITE_GLOBS = ("/proc/fs/lustre/llite/*/stats", "/sys/kernel/debug/lustre/llite/
 LLITE_KEYS = ("open", "close", "getattr", "inode_permission", "readdir", "statfs", "getxattr", "lookup")
 IO_KEYS = ("rchar", "read_bytes", "syscr")
 RANK_FILE = "rank-{:05d}.json"
+#: The most bytes of a rank file or a summary read (each well under a KiB per rank).
+RECORD_MAX = 16 << 20
+#: The most bytes of a /proc or llite counters file read (each a few KiB).
+PROC_MAX = 1 << 20
 
 
 class ProbeError(Exception):
@@ -78,14 +91,13 @@ def process_started_at() -> float:
     """When this process started (epoch seconds): /proc/self/stat starttime is clock ticks since boot,
     compared with CLOCK_BOOTTIME now (btime in /proc/stat has only one-second resolution)."""
     try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            stat = f.read()
+        stat = read_text("/proc/self/stat", PROC_MAX, keep="head")
         # the command name (field 2) may hold spaces and parentheses: count fields after the last ')'
         fields = stat[stat.rindex(")") + 2:].split()
         ticks = int(fields[19])   # field 22 of the whole line
         hz = os.sysconf("SC_CLK_TCK")
         age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / hz
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):  # ReadError is a ValueError
         return time.time()   # no /proc: count from now
     return time.time() - max(age, 0.0)
 
@@ -94,13 +106,13 @@ def proc_io() -> dict[str, int]:
     """``/proc/self/io``'s read counters (empty where unreadable, e.g. without CAP_SYS_PTRACE in some containers)."""
     out: dict[str, int] = {}
     try:
-        with open("/proc/self/io", encoding="ascii") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in IO_KEYS and value.strip().isdigit():
-                    out[key] = int(value)
-    except OSError:
-        pass
+        lines = read_text("/proc/self/io", PROC_MAX, keep="head").splitlines()
+    except ReadError:
+        return out
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in IO_KEYS and value.strip().isdigit():
+            out[key] = int(value)
     return out
 
 
@@ -110,9 +122,8 @@ def llite_counters() -> dict[str, int]:
     for pattern in LLITE_GLOBS:
         for path in glob.glob(pattern):
             try:
-                with open(path, encoding="ascii", errors="replace") as f:
-                    lines = f.read().splitlines()
-            except OSError:
+                lines = read_text(path, PROC_MAX, keep="head").splitlines()
+            except ReadError:
                 continue
             for line in lines:
                 parts = line.split()
@@ -121,15 +132,6 @@ def llite_counters() -> dict[str, int]:
         if out:
             break   # the same counters may be in both places
     return out
-
-
-def write_json(path: str, data: dict[str, Any]) -> None:
-    """Written whole or not at all: a reader never sees half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def rendezvous(args: argparse.Namespace) -> tuple[int, int, str, int]:
@@ -193,7 +195,7 @@ def probe(args: argparse.Namespace) -> int:
     lustre_after = llite_counters()
     if lustre_after:
         record["lustre"] = {k: lustre_after[k] - lustre_before.get(k, 0) for k in lustre_after}
-    write_json(os.path.join(args.out, RANK_FILE.format(rank)), record)
+    write_json(os.path.join(args.out, RANK_FILE.format(rank)), record, indent=1)
     return code
 
 
@@ -206,12 +208,11 @@ def read_ranks(directory: str) -> tuple[list[dict[str, Any]], list[str]]:
     good, bad = [], []
     for path in sorted(glob.glob(os.path.join(directory, "rank-*.json"))):
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as exc:
-            bad.append(f"{os.path.basename(path)}: {exc}")
+            data = read_json(path, RECORD_MAX)
+        except ReadError as exc:
+            bad.append(f"{os.path.basename(path)}: {exc.reason}")
             continue
-        if not isinstance(data, dict) or not isinstance(data.get("rank"), int):
+        if not isinstance(data.get("rank"), int):
             bad.append(f"{os.path.basename(path)}: not a rank record")
             continue
         good.append(data)
@@ -257,6 +258,52 @@ def aggregate(directory: str, t0: float, expect: int | None = None) -> dict[str,
     return out
 
 
+def _summary(path: str) -> dict[str, Any] | None:
+    """The aggregate summary in ``path`` (``--aggregate --json``), None where there is none to read."""
+    try:
+        return read_json(path, RECORD_MAX) if path else None
+    except ReadError:
+        return None
+
+
+def _seconds(value: Any) -> Any:
+    """``value`` where it is a number of seconds (int or float, as it was written), else None."""
+    return value if number(value) is not None else None
+
+
+def _seconds_text(text: str) -> float | None:
+    """The seconds the batch script measured (``awk``'s ``%.3f``), None where it measured none."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def combine(shared_python: str, shared_summary: str, staged_env: str = "", staged_summary: str = "",
+            stage_s: str = "") -> dict[str, Any]:
+    """The validation job's ``startup.json`` (the keys ``ddp_report``'s start-up section reads):
+    ``shared_path`` (the Python the ranks imported with from the shared prefix), ``shared_s`` (its
+    summary's ``all_imported_s``), ``staged_path`` (the staged copy; null where none was staged),
+    ``staged_s``, ``stage_s`` (the seconds staging took; null where not measured), ``ranks`` (of the
+    shared summary) and the two summaries whole (``shared``, ``staged``: null where one is missing,
+    not JSON or not an object). Empty texts stand for what the job did not do."""
+    shared = _summary(shared_summary)
+    staged = _summary(staged_summary)
+    return {"shared_path": shared_python, "shared_s": _seconds((shared or {}).get("all_imported_s")),
+            "staged_path": staged_env or None, "staged_s": _seconds((staged or {}).get("all_imported_s")),
+            "stage_s": _seconds_text(stage_s), "ranks": (shared or {}).get("ranks"), "shared": shared, "staged": staged}
+
+
+def combine_main(args: argparse.Namespace) -> int:
+    """``--combine``: write startup.json (atomically) and print the times in one line."""
+    doc = combine(args.shared_python, args.shared_summary, args.staged_env, args.staged_summary, args.stage_s)
+    write_json(args.combine, doc, indent=None)
+    print(f"sitestack validation: every rank imported torch after {doc['shared_s']} s from the shared prefix, "
+          f"{doc['staged_s']} s staged (staging {doc['stage_s']} s)")
+    return 0
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="import_probe.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="directory for this rank's rank-<rank>.json")
@@ -271,6 +318,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--t0", default=None, help="launch time (epoch seconds) for --aggregate")
     p.add_argument("--expect", default=None, help="the number of ranks --aggregate expects")
     p.add_argument("--json", default=None, help="write the summary here (default: print it)")
+    p.add_argument("--combine", metavar="FILE", help="write the job's startup.json from the summaries")
+    p.add_argument("--shared-python", default="", help="for --combine: the Python of the shared prefix")
+    p.add_argument("--shared-summary", default="", help="for --combine: the summary of its ranks")
+    p.add_argument("--staged-env", default="", help="for --combine: the staged copy of the stack ('': none)")
+    p.add_argument("--staged-summary", default="", help="for --combine: the summary of its ranks ('': none)")
+    p.add_argument("--stage-s", default="", help="for --combine: the seconds staging took ('': not staged)")
     args = p.parse_args(argv)
     args.rank = None if args.rank is None else digits("--rank", args.rank, 0, 1 << 24)
     args.world_size = None if args.world_size is None else digits("--world-size", args.world_size, 1, 1 << 24)
@@ -281,8 +334,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         if not re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", args.t0):
             raise ProbeError(f"--t0 {args.t0!r}: expected epoch seconds")
         args.t0 = float(args.t0)
-    if bool(args.aggregate) == bool(args.out):
-        raise ProbeError("give either --out DIR (probe) or --aggregate DIR")
+    if sum(map(bool, (args.out, args.aggregate, args.combine))) != 1:
+        raise ProbeError("give one of --out DIR (probe), --aggregate DIR or --combine FILE")
+    if args.combine and not (args.shared_python and args.shared_summary):
+        raise ProbeError("--combine needs --shared-python and --shared-summary")
     if args.aggregate and args.t0 is None:
         raise ProbeError("--aggregate needs --t0 (the launch time)")
     return args
@@ -293,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(sys.argv[1:] if argv is None else argv)
         if args.out:
             return probe(args)
+        if args.combine:
+            return combine_main(args)
         summary = aggregate(args.aggregate, args.t0, args.expect)
         if args.json:
             write_json(args.json, summary)

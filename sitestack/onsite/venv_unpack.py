@@ -15,9 +15,11 @@ conda packages do). Exit 0 when done, 1 with a message when the tree is not a si
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 
 #: The pack's own files, at its top level beside the environment: this program and the record of the
 #: prefixes it replaces (both written by the controller's packer, sitestack/installs/staging.py).
@@ -46,13 +48,26 @@ def rewrite(path: str, old: list[str], new: str, *, first_line_only: bool) -> bo
         changed = changed.replace(prefix.encode(), new.encode())
     if changed == head:
         return False
-    mode = os.stat(path).st_mode & 0o7777
-    tmp = path + ".sitestack-unpack"
-    with open(tmp, "wb") as handle:
-        handle.write(changed + sep + tail)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    replace_file(path, changed + sep + tail, os.stat(path).st_mode & 0o7777)
     return True
+
+
+def replace_file(path: str, data: bytes, mode: int) -> None:
+    """``path`` replaced by ``data`` with ``mode``, atomically: a new temporary file of a unique name in
+    the same directory (every node of a job may run this over one shared tree at once), renamed over
+    it, and removed on any failure. This program ships as one file and cannot import the on-site
+    package's writer (``sitestack/onsite/fileio.py``), so it keeps this one; no fsync: a node that
+    crashes runs the fix-up again."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            os.fchmod(handle.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def fix_up(root: str) -> int:

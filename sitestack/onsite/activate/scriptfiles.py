@@ -1,15 +1,18 @@
-"""Files as extend-venv-activate reads and writes them: a read takes at most a cap of bytes
-(:func:`read_bytes`, :func:`read_text`), a write replaces the file atomically and only when its bytes
-change (:func:`write_if_changed`).
+"""Files as extend-venv-activate reads and writes them, through the package's one reader and writer
+(:mod:`..fileio`): a read takes at most a cap of bytes (:func:`read_bytes`, :func:`read_text`), a
+write replaces the file atomically and only when its bytes change (:func:`write_if_changed`).
 
-The contract of the on-site package's shared file helpers, kept here on its own because this command
-runs with whatever ``python3`` a user's shell finds, Python 3.6 included (no ``from __future__ import
-annotations``, which 3.6 refuses).
+What this adds is the command's own contract: a file that is not there is ``FileNotFoundError`` (the
+callers tell "not installed" from "broken"), any other failure is :class:`Refused` naming the file.
+Python 3.6 too (no ``from __future__ import annotations``: this command runs with whatever ``python3``
+a user's shell finds).
 """
 
+import errno
 import os
-import tempfile
 
+from ..fileio import ReadError, write_atomic
+from ..fileio import read_bytes as _read_bytes
 from . import Refused
 
 #: The most bytes read of one file: an activate script is a few KiB, pyvenv.cfg and the settings less.
@@ -17,13 +20,14 @@ LIMIT = 1 << 20
 
 
 def read_bytes(path: str, limit: int = LIMIT) -> bytes:
-    """The content of ``path``, at most ``limit`` bytes (Refused, naming the file, when it has more).
-    OSError (FileNotFoundError among them) propagates."""
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise Refused(f"{path}: over {limit} bytes")
-    return data
+    """The content of ``path``, at most ``limit`` bytes; FileNotFoundError where there is nothing at
+    ``path``, Refused (naming the file) where it has more or cannot be read."""
+    try:
+        return _read_bytes(path, limit)
+    except ReadError as exc:
+        if not os.path.lexists(path):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from None
+        raise Refused(str(exc)) from None
 
 
 def read_text(path: str, errors: str = "strict") -> str:
@@ -36,9 +40,9 @@ def read_text(path: str, errors: str = "strict") -> str:
 
 
 def write_if_changed(path: str, text: str, like: "str | None" = None) -> bool:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, then rename: a reader sees the
-    old file or the new one, and a file hard-linked elsewhere keeps its bytes there) unless it already
-    holds it; the mode is ``like``'s where that exists, else 0644. True when written."""
+    """Write ``text`` to ``path`` atomically (:func:`..fileio.write_atomic`: a reader sees the old file or
+    the new one, and a file hard-linked elsewhere keeps its bytes there) unless it already holds it; the
+    mode is ``like``'s where that exists, else 0644. True when written."""
     data = text.encode("utf-8")
     try:
         if read_bytes(path, len(data)) == data:
@@ -46,14 +50,4 @@ def write_if_changed(path: str, text: str, like: "str | None" = None) -> bool:
     except (FileNotFoundError, Refused):
         pass
     mode = os.stat(like).st_mode & 0o7777 if like and os.path.exists(like) else 0o644
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return True
+    return write_atomic(path, data, mode=mode)

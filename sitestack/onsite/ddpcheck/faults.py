@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .. import ddp_report
+from ..fileio import write_atomic, write_json
 from ..result_schema import Result, build_result
 from . import envvalues
 from .rank_progress import (
@@ -144,13 +145,13 @@ def report_fault(out: str, fault: dict[str, Any]) -> bool:
         return False
     os.close(fd)
     fault = {**fault, "at": round(time.time(), 3)}
-    ddp_report.write_json(fault, os.path.join(status_dir(out), "fault.json"))
+    write_json(os.path.join(status_dir(out), "fault.json"), fault)
     with contextlib.suppress(OSError):
         result = fault_result(out, fault)
-        ddp_report.write_json(result, os.path.join(out, "result.json"))
-        ddp_report.write_text(os.path.join(out, "summary.md"), ddp_report.markdown(result))
+        write_json(os.path.join(out, "result.json"), result)
+        write_atomic(os.path.join(out, "summary.md"), ddp_report.markdown(result))
     with contextlib.suppress(OSError):
-        ddp_report.write_text(done, "")
+        write_atomic(done, "")
     return True
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..fileio import ReadError, read_json
 from .mapped import Mapping as Mapped
 from .mapped import elf_soname, name_soname, name_version, package_version, parse_maps, read_maps
 from .state import Run
@@ -140,10 +140,8 @@ def expected_dirs(config: Mapping[str, Any], staged: str | None = None) -> dict[
     path = stack.get("manifest") if isinstance(stack, dict) else None
     data: Any = None
     if isinstance(path, str) and path.startswith("/"):
-        with contextlib.suppress(OSError, ValueError, RecursionError):
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as handle:
-                data = json.loads(handle.read(MANIFEST_MAX + 1)[:MANIFEST_MAX])
+        with contextlib.suppress(ReadError):
+            data = read_json(path, MANIFEST_MAX)
     named = data.get("libraries") if isinstance(data, dict) else None
     if not isinstance(named, dict):
         return {}

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from ..fileio import ReadError
 from . import envvalues, stacks
 from .bandwidth import parse_size
 from .guard import guard_main
@@ -127,14 +128,14 @@ def program(argv: list[str]) -> None:
     """``ddp_check.py [OPTIONS]`` runs one rank; ``ddp_check.py --guard ...`` the guard around the launcher;
     ``ddp_check.py --sweep PLAN ...`` the tuning sweep (:mod:`.sweep`). A variable of the environment
     that is not of its form (:mod:`.envvalues`), or a tuning plan that is not (:mod:`.tuneplan`), ends
-    it with one line naming it, exit 2."""
+    it with one line naming it, exit 2; so does a check-config.json that cannot be read (:mod:`..fileio`)."""
     try:
         if argv[:1] == ["--guard"]:
             sys.exit(guard_main(argv[1:]))
         if argv[:1] == ["--sweep"]:
             sys.exit(sweep_main(argv[1:]))
         code = main(argv)
-    except (envvalues.EnvError, PlanError) as exc:
+    except (envvalues.EnvError, PlanError, ReadError) as exc:
         print(f"sitestack: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     exit_now(code, sys.modules.get("mpi4py.MPI"))

@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from ..fileio import ReadError, read_text
+
 MAPS_MAX = 32 << 20
 PHNUM_MAX = 512
 DYNAMIC_MAX = 64 << 10
@@ -44,15 +46,10 @@ class Mapping:
 
 def read_maps(path: str = "/proc/self/maps", limit: int = MAPS_MAX) -> str:
     """The text of ``path`` (this process's mappings), at most ``limit`` bytes; empty when unreadable."""
-    chunks, size = [], 0
-    with contextlib.suppress(OSError), open(path, "rb") as handle:
-        while size < limit:
-            chunk = handle.read(min(1 << 16, limit - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    return b"".join(chunks).decode("utf-8", "replace")
+    try:
+        return read_text(path, limit, keep="head")
+    except ReadError:
+        return ""
 
 
 def parse_maps(text: str) -> list[Mapping]:

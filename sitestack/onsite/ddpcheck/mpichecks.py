@@ -4,11 +4,12 @@ allreduce."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import Any
 
 from .. import ddp_report
+from ..fileio import ReadError, read_json, read_text
+from ..visible import one_line
 from .mpi import mpi_pingpong
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
@@ -16,6 +17,8 @@ from .verdicts import FAILED, PASSED, SKIPPED
 #: timeout(1)'s exit status when it ended the command: 124 after its SIGTERM, 128 + 9 when the SIGKILL
 #: of ``-k`` was needed (https://www.gnu.org/software/coreutils/manual/html_node/timeout-invocation.html).
 TIMEOUT_CODES = (124, 137)
+#: The most bytes of the probe's status and result read (each a few hundred bytes).
+SMALL_MAX = 1 << 20
 
 
 def probe_failure(result_path: str) -> str | None:
@@ -23,10 +26,10 @@ def probe_failure(result_path: str) -> str | None:
     result: ``{"exit_code": C, "limit_s": N}``): its timeout, or its exit code with the last line of
     its log; None when it exited 0 or the status is missing or unreadable."""
     stem = os.path.splitext(result_path)[0]
-    ended: Any = None
-    with contextlib.suppress(OSError, ValueError), open(stem + ".status", encoding="utf-8") as handle:
-        ended = json.load(handle)
-    code = ended.get("exit_code") if isinstance(ended, dict) else None
+    ended: dict[str, Any] = {}
+    with contextlib.suppress(ReadError):
+        ended = read_json(stem + ".status", SMALL_MAX)
+    code = ended.get("exit_code")
     if not isinstance(code, int) or code == 0:
         return None
     log = stem + ".log"
@@ -35,12 +38,11 @@ def probe_failure(result_path: str) -> str | None:
         within = f"within {limit} s" if isinstance(limit, int) else "within its time limit"
         return f"the MPI probe did not finish {within} (killed by timeout; see {log})"
     last = ""
-    with contextlib.suppress(OSError), open(log, "rb") as handle:
-        handle.seek(max(0, os.fstat(handle.fileno()).st_size - 4096))
-        lines = [s.strip(" =\t") for s in handle.read().decode("utf-8", "replace").splitlines()]
+    with contextlib.suppress(ReadError):
+        lines = [s.strip(" =\t") for s in read_text(log, 4096, keep="tail").splitlines()]
         # the last line that says something (MPICH ends its banners with a row of "=")
         last = next((s for s in reversed(lines) if any(c.isalpha() for c in s)), "")
-    return f"the MPI probe exited with code {code}" + (f": {ddp_report.one_line(last)[:200]}" if last else "") + \
+    return f"the MPI probe exited with code {code}" + (f": {one_line(last)[:200]}" if last else "") + \
         f" (see {log})"
 
 
@@ -53,18 +55,15 @@ def mpi_probe(run: Run) -> None:
         return
     failure = probe_failure(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-        if not isinstance(data, dict):
-            raise ValueError(f"a JSON {type(data).__name__}, not an object")
-    except (OSError, ValueError) as exc:
+        data = read_json(path, SMALL_MAX)
+    except ReadError as exc:
         log = os.path.splitext(path)[0] + ".log"
-        run.set("mpi-probe", FAILED, failure or f"the MPI probe left no result ({exc.__class__.__name__}: {exc}); see {log}")
+        run.set("mpi-probe", FAILED, failure or f"the MPI probe left no result ({exc}); see {log}")
         return
     run.mpi_data["probe"] = data
     want = (run.config.get("mpi") or {}).get("library_match")
     library = str(data.get("library", "")).strip()
-    first_line = " ".join(library.splitlines()[0].split()) if library else "?"
+    first_line = one_line(library.splitlines()[0]) if library else "?"
     problems = [failure] if failure else []
     if want and want not in library:
         problems.append(f"the probe ran on \"{first_line}\", the site expects {want}")
@@ -96,7 +95,7 @@ def mpi4py_check(run: Run) -> None:
     comm = MPI.COMM_WORLD
     size, rank = comm.Get_size(), comm.Get_rank()
     lines = MPI.Get_library_version().strip().splitlines()
-    library = " ".join(lines[0].split()) if lines else "?"
+    library = one_line(lines[0]) if lines else "?"
     problems = []
     if size != run.info.world_size:
         problems.append(f"mpi4py sees {size} rank(s), the launcher {run.info.launcher} started "

@@ -33,7 +33,9 @@ import signal
 import socket
 from collections.abc import Callable, Mapping
 
+from ..fileio import read_text
 from .envvalues import EnvError
+from .procs import STAT_MAX
 
 #: The sweep's ports: 30000-32699, below Linux's ephemeral range (32768 and up) and above the
 #: validation job's (20000-29999).
@@ -109,8 +111,7 @@ def end_point(guard_pid: int) -> None:
     groups = {guard_pid}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(stat, encoding="ascii", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
+            fields = read_text(stat, STAT_MAX, keep="head").rsplit(")", 1)[1].split()
             if int(fields[1]) == guard_pid:  # ppid; fields[2] is its process group
                 groups.add(int(fields[2]))
     for group in sorted(groups):

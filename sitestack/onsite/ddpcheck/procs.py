@@ -7,11 +7,16 @@ import os
 import signal
 import time
 
+from ..fileio import ReadError, read_text
+
+#: The most bytes of a /proc/PID/stat read (one line of 52 fields, well under 1 KiB).
+STAT_MAX = 1 << 16
+
 
 def proc_state(pid: int) -> str | None:
     """The kernel's state letter of ``pid`` (R, S, D, T stopped, t traced, Z), None when gone."""
-    with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0]
+    with contextlib.suppress(ReadError, IndexError):
+        return read_text(f"/proc/{pid}/stat", STAT_MAX, keep="head").rsplit(")", 1)[1].split()[0]
     return None
 
 
@@ -38,8 +43,8 @@ def _proc_table() -> dict[int, tuple[int, int, str]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat", encoding="utf-8") as h:
-            fields = h.read().rsplit(")", 1)[1].split()
+        with contextlib.suppress(ReadError, IndexError, ValueError):
+            fields = read_text(f"/proc/{entry}/stat", STAT_MAX, keep="head").rsplit(")", 1)[1].split()
             table[int(entry)] = (int(fields[1]), int(fields[3]), fields[19])
     return table
 

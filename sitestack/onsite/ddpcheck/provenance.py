@@ -10,11 +10,9 @@ cannot be read is null, never an error: the history compares toolchains, it does
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
-import os
 import platform
 import re
 import shutil
@@ -24,33 +22,31 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..fileio import ReadError, read_json, read_text
+from ..visible import NOT_VERSION, short_line
+
 #: The longest value recorded; the most modules; the most bytes read from a file or a command.
 VALUE_MAX = 120
 MODULES_MAX = 100
 READ_MAX = 4096
+#: The largest stack manifest read (a manifest of a few hundred packages is well under 1 MiB).
+MANIFEST_MAX = 64 << 20
 #: Seconds a version command (fi_info, srun) may take: a hung file system or controller cannot hold the report.
 COMMAND_TIMEOUT = 5.0
 #: The variable the guard sets for the launcher it starts: when it started it (epoch seconds).
 LAUNCH_START = "SITESTACK_LAUNCH_START"
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+\-:/@()~ ]")
-
 
 def clean(text: object, limit: int = VALUE_MAX) -> str | None:
-    """``text`` as one short line of safe characters (None when nothing is left)."""
-    if text is None:
-        return None
-    line = " ".join(str(text)[: READ_MAX].split())
-    line = _UNSAFE.sub("?", line)[:limit].strip()
-    return line or None
+    """``text`` as one short line of a version's characters (None when nothing is left)."""
+    return short_line(text, limit, NOT_VERSION)
 
 
 def read_small(path: str) -> str | None:
     """The first :data:`READ_MAX` bytes of ``path`` as text (None when unreadable)."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read(READ_MAX).decode("utf-8", "replace")
-    except OSError:
+        return read_text(path, READ_MAX, keep="head")
+    except ReadError:
         return None
 
 
@@ -144,12 +140,11 @@ def manifest_digest(path: object) -> str | None:
     sha256 of the plan as sorted, indented JSON, 16 hex digits); None when there is none to read."""
     if not isinstance(path, str) or not path.startswith("/"):
         return None
-    with contextlib.suppress(OSError, ValueError, RecursionError, AttributeError):
-        if os.path.getsize(path) > (64 << 20):
-            return None
-        with open(path, encoding="utf-8") as handle:
-            plan = json.load(handle).get("plan")
-        if isinstance(plan, dict):
-            text = json.dumps(plan, indent=2, sort_keys=True) + "\n"
-            return hashlib.sha256(text.encode()).hexdigest()[:16]
+    try:
+        plan = read_json(path, MANIFEST_MAX).get("plan")
+    except ReadError:
+        return None
+    if isinstance(plan, dict):
+        text = json.dumps(plan, indent=2, sort_keys=True) + "\n"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
     return None

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
 import time
 from typing import Any
 
-from .. import ddp_report
+from ..fileio import ReadError, read_json, write_json
 from . import envvalues
 from .ranks import RankInfo
 from .verdicts import CHECKS
@@ -36,6 +35,8 @@ PHASE_WORDS = {"startup": "at start-up", "MPI_Init": "inside MPI_Init (importing
                "import torch": "while importing torch", "report": "while writing the report",
                "finished": "after finishing"}
 #: Signals that mean the process crashed rather than was killed.
+#: The most bytes of a rank's progress record or the fault record read (each a few KiB).
+RECORD_MAX = 1 << 20
 CRASH_SIGNALS = ("SIGBUS", "SIGSEGV", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS")
 
 
@@ -91,25 +92,25 @@ class Progress:
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             # atomic, not synced: rewritten at every step, read by the watchdogs of a live machine
-            ddp_report.write_json(self.data, self.path, sync=False)
+            write_json(self.path, self.data, sync=False)
 
 
 def read_progress(out: str) -> dict[int, dict[str, Any]]:
     """Every rank's last recorded progress, by rank."""
     ranks: dict[int, dict[str, Any]] = {}
     for path in glob.glob(os.path.join(status_dir(out), "rank-*.json")):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError), open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with contextlib.suppress(ReadError, KeyError, TypeError, ValueError):
+            data = read_json(path, RECORD_MAX)
             ranks[int(data["rank"])] = data
     return ranks
 
 
 def read_fault(out: str) -> dict[str, Any] | None:
     """The fault a watchdog or the guard reported (OUT/ranks/fault.json), or None."""
-    with contextlib.suppress(OSError, ValueError), open(os.path.join(status_dir(out), "fault.json"), encoding="utf-8") as f:
-        fault: dict[str, Any] = json.load(f)
-        return fault
-    return None
+    try:
+        return read_json(os.path.join(status_dir(out), "fault.json"), RECORD_MAX)
+    except ReadError:
+        return None
 
 
 def deadline_from_env(env: dict[str, str] | os._Environ[str], limit: float) -> float:

@@ -24,7 +24,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ..fileio import ReadError, read_text
+
 #: The signal a watchdog sends to ask its rank for its stacks.
+#: The most bytes of a rank's stack dumps read, the newest (a dump of a few hundred threads: a few hundred KiB).
+STACKS_MAX = 4 << 20
 DUMP_SIGNAL = signal.SIGRTMIN + 5 if hasattr(signal, "SIGRTMIN") else None
 #: Files whose frames mean the rank is waiting for its peers (a collective, the store, MPI), not stuck on its own.
 WAITING = re.compile(r"torch/distributed/|torch/nn/parallel/distributed\.py|mpi4py|horovod/|c10d|gloo", re.I)
@@ -107,8 +111,8 @@ def read_stacks(status_dir: str, ranks: dict[int, dict[str, Any]]) -> dict[int, 
     """Each rank's main-thread stack where its watchdog got one."""
     out = {}
     for rank, data in ranks.items():
-        with contextlib.suppress(OSError, ValueError), open(stacks_path(status_dir, rank), encoding="utf-8") as h:
-            frames = main_stack(h.read(), data.get("main_thread"))
+        with contextlib.suppress(ReadError, ValueError):
+            frames = main_stack(read_text(stacks_path(status_dir, rank), STACKS_MAX, keep="tail"), data.get("main_thread"))
             if frames:
                 out[rank] = frames
     return out

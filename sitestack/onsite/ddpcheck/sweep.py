@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from .. import ddp_report
+from ..fileio import write_json
 from ..result_schema import load_result
 from . import envvalues, pointenv
 from .guard import GUARD_GRACE
@@ -98,7 +98,7 @@ def sweep_main(argv: list[str]) -> int:
 
 def write_sweep(out: str, sweep: dict[str, Any]) -> None:
     """``OUT/sweep.json``, atomically (read whole or not at all)."""
-    ddp_report.write_json(sweep, os.path.join(out, "sweep.json"))
+    write_json(os.path.join(out, "sweep.json"), sweep)
 
 
 def point_env(plan: dict[str, Any], point: dict[str, Any], port: int, deadline: float,

@@ -8,7 +8,11 @@ import contextlib
 import os
 from typing import Any
 
+from ..fileio import ReadError, read_text
+
 #: The variables that size the thread pools of torch (OpenMP, MKL) and of numpy's BLAS.
+#: The most bytes of a /proc or cgroup file read (mountinfo of a node with many mounts: a few hundred KiB).
+PROC_MAX = 4 << 20
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -78,11 +82,9 @@ def _cpu_cgroup_dirs() -> list[str]:
     """This process's cgroup directories that may hold a CPU quota, innermost first, up to each
     hierarchy's mount (v1's cpu controller, then v2's unified one); [] where /proc cannot tell."""
     try:
-        with open("/proc/self/cgroup", encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-            mounts = handle.read().splitlines()
-    except OSError:
+        lines = read_text("/proc/self/cgroup", PROC_MAX, keep="head").splitlines()
+        mounts = read_text("/proc/self/mountinfo", PROC_MAX, keep="head").splitlines()
+    except ReadError:
         return []
     paths = {}
     for line in lines:
@@ -110,8 +112,8 @@ def _cpu_cgroup_dirs() -> list[str]:
 
 
 def _read(path: str) -> str | None:
-    with contextlib.suppress(OSError, UnicodeDecodeError), open(path, encoding="utf-8") as handle:
-        return handle.read().strip()
+    with contextlib.suppress(ReadError):
+        return read_text(path, PROC_MAX, keep="head").strip()
     return None
 
 

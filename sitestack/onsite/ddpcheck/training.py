@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 from typing import Any
 
+from ..fileio import write_atomic
 from .state import Run
 from .verdicts import FAILED, PASSED, rank_fault
 
@@ -101,8 +103,9 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
     path = os.path.join(directory, "ddp.pt")
     if run.info.rank == 0:
         os.makedirs(directory, exist_ok=True)
-        torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        buffer = io.BytesIO()  # a small model's state, written whole (fileio): never a part of one to load
+        torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
+        write_atomic(path, buffer.getvalue())
     run.barrier()
     state = torch.load(path, map_location=run.torch_device(), weights_only=True)
     fresh = _model(run, 99)

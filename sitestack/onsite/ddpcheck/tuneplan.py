@@ -8,12 +8,13 @@ another (a confirmation run), so the file is read like any input of the job.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from ..fileio import ReadError, read_json
 
 SCHEMA = "sitestack-tune-plan/1"
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -41,16 +42,9 @@ class PlanError(ValueError):
 def load_plan(path: str) -> dict[str, Any]:
     """The plan at ``path``, checked (:func:`check_plan`)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_PLAN_BYTES + 1)
-    except OSError as exc:
-        raise PlanError(f"cannot read the tuning plan {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_PLAN_BYTES:
-        raise PlanError(f"{path}: larger than {MAX_PLAN_BYTES} bytes: not a tuning plan")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise PlanError(f"{path}: not JSON ({str(exc).splitlines()[0][:200]})") from None
+        data = read_json(path, MAX_PLAN_BYTES)
+    except ReadError as exc:
+        raise PlanError(f"the tuning plan {exc}") from None
     return check_plan(data, path)
 
 

@@ -3,12 +3,13 @@ result.json carries besides the checks (its type and exit code: ../result_schema
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..fileio import CONFIG_MAX, ReadError, read_json
 
 CHECKS = ("environment", "process-group", "affinity", "compute", "collectives", "ddp", "checkpoint", "bandwidth",
           "net-plugin", "mpi-probe", "mpi4py", "horovod")
@@ -55,16 +56,18 @@ def rank_fault(env: dict[str, str], kind: str, rank: int) -> bool:
     return False
 
 
+#: The most bytes of the job's startup.json read (two rank summaries: a few KiB).
+STARTUP_MAX = 1 << 20
+
+
 def read_startup(path: str | None) -> dict[str, Any] | None:
     """The job's start-up timings (``--startup-result``): None without one, a note when unreadable."""
     if not path:
         return None
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as exc:
-        return {"note": f"cannot read {path}: {exc}"}
-    return data if isinstance(data, dict) else {"note": f"{path} holds no JSON object"}
+        return read_json(path, STARTUP_MAX)
+    except ReadError as exc:
+        return {"note": str(exc)}
 
 
 def time_limit_record(limit: float, env: Mapping[str, str]) -> dict[str, Any]:
@@ -74,12 +77,11 @@ def time_limit_record(limit: float, env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def load_config(path: str | None) -> dict[str, Any]:
-    """check-config.json (``{}`` without one)."""
+    """check-config.json (``{}`` without one); :class:`~..fileio.ReadError` naming it where it is no
+    JSON object of at most :data:`~..fileio.CONFIG_MAX` bytes."""
     if not path:
         return {}
-    with open(path, encoding="utf-8") as handle:
-        config: dict[str, Any] = json.load(handle)
-    return config
+    return read_json(path, CONFIG_MAX)
 
 
 def job_id_for(out: str, env: dict[str, str] | os._Environ[str]) -> str | None:
