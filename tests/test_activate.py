@@ -210,7 +210,7 @@ def test_settings_the_command_cannot_use_are_one_message(case: str, tmp_path: Pa
         "missing-key": (json.dumps({k: v for k, v in CONFIG.items() if k != "python_version"}),
                         f"{settings}: key 'python_version' is missing"),
         "unknown-key": (json.dumps({**CONFIG, "modul": "x"}), f"{settings}: key 'modul' is not a setting of this command"),
-        "too-large": (" " * (1 << 16) + json.dumps(CONFIG), f"{settings}: over {1 << 16} bytes"),
+        "too-large": (" " * (1 << 16) + json.dumps(CONFIG), f"{settings}: larger than {1 << 16} bytes"),
     }[case]
     if text is None:
         settings.unlink()

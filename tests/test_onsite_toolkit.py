@@ -40,7 +40,7 @@ for i in range(300):
 def test_a_reader_never_sees_a_partial_file_while_two_processes_rewrite_it(tmp_path: Path) -> None:
     """Two writers (a rank and its watchdog both rewrite the rank's record) and a reader: every read
     is whole JSON, and no temporary file is left."""
-    job = install_programs(tmp_path / "job", ())
+    job = install_programs(tmp_path / "job", ("ddp_report.py",))  # the report imports fileio
     path = tmp_path / "rank-0.json"
     fileio.write_json(str(path), {"writer": "first"})
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(job), str(path), tag]) for tag in "ab"]

@@ -22,6 +22,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
+from .fileio import ReadError, read_bytes
+
 SCHEMA = 2
 #: The largest result.json read back (a run's is a few KiB, a tuning point's a few tens of KiB).
 MAX_BYTES = 16 << 20
@@ -184,12 +186,9 @@ def parse_result(text: str | bytes) -> tuple[Result | None, str]:
 def load_result(path: str) -> tuple[Result | None, str]:
     """:func:`parse_result` of the file ``path``, read bounded (at most :data:`MAX_BYTES`)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-    except OSError as exc:
-        return None, f"cannot be read ({exc.strerror or exc})"
-    if len(raw) > MAX_BYTES:
-        return None, f"larger than {MAX_BYTES >> 20} MiB"
+        raw = read_bytes(path, MAX_BYTES)
+    except ReadError as exc:
+        return None, exc.reason
     return parse_result(raw)
 
 
