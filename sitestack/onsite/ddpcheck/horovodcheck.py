@@ -17,6 +17,7 @@ import contextlib
 import os
 from typing import Any
 
+from .checks import HOROVOD
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 
@@ -29,12 +30,12 @@ def horovod(run: Run) -> None:
     try:
         import horovod.torch as hvd  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
-        run.set("horovod", SKIPPED, "skipped: Horovod not in this stack")
+        run.set(HOROVOD.name, SKIPPED, "skipped: Horovod not in this stack")
         return
     how = "MPI or Gloo from the launcher"
     if run.info.launcher in WITHOUT_CONTROLLER and run.info.world_size > 1 and "HOROVOD_RANK" not in run.env:
         if not (callable(getattr(hvd, "gloo_built", None)) and hvd.gloo_built()):
-            run.set("horovod", SKIPPED, f"not run: {run.info.launcher} starts no MPI ranks and this Horovod is built "
+            run.set(HOROVOD.name, SKIPPED, f"not run: {run.info.launcher} starts no MPI ranks and this Horovod is built "
                     "without Gloo, so it cannot find its ranks here; the srun, mpiexec or horovodrun job checks it")
             return
         os.environ.update(gloo_rendezvous(run))
@@ -49,9 +50,9 @@ def horovod(run: Run) -> None:
     builds = [name for name, fn in (("MPI", "mpi_built"), ("Gloo", "gloo_built"), ("NCCL", "nccl_built"))
               if callable(getattr(hvd, fn, None)) and getattr(hvd, fn)()]
     if problems:
-        run.set("horovod", FAILED, problems[0], problems=problems, controller=how)
+        run.set(HOROVOD.name, FAILED, problems[0], problems=problems, controller=how)
     else:
-        run.set("horovod", PASSED, f"{size}-rank allreduce exact (Horovod built with {', '.join(builds) or '?'}; "
+        run.set(HOROVOD.name, PASSED, f"{size}-rank allreduce exact (Horovod built with {', '.join(builds) or '?'}; "
                 f"ranks from {how})", controller=how)
 
 

@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-CHECKS = ("environment", "process-group", "affinity", "compute", "collectives", "ddp", "checkpoint", "bandwidth",
-          "net-plugin", "mpi-probe", "mpi4py", "horovod")
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
