@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .. import hostlist
+from ..launchers import rank_source
 from .affinity import cpu_list
 from .checks import ENVIRONMENT
 from .comm_env import setting_warnings
@@ -151,7 +152,7 @@ def environment_after(run: Run) -> None:
             problems.append(f"ranks run different {key} versions: {', '.join(values)}")
     master = run.env.get("MASTER_ADDR")
     nodelist = run.env.get("SLURM_JOB_NODELIST")
-    if master and nodelist and run.info.launcher != "torchrun":
+    if master and nodelist and not rank_source(run.info.launcher).sets_master:
         with contextlib.suppress(ValueError):
             first_node = hostlist.first(nodelist)
             if first_node != master and first_node.split(".")[0] != master.split(".")[0]:

@@ -17,12 +17,10 @@ import contextlib
 import os
 from typing import Any
 
+from ..launchers import rank_source
 from .checks import HOROVOD
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
-
-#: Launchers that start no MPI ranks and no Horovod rendezvous (see the module's docstring).
-WITHOUT_CONTROLLER = ("torchrun", "env")
 
 
 def horovod(run: Run) -> None:
@@ -33,7 +31,8 @@ def horovod(run: Run) -> None:
         run.set(HOROVOD.name, SKIPPED, "skipped: Horovod not in this stack")
         return
     how = "MPI or Gloo from the launcher"
-    if run.info.launcher in WITHOUT_CONTROLLER and run.info.world_size > 1 and "HOROVOD_RANK" not in run.env:
+    # a rank source that starts no MPI ranks and no Horovod rendezvous (see the module's docstring)
+    if not rank_source(run.info.launcher).horovod and run.info.world_size > 1 and "HOROVOD_RANK" not in run.env:
         if not (callable(getattr(hvd, "gloo_built", None)) and hvd.gloo_built()):
             run.set(HOROVOD.name, SKIPPED, f"not run: {run.info.launcher} starts no MPI ranks and this Horovod is built "
                     "without Gloo, so it cannot find its ranks here; the srun, mpiexec or horovodrun job checks it")
