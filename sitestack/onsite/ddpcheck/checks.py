@@ -50,7 +50,7 @@ PROCESS_GROUP = CheckRow("process-group", "procgroup:process_group", needs=RANKS
 AFFINITY = CheckRow("affinity", "affinity:affinity")
 COMPUTE = CheckRow("compute", "compute:compute")
 COLLECTIVES = CheckRow("collectives", "collectives:collectives")
-DDP = CheckRow("ddp", "training:ddp")
+DDP_CHECK = CheckRow("ddp", "training:ddp")  # not DDP: the check modules import torch's class by that name
 CHECKPOINT = CheckRow("checkpoint", "training:checkpoint_check")
 BANDWIDTH = CheckRow("bandwidth", "bandwidth:bandwidth_sweep")
 NET_PLUGIN = CheckRow("net-plugin", "netplugin:net_plugin_check")
@@ -71,7 +71,7 @@ ROWS: tuple[CheckRow, ...] = (
     COMPUTE,
     COLLECTIVES,
     replace(ENVIRONMENT, function="libraries:record_libraries_again", needs=IN_GROUP, phases=()),
-    DDP,
+    DDP_CHECK,
     CHECKPOINT,
     BANDWIDTH,
     NET_PLUGIN,

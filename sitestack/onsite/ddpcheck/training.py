@@ -8,7 +8,7 @@ import hashlib
 import os
 from typing import Any
 
-from .checks import CHECKPOINT
+from .checks import CHECKPOINT, DDP_CHECK
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED, rank_fault
 
@@ -86,9 +86,9 @@ def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
         problems.append(f"loss did not decrease: {losses[0]:.4g} -> {losses[-1]:.4g} over {len(losses)} steps")
     details = {"losses": losses, "initial_fingerprints": prints, "final_fingerprint": after[0]}
     if problems:
-        run.set(DDP.name, FAILED, problems[0], problems=problems, **details)
+        run.set(DDP_CHECK.name, FAILED, problems[0], problems=problems, **details)
     else:
-        run.set(DDP.name, PASSED, f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps; parameters "
+        run.set(DDP_CHECK.name, PASSED, f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps; parameters "
                 f"identical on all {run.info.world_size} ranks ({after[0]})", **details)
     run.trained = (ddp_model, optim, batches[run.args.steps:])
     return run.trained

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import env_check, procgroup
 from .bandwidth import allreduce_seconds, bandwidth_row
-from .checks import BANDWIDTH, CHECKS, DDP, ENVIRONMENT, PROCESS_GROUP
+from .checks import BANDWIDTH, CHECKS, DDP_CHECK, ENVIRONMENT, PROCESS_GROUP
 from .runner import finish
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED, rank_fault
@@ -56,7 +56,7 @@ def run_tune(run: Run, plan: dict[str, Any]) -> int:
     run.tune = samples
     with run.timed(BANDWIDTH.name):
         _busbw_samples(run, plan, samples["busbw_gbs"])
-    with run.timed(DDP.name):
+    with run.timed(DDP_CHECK.name):
         _step_samples(run, plan, samples["step_ms"])
     return finish(run)
 
@@ -131,5 +131,5 @@ def _step_samples(run: Run, plan: dict[str, Any], out: list[float]) -> None:
         if run.info.world_size > 1:
             dist.all_reduce(mean, op=dist.ReduceOp.MAX)
         out.append(round(float(mean.cpu()) * 1000, 4))
-    run.set(DDP.name, PASSED, f"{plan['repeats']} step-time samples of {STEPS_PER_SAMPLE} DDP steps "
+    run.set(DDP_CHECK.name, PASSED, f"{plan['repeats']} step-time samples of {STEPS_PER_SAMPLE} DDP steps "
             f"({WIDTH}-wide MLP, batch {BATCH})", steps_per_sample=STEPS_PER_SAMPLE)
