@@ -7,6 +7,7 @@ import ast
 import importlib
 from pathlib import Path
 
+from sitestack.core.shipped import imported
 from sitestack.onsite import launchers
 from sitestack.onsite.ddpcheck import checks, rank_progress, runner
 from sitestack.onsite.ddpcheck.ranks import discover_rank
@@ -112,6 +113,15 @@ def test_every_check_row_is_enough() -> None:
     rows = {v.name: v for v in vars(module).values() if isinstance(v, checks.CheckRow)}
     assert set(rows) == set(checks.CHECKS)
     assert all(next(r for r in checks.ROWS if r.name == name) is row for name, row in rows.items())
+
+
+def test_every_check_rows_module_ships_with_the_job() -> None:
+    """The job directory holds what its entry point imports (core/shipped.py): the runner imports the
+    module of every row, which it otherwise loads by name only when the row runs."""
+    shipped = set(imported("ddp_check"))
+    missing = sorted({row.function.partition(":")[0] for row in checks.ROWS} - {
+        Path(m).stem for m in shipped if m.startswith("ddpcheck/")})
+    assert missing == [], f"import {missing} in sitestack/onsite/ddpcheck/runner.py"
 
 
 def test_every_launcher_row_is_enough() -> None:

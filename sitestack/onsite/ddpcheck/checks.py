@@ -7,9 +7,11 @@ Everything else derives from :data:`ROWS`: the checks of result.json and their o
 (:data:`CHECKS`), what the runner runs (:func:`.runner.run_checks`), what an earlier failure skips
 (:meth:`.state.Run.skip_rest`) and which check a fault before the checks fails (:data:`PHASE_CHECK`).
 
-The functions are named as ``"module:function"`` of this package and imported when the runner
+The functions are named as ``"module:function"`` of this package and looked up when the runner
 first calls them (as :data:`sitestack.actions.ACTIONS` names its classes), so this module imports
-nothing: the watchdogs and the guard, which read the names, load no check and no torch.
+nothing: the watchdogs and the guard, which read the names, load no check. The runner imports each
+row's module, so that the job ships it (:mod:`sitestack.core.shipped` follows imports;
+tests/test_tables.py names a module it lacks).
 """
 
 from __future__ import annotations

@@ -11,6 +11,22 @@ from collections.abc import Callable
 
 from .. import ddp_report
 from ..result_schema import exit_code
+
+# the modules of the table's rows, imported here (not only by name) so that the job ships them:
+# core/shipped.py follows imports; tests/test_tables.py fails when a row's module is missing here
+from . import (  # noqa: F401
+    affinity,
+    bandwidth,
+    collectives,
+    compute,
+    env_check,
+    horovodcheck,
+    libraries,
+    mpichecks,
+    netplugin,
+    procgroup,
+    training,
+)
 from .checks import ENVIRONMENT, GROUP, PROCESS_GROUP, ROWS, TORCH, WORLD, CheckRow
 from .result_file import write_result
 from .state import Run
