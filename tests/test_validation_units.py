@@ -25,6 +25,7 @@ from sitestack.onsite.ddpcheck import (
     ranks,
     verdicts,
 )
+from sitestack.onsite.ddpcheck.checks import CHECKS
 from sitestack.validation import masks
 from sitestack.validation.jobs import PORT_BASE, PORT_SPAN, master_port
 
@@ -556,7 +557,7 @@ def test_the_fault_result_keeps_rank_0s_checks(tmp_path, monkeypatch):
     monkeypatch.setenv("SITESTACK_TIME_LIMIT", "160")
     monkeypatch.setenv("SITESTACK_TIME_LIMIT_FROM", "the job's time left (4:00, squeue %L)")
     checks = [{"name": n, "status": "passed" if n == "environment" else "skipped", "summary": "ok" if n == "environment"
-               else "not run", "details": {}, "seconds": 1.0} for n in verdicts.CHECKS]
+               else "not run", "details": {}, "seconds": 1.0} for n in CHECKS]
     for rank, phase in ((0, "ddp"), (1, "ddp")):
         (tmp_path / "ranks").mkdir(exist_ok=True)
         (tmp_path / "ranks" / f"rank-{rank}.json").write_text(json.dumps({**_rank(rank, phase), "checks": checks,

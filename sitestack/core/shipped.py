@@ -95,12 +95,17 @@ def _module_file(where: Path) -> Path | None:
 
 
 def _packages(path: Path) -> Iterator[Path]:
-    """The ``__init__.py`` of each package that holds ``path``, up to ``onsite/``'s own."""
+    """The ``__init__.py`` of each package that holds ``path``, up to ``onsite/``'s own; and for a
+    subpackage of ``onsite/`` (``ddpcheck/``, ``activate/``), every module of it: a subpackage ships
+    whole, so a module it names in a table rather than imports (the check table's
+    ``"module:function"`` rows, :mod:`sitestack.onsite.ddpcheck.checks`) is there too."""
     for parent in path.parents:
         if parent == ONSITE.parent:
             return
         if (parent / "__init__.py").is_file():
             yield parent / "__init__.py"
+            if parent != ONSITE:
+                yield from sorted(parent.rglob("*.py"))
 
 
 def _imports(path: Path) -> Iterator[Path]:

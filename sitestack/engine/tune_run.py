@@ -42,8 +42,9 @@ from sitestack.engine.validate import RESULT_WAIT, ValidateOptions, choose, inst
 from sitestack.installs.tuned import read_tuned, tuned_from, tuning_path
 from sitestack.model.site import Facts, Site
 from sitestack.onsite.ddpcheck.tuneplan import MAX_PLAN_BYTES, check_plan
+from sitestack.onsite.launchers import tune_launchers
 from sitestack.validation.jobs import validation_of
-from sitestack.validation.tune_jobs import PLAN, TUNE_LAUNCHERS, tune_plan, tune_script_name
+from sitestack.validation.tune_jobs import PLAN, tune_plan, tune_script_name
 
 #: The most a sweep.json may hold (a few KiB per point): a larger one is not read.
 SWEEP_MAX = 16 << 20
@@ -87,8 +88,8 @@ def _tune(site: Site, options: ValidateOptions, reporter: Reporter, host: Host, 
         raise InputError(site.path, str(facts.tuning_problem()), "facts.tuning")
     directory = install_dir(site, resolved.values)
     scheduler, launcher = choose_for_tune(facts, options, host, check)
-    if launcher not in TUNE_LAUNCHERS:
-        raise InputError("--scheduler", f"the sweep runs with {', '.join(TUNE_LAUNCHERS)}, not {launcher}")
+    if launcher not in tune_launchers():
+        raise InputError("--scheduler", f"the sweep runs with {', '.join(tune_launchers())}, not {launcher}")
     script = script_path(directory, tune_script_name(launcher))
     if check:
         show_plan(site, facts, host, directory, script, f"{scheduler}, {launcher}", reporter)
@@ -123,7 +124,7 @@ def choose_for_tune(facts: Facts, options: ValidateOptions, host: Host, check: b
     try:
         return choose(facts, options, host)
     except InputError:
-        launchers = [name for name in validation_of(facts).launchers if name in TUNE_LAUNCHERS]
+        launchers = [name for name in validation_of(facts).launchers if name in tune_launchers()]
         if not check or options.scheduler != "auto" or not launchers:
             raise
         return f"slurm (not answering on {host.name})", launchers[0]

@@ -44,10 +44,9 @@ from sitestack.model.context import RunOptions
 from sitestack.model.options import ValidateOptions as ValidateOptions  # re-exported: the engine takes it from here
 from sitestack.model.site import Facts, Site, expand
 from sitestack.onsite.ddp_report import verdict_table
+from sitestack.onsite.launchers import in_words, local_launchers
 from sitestack.onsite.result_schema import MAX_BYTES, Result, exit_code, parse_result
 from sitestack.validation.jobs import script_name, validation_of
-
-LOCAL_LAUNCHERS = ("torchrun", "mpiexec", "horovodrun")
 
 
 @dataclass
@@ -91,9 +90,9 @@ def choose(facts: Facts, options: ValidateOptions, host: Host | None = None) -> 
     elif scheduler == "slurm":
         launcher = v.launchers[0]
     else:
-        launcher = next((name for name in v.launchers if name in LOCAL_LAUNCHERS), "")
-    if scheduler == "none" and launcher not in LOCAL_LAUNCHERS:
-        raise InputError("--scheduler", f"without a scheduler the job runs with torchrun, mpiexec or horovodrun; this site installs "
+        launcher = next((name for name in v.launchers if name in local_launchers()), "")
+    if scheduler == "none" and launcher not in local_launchers():
+        raise InputError("--scheduler", f"without a scheduler the job runs with {in_words(local_launchers())}; this site installs "
                          f"{', '.join(v.launchers)} (no Slurm answered here)")
     if scheduler == "none" and options.nodes > 1:
         raise InputError("--nodes", "without a scheduler the job runs on this node only")

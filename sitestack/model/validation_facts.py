@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sitestack.onsite.launchers import LAUNCHERS
+
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
     return {"doc": text, **extra}
@@ -104,8 +106,8 @@ class Validation:
 
     def check(self) -> str | None:
         for launcher in self.launchers:
-            if launcher not in ("srun", "mpiexec", "torchrun", "horovodrun"):
-                return f"launchers: {launcher!r} is not one of srun, mpiexec, torchrun, horovodrun"
+            if launcher not in LAUNCHERS:
+                return f"launchers: {launcher!r} is not one of {', '.join(LAUNCHERS)}"
         if len(set(self.launchers)) != len(self.launchers):
             return "launchers: each launcher once"
         if self.ranks_per_node is not None and self.ranks_per_node < 1:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .ddpcheck.checks import COMPUTE
 from .visible import short_line
 
 SCHEMA = "sitestack-history/1"
@@ -96,7 +97,7 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, Any]:
         busbw, size = _number(row["busbw_gbs"]), row.get("bytes")
     rates: list[float] = []
     for check in _array(result.get("checks")):
-        if isinstance(check, dict) and check.get("name") == "compute":
+        if isinstance(check, dict) and check.get("name") == COMPUTE.name:
             ranks = _array(_dict(check.get("details")).get("ranks"))
             rates = [v for v in (_number(r.get("gflops")) for r in ranks if isinstance(r, dict)) if v is not None]
     startup = _dict(result.get("startup"))

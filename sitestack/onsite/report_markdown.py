@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .ddpcheck.checks import COLLECTIVES, NET_PLUGIN
 from .report_plot import human_bytes
 from .visible import one_line
 
@@ -53,7 +54,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         out += [f"![allreduce bandwidth vs message size]({artefacts['plot']})", ""]
     elif artefacts.get("plot_note"):
         out += [f"Plot skipped: {artefacts['plot_note']}.", ""]
-    plugin = next((c for c in result.get("checks", []) if c["name"] == "net-plugin"), None)
+    plugin = next((c for c in result.get("checks", []) if c["name"] == NET_PLUGIN.name), None)
     if plugin and plugin.get("details", {}).get("evidence"):
         out += ["## Network plugin evidence (NCCL_DEBUG=INFO)", "", "```"] + plugin["details"]["evidence"] + ["```", ""]
     out += _mpi_lines(result.get("mpi") or {})
@@ -146,7 +147,7 @@ def threads_text(threads: dict[str, Any] | None) -> str:
 def _collective_lines(result: Mapping[str, Any]) -> list[str]:
     """The collectives section (``ddpcheck/collectives.py``): per operation and dtype, exact, the wrong
     elements by rank and size, or not supported by the backend (none where the check did not run)."""
-    details = next((c.get("details") or {} for c in result.get("checks", []) if c["name"] == "collectives"), {})
+    details = next((c.get("details") or {} for c in result.get("checks", []) if c["name"] == COLLECTIVES.name), {})
     if not details.get("ops"):
         return []
     wrong, lacking = details.get("wrong") or {}, details.get("unsupported") or {}

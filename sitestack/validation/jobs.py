@@ -25,6 +25,7 @@ from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
 from sitestack.model.slurmtime import slurm_seconds
+from sitestack.onsite.launchers import LAUNCHERS
 from sitestack.validation import masks as masks_mod
 from sitestack.validation import runtime_checks
 from sitestack.validation.results_dir import OUT_REFUSED, RESULT_SPACE_MIB, RESULTS_CHECK
@@ -37,7 +38,6 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: reader, the site's history, the start-up probe and the host-list parser (:mod:`sitestack.onsite`,
 #: shipped whole by :func:`sitestack.core.shipped.shipped`).
 PROGRAMS = ("ddp_check.py", "ddp_report.py", "nccl_log.py", "history.py", "import_probe.py", "hostlist.py")
-LAUNCHERS = ("srun", "mpiexec", "torchrun", "horovodrun")
 
 #: MASTER_PORT = PORT_BASE + job id % PORT_SPAN: below Linux's ephemeral range (32768-60999), so
 #: an outgoing connection never holds it; two jobs collide only when their ids differ by a
@@ -136,7 +136,8 @@ def script_name(launcher: str) -> str:
 
 
 def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
-    """The template variables of one batch script (``launcher`` one of :data:`LAUNCHERS`; ValueError
+    """The template variables of one batch script (``launcher`` one of
+    :data:`~sitestack.onsite.launchers.LAUNCHERS`; ValueError
     for another, or for ``validation.bind: mask`` on a site without ``gpu.cpu_bind``)."""
     facts = inputs.facts
     v = validation_of(facts)
@@ -151,6 +152,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "site": inputs.site,
         "launcher": launcher,
         "script": script_name(launcher),
+        "local": LAUNCHERS[launcher].local,  # the script also runs on a node without a scheduler
         "tune": False,  # the tuning sweep's script (tune_jobs) renders the same templates
         "dir": inputs.dir,
         # with the stack's module loaded, its Python is the first on PATH, as for its users
@@ -281,7 +283,7 @@ def _launch_context(facts: Facts, launcher: str) -> dict[str, Any]:
 def render_job(inputs: JobInputs, launcher: str) -> str:
     """One batch script."""
     ctx = job_context(inputs, launcher)
-    name = f"{launcher}.sbatch.j2"
+    name = LAUNCHERS[launcher].template
     return templates.cached_text([TEMPLATES], repr((name, sorted(ctx.items()))),
                                  lambda: environment().get_template(name).render(**ctx))
 

@@ -35,6 +35,7 @@ from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
+from sitestack.onsite.launchers import LAUNCHERS
 from sitestack.onsite.venv_unpack import CONDA_UNPACK
 from sitestack.onsite.venv_unpack import PROGRAM as UNPACK_PROGRAM
 from sitestack.validation import jobs, runtime_checks
@@ -165,8 +166,9 @@ def helper_files(inputs: LaunchInputs) -> dict[str, tuple[str, int]]:
 def template_launcher(facts: Facts) -> str:
     """srun, or mpiexec where the site's jobs start with it (Dawn: Intel MPI's Hydra)."""
     first = jobs.validation_of(facts).launchers[0]
-    if first in ("srun", "mpiexec"):
+    if first in LAUNCHERS and LAUNCHERS[first].mpi:
         return first
+    # else the site's MPI launch command (facts mpi.launcher: srun, mpiexec or mpirun)
     return "srun" if facts.mpi.launcher == "srun" else "mpiexec"
 
 
@@ -176,7 +178,7 @@ def render_job_template(inputs: LaunchInputs) -> str:
     v = jobs.validation_of(facts)
     ctx = _context(inputs)
     job = jobs.job_context(jobs.JobInputs(site=inputs.site, facts=facts, dir="", env={}), v.launchers[0]
-                           if v.launchers[0] in jobs.LAUNCHERS else "srun")
+                           if v.launchers[0] in LAUNCHERS else "srun")
     sbatch = [line for line in job["sbatch"] if not line.startswith(("--ntasks-per-node=", "--time="))]
     sbatch.append(f"--time={facts.scheduler.time}")
     if v.bind == "mask" and ctx["masks"]:

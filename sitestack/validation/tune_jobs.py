@@ -20,12 +20,11 @@ from sitestack.core import templates
 from sitestack.model.container_facts import runtime_of
 from sitestack.model.site import Facts
 from sitestack.model.slurmtime import slurm_seconds, slurm_time
+from sitestack.onsite.launchers import LAUNCHERS, tune_launchers
 from sitestack.validation.jobs import TEMPLATES, JobInputs, environment, job_context, time_limit, validation_of
 
 PLAN = "tune-plan.json"
 PLAN_SCHEMA = "sitestack-tune-plan/1"
-#: The launchers a sweep script is installed for (horovodrun brings its own rendezvous, not MASTER_PORT).
-TUNE_LAUNCHERS = ("srun", "mpiexec", "torchrun")
 #: Sizes measured on a CPU-only site when the facts name none: 64 KiB, 1 MiB, 4 MiB (gloo on a CPU
 #: reaches its plateau by 4 MiB; docs/validation.md).
 CPU_SIZES = (65536, 1048576, 4194304)
@@ -91,7 +90,7 @@ def render_tune_job(inputs: JobInputs, launcher: str) -> str:
     ctx.update(sbatch=[f"--time={slurm_time(seconds)}" if line.startswith("--time=") else line for line in ctx["sbatch"]],
                job_seconds=seconds, time_limit=time_limit(seconds),
                container_env=runtime_of(facts.container).env_var("") if facts.container else "")
-    name = f"{launcher}.sbatch.j2"
+    name = LAUNCHERS[launcher].template
     return templates.cached_text([TEMPLATES], repr((name, sorted(ctx.items()))),
                                  lambda: environment().get_template(name).render(**ctx))
 
@@ -104,6 +103,6 @@ def tune_files(inputs: JobInputs) -> dict[str, tuple[str, int]]:
         return {}
     files = {PLAN: (json.dumps(plan, indent=2) + "\n", 0o644)}
     for launcher in validation_of(inputs.facts).launchers:
-        if launcher in TUNE_LAUNCHERS:
+        if launcher in tune_launchers():
             files[f"jobs/{tune_script_name(launcher)}"] = (render_tune_job(inputs, launcher), 0o755)
     return files

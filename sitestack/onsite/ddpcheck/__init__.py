@@ -44,8 +44,8 @@ runs in the site's Python
 Its modules, one concern each: :mod:`.ranks` (ranks under every launcher), :mod:`.devices`,
 :mod:`.state` (one rank's run), the checks (:mod:`.environment` with :mod:`.libraries` and :mod:`.mapped`, :mod:`.procgroup`,
 :mod:`.affinity`, :mod:`.compute` with :mod:`.threads`, :mod:`.collectives`, :mod:`.training` for ddp and checkpoint,
-:mod:`.bandwidth`, :mod:`.netplugin`, :mod:`.mpichecks` with :mod:`.mpi`), :mod:`.runner` (their
-order), :mod:`.report` and :mod:`.results` (what is written), :mod:`.progress`, :mod:`.procs`,
+:mod:`.bandwidth`, :mod:`.netplugin`, :mod:`.mpichecks` with :mod:`.mpi`), :mod:`.checks` (their
+table: name, function, needs, in order), :mod:`.runner` (walks it), :mod:`.report` and :mod:`.results` (what is written), :mod:`.progress`, :mod:`.procs`,
 :mod:`.faults`, :mod:`.watchdog` and :mod:`.guard` (hangs and crashes), :mod:`.main` (the entry).
 
 The tuning sweep: :mod:`.tuneplan` (the plan, checked), :mod:`.tune` (one point, in the ranks:

@@ -4,10 +4,14 @@ the NUMA domain closest to its GPU), and the ranks of a node are not all pinned 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import ddp_report
+from .checks import AFFINITY
 from .verdicts import FAILED, PASSED
+
+if TYPE_CHECKING:
+    from .state import Run
 
 
 def parse_mask(text: str) -> set[int]:
@@ -46,6 +50,13 @@ def expected_cpus(rank: dict[str, Any], config: dict[str, Any], masks: list[set[
             return set(), f"GPU {gpu} is not in the site's GPU->NUMA map ({len(gpu_cpus)} GPUs)"
         return set(gpu_cpus[gpu]), f"the usable cores closest to GPU {gpu} (gpu.cpu_bind)"
     return None, "the site states no CPU binding (gpu.cpu_bind)"
+
+
+def affinity(run: Run) -> None:
+    """The affinity check: every rank's CPUs against the job's masks (``--cpu-masks``) or the site's map."""
+    masks = parse_masks(run.args.cpu_masks) if run.args.cpu_masks else None
+    status, summary, lines = judge_affinity(run.ranks, run.config, masks)
+    run.set(AFFINITY.name, status, summary, ranks=lines)
 
 
 def judge_affinity(ranks: list[dict[str, Any]], config: dict[str, Any], masks: list[set[int]] | None) -> tuple[str, str, list[str]]:

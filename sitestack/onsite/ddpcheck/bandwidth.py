@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from .. import ddp_report
+from .checks import BANDWIDTH
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 
@@ -112,7 +113,7 @@ def bandwidth_sweep(run: Run) -> None:
     """The bandwidth check: an allreduce sweep timed by the slowest rank, judged against the site's reference."""
     torch, n = run.torch, run.info.world_size
     if n < 2:
-        run.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
+        run.set(BANDWIDTH.name, SKIPPED, "a single rank: nothing to measure")
         return
     gpu = run.dev.kind != "cpu"
     refs = run.config.get("bandwidth") or {}
@@ -130,4 +131,4 @@ def bandwidth_sweep(run: Run) -> None:
     run.bandwidth = {"op": "allreduce", "dtype": "float32", "ranks": n, "nodes": nodes, "iters": iters,
                      "warmup": warmup, "rows": rows, "reference": compared,
                      "definition": "algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests)"}
-    run.set("bandwidth", status, summary, peak_busbw_gbs=max(r["busbw_gbs"] for r in rows))
+    run.set(BANDWIDTH.name, status, summary, peak_busbw_gbs=max(r["busbw_gbs"] for r in rows))

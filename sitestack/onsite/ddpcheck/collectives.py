@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import ddp_report
 from .bandwidth import run_sizes
+from .checks import COLLECTIVES
 from .state import Run
 from .verdicts import FAILED, PASSED, rank_fault
 
@@ -248,4 +249,4 @@ def collectives(run: Run) -> None:
     sizes = run_sizes(run)
     reports = run.all_gather(check_rank(run, sizes))
     status, summary, details = judge(reports, sizes, run.dev.backend)
-    run.set("collectives", status, summary, **details)
+    run.set(COLLECTIVES.name, status, summary, **details)

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from . import threads
+from .checks import COMPUTE
 from .state import Run
 from .verdicts import FAILED, PASSED
 
@@ -240,10 +241,10 @@ def compute(run: Run) -> None:
                "definition": "GFLOPS = 2 n^3 per float32 n x n product / seconds, the median of the windows; "
                              "judged on a CPU per the rank's own CPU time (unless throttled or stopped)"}
     if problems:
-        run.set("compute", FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+        run.set(COMPUTE.name, FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                 problems=problems, **details)
         return
-    run.set("compute", PASSED, passed_summary(records, compared), **details)
+    run.set(COMPUTE.name, PASSED, passed_summary(records, compared), **details)
 
 
 def passed_summary(records: list[dict[str, Any]], compared: dict[str, Any] | None) -> str:

@@ -9,9 +9,12 @@ import sys
 from typing import Any
 
 from .. import hostlist
+from ..launchers import rank_source
 from .affinity import cpu_list
+from .checks import ENVIRONMENT
 from .comm_env import setting_warnings
 from .devices import VISIBLE_VARS, select_device
+from .libraries import judge_libraries
 from .state import Run
 from .threads import THREAD_VARS, numpy_version, oversubscription, share_cpus, thread_settings
 from .verdicts import FAILED, PASSED, job_environment
@@ -46,9 +49,9 @@ def environment(run: Run) -> None:
             f"device {device.name} ({device.library}), CPUs {cpu_list(affinity)}, torch {torch.__version__}")
     problems = run.pre_problems = own_problems(run, torch.__version__)
     if problems:
-        run.set("environment", FAILED, problems[0], problems=problems)
+        run.set(ENVIRONMENT.name, FAILED, problems[0], problems=problems)
     else:  # what this rank alone can tell; the comparison across ranks needs the process group
-        run.set("environment", PASSED, f"rank {run.info.rank} of {run.info.world_size} under "
+        run.set(ENVIRONMENT.name, PASSED, f"rank {run.info.rank} of {run.info.world_size} under "
                 f"{run.info.launcher}, {device.name} with {device.backend}, torch {torch.__version__} "
                 "(not compared across ranks: the process group did not start)")
 
@@ -106,10 +109,21 @@ def own_problems(run: Run, torch_version: str) -> list[str]:
     return problems
 
 
+def gather_ranks(run: Run) -> None:
+    """Every rank's report (``run.ranks``), once the ranks met in the process group."""
+    run.ranks = run.all_gather({**run.me, "problems": run.pre_problems})
+
+
+def environment_gathered(run: Run) -> None:
+    """The environment check's part with every rank's report: the ranks compared, their libraries judged."""
+    environment_after(run)
+    judge_libraries(run)
+
+
 def environment_after(run: Run) -> None:
     """With every rank's report: ranks unique, world consistent, versions equal."""
     ranks = run.ranks
-    problems = list(run.checks["environment"].details.get("problems", []))
+    problems = list(run.checks[ENVIRONMENT.name].details.get("problems", []))
     for r in ranks:
         if r["rank"] != run.info.rank and r.get("problems"):
             problems.extend(f"rank {r['rank']}: {p}" for p in r["problems"])
@@ -138,7 +152,7 @@ def environment_after(run: Run) -> None:
             problems.append(f"ranks run different {key} versions: {', '.join(values)}")
     master = run.env.get("MASTER_ADDR")
     nodelist = run.env.get("SLURM_JOB_NODELIST")
-    if master and nodelist and run.info.launcher != "torchrun":
+    if master and nodelist and not rank_source(run.info.launcher).sets_master:
         with contextlib.suppress(ValueError):
             first_node = hostlist.first(nodelist)
             if first_node != master and first_node.split(".")[0] != master.split(".")[0]:
@@ -157,7 +171,7 @@ def environment_after(run: Run) -> None:
     if warnings:
         summary = f"warning: {'; '.join(warnings)}; {summary}"
     if problems:
-        run.set("environment", FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+        run.set(ENVIRONMENT.name, FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                 problems=problems, **details)
     else:
-        run.set("environment", PASSED, summary, **details)
+        run.set(ENVIRONMENT.name, PASSED, summary, **details)

@@ -15,9 +15,9 @@ from .. import ddp_report
 from ..fileio import write_atomic, write_json
 from ..result_schema import Result, build_result
 from . import envvalues
+from .checks import CHECKS, PHASE_CHECK
 from .rank_progress import (
     CRASH_SIGNALS,
-    PHASE_CHECK,
     PHASES,
     phase_words,
     read_progress,
@@ -27,7 +27,7 @@ from .rank_progress import (
     where,
 )
 from .stacks import Frame, odd_ones, where_words
-from .verdicts import CHECKS, FAILED, SKIPPED, Check, time_limit_record
+from .verdicts import FAILED, SKIPPED, Check, time_limit_record
 
 #: Seconds a second reporter waits for the first to have written the result (report_fault).
 WRITTEN_WAIT = 5.0

@@ -17,11 +17,10 @@ import contextlib
 import os
 from typing import Any
 
+from ..launchers import rank_source
+from .checks import HOROVOD
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
-
-#: Launchers that start no MPI ranks and no Horovod rendezvous (see the module's docstring).
-WITHOUT_CONTROLLER = ("torchrun", "env")
 
 
 def horovod(run: Run) -> None:
@@ -29,12 +28,13 @@ def horovod(run: Run) -> None:
     try:
         import horovod.torch as hvd  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
-        run.set("horovod", SKIPPED, "skipped: Horovod not in this stack")
+        run.set(HOROVOD.name, SKIPPED, "skipped: Horovod not in this stack")
         return
     how = "MPI or Gloo from the launcher"
-    if run.info.launcher in WITHOUT_CONTROLLER and run.info.world_size > 1 and "HOROVOD_RANK" not in run.env:
+    # a rank source that starts no MPI ranks and no Horovod rendezvous (see the module's docstring)
+    if not rank_source(run.info.launcher).horovod and run.info.world_size > 1 and "HOROVOD_RANK" not in run.env:
         if not (callable(getattr(hvd, "gloo_built", None)) and hvd.gloo_built()):
-            run.set("horovod", SKIPPED, f"not run: {run.info.launcher} starts no MPI ranks and this Horovod is built "
+            run.set(HOROVOD.name, SKIPPED, f"not run: {run.info.launcher} starts no MPI ranks and this Horovod is built "
                     "without Gloo, so it cannot find its ranks here; the srun, mpiexec or horovodrun job checks it")
             return
         os.environ.update(gloo_rendezvous(run))
@@ -49,9 +49,9 @@ def horovod(run: Run) -> None:
     builds = [name for name, fn in (("MPI", "mpi_built"), ("Gloo", "gloo_built"), ("NCCL", "nccl_built"))
               if callable(getattr(hvd, fn, None)) and getattr(hvd, fn)()]
     if problems:
-        run.set("horovod", FAILED, problems[0], problems=problems, controller=how)
+        run.set(HOROVOD.name, FAILED, problems[0], problems=problems, controller=how)
     else:
-        run.set("horovod", PASSED, f"{size}-rank allreduce exact (Horovod built with {', '.join(builds) or '?'}; "
+        run.set(HOROVOD.name, PASSED, f"{size}-rank allreduce exact (Horovod built with {', '.join(builds) or '?'}; "
                 f"ranks from {how})", controller=how)
 
 

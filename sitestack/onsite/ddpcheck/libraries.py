@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..fileio import ReadError, read_json
+from .checks import COLLECTIVES, ENVIRONMENT, PROCESS_GROUP
 from .mapped import Mapping as Mapped
 from .mapped import elf_soname, name_soname, name_version, package_version, parse_maps, read_maps
 from .state import Run
@@ -215,7 +216,7 @@ def disagreements(ranks: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def record_libraries(run: Run) -> None:
     """This rank's libraries once the process group is up, into its report (``run.me``) before the ranks gather it."""
-    run.me["libraries"] = classify(parse_maps(read_maps()), "process-group")
+    run.me["libraries"] = classify(parse_maps(read_maps()), PROCESS_GROUP.name)
 
 
 def judge_libraries(run: Run) -> None:
@@ -223,19 +224,19 @@ def judge_libraries(run: Run) -> None:
     check's own form: the first in the summary, "(and N more)")."""
     expected = expected_dirs(run.config, run.env.get("SITESTACK_STAGED_ENV"))
     problems = [p for r in run.ranks for p in rank_problems(r, expected)] + disagreements(run.ranks)
-    check = run.checks["environment"]
+    check = run.checks[ENVIRONMENT.name]
     check.details["libraries_expected"] = expected
     known = list(check.details.get("problems", [])) if check.status == FAILED else []
     new = [p for p in problems if p not in known]
     if new:
         every = known + new
-        run.set("environment", FAILED, every[0] + (f" (and {len(every) - 1} more)" if len(every) > 1 else ""),
+        run.set(ENVIRONMENT.name, FAILED, every[0] + (f" (and {len(every) - 1} more)" if len(every) > 1 else ""),
                 problems=every)
 
 
 def record_libraries_again(run: Run) -> None:
     """Read this rank's mappings again after the collectives, share them, and judge every rank's."""
-    mine = run.me["libraries"] = merge(run.me.get("libraries") or {}, classify(parse_maps(read_maps()), "collectives"))
+    mine = run.me["libraries"] = merge(run.me.get("libraries") or {}, classify(parse_maps(read_maps()), COLLECTIVES.name))
     gathered = run.all_gather(mine)
     for rank, libraries in zip(run.ranks, gathered):
         rank["libraries"] = libraries

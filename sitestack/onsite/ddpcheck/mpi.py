@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from .. import ddp_report
+from ..launchers import rank_source
 from .ranks import RankInfo
 
 #: Latency samples whose maximum is this many times their median are flagged as noisy.
@@ -68,10 +69,10 @@ def import_mpi(info: RankInfo, args: argparse.Namespace, config: dict[str, Any])
     wanted = "mpi4py" in ((config.get("stack") or {}).get("includes") or [])
     if args.no_mpi:
         return None, "mpi4py not used (--no-mpi)", None
-    # horovodrun --gloo starts its ranks through its own rendezvous (it names the server), not MPI's
-    gloo_horovodrun = info.launcher == "horovodrun" and bool(os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"))
-    if info.launcher in ("torchrun", "none", "env") or gloo_horovodrun:
-        launcher = "horovodrun --gloo" if gloo_horovodrun else info.launcher
+    source = rank_source(info.launcher)
+    other = source.no_mpi_when if source.no_mpi_when and os.environ.get(source.no_mpi_when[0]) else None
+    if not source.mpi or other:
+        launcher = other[1] if other else info.launcher
         why = f"the launcher ({launcher}) starts no MPI ranks: run the srun or mpiexec job for the MPI checks"
         if wanted:
             try:

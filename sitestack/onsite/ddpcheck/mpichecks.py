@@ -10,6 +10,7 @@ from typing import Any
 from .. import ddp_report
 from ..fileio import ReadError, read_json, read_text
 from ..visible import one_line
+from .checks import MPI4PY, MPI_PROBE
 from .mpi import mpi_pingpong
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
@@ -51,14 +52,14 @@ def mpi_probe(run: Run) -> None:
     a probe that timed out or exited non-zero fails with that cause, even where it wrote a result."""
     path = run.args.mpi_probe_result
     if not path:
-        run.set("mpi-probe", SKIPPED, "the MPI probe was not run (not installed, or no MPI launcher for this job)")
+        run.set(MPI_PROBE.name, SKIPPED, "the MPI probe was not run (not installed, or no MPI launcher for this job)")
         return
     failure = probe_failure(path)
     try:
         data = read_json(path, SMALL_MAX)
     except ReadError as exc:
         log = os.path.splitext(path)[0] + ".log"
-        run.set("mpi-probe", FAILED, failure or f"the MPI probe left no result ({exc}); see {log}")
+        run.set(MPI_PROBE.name, FAILED, failure or f"the MPI probe left no result ({exc}); see {log}")
         return
     run.mpi_data["probe"] = data
     want = (run.config.get("mpi") or {}).get("library_match")
@@ -76,20 +77,20 @@ def mpi_probe(run: Run) -> None:
     hosts = data.get("hosts") or []
     where = f"{hosts[0]} <-> {hosts[-1]}" if hosts else "?"
     if problems:
-        run.set("mpi-probe", FAILED, problems[0], problems=problems)
+        run.set(MPI_PROBE.name, FAILED, problems[0], problems=problems)
     else:
-        run.set("mpi-probe", PASSED, f"{first_line}: latency "
+        run.set(MPI_PROBE.name, PASSED, f"{first_line}: latency "
                 f"{data.get('latency_us', 0):.3g} us, bandwidth {peak:.4g} MB/s ({where})")
 
 
 def mpi4py_check(run: Run) -> None:
     """The mpi4py check: the same ranks as the launcher, the site's MPI library, an exact allreduce, a ping-pong."""
     if run.mpi is None and run.mpi_data.get("failure"):
-        run.set("mpi4py", FAILED, run.mpi_data["failure"])
+        run.set(MPI4PY.name, FAILED, run.mpi_data["failure"])
         return
     if run.mpi is None:
         reason = run.mpi_data.get("skip") or "mpi4py is not installed in this stack"
-        run.set("mpi4py", SKIPPED, reason)
+        run.set(MPI4PY.name, SKIPPED, reason)
         return
     MPI = run.mpi
     comm = MPI.COMM_WORLD
@@ -118,8 +119,8 @@ def mpi4py_check(run: Run) -> None:
                "bandwidth_mb_s": bandwidth}
     run.mpi_data["mpi4py"] = details
     if bad:
-        run.set("mpi4py", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad], **details)
+        run.set(MPI4PY.name, FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad], **details)
     else:
         extra = f"; ping-pong {ddp_report.latency_text(stats)}, {bandwidth:.4g} MB/s at 1 MiB" if stats else ""
-        run.set("mpi4py", PASSED, f"{library[:60]}, {size} ranks, allreduce exact{extra}", **details)
+        run.set(MPI4PY.name, PASSED, f"{library[:60]}, {size} ranks, allreduce exact{extra}", **details)
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import nccl_log
+from .checks import NET_PLUGIN
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
 
@@ -91,6 +92,12 @@ def _other_plugin(r: HostReport, plugin: str | None, names: Sequence[str], want:
     return None
 
 
+def net_plugin_check(run: Run) -> None:
+    """The net-plugin check once every rank is here (the logs of every rank's collectives are written)."""
+    run.barrier()
+    net_plugin(run)
+
+
 def net_plugin(run: Run) -> None:
     """The net-plugin check over the job's NCCL logs (``--nccl-log``, default OUT/nccl/*.log)."""
     pattern = run.args.nccl_log or os.path.join(run.args.out, "nccl", "*.log")
@@ -98,7 +105,7 @@ def net_plugin(run: Run) -> None:
     hosts = len({r["host"] for r in run.ranks}) if run.ranks else 1
     net = run.config.get("network") or {}
     if run.dev.backend != "nccl" and not run.args.nccl_log:
-        run.set("net-plugin", SKIPPED, f"backend {run.dev.backend} does not use NCCL/RCCL network plugins")
+        run.set(NET_PLUGIN.name, SKIPPED, f"backend {run.dev.backend} does not use NCCL/RCCL network plugins")
         return
     # line by line, each cut at nccl_log's line bound, at most its number of messages; a file that
     # is not regular (a FIFO would block the check) or cannot be read is left out, as a missing one
@@ -109,4 +116,4 @@ def net_plugin(run: Run) -> None:
                                                  provider=expect.get("provider", net.get("libfabric_provider")),
                                                  transport=expect.get("transport"),
                                                  names=[str(n) for n in (names if isinstance(names, list) else [names])])
-    run.set("net-plugin", status, summary, evidence=evidence, logs=[os.path.relpath(f, run.args.out) for f in files])
+    run.set(NET_PLUGIN.name, status, summary, evidence=evidence, logs=[os.path.relpath(f, run.args.out) for f in files])

@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from .checks import PROCESS_GROUP
 from .faults import report_fault
 from .ranks import RankInfo
 from .result_file import write_result
@@ -84,7 +85,7 @@ def process_group(run: Run) -> bool:
         addr, port = "127.0.0.1", str(free_port())
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, port
     if not addr or not port:
-        run.set("process-group", FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
+        run.set(PROCESS_GROUP.name, FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
                 "from the first host of the node list and the job id")
         return False
     unresolved = does_not_resolve(addr)
@@ -116,13 +117,13 @@ def process_group(run: Run) -> bool:
             run.dist.init_process_group(**kwargs)
     except Exception as exc:  # noqa: BLE001  (every failure becomes a reason)
         why = explain_init_failure(exc, addr, port, run.info, run.args.init_timeout)
-        run.set("process-group", FAILED, f"rank {run.info.rank} on {run.host}: {why}", error=str(exc)[:2000])
+        run.set(PROCESS_GROUP.name, FAILED, f"rank {run.info.rank} on {run.host}: {why}", error=str(exc)[:2000])
         return False
     finally:
         stuck.cancel()
     run.pg_ok = True
     # init_process_group returns once every rank has joined: the start-up time ends here (result.json startup.ready_s)
-    run.set("process-group", PASSED, f"{run.dev.backend} process group of {run.info.world_size} ranks via "
+    run.set(PROCESS_GROUP.name, PASSED, f"{run.dev.backend} process group of {run.info.world_size} ranks via "
             f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s",
             ready_at=round(time.time(), 3))
     return True
@@ -144,23 +145,23 @@ def fail_now(run: Run, summary: str) -> bool:
     """Fail the process-group check with ``summary`` and report it as the run's fault at once: the
     other ranks, waiting for this one, are ended within seconds (watchdog.FAULT_GRACE) instead of at
     the init timeout. False, as process_group returns for a failure."""
-    run.set("process-group", FAILED, summary)
+    run.set(PROCESS_GROUP.name, FAILED, summary)
     report_fault(run.args.out, {"kind": "failed", "cause": f"process-group: rank {run.info.rank} on {run.host}: "
-                                f"{summary}", "rank": run.info.rank, "host": run.host, "phase": "process-group",
+                                f"{summary}", "rank": run.info.rank, "host": run.host, "phase": PROCESS_GROUP.name,
                                 "expected": run.args.expect_world_size, "site": run.config.get("site")})
     return False
 
 
 def on_stuck_init(run: Run, addr: str, port: str) -> None:
     """A rank stuck in init_process_group past its timeout (a port that accepts and never answers): report and leave."""
-    run.set("process-group", FAILED, f"rank {run.info.rank} did not get through init_process_group in "
+    run.set(PROCESS_GROUP.name, FAILED, f"rank {run.info.rank} did not get through init_process_group in "
             f"{run.args.init_timeout + 15:.0f}s: {addr}:{port} accepts connections but does not answer as rank 0's "
             "store (another process holds MASTER_PORT?)")
-    run.skip_rest("not run: the process group did not start", "process-group")
-    fail_now(run, run.checks["process-group"].summary)
+    run.skip_rest("not run: the process group did not start", PROCESS_GROUP.name)
+    fail_now(run, run.checks[PROCESS_GROUP.name].summary)
     with contextlib.suppress(Exception):
         if run.info.rank == 0:
             run.ranks = run.ranks or [{**run.me, "problems": run.pre_problems}]
             write_result(run)
-    run.log(run.checks["process-group"].summary)
+    run.log(run.checks[PROCESS_GROUP.name].summary)
     os._exit(1)

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..fileio import ReadError, read_json, write_json
 from . import envvalues
+from .checks import CHECKS
 from .ranks import RankInfo
-from .verdicts import CHECKS
 
 # --------------------------------------------------------------------------------------------
 # Progress and the watchdogs: separate processes, so they need no GIL and exist before MPI_Init
@@ -29,8 +29,6 @@ from .verdicts import CHECKS
 
 #: Where a rank can be, in order: before the checks, the checks, and after them.
 PHASES = ("startup", "MPI_Init", "import torch", *CHECKS, "report", "finished")
-#: The check a fault in a phase before the checks belongs to.
-PHASE_CHECK = {"startup": "environment", "MPI_Init": "mpi4py", "import torch": "environment"}
 PHASE_WORDS = {"startup": "at start-up", "MPI_Init": "inside MPI_Init (importing mpi4py)",
                "import torch": "while importing torch", "report": "while writing the report",
                "finished": "after finishing"}

@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..launchers import NO_LAUNCHER, RANK_SOURCES, RankSource
 from .envvalues import whole
 
 
@@ -18,7 +19,7 @@ class RankInfo:
     world_size: int
     local_rank: int
     local_world_size: int | None
-    launcher: str
+    launcher: str  # the label of the rank source that found it (launchers.RANK_SOURCES), "none" without one
     source: str  # the variables rank and world size came from
 
 
@@ -29,57 +30,32 @@ def _int(env: dict[str, str], name: str) -> int | None:
 
 
 def discover_rank(env: dict[str, str] | None = None) -> RankInfo:
-    """Rank, world size and local rank from the launcher's environment.
-
-    The order matters: a launcher started inside a Slurm job inherits the job's
-    ``SLURM_PROCID=0`` and ``SLURM_NTASKS``, and an MPICH Hydra ``mpiexec`` starts its proxies
-    through ``srun``, so the launcher's own variables win over Slurm's.
-    """
+    """Rank, world size and local rank from the launcher's environment: the first rank source of
+    :data:`~..launchers.RANK_SOURCES` (in its order, which matters) whose variables are set."""
     env = dict(os.environ if env is None else env)
+    for source in RANK_SOURCES:
+        if (source.any_of and not any(name in env for name in source.any_of)) \
+                or not all(name in env for name in source.all_of):
+            continue
+        found = _pick(env, source)
+        if found:
+            return found
+    return RankInfo(0, 1, 0, 1, NO_LAUNCHER.label, "single process (no launcher variables)")
 
-    def pick(launcher: str, rank: str, size: str, local: str | None, local_size: str | None) -> RankInfo | None:
-        r, n = _int(env, rank), _int(env, size)
-        if r is None or n is None:
-            return None
-        lr = _int(env, local) if local else None
-        ln = _int(env, local_size) if local_size else None
-        if lr is None:
-            lr = r if n == 1 else _local_from_slurm(env, r)
-        return RankInfo(r, n, lr, ln, launcher, f"{rank}/{size}")
 
-    if env.get("TORCHELASTIC_RUN_ID") is not None or env.get("TORCHELASTIC_RESTART_COUNT") is not None:
-        found = pick("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-        if found:
-            return found
-    found = pick("horovodrun", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE")
-    if found:
-        return found
-    found = pick("mpirun (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                 "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
-    if found:
-        return found
-    if "PMI_RANK" in env and "MPI_LOCALRANKID" in env:  # MPICH / Intel MPI Hydra
-        found = pick("mpiexec (Hydra)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-        if found:
-            return found
-    if "PALS_RANKID" in env:  # HPE Cray PALS mpiexec
-        found = pick("mpiexec (PALS)", "PALS_RANKID", "PMI_SIZE", "PALS_LOCAL_RANKID", None)
-        if found:
-            return found
-    if env.get("SLURM_STEP_ID") is not None and "SLURM_PROCID" in env:
-        size = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
-        found = pick("srun", "SLURM_PROCID", size, "SLURM_LOCALID", None)
-        if found:
-            tpn = _tasks_on_this_node(env)
-            return RankInfo(found.rank, found.world_size, found.local_rank, tpn, "srun", found.source)
-    if "PMI_RANK" in env:  # a PMI launcher without Hydra's local variables
-        found = pick("mpiexec (PMI)", "PMI_RANK", "PMI_SIZE", None, None)
-        if found:
-            return found
-    found = pick("env", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-    if found:
-        return found
-    return RankInfo(0, 1, 0, 1, "none", "single process (no launcher variables)")
+def _pick(env: dict[str, str], source: RankSource) -> RankInfo | None:
+    """This process's rank by ``source``'s variables, None where its rank or size is not set."""
+    size_var = next((name for name in source.size if name in env), source.size[-1])
+    r, n = _int(env, source.rank), _int(env, size_var)
+    if r is None or n is None:
+        return None
+    lr = _int(env, source.local) if source.local else None
+    ln = _int(env, source.local_size) if source.local_size else None
+    if lr is None:
+        lr = r if n == 1 else _local_from_slurm(env, r)
+    if source.tasks_per_node:
+        ln = _tasks_on_this_node(env)
+    return RankInfo(r, n, lr, ln, source.label, f"{source.rank}/{size_var}")
 
 
 def _local_from_slurm(env: dict[str, str], rank: int) -> int:

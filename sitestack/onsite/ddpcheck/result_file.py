@@ -10,11 +10,12 @@ from typing import Any
 
 from .. import ddp_report
 from ..result_schema import Result, build_result
+from .checks import CHECKS, PROCESS_GROUP
 from .faults import LOST_PEER, apply_fault
 from .provenance import ready_seconds, stack_record, toolchain
 from .rank_progress import read_fault
 from .state import Run
-from .verdicts import CHECKS, FAILED, job_environment, job_id_for, read_startup, time_limit_record, verdict
+from .verdicts import FAILED, job_environment, job_id_for, read_startup, time_limit_record, verdict
 
 
 def write_result(run: Run) -> Result:
@@ -36,7 +37,7 @@ def write_result(run: Run) -> Result:
         checks=checks, fault=fault, ranks=run.ranks, bandwidth=run.bandwidth,
         mpi={k: v for k, v in run.mpi_data.items() if k in ("probe", "mpi4py")},
         startup={**(read_startup(run.args.startup_result) or {}),
-                 "ready_s": ready_seconds(run.env, run.checks["process-group"].details.get("ready_at"))},
+                 "ready_s": ready_seconds(run.env, run.checks[PROCESS_GROUP.name].details.get("ready_at"))},
         stack=stack_record(run.config), toolchain=toolchain(run.env, first, run.mpi_data.get("probe")),
         job_environment=first.get("setting") or job_environment(run.env, plugin),
         time_limit=time_limit_record(run.args.time_limit, run.env), tune=run.tune)  # tune: a tuning point's samples

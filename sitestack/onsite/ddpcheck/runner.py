@@ -1,78 +1,81 @@
-"""The order of the checks for one rank, and its end: every rank exits with rank 0's verdict."""
+"""The checks for one rank, walked in the table's order (:data:`.checks.ROWS`), and the run's end: every
+rank exits with rank 0's verdict."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import time
+from collections.abc import Callable
 
 from .. import ddp_report
 from ..result_schema import exit_code
-from . import bandwidth, collectives, compute, env_check, horovodcheck, mpichecks, netplugin, procgroup, training
-from .affinity import judge_affinity, parse_masks
-from .libraries import judge_libraries, record_libraries, record_libraries_again
+from .checks import ENVIRONMENT, GROUP, PROCESS_GROUP, ROWS, TORCH, WORLD, CheckRow
 from .result_file import write_result
 from .state import Run
-from .verdicts import FAILED, PASSED, SKIPPED, verdict
+from .verdicts import FAILED, PASSED, verdict
+
+
+def _torch_loaded(run: Run) -> bool:
+    return bool(run.me)
+
+
+def _world_size_right(run: Run) -> bool:
+    """False when the environment check failed because the launcher started another number of
+    ranks than the job expects: those ranks cannot meet."""
+    expected = run.args.expect_world_size
+    return not (run.checks[ENVIRONMENT.name].status == FAILED and run.info.world_size > 1 and expected
+                and expected != run.info.world_size)
+
+
+def _group_started(run: Run) -> bool:
+    return run.pg_ok or run.info.world_size == 1
+
+
+#: How each need of :data:`.checks.CheckRow.needs` is decided (once, before the first row that has it),
+#: the reason the checks it blocks are skipped with, and the check that decided it.
+NEEDS: dict[str, tuple[Callable[[Run], bool], str, str]] = {
+    TORCH: (_torch_loaded, "not run: the environment check could not start torch", ENVIRONMENT.name),
+    WORLD: (_world_size_right, "not run: the world size is wrong, so the ranks cannot meet", ENVIRONMENT.name),
+    GROUP: (_group_started, "not run: the process group did not start", PROCESS_GROUP.name),
+}
+
+
+def function_of(row: CheckRow) -> Callable[[Run], object]:
+    """The row's function (``"module:function"`` of this package), imported on first use."""
+    module, _, name = row.function.partition(":")
+    found: Callable[[Run], object] = getattr(importlib.import_module(f".{module}", __package__), name)
+    return found
 
 
 def run_checks(run: Run) -> int:
-    """Every check in order (a check that cannot run is skipped with its reason); the exit code."""
+    """Every row in order; a row whose need is unmet is not run, and the first unmet need skips the
+    checks after the one that decided it with its reason (a check that cannot run says why); the exit code."""
     # No watchdog thread: the rank's watchdog is its parent process (see supervise)
-    with run.timed("environment"):
-        env_check.environment(run)
-    if not run.me:  # torch itself did not load
-        run.skip_rest("not run: the environment check could not start torch", "environment")
-        return finish(run)
-    if run.checks["environment"].status == FAILED and run.info.world_size > 1 and run.args.expect_world_size \
-            and run.args.expect_world_size != run.info.world_size:
-        run.skip_rest("not run: the world size is wrong, so the ranks cannot meet", "environment")
-        run.ranks = [{**run.me, "problems": run.pre_problems}]
-        return finish(run)
-    with run.timed("process-group"):
-        procgroup.process_group(run)
-    if not run.pg_ok and run.info.world_size > 1:
-        run.skip_rest("not run: the process group did not start", "process-group")
-        run.ranks = [{**run.me, "problems": run.pre_problems}]
-        with run.timed("mpi-probe"):
-            mpichecks.mpi_probe(run)
-        return finish(run)
-    with run.timed("environment"):
-        record_libraries(run)
-    run.ranks = run.all_gather({**run.me, "problems": run.pre_problems})
-    with run.timed("environment"):
-        env_check.environment_after(run)
-        judge_libraries(run)
-    with run.timed("affinity"):
-        masks = parse_masks(run.args.cpu_masks) if run.args.cpu_masks else None
-        status, summary, lines = judge_affinity(run.ranks, run.config, masks)
-        run.set("affinity", status, summary, ranks=lines)
-    with run.timed("compute"):
-        compute.compute(run)
-    with run.timed("collectives"):
-        collectives.collectives(run)
-    with run.timed("environment"):  # the libraries NCCL/RCCL open at their first collective (libraries.py)
-        record_libraries_again(run)
-    ddp_state = None
-    with run.timed("ddp"):
-        ddp_state = training.ddp(run)
-    with run.timed("checkpoint"):
-        if ddp_state is None:
-            run.set("checkpoint", SKIPPED, "not run: the DDP check did not finish")
+    decided: dict[str, bool] = {}
+    for row in ROWS:
+        if not all(_met(run, need, decided) for need in row.needs):
+            continue
+        if row.caught:
+            with run.timed(row.name):
+                function_of(row)(run)
         else:
-            training.checkpoint(run, *ddp_state)
-    with run.timed("bandwidth"):
-        bandwidth.bandwidth_sweep(run)
-    with run.timed("net-plugin"):
-        run.barrier()
-        netplugin.net_plugin(run)
-    with run.timed("mpi-probe"):
-        mpichecks.mpi_probe(run)
-    with run.timed("mpi4py"):
-        mpichecks.mpi4py_check(run)
-    with run.timed("horovod"):
-        horovodcheck.horovod(run)
+            function_of(row)(run)
     return finish(run)
+
+
+def _met(run: Run, need: str, decided: dict[str, bool]) -> bool:
+    """Whether ``need`` is met, decided at its first asking; when it is not, the checks after the one
+    that decided it are skipped with its reason, and the ranks' reports are this rank's alone."""
+    if need not in decided:
+        test, reason, after = NEEDS[need]
+        decided[need] = test(run)
+        if not decided[need]:
+            run.skip_rest(reason, after)
+            if need != TORCH:  # without torch this rank has no report to give
+                run.ranks = [{**run.me, "problems": run.pre_problems}]
+    return decided[need]
 
 
 def finish(run: Run) -> int:

@@ -14,10 +14,11 @@ from dataclasses import asdict
 from typing import Any
 
 from ..result_schema import Result
+from .checks import CHECKS, KEEP_NOT_RUN
 from .devices import Device
 from .rank_progress import Progress
 from .ranks import RankInfo
-from .verdicts import CHECKS, FAILED, SKIPPED, Check
+from .verdicts import FAILED, SKIPPED, Check
 
 
 class Run:
@@ -38,6 +39,7 @@ class Run:
         self.pg_ok = False
         self.horovod_server: Any = None  # rank 0's Horovod rendezvous where the launcher gives none
         self.result: Result | None = None
+        self.trained: tuple[Any, Any, list[tuple[Any, Any]]] | None = None  # the ddp check's model, for the checkpoint check
         self.tune: dict[str, Any] | None = None  # a tuning point's samples (tune.py), else None
         self.progress: Progress | None = None  # OUT/ranks/rank-R.json, read by the watchdogs
         self.deadline = float("inf")  # the job's deadline (epoch s): past it, the watchdogs report
@@ -82,9 +84,11 @@ class Run:
             self.checks[name].seconds = round(self.checks[name].seconds + time.perf_counter() - start, 3)
 
     def skip_rest(self, reason: str, after: str) -> None:
+        """Mark the checks after ``after`` that have not run skipped with ``reason`` (but those whose
+        row keeps "not run": :data:`.checks.KEEP_NOT_RUN`)."""
         later = CHECKS[CHECKS.index(after) + 1:]
         for name in later:
-            if self.checks[name].summary == "not run" and name not in ("mpi-probe", "mpi4py", "horovod"):
+            if self.checks[name].summary == "not run" and name not in KEEP_NOT_RUN:
                 self.set(name, SKIPPED, reason)
 
     def all_gather(self, obj: Any) -> list[Any]:

@@ -10,8 +10,9 @@ import os
 from typing import Any
 
 from ..fileio import write_atomic
+from .checks import CHECKPOINT, DDP_CHECK
 from .state import Run
-from .verdicts import FAILED, PASSED, rank_fault
+from .verdicts import FAILED, PASSED, SKIPPED, rank_fault
 
 
 def _model(run: Run, seed: int) -> Any:
@@ -46,7 +47,8 @@ def _batches(run: Run, steps: int) -> list[tuple[Any, Any]]:
 
 
 def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
-    """The ddp check: same initial parameters, loss lowered, parameters identical after; (model, optimizer, spare batches) for the checkpoint check."""
+    """The ddp check: same initial parameters, loss lowered, parameters identical after; (model, optimizer,
+    spare batches) for the checkpoint check, also kept as ``run.trained``."""
     torch, dist = run.torch, run.dist
     from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
@@ -86,11 +88,20 @@ def ddp(run: Run) -> tuple[Any, Any, list[tuple[Any, Any]]]:
         problems.append(f"loss did not decrease: {losses[0]:.4g} -> {losses[-1]:.4g} over {len(losses)} steps")
     details = {"losses": losses, "initial_fingerprints": prints, "final_fingerprint": after[0]}
     if problems:
-        run.set("ddp", FAILED, problems[0], problems=problems, **details)
+        run.set(DDP_CHECK.name, FAILED, problems[0], problems=problems, **details)
     else:
-        run.set("ddp", PASSED, f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps; parameters "
+        run.set(DDP_CHECK.name, PASSED, f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps; parameters "
                 f"identical on all {run.info.world_size} ranks ({after[0]})", **details)
-    return ddp_model, optim, batches[run.args.steps:]
+    run.trained = (ddp_model, optim, batches[run.args.steps:])
+    return run.trained
+
+
+def checkpoint_check(run: Run) -> None:
+    """The checkpoint check of the model the ddp check trained, skipped where that check did not finish."""
+    if run.trained is None:
+        run.set(CHECKPOINT.name, SKIPPED, "not run: the DDP check did not finish")
+    else:
+        checkpoint(run, *run.trained)
 
 
 def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]) -> None:
@@ -142,7 +153,7 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
             os.remove(path)
             os.rmdir(directory)
     if bad:
-        run.set("checkpoint", FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad])
+        run.set(CHECKPOINT.name, FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad])
     else:
-        run.set("checkpoint", PASSED, f"saved and resumed: same parameters and optimizer state, and the same "
+        run.set(CHECKPOINT.name, PASSED, f"saved and resumed: same parameters and optimizer state, and the same "
                 f"parameters after {len(more)} more steps on all ranks")

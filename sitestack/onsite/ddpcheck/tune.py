@@ -19,9 +19,10 @@ from typing import Any
 
 from . import env_check, procgroup
 from .bandwidth import allreduce_seconds, bandwidth_row
+from .checks import BANDWIDTH, CHECKS, DDP_CHECK, ENVIRONMENT, PROCESS_GROUP
 from .runner import finish
 from .state import Run
-from .verdicts import CHECKS, FAILED, PASSED, SKIPPED, rank_fault
+from .verdicts import FAILED, PASSED, SKIPPED, rank_fault
 
 #: The DDP model's width and batch: enough arithmetic per step (about 1.6 GFLOP) that the ranks'
 #: threads show in the step time, with gradients small next to it (about 0.5 MiB: one DDP bucket).
@@ -34,28 +35,28 @@ def run_tune(run: Run, plan: dict[str, Any]) -> int:
     """The point's run; the exit code (0 when every sample was taken)."""
     for name in CHECKS:
         run.set(name, SKIPPED, "not run: a tuning point measures the bandwidth and the DDP step only")
-    with run.timed("environment"):
+    with run.timed(ENVIRONMENT.name):
         env_check.environment(run)
     if not run.me:
         return finish(run)
-    with run.timed("process-group"):
+    with run.timed(PROCESS_GROUP.name):
         procgroup.process_group(run)
     if not run.pg_ok and run.info.world_size > 1:
         run.ranks = [{**run.me, "problems": run.pre_problems}]
         return finish(run)
     run.ranks = run.all_gather({**run.me, "problems": run.pre_problems})
-    with run.timed("environment"):
+    with run.timed(ENVIRONMENT.name):
         env_check.environment_after(run)
-    environment = run.checks["environment"]
+    environment = run.checks[ENVIRONMENT.name]
     if environment.status == FAILED:  # recorded: a setting may well upset it, and the point is measured all the same
         run.log(f"environment: {environment.summary} (recorded; the point is measured all the same)")
         environment.status, environment.summary = PASSED, f"recorded, not judged at a tuning point: {environment.summary}"
     samples: dict[str, Any] = {"point": os.environ.get("SITESTACK_TUNE_POINT"), "repeats": plan["repeats"],
                                "sizes": list(plan["sizes"]), "busbw_gbs": {}, "step_ms": []}
     run.tune = samples
-    with run.timed("bandwidth"):
+    with run.timed(BANDWIDTH.name):
         _busbw_samples(run, plan, samples["busbw_gbs"])
-    with run.timed("ddp"):
+    with run.timed(DDP_CHECK.name):
         _step_samples(run, plan, samples["step_ms"])
     return finish(run)
 
@@ -75,7 +76,7 @@ def _busbw_samples(run: Run, plan: dict[str, Any], out: dict[str, list[float]]) 
     """``repeats`` busbw samples (GB/s, nccl-tests' definition, slowest rank) at each size of the plan."""
     torch, n = run.torch, run.info.world_size
     if n < 2:
-        run.set("bandwidth", SKIPPED, "a single rank: nothing to measure")
+        run.set(BANDWIDTH.name, SKIPPED, "a single rank: nothing to measure")
         return
     gpu = run.dev.kind != "cpu"
     iters = run.args.iters or (20 if gpu else 5)
@@ -92,7 +93,7 @@ def _busbw_samples(run: Run, plan: dict[str, Any], out: dict[str, list[float]]) 
             samples.append(round(bandwidth_row(size, seconds, n)["busbw_gbs"], 6))
         out[str(size)] = samples
         del t
-    run.set("bandwidth", PASSED, f"{plan['repeats']} busbw samples at each of {len(plan['sizes'])} sizes",
+    run.set(BANDWIDTH.name, PASSED, f"{plan['repeats']} busbw samples at each of {len(plan['sizes'])} sizes",
             iters=iters, warmup=warmup)
 
 
@@ -130,5 +131,5 @@ def _step_samples(run: Run, plan: dict[str, Any], out: list[float]) -> None:
         if run.info.world_size > 1:
             dist.all_reduce(mean, op=dist.ReduceOp.MAX)
         out.append(round(float(mean.cpu()) * 1000, 4))
-    run.set("ddp", PASSED, f"{plan['repeats']} step-time samples of {STEPS_PER_SAMPLE} DDP steps "
+    run.set(DDP_CHECK.name, PASSED, f"{plan['repeats']} step-time samples of {STEPS_PER_SAMPLE} DDP steps "
             f"({WIDTH}-wide MLP, batch {BATCH})", steps_per_sample=STEPS_PER_SAMPLE)

@@ -11,8 +11,6 @@ from typing import Any
 
 from ..fileio import CONFIG_MAX, ReadError, read_json
 
-CHECKS = ("environment", "process-group", "affinity", "compute", "collectives", "ddp", "checkpoint", "bandwidth",
-          "net-plugin", "mpi-probe", "mpi4py", "horovod")
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
