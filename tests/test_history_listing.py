@@ -151,10 +151,12 @@ def test_invoke_history_with_a_hostile_program_exits_1_with_one_line(tmp_path: P
 
 def test_output_bounded_cuts_both_streams_and_keeps_the_status() -> None:
     host = local_host()
-    out = output_bounded(host, [sys.executable, "-c", "import sys; print('a' * 50); sys.stderr.write('e' * 9000 + "
+    out = output_bounded(host, [sys.executable, "-c", "import sys; print('a' * 9); sys.stderr.write('e' * 9000 + "
                                 "'\\nlast'); sys.exit(3)"], 10)
-    assert (out.rc, out.stdout) == (3, "a" * 11)
+    assert (out.rc, out.stdout) == (3, "a" * 9 + "\n")
     assert out.stderr.endswith("e\nlast") and len(out.stderr) <= STDERR_MAX
+    # more than the cap: one byte more comes back (the program may die of the closed pipe: its status is no answer)
+    assert output_bounded(host, ["sh", "-c", "yes a"], 10).stdout == "a\n" * 5 + "a"
     unterminated = output_bounded(host, ["sh", "-c", "printf 'x\\nexit 0' >&2; exit 4"], 100)
     assert (unterminated.rc, unterminated.stderr) == (4, "x\nexit 0")
     printed = output_bounded(host, ["sh", "-c", "echo out; echo 'exit 0' >&2; exit 4"], 100)
