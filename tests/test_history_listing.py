@@ -161,3 +161,30 @@ def test_output_bounded_cuts_both_streams_and_keeps_the_status() -> None:
     assert (unterminated.rc, unterminated.stderr) == (4, "x\nexit 0")
     printed = output_bounded(host, ["sh", "-c", "echo out; echo 'exit 0' >&2; exit 4"], 100)
     assert (printed.rc, printed.stdout, printed.stderr) == (4, "out\n", "exit 0")
+
+
+def test_invoke_history_over_ssh_shows_the_programs_listing(tmp_path: Path, program: Path) -> None:
+    from tests import sshd
+
+    if not sshd.available():
+        pytest.skip("needs root and openssh-server")
+    prefix = tmp_path / "prefix"
+    install_programs(prefix / "validation", ("history.py",))
+    directory = mixed_history(prefix)
+    expected = listed(program, directory)
+    server = sshd.start_sshd(tmp_path / "srv", "login1")
+    try:
+        env = {"SITESTACK_SSH_CONFIG": str(tmp_path / "ssh_config")}
+        out = run_invoke("history", "--site", "local", "--host", "login1", "--prefix", str(prefix), "--json", "-",
+                         env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert [{k: v for k, v in r.items() if k != "changes"} for r in json.loads(out.stdout)["runs"]] == expected["runs"]
+        assert out.stderr.splitlines() == [f"warning: {w}" for w in expected["warnings"]]
+        hostile_program(prefix / "validation", HOSTILE["not JSON"][0])
+        out = run_invoke("history", "--site", "local", "--host", "login1", "--prefix", str(prefix), env=env, timeout=300)
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        assert out.stderr.strip().splitlines() == [f"error: [login1] {prefix}/validation/history.py list: not JSON "
+                                                   "(Expecting value: line 1 column 1 (char 0)); install the validation "
+                                                   "job again (`invoke install-validation-job`)"]
+    finally:
+        server.stop()
