@@ -54,7 +54,7 @@ def read_on(host: Host, program: str, history_dir: str) -> tuple[list[dict[str, 
     files it did not read, how many lines and files it skipped). Read bounded (:data:`LIST_MAX`) and
     checked (:func:`listing_of`). Where ``program`` is not installed: nothing where there is no
     history either, else a :class:`SitestackError` saying to install the validation job."""
-    what = f"[{host.name}] {program} list"
+    what = f"[{host.name}] {escaped(program)} list"
     out = output_bounded(host, [*PYTHON, program, "list", "--json", "--dir", history_dir], LIST_MAX)
     if len(out.stdout.encode("utf-8", "replace")) > LIST_MAX:
         raise SitestackError(f"{what}: printed more than {LIST_MAX} bytes: not a listing this sitestack reads; {AGAIN}")
@@ -62,7 +62,7 @@ def read_on(host: Host, program: str, history_dir: str) -> tuple[list[dict[str, 
         if not host.probe(["test", "-f", program]).ok:
             if not host.exists(history_dir):
                 return [], []
-            raise SitestackError(f"[{host.name}] {history_dir} cannot be read: {program} is missing: install the "
+            raise SitestackError(f"[{host.name}] {escaped(history_dir)} cannot be read: {escaped(program)} is missing: install the "
                                  "validation job (`invoke install-validation-job`)")
         said = (out.stderr.strip().splitlines() or [f"exit {out.rc}"])[-1]
         raise SitestackError(f"{what}: {escaped(said[:WARNING_MAX])}")
