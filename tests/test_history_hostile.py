@@ -117,9 +117,9 @@ def test_list_prints_no_escape_and_no_traceback(tmp_path: Path, program: Path) -
                               "or not regular files)\n")
 
 
-def test_row_of_takes_every_record_read_on_a_host(tmp_path: Path) -> None:
+def test_row_of_takes_every_record_read_on_a_host(tmp_path: Path, program: Path) -> None:
     directory = hostile_history(tmp_path)
-    records, warnings = site_history.read_on(local_host(), str(directory))
+    records, warnings = site_history.read_on(local_host(), str(program), str(directory))
     rows = [site_history.row_of(r) for r in site_history.with_changes(records)]
     assert len(rows) == 4 and all(row.isprintable() for row in rows)
     assert warnings == [f"history: 7 index lines or run files in {directory} skipped (torn, not history records, "
@@ -156,7 +156,7 @@ def test_a_fifo_or_link_in_the_history_is_a_warning_never_a_wait(tmp_path: Path,
     secret = tmp_path / "elsewhere.json"
     secret.write_text(json.dumps(record(3)))
     (directory / "runs" / f"{record(3)['id']}.json").symlink_to(secret)
-    records, warnings = _in_thread(lambda: site_history.read_on(local_host(), str(directory)))
+    records, warnings = _in_thread(lambda: site_history.read_on(local_host(), str(program), str(directory)))
     assert [r["id"] for r in records] == [good["id"]]
     assert any("index.jsonl is not a regular file" in w for w in warnings), warnings
     assert any("is a symbolic link" in w for w in warnings), warnings

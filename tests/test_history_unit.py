@@ -147,7 +147,7 @@ def test_the_command_line_records_lists_and_fails_softly(tmp_path, program: Path
     assert "was recorded already" in again.stdout
     listed = subprocess.run([sys.executable, str(program), "list", "--dir", str(tmp_path / "h"), "--json"],
                             capture_output=True, text=True)
-    assert [r["job_id"] for r in json.loads(listed.stdout)] == ["42"]
+    assert [r["job_id"] for r in json.loads(listed.stdout)["runs"]] == ["42"]
     blocked = tmp_path / "file"
     blocked.write_text("")
     soft = subprocess.run([sys.executable, str(program), "record", "--dir", str(blocked / "h"), str(path)],

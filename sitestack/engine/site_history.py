@@ -1,9 +1,10 @@
 """The site's history on a host, read and appended through the Host API: ``invoke validate`` records its
 run with its regression report, ``invoke tune`` its tuning, ``invoke history`` lists the runs.
 
-The history's format and its writer are the shipped :mod:`sitestack.onsite.history` (installed beside
-``ddp_check.py``); here a record is written by running that program on the host (``python3 -E -s -S
-history.py append``), so a run on this machine and one over SSH write it the same way, under its lock.
+The history's format, its writer and its reader are the shipped :mod:`sitestack.onsite.history`
+(installed beside ``ddp_check.py``); here the history is read and written by running that program
+on the host (``python3 -E -s -S history.py list --json`` and ``append``), so a run on this machine and
+one over SSH read it with the same rules and write it the same way, under its lock.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from sitestack.core.bounded import output_bounded
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import Reporter
@@ -20,11 +22,17 @@ from sitestack.engine import batchjob, regression
 from sitestack.model.validation_facts import Regression
 from sitestack.onsite import history as shipped
 from sitestack.onsite.report_plot import human_bytes
+from sitestack.onsite.visible import escaped
 
 #: The Python that runs the shipped history.py on the host: the host's own, without site hooks.
 PYTHON = ("python3", "-E", "-s", "-S")
-#: The most runs ``invoke history`` reads from runs/ beside the index (the index holds the rest).
-RUNS_MAX = 10000
+#: The most bytes of ``history.py list --json`` read: the index's cap (``INDEX_MAX``, 256 MiB), twice
+#: over for the listing's indentation; a program that prints more is refused, not read.
+LIST_MAX = 2 * shipped.INDEX_MAX
+#: The most characters of one warning the listing brings (a path and a reason).
+WARNING_MAX = 4096
+#: What to do where the installed program is not this sitestack's.
+AGAIN = "install the validation job again (`invoke install-validation-job`)"
 
 
 def history_dir_of(host: Host, validation_dir: str, prefix: str, config: Mapping[str, Any] | None = None) -> str:
@@ -35,37 +43,54 @@ def history_dir_of(host: Host, validation_dir: str, prefix: str, config: Mapping
     return directory if isinstance(directory, str) and directory.startswith("/") else f"{prefix.rstrip('/')}/history"
 
 
-def read_on(host: Host, history_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """(every run of the history on ``host``, oldest first, by :func:`sitestack.onsite.history.read`'s
-    rules; warnings, one line each). Each file is read bounded (the index's last ``INDEX_MAX`` bytes, a
-    run's first ``RECORD_MAX`` + 1), only where it is a regular file that is no symbolic link: a FIFO
-    or device is a warning, never a wait; every record is normalised (the shipped ``normalise``), and
-    how many lines and files were skipped is said."""
-    warnings: list[str] = []
+def program_of(validation_dir: str) -> str:
+    """The shipped history program of the job installed in ``validation_dir`` (its launcher)."""
+    return f"{validation_dir}/{posixpath.basename(shipped.__file__)}"
 
-    def read(path: str, limit: int) -> str | None:
-        try:
-            return host.read_tail(path, limit, follow=False)
-        except SitestackError as exc:
-            warnings.append(f"history: skipped: {exc}")
-            return None
 
-    found, skipped = shipped.index_records(read(posixpath.join(history_dir, shipped.INDEX), shipped.INDEX_MAX) or "")
-    listing = host.probe(["ls", "-1", "--", posixpath.join(history_dir, shipped.RUNS)], timeout=60)
-    # the runs the index lacks, the newest RUNS_MAX of them (ls sorts by name: by start time)
-    names = [n for n in listing.stdout.splitlines() if n.endswith(".json") and n[:-5] not in found][-RUNS_MAX:] \
-        if listing.ok else []
-    for name in names:
-        if shipped.valid_id(name[:-5]):
-            record = shipped.run_record(name, read(posixpath.join(history_dir, shipped.RUNS, name), shipped.RECORD_MAX + 1))
-            if record is None:
-                skipped += 1
-            else:
-                found[record["id"]] = record
-    if skipped:
-        warnings.append(f"history: {skipped} index lines or run files in {history_dir} skipped (torn, not history "
-                        "records, or not regular files)")
-    return sorted(found.values(), key=lambda r: (r["started"], r["id"])), warnings
+def read_on(host: Host, program: str, history_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """(every run of the history on ``host``, oldest first; warnings, one line each), as the shipped
+    ``program`` lists them (``history.py list --json``, :func:`sitestack.onsite.history.listing`: the
+    files it did not read, how many lines and files it skipped). Read bounded (:data:`LIST_MAX`) and
+    checked (:func:`listing_of`). Where ``program`` is not installed: nothing where there is no
+    history either, else a :class:`SitestackError` saying to install the validation job."""
+    what = f"[{host.name}] {escaped(program)} list"
+    out = output_bounded(host, [*PYTHON, program, "list", "--json", "--dir", history_dir], LIST_MAX)
+    if len(out.stdout.encode("utf-8", "replace")) > LIST_MAX:
+        raise SitestackError(f"{what}: printed more than {LIST_MAX} bytes: not a listing this sitestack reads; {AGAIN}")
+    if not out.ok:
+        if not host.probe(["test", "-f", program]).ok:
+            if not host.exists(history_dir):
+                return [], []
+            raise SitestackError(f"[{host.name}] {escaped(history_dir)} cannot be read: {escaped(program)} is missing: install the "
+                                 "validation job (`invoke install-validation-job`)")
+        said = (out.stderr.strip().splitlines() or [f"exit {out.rc}"])[-1]
+        raise SitestackError(f"{what}: {escaped(said[:WARNING_MAX])}")
+    return listing_of(out.stdout, what)
+
+
+def listing_of(text: str, what: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The runs and warnings of ``history.py list --json``'s ``text`` (``what`` printed it), each run
+    normalised again (the shipped ``normalise``: the controller trusts no type it did not check) and
+    the runs oldest first, each warning one printable line; anything else is a :class:`SitestackError`
+    naming ``what``: not JSON, not a :data:`~sitestack.onsite.history.LISTING` document, a run that is
+    no record, a warning that is no string."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise SitestackError(f"{what}: not JSON ({escaped(str(exc)[:200])}); {AGAIN}") from None
+    if not isinstance(data, dict) or data.get("schema") != shipped.LISTING:
+        raise SitestackError(f"{what}: not a listing of schema {shipped.LISTING}; {AGAIN}")
+    runs, warnings = data.get("runs"), data.get("warnings")
+    if not isinstance(runs, list) or not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise SitestackError(f"{what}: not a listing of {shipped.LISTING} (`runs` a list of records, `warnings` a "
+                             f"list of strings); {AGAIN}")
+    records = [shipped.normalise(run) for run in runs]
+    for i, record in enumerate(records):
+        if record is None:
+            raise SitestackError(f"{what}: runs[{i}]: not a history record ({shipped.SCHEMA}); {AGAIN}")
+    checked = [r for r in records if r is not None]
+    return sorted(checked, key=lambda r: (r["started"], r["id"])), [escaped(w[:WARNING_MAX]) for w in warnings]
 
 
 def append_on(host: Host, program: str, history_dir: str, record: Mapping[str, Any]) -> str | None:
@@ -87,13 +112,13 @@ def after_validation(host: Host, validation_dir: str, prefix: str, result: Mappi
     except shipped.HistoryError as exc:
         reporter.note(f"history: not recorded: {exc}")
         return {"status": "unknown", "lines": [str(exc)], "metrics": {}}
-    runs, warnings = read_on(host, history_dir)
+    runs, warnings = read_on(host, program_of(validation_dir), history_dir)
     for warning in warnings:
         reporter.note(f"warning: {warning}")
     report = regression.judge(record, runs, policy)
     for line in report["lines"]:
         reporter.note(("!!! " if report["status"] in ("warn", "fail") else "") + line)
-    problem = append_on(host, f"{validation_dir}/{posixpath.basename(shipped.__file__)}", history_dir,
+    problem = append_on(host, program_of(validation_dir), history_dir,
                         {**record, "regression": {"status": report["status"], "lines": report["lines"]}})
     reporter.note(f"history: {problem}" if problem else f"history: {record['id']} in {history_dir}")
     return report
@@ -106,7 +131,7 @@ def record_tuning(host: Host, history_dir: str, tuning_doc: Mapping[str, Any], v
         record = shipped.record_from_result(tuning_doc, "tuning", None)
     except shipped.HistoryError as exc:
         raise SitestackError(f"history: {exc}") from None
-    problem = append_on(host, f"{validation_dir}/{posixpath.basename(shipped.__file__)}", history_dir, record)
+    problem = append_on(host, program_of(validation_dir), history_dir, record)
     if problem:
         raise SitestackError(problem)
     return str(record["id"])
@@ -163,6 +188,6 @@ def list_runs(host: Host, validation_dir: str, prefix: str,
     """(the history directory, its runs oldest first with what changed between them, the last ``last``;
     :func:`read_on`'s warnings)."""
     history_dir = history_dir_of(host, validation_dir, prefix)
-    runs, warnings = read_on(host, history_dir)
+    runs, warnings = read_on(host, program_of(validation_dir), history_dir)
     records = with_changes(runs)
     return history_dir, records[-last:] if last else records, warnings

@@ -1,12 +1,14 @@
 """The site's history of validation and tuning runs: the program, and the one module callers import.
 
 Standard library only: installed beside ``ddp_check.py``, run by the validation job at its end
-(``python3 history.py record --config check-config.json OUT/result.json``) and imported by sitestack
-(``invoke validate``, ``invoke tune``, ``invoke history``)::
+(``python3 history.py record --config check-config.json OUT/result.json``), and run on the host by
+sitestack, which reads the history (``invoke history``, ``invoke validate``'s regression report) with
+``list --json`` and writes it (``invoke validate``, ``invoke tune``) with ``append``; sitestack
+imports it for a record's form (:func:`record_from_result`, :func:`normalise`)::
 
     history.py record  (--dir D | --config C) [--kind K] RESULT.json
     history.py append  (--dir D | --config C) RECORD_JSON
-    history.py list    (--dir D | --config C) [--json]
+    history.py list    (--dir D | --config C) [--json]    (--json: one document, :func:`listing`)
     history.py rebuild (--dir D | --config C)
 
 A record, and what changed between two: :mod:`.history_record`; where records are kept, how they are
@@ -40,12 +42,16 @@ from .history_store import INDEX as INDEX
 from .history_store import INDEX_MAX as INDEX_MAX
 from .history_store import RECORD_MAX as RECORD_MAX
 from .history_store import RUNS as RUNS
+from .history_store import RUNS_MAX as RUNS_MAX
 from .history_store import append as append
 from .history_store import index_records as index_records
 from .history_store import read as read
 from .history_store import rebuild as rebuild
 from .history_store import run_record as run_record
 from .history_store import scan as scan
+
+#: The schema of ``list --json``'s document (:func:`listing`).
+LISTING = "sitestack-history-list/1"
 
 
 def _history_dir(args: argparse.Namespace) -> str:
@@ -86,15 +92,30 @@ def _append(args: argparse.Namespace) -> int:
     return _report(_history_dir(args), record)
 
 
+def listing(directory: str, records: list[dict[str, Any]], warnings: list[str], skipped: int) -> dict[str, Any]:
+    """What ``list --json`` prints, a document of :data:`LISTING`: ``history_dir``, ``runs`` (:func:`scan`'s
+    records, oldest first) and ``warnings``, one line each (the files not read, then how many index
+    lines and run files were skipped): sitestack's ``invoke history`` and ``invoke validate`` read it."""
+    counted = [f"history: {skipped} index lines or run files in {directory} skipped (torn, not history records, "
+               "or not regular files)"] if skipped else []
+    return {"schema": LISTING, "history_dir": directory, "runs": records, "warnings": [*warnings, *counted]}
+
+
 def _list(args: argparse.Namespace) -> int:
-    """The records (each normalised (:func:`normalise`): every printed text printable), and on stderr how many were skipped."""
-    records, skipped = scan(_history_dir(args))
+    """The records (each normalised (:func:`normalise`): every printed text printable), one line each or
+    with ``--json`` one document (:func:`listing`); on stderr the files not read and how many lines and
+    files were skipped."""
+    directory = _history_dir(args)
+    warnings: list[str] = []
+    records, skipped = scan(directory, warnings)
     if args.json:
-        print(json.dumps(records, indent=2, sort_keys=True))
+        print(json.dumps(listing(directory, records, warnings, skipped), indent=2, sort_keys=True))
     for r in [] if args.json else records:
         m = r["metrics"]
         print(f"{r['id']}  {r['verdict'] or '-'}  busbw {m.get('busbw_gbs')}  compute {m.get('compute_min_gflops')}  "
               f"start-up {m.get('startup_s')}  stack {(r['stack']['digest'] or '-')[:8]}")
+    for warning in warnings:
+        print(f"sitestack {warning}", file=sys.stderr)
     if skipped:
         print(f"sitestack history: {skipped} index lines or run files skipped (torn, not history records, or "
               "not regular files)", file=sys.stderr)
@@ -117,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "append":
             s.add_argument("record", help="the record, as JSON text")
         if name == "list":
-            s.add_argument("--json", action="store_true", help="the records as a JSON list")
+            s.add_argument("--json", action="store_true", help="the records and the warnings as one JSON document")
     args = p.parse_args(argv)
     try:
         if args.command in ("record", "append"):

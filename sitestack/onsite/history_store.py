@@ -40,6 +40,8 @@ INDEX, LOCK, RUNS = "index.jsonl", ".lock", "runs"
 RECORD_MAX = 1 << 20
 INDEX_MAX = 256 << 20
 LOCK_WAIT = 30.0
+#: The most runs a reader takes from runs/ beside the index (the index holds the rest; more is a lost index).
+RUNS_MAX = 10000
 
 
 def _modes(history_dir: str) -> tuple[int, int]:
@@ -138,15 +140,14 @@ def append(history_dir: str, record: Mapping[str, Any]) -> str:
     return str(record["id"])
 
 
-
-
-def newest_lines(path: str, limit: int) -> str | None:
+def newest_lines(path: str, limit: int, warnings: list[str] | None = None) -> str | None:
     """The last ``limit`` bytes of the regular file ``path`` (its newest lines: the index grows at its end;
     a cut first line is left out), never following a link (:func:`.fileio.read_bytes`); None where it
-    cannot be read."""
+    cannot be read, and then, with ``warnings``, why appended (:func:`_unreadable`)."""
     try:
         data = read_bytes(path, limit + 1, keep="tail", follow=False)
-    except ReadError:
+    except ReadError as exc:
+        _unreadable(path, exc, warnings)
         return None
     if len(data) > limit:  # cut: its first line is a part of one
         data = data[1:]
@@ -154,11 +155,33 @@ def newest_lines(path: str, limit: int) -> str | None:
     return data.decode("utf-8", "replace")
 
 
-def _run_file(path: str) -> str | None:
-    """A run file's text (None: not a regular file, a link, larger than :data:`RECORD_MAX`, unreadable)."""
+def _unreadable(path: str, exc: ReadError, warnings: list[str] | None) -> None:
+    """Why ``path`` was not read, one line appended to ``warnings``: a symbolic link, not a regular
+    file (a FIFO, a device: never waited on), unreadable; nothing where it is missing (no history yet,
+    a run file removed since the directory was listed)."""
+    if warnings is None:
+        return
     try:
-        return read_text(path, RECORD_MAX, follow=False)
-    except ReadError:
+        info: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        info = None
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        warnings.append(f"history: skipped: {path} is a symbolic link, not a regular file")
+    elif info is not None and not stat.S_ISREG(info.st_mode):
+        warnings.append(f"history: skipped: {path} is not a regular file")
+    else:
+        warnings.append(f"history: skipped: {exc}")
+
+
+def _run_file(path: str, warnings: list[str] | None) -> str | None:
+    """A run file's first :data:`RECORD_MAX` + 1 bytes as text (a larger file is no record:
+    :func:`run_record` refuses it); None where it is not read (:func:`_unreadable`)."""
+    try:
+        return read_text(path, RECORD_MAX + 1, keep="head", follow=False)
+    except ReadError as exc:
+        _unreadable(path, exc, warnings)
         return None
 
 
@@ -168,11 +191,13 @@ def read(history_dir: str) -> list[dict[str, Any]]:
     return scan(history_dir)[0]
 
 
-def scan(history_dir: str) -> tuple[list[dict[str, Any]], int]:
+def scan(history_dir: str, warnings: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
     """(:func:`read`'s records, how many index lines and runs/ files were skipped: torn, foreign, not
-    normalised (:func:`normalise`), not regular files, larger than :data:`RECORD_MAX`)."""
-    found, skipped = index_records(newest_lines(os.path.join(history_dir, INDEX), INDEX_MAX) or "")
-    runs, more = _runs(history_dir, set(found))
+    normalised (:func:`normalise`), not regular files, larger than :data:`RECORD_MAX`). Of the runs
+    the index lacks, the newest :data:`RUNS_MAX`. With ``warnings``, each file there that was not
+    read is one line appended (:func:`_unreadable`)."""
+    found, skipped = index_records(newest_lines(os.path.join(history_dir, INDEX), INDEX_MAX, warnings) or "")
+    runs, more = _runs(history_dir, set(found), RUNS_MAX, warnings)
     found.update(runs)
     return _ordered(found.values()), skipped + more
 
@@ -201,17 +226,22 @@ def _ordered(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (r["started"], r["id"]))  # normalised: a float, an id
 
 
-def _runs(history_dir: str, known: set[str]) -> tuple[dict[str, dict[str, Any]], int]:
-    """(the records of runs/ but those of ``known`` ids, how many run files were skipped)."""
+def _runs(history_dir: str, known: set[str], most: int | None = None,
+          warnings: list[str] | None = None) -> tuple[dict[str, dict[str, Any]], int]:
+    """(the records of runs/ but those of ``known`` ids, the newest ``most`` of them (by name: by start
+    time; None: all), how many run files were skipped)."""
     found, skipped = {}, 0
-    with contextlib.suppress(OSError):
-        for name in os.listdir(os.path.join(history_dir, RUNS)):
-            if name.endswith(".json") and name[:-5] not in known and valid_id(name[:-5]):
-                record = run_record(name, _run_file(os.path.join(history_dir, RUNS, name)))
-                if record is None:
-                    skipped += 1
-                else:
-                    found[record["id"]] = record
+    try:
+        names = sorted(n for n in os.listdir(os.path.join(history_dir, RUNS))
+                       if n.endswith(".json") and n[:-5] not in known and valid_id(n[:-5]))
+    except OSError:
+        names = []
+    for name in names[-most:] if most else names:
+        record = run_record(name, _run_file(os.path.join(history_dir, RUNS, name), warnings))
+        if record is None:
+            skipped += 1
+        else:
+            found[record["id"]] = record
     return found, skipped
 
 
