@@ -29,6 +29,27 @@ RAN: dict[str, list[str]] = {}
 #: Per site, the ids not run because the twin left out the steps they need (``twin_tags``).
 LEFT_OUT: dict[str, list[str]] = {}
 JOB_TIMEOUT = 900
+#: ``sbatch --wait``, polling every 0.5 s: sbatch's own wait sleeps 2 s, then 8 s, then 32 s between its
+#: looks (SchedMD/slurm src/sbatch/sbatch.c: _job_wait, MAX_WAIT_SLEEP_TIME 32, while the sleep is under
+#: MinJobAge / 2, which tests/slurm.py sets to 600 s), so a job of 11 s was seen done after 42 s. The job's
+#: exit status as sbatch --wait gives it: its exit code, 1 when a signal ended it or Slurm forgot it.
+SBATCH_WAIT = r"""sitestack_sbatch_wait() {
+  local id state
+  id=$(command sbatch --parsable "$@") || return
+  id=${id%%;*}
+  echo "Submitted batch job $id"
+  while state=$(scontrol show job -o "$id" 2>/dev/null); do
+    case $state in
+      *JobState=PENDING*|*JobState=CONFIGURING*|*JobState=RUNNING*|*JobState=COMPLETING*|*JobState=SUSPENDED*|\
+      *JobState=REQUEUE*|*JobState=RESIZING*|*JobState=SIGNALING*|*JobState=STAGE_OUT*) sleep 0.5 ;;
+      *) break ;;
+    esac
+  done
+  [[ $state =~ ExitCode=([0-9]+):([0-9]+) ]] || return 1
+  [ "${BASH_REMATCH[2]}" = 0 ] || return 1
+  return "${BASH_REMATCH[1]}"
+}
+"""
 
 
 def entries(site: str) -> list[dict[str, Any]]:
@@ -168,9 +189,9 @@ class SiteRun:
         for old in self.host.glob(expect["output"]):
             old.unlink()
         submit = entry.get("submit", f"sbatch {entry['script']}")
-        waited = re.sub(r"^sbatch\b", "sbatch --wait", submit.strip())
+        waited = re.sub(r"^sbatch\b", "sitestack_sbatch_wait", submit.strip())
         assert waited != submit.strip(), f"{entry['id']}: the submission is not an sbatch line: {submit!r}"
-        code, out, err = self.shell_file(f".sitestack-{entry['id']}-submit.sh", f"{prelude}{waited}\n")
+        code, out, err = self.shell_file(f".sitestack-{entry['id']}-submit.sh", f"{prelude}{SBATCH_WAIT}{waited}\n")
         found = sorted(self.host.glob(expect["output"]), key=lambda p: p.stat().st_mtime)
         if not found:
             return [f"no output file {expect['output']} (sbatch exit {code})\n--- stdout\n{out}\n--- stderr\n{err}"]
