@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.slurm import SBATCH_WAIT
 from tests.test_site_commands_data import COUNTS, FILES, SITES, load, status
 from tests.twins import sites
 from tests.twins.provision import RunningTwin
@@ -29,27 +30,6 @@ RAN: dict[str, list[str]] = {}
 #: Per site, the ids not run because the twin left out the steps they need (``twin_tags``).
 LEFT_OUT: dict[str, list[str]] = {}
 JOB_TIMEOUT = 900
-#: ``sbatch --wait``, polling every 0.5 s: sbatch's own wait sleeps 2 s, then 8 s, then 32 s between its
-#: looks (SchedMD/slurm src/sbatch/sbatch.c: _job_wait, MAX_WAIT_SLEEP_TIME 32, while the sleep is under
-#: MinJobAge / 2, which tests/slurm.py sets to 600 s), so a job of 11 s was seen done after 42 s. The job's
-#: exit status as sbatch --wait gives it: its exit code, 1 when a signal ended it or Slurm forgot it.
-SBATCH_WAIT = r"""sitestack_sbatch_wait() {
-  local id state
-  id=$(command sbatch --parsable "$@") || return
-  id=${id%%;*}
-  echo "Submitted batch job $id"
-  while state=$(scontrol show job -o "$id" 2>/dev/null); do
-    case $state in
-      *JobState=PENDING*|*JobState=CONFIGURING*|*JobState=RUNNING*|*JobState=COMPLETING*|*JobState=SUSPENDED*|\
-      *JobState=REQUEUE*|*JobState=RESIZING*|*JobState=SIGNALING*|*JobState=STAGE_OUT*) sleep 0.5 ;;
-      *) break ;;
-    esac
-  done
-  [[ $state =~ ExitCode=([0-9]+):([0-9]+) ]] || return 1
-  [ "${BASH_REMATCH[2]}" = 0 ] || return 1
-  return "${BASH_REMATCH[1]}"
-}
-"""
 
 
 def entries(site: str) -> list[dict[str, Any]]:
@@ -181,7 +161,7 @@ class SiteRun:
         return [f"{p}\n--- stdout\n{out}\n--- stderr\n{err}" for p in self.expect(entry["expect"], code, out)]
 
     def job(self, entry: dict[str, Any], prelude: str, expect: dict[str, Any]) -> list[str]:
-        """Write the script, run the prelude and the submission (``sbatch --wait``: the job's exit
+        """Write the script, run the prelude and the submission (as ``sbatch --wait``, tests/slurm.py: the job's exit
         status), and check the newest output file matching ``expect.output``."""
         script = self.host / entry["script"]
         script.parent.mkdir(parents=True, exist_ok=True)
