@@ -26,6 +26,7 @@ import pytest
 from sitestack.engine import regression
 from sitestack.validation import history
 from tests.test_faults import HEALTHY_LIMIT, assert_fault, duty_cycle, run_job
+from tests.test_history_e2e import HOG_SESSION
 
 pytestmark = pytest.mark.integration
 
@@ -42,9 +43,10 @@ def cpu_seconds(pid: int) -> float:
 
 @pytest.fixture(scope="module")
 def cpu_hogs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """One ``while True: pass`` process per CPU this process may run on, running while the module's
-    tests run (each has used CPU time before the first test starts), killed afterwards."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in os.sched_getaffinity(0)]
+    """One ``while True: pass`` process per CPU this process may run on, each in a session of its own as
+    another user's process is (HOG_SESSION), running while the module's tests run (each has used CPU
+    time before the first test starts), killed afterwards."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], **HOG_SESSION) for _ in os.sched_getaffinity(0)]
     try:
         deadline = time.monotonic() + 30
         while not all(cpu_seconds(h.pid) > 0.05 for h in hogs):
