@@ -120,6 +120,13 @@ class Throttle:
         self.stop.set()
         self.thread.join()
 
+    @staticmethod
+    def signal(pids: list[int], sig: int) -> list[int]:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        return pids
+
     def pids(self) -> list[int]:
         found = []
         for entry in os.listdir("/proc"):
@@ -133,13 +140,16 @@ class Throttle:
         return found
 
     def loop(self) -> None:
+        # /proc is scanned while the rank is stopped, so the scan's time (long on a busy machine) adds
+        # to its stop, never to its run: it stays stopped at least half the time, however busy
+        pids: list[int] = []
         while not self.stop.is_set():
-            pids = self.pids()
-            for sig in (signal.SIGSTOP, signal.SIGCONT):
-                for pid in pids:
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, sig)
-                time.sleep(0.1)
+            end = time.monotonic() + 0.1
+            self.signal(pids, signal.SIGSTOP)                   # the ranks found before stop at once,
+            pids = self.signal(self.pids(), signal.SIGSTOP)     # then the scan, which finds one started since
+            time.sleep(max(0.0, end - time.monotonic()))
+            self.signal(pids, signal.SIGCONT)
+            time.sleep(0.1)
         for pid in self.pids():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGCONT)
