@@ -6,7 +6,7 @@ a CPU still fails the compute check, and its rate by the clock falls far below t
 none of this passes by judging nothing.
 
 Why they hold (docs/validation.md, docs/history.md): the compute check judges a CPU rank on its own
-CPU time (sitestack/validation/ddpcheck/compute.py: judged_rate), which another process's load does not
+CPU time (sitestack/onsite/ddpcheck/compute.py: judged_rate), which another process's load does not
 change while a stop or a quota does; the regression judgement compares by the clock, on purpose (a
 shared node slows the users' jobs too), but only with runs of the same stack and layout, and names a
 drop beyond the healthy runs' own spread."""
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.engine import regression
-from sitestack.validation import history
+from sitestack.onsite import history
 from tests.test_faults import HEALTHY_LIMIT, assert_fault, duty_cycle, run_job
 from tests.test_history_e2e import HOG_SESSION
 
@@ -64,7 +64,7 @@ def compute_records(result: dict) -> list[dict]:
 
 
 def record_of(result: dict, n: int) -> dict:
-    """The history record ``invoke validate`` would append for ``result`` (sitestack/validation/history.py)."""
+    """The history record ``invoke validate`` would append for ``result`` (sitestack/onsite/history.py)."""
     return history.record_from_result({**result, "job_id": f"hog-{n}"}, "validation", None)
 
 
