@@ -1,7 +1,7 @@
 """The checks that judge time, run while other processes keep every CPU of the machine busy (one busy
 loop per CPU, as another user's job or another test run on a shared node): a healthy job still passes
 every check, the compute check included; the regression judgement compares its compute rate with
-healthy runs made under the same load (like with like) and does not fail it; and a rank held to 10% of
+healthy runs made under the same load (like with like); and a rank held to 10% of
 a CPU still fails the compute check, and its rate by the clock falls far below the healthy runs', so
 none of this passes by judging nothing.
 
@@ -92,15 +92,19 @@ def test_a_healthy_job_passes_every_check_beside_a_cpu_hog(healthy) -> None:
 
 
 def test_regression_compares_a_healthy_run_with_runs_under_the_same_load(healthy) -> None:
-    """The compute rate is compared by the clock, but with healthy runs of the same stack and layout
-    made under the same load: the healthy run's is not a FAIL. (Its busbw and start-up are by the clock
-    too and are printed, not judged here: when other work comes and goes on the machine between the
-    runs, the history is where that shows, by design: docs/history.md.)"""
+    """The last healthy run is judged against the ones before it, all under the hogs: of the same stack
+    and layout, every one of them and only those, and named exactly where its rate by the clock fell
+    beyond their spread. The rate is by the clock on purpose (docs/history.md): other work that comes
+    or goes on the machine between the runs shows there, and can make a healthy run's comparison a
+    FAIL (seen: 31% below the median when the load average rose from 5 to 83 during the last run), so
+    this asserts the rule, not the outcome; the run's own verdict, which the compute check decides on
+    the ranks' CPU time, passed (test_a_healthy_job_passes_every_check_beside_a_cpu_hog)."""
     records = [record_of(run.result, n) for n, run in enumerate(healthy)]
     report = regression.judge(records[-1], records[:-1])
     compute = report["metrics"]["compute_min_gflops"]
-    assert compute["runs"] == HEALTHY_RUNS - 1, report   # every healthy run under the load, and only those
-    assert compute["status"] in ("ok", "warn"), report["lines"]
+    assert compute["runs"] == HEALTHY_RUNS - 1, report
+    named = compute["status"] in ("warn", "fail")
+    assert named == (compute["median"] - compute["value"] > compute["spread"]), report["lines"]
     print("\n".join(report["lines"]))
 
 
