@@ -20,6 +20,30 @@ from pathlib import Path
 
 from tests.ports import free_port, free_ports
 
+#: ``sitestack_sbatch_wait ARGS``: ``sbatch --wait ARGS``, looking every 0.5 s. sbatch's own wait sleeps
+#: 2 s, then 8 s, then 32 s between its looks while the sleep is under MinJobAge / 2 (SchedMD/slurm
+#: src/sbatch/sbatch.c: _job_wait, MAX_WAIT_SLEEP_TIME 32; this cluster's MinJobAge is 600 s), so a job
+#: of 1 s was seen done after 10 s and one of 12 s after 42 s. The same output ("Submitted batch job N",
+#: or the id alone with --parsable) and exit status: the job's exit code, 1 when a signal ended it or
+#: Slurm forgot it.
+SBATCH_WAIT = r"""sitestack_sbatch_wait() {
+  local id state parsable="" arg
+  for arg in "$@"; do [ "$arg" = --parsable ] && parsable=1; done
+  id=$(command sbatch --parsable "$@") || return
+  if [ -n "$parsable" ]; then echo "$id"; else echo "Submitted batch job ${id%%;*}"; fi
+  while state=$(scontrol show job -o "${id%%;*}" 2>/dev/null); do
+    case $state in
+      *JobState=PENDING*|*JobState=CONFIGURING*|*JobState=RUNNING*|*JobState=COMPLETING*|*JobState=SUSPENDED*|\
+      *JobState=REQUEUE*|*JobState=RESIZING*|*JobState=SIGNALING*|*JobState=STAGE_OUT*) sleep 0.5 ;;
+      *) break ;;
+    esac
+  done
+  [[ $state =~ ExitCode=([0-9]+):([0-9]+) ]] || return 1
+  [ "${BASH_REMATCH[2]}" = 0 ] || return 1
+  return "${BASH_REMATCH[1]}"
+}
+"""
+
 SLURMCTLD = shutil.which("slurmctld") or "/usr/sbin/slurmctld"
 SLURMD = shutil.which("slurmd") or "/usr/sbin/slurmd"
 
@@ -111,6 +135,11 @@ NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} {f"Gres={self.gres}" if
     def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
 
+    def sbatch_wait(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None,
+                    ) -> subprocess.CompletedProcess[str]:
+        """``sbatch --wait ARGS`` on this cluster, seeing the end within 0.5 s (:data:`SBATCH_WAIT`)."""
+        return sbatch_wait(*args, timeout=timeout, env={**os.environ, **self.env, **(env or {})})
+
     def start(self, timeout: float = 60) -> SlurmCluster:
         self.write_config()
         for daemon in (SLURMCTLD, SLURMD):
@@ -157,3 +186,9 @@ NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} {f"Gres={self.gres}" if
                 time.sleep(0.2)
             else:
                 os.kill(pid, signal.SIGKILL)
+
+
+def sbatch_wait(*args: str, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``sbatch --wait ARGS`` with ``env`` (a cluster's client environment), looking every 0.5 s."""
+    return subprocess.run(["bash", "-c", SBATCH_WAIT + 'sitestack_sbatch_wait "$@"', "sbatch", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)

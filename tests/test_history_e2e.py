@@ -22,6 +22,11 @@ pytestmark = pytest.mark.integration
 
 #: CPU-bound processes started while the injected run runs: four times the machine's two cores.
 HOGS = 8
+#: Each hog in a session of its own, as another user's process is: with the kernel's autogroup
+#: scheduling (sched(7), "The autogroup feature"; /proc/sys/kernel/sched_autogroup_enabled) the CPU is
+#: shared between sessions first, and the job's ranks run in the session the guard makes for its
+#: launcher, so eight hogs in this test's session would take no more from them than one.
+HOG_SESSION = {"start_new_session": True}
 
 
 @pytest.fixture
@@ -63,7 +68,7 @@ def test_an_oversubscribed_node_is_caught_against_the_healthy_runs(job):
     assert f"recorded in {job['prefix'] / 'history'}" in by_hand.stdout
     # recorded before the guard's last words, which still name the summary
     assert by_hand.stdout.splitlines()[-1].startswith("sitestack validation: PASSED, exit code 0; summary: ")
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], **HOG_SESSION) for _ in range(HOGS)]
     try:
         slow = validate(job, "--scheduler", "none", "--launcher", "torchrun")
     finally:
@@ -115,6 +120,13 @@ class Throttle:
         self.stop.set()
         self.thread.join()
 
+    @staticmethod
+    def signal(pids: list[int], sig: int) -> list[int]:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        return pids
+
     def pids(self) -> list[int]:
         found = []
         for entry in os.listdir("/proc"):
@@ -128,13 +140,16 @@ class Throttle:
         return found
 
     def loop(self) -> None:
+        # /proc is scanned while the rank is stopped, so the scan's time (long on a busy machine) adds
+        # to its stop, never to its run: it stays stopped at least half the time, however busy
+        pids: list[int] = []
         while not self.stop.is_set():
-            pids = self.pids()
-            for sig in (signal.SIGSTOP, signal.SIGCONT):
-                for pid in pids:
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, sig)
-                time.sleep(0.1)
+            end = time.monotonic() + 0.1
+            self.signal(pids, signal.SIGSTOP)                   # the ranks found before stop at once,
+            pids = self.signal(self.pids(), signal.SIGSTOP)     # then the scan, which finds one started since
+            time.sleep(max(0.0, end - time.monotonic()))
+            self.signal(pids, signal.SIGCONT)
+            time.sleep(0.1)
         for pid in self.pids():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGCONT)

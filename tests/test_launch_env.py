@@ -187,8 +187,7 @@ def test_tasks_per_node_in_a_batch_script(local_helpers: Path, slurm_cluster, tm
     script = tmp_path / "job.sh"
     script.write_text(f'#!/bin/sh\n. {local_helpers / "bin" / "sitestack-launch-env"}\n'
                       f'echo "$TASKS_PER_NODE ${{SLURM_TASKS_PER_NODE:-unset}}" > {tmp_path}/tasks\n')
-    out = slurm_cluster.run("sbatch", "--wait", "--nodes=1", *asked, f"--output={tmp_path}/out-%j", str(script),
-                            timeout=120)
+    out = slurm_cluster.sbatch_wait("--nodes=1", *asked, f"--output={tmp_path}/out-%j", str(script), timeout=120)
     assert out.returncode == 0, out.stderr + slurm_cluster.logs()
     got, slurm_value = (tmp_path / "tasks").read_text().split()
     assert got == tasks and slurm_value != "unset", (got, slurm_value)
@@ -268,8 +267,8 @@ def test_job_template_runs_on_the_cluster(local_helpers: Path, slurm_cluster, va
     module.parent.mkdir(parents=True, exist_ok=True)
     module.write_text(STAND_IN_MODULE.format(bin=Path(python).parent))
     (tmp_path / "train.py").write_text(TRAIN)
-    out = subprocess.run(["sbatch", "--wait", "--nodes=1", f"--chdir={tmp_path}", f"--output={tmp_path}/job.out", str(job)],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, **slurm_cluster.env, **env})
+    out = slurm_cluster.sbatch_wait("--nodes=1", f"--chdir={tmp_path}", f"--output={tmp_path}/job.out", str(job),
+                                    timeout=300, env=env)
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert out.returncode == 0, out.stderr + log + slurm_cluster.logs()
     lines = sorted(line for line in log.splitlines() if line.startswith("rank "))

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.slurm import SBATCH_WAIT
 from tests.test_site_commands_data import COUNTS, FILES, SITES, load, status
 from tests.twins import sites
 from tests.twins.provision import RunningTwin
@@ -160,7 +161,7 @@ class SiteRun:
         return [f"{p}\n--- stdout\n{out}\n--- stderr\n{err}" for p in self.expect(entry["expect"], code, out)]
 
     def job(self, entry: dict[str, Any], prelude: str, expect: dict[str, Any]) -> list[str]:
-        """Write the script, run the prelude and the submission (``sbatch --wait``: the job's exit
+        """Write the script, run the prelude and the submission (as ``sbatch --wait``, tests/slurm.py: the job's exit
         status), and check the newest output file matching ``expect.output``."""
         script = self.host / entry["script"]
         script.parent.mkdir(parents=True, exist_ok=True)
@@ -168,9 +169,9 @@ class SiteRun:
         for old in self.host.glob(expect["output"]):
             old.unlink()
         submit = entry.get("submit", f"sbatch {entry['script']}")
-        waited = re.sub(r"^sbatch\b", "sbatch --wait", submit.strip())
+        waited = re.sub(r"^sbatch\b", "sitestack_sbatch_wait", submit.strip())
         assert waited != submit.strip(), f"{entry['id']}: the submission is not an sbatch line: {submit!r}"
-        code, out, err = self.shell_file(f".sitestack-{entry['id']}-submit.sh", f"{prelude}{waited}\n")
+        code, out, err = self.shell_file(f".sitestack-{entry['id']}-submit.sh", f"{prelude}{SBATCH_WAIT}{waited}\n")
         found = sorted(self.host.glob(expect["output"]), key=lambda p: p.stat().st_mtime)
         if not found:
             return [f"no output file {expect['output']} (sbatch exit {code})\n--- stdout\n{out}\n--- stderr\n{err}"]

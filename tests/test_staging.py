@@ -11,8 +11,6 @@ the stack for real takes minutes and is tested in test_provision_local.py.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -52,8 +50,7 @@ def staged(tmp_path_factory, validation_python) -> dict:
 
 
 def sbatch(cluster, script: Path, out: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
-    result = subprocess.run(["sbatch", "--wait", "--parsable", "--ntasks=2", f"--output={out}", str(script)],
-                            capture_output=True, text=True, timeout=600, env={**os.environ, **cluster.env, **(env or {})})
+    result = cluster.sbatch_wait("--parsable", "--ntasks=2", f"--output={out}", str(script), timeout=600, env=env)
     log = out.read_text() if out.exists() else ""
     job = int(result.stdout.strip().split(";")[0]) if result.stdout.strip() else -1
     return result.returncode, f"job {job}\n{log}{result.stderr}" if result.returncode else log

@@ -259,8 +259,8 @@ def test_the_time_limit_is_the_jobs_time_left(slurm_cluster, tmp_path, submit, w
                              env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
         log = out.stdout
     else:
-        out = slurm_cluster.run("sbatch", "--wait", f"--output={tmp_path}/job.out", f"--chdir={tmp_path}", *submit,
-                                str(script), timeout=120)
+        out = slurm_cluster.sbatch_wait(f"--output={tmp_path}/job.out", f"--chdir={tmp_path}", *submit, str(script),
+                                        timeout=120)
         assert out.returncode == 0, out.stderr + slurm_cluster.logs()
         log = (tmp_path / "job.out").read_text()
     found = re.search(r"limit=(\d+) deadline_in=(\d+) from=(.*)", log)

@@ -445,6 +445,10 @@ echo "fake job ran with ranks=${SITESTACK_RANKS_PER_NODE:-unset}"
 mkdir -p "$SITESTACK_VALIDATION_OUT"
 printf '""" + FAKE_RESULT + """' "${FAKE_VERDICT:-passed}" "${FAKE_VERDICT:-passed}" \\
   > "$SITESTACK_VALIDATION_OUT/result.json"
+# the job's last words, as its guard says them (ddpcheck/guard.py): validate reads the result once it
+# sees them, and waits up to RESULT_WAIT (45 s) for a job that never says them
+verdict="${FAKE_VERDICT:-passed}"
+echo "sitestack validation: ${verdict^^}, exit code ${FAKE_RC:-0}; summary: $SITESTACK_VALIDATION_OUT/summary.md"
 exit "${FAKE_RC:-0}"
 """
 
@@ -485,7 +489,9 @@ def test_validate_without_a_scheduler_runs_the_script_through_the_host(tmp_path,
     monkeypatch.setenv("FAKE_RC", "0")
     assert v.validate(site, options, Reporter()).code == 1
     monkeypatch.setenv("SITESTACK_VALIDATION_OUT", "ignored")
-    (tmp_path / "prefix" / "validation" / "jobs" / "validate-torchrun.sbatch").write_text("echo broken; exit 2\n")
+    # a script that fails before the guard: the job's own last line (job.sbatch.j2) still ends its log
+    (tmp_path / "prefix" / "validation" / "jobs" / "validate-torchrun.sbatch").write_text(
+        "echo broken; echo 'sitestack validation: no summary was written (exit code 2): see the messages above'; exit 2\n")
     with pytest.raises(SitestackError, match=r"left no result .*exit code 2.*\n.*broken"):
         v.validate(site, options, Reporter())
 
