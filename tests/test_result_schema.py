@@ -17,13 +17,14 @@ from sitestack.core.report import Reporter
 from sitestack.engine import validate
 from sitestack.onsite import result_schema
 from sitestack.onsite.ddpcheck import faults, verdicts
+from sitestack.onsite.ddpcheck.checks import CHECKS
 from tests.conftest import REPO
 
 
 def built(**overrides: object) -> dict:
     """A finished run's result as rank 0 builds it (two passed checks, the rest skipped)."""
     checks = [{"name": n, "status": "passed" if n in ("environment", "ddp") else "skipped", "summary": "ok",
-               "details": {}, "seconds": 1.5} for n in verdicts.CHECKS]
+               "details": {}, "seconds": 1.5} for n in CHECKS]
     fields = {"site": "local", "job_id": "7", "launcher": "mpiexec", "job_launcher": "mpiexec", "started": 1764000000.0,
               "backend": "gloo", "device": "cpu", "world_size": 2, "hosts": ["vm"], "torch": "2.13.0",
               "verdict": verdicts.verdict(checks), "checks": checks, "fault": None, "ranks": [{"rank": 0}],
