@@ -263,7 +263,7 @@ def test_summary_lists_each_file_with_the_ranks_that_mapped_it():
 
 def job_with_manifest(job: dict, tmp_path: Path, more: dict[str, list[str]] | None = None) -> tuple[Path, str]:
     """check-config.json of the installed job naming a manifest whose ``libraries`` come from a real scan
-    of the job's Python (programs/venv_scan.py, as install-venv scans a stack), and ``more``; its site-packages."""
+    of the job's Python (onsite/venv_scan.py, as install-venv scans a stack), and ``more``; its site-packages."""
     sp = subprocess.run([job["python"], "-c", "import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))"],
                         capture_output=True, text=True, check=True).stdout.strip()
     scan = json.loads(subprocess.run([job["python"], str(SCAN_PROGRAM), sp], capture_output=True, text=True,

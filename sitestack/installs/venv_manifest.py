@@ -224,7 +224,7 @@ LIBRARY_PACKAGES = ("horovod", "mpi4py", "numpy", "torch")
 class Bundled:
     """A communication library a distribution of the environment ships: ``kind`` (of ``ddpcheck/libraries.py``
     ``LIBRARIES``), the distributions that ship it (``dists``, a glob of normalised names) and its files (``files``,
-    a glob relative to site-packages, which the scan is asked for: ``programs/venv_scan.py``)."""
+    a glob relative to site-packages, which the scan is asked for: ``onsite/venv_scan.py``)."""
 
     kind: str
     dists: str

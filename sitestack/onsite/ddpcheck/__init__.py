@@ -35,10 +35,10 @@ Checks, in order:
 12. ``horovod``: an allreduce through Horovod where Horovod is part of the stack.
 
 The program needs torch; mpi4py, Horovod and matplotlib are used when present. It needs
-nothing of sitestack: this package is installed on the site as ``ddpcheck/`` beside its entry
-point ``ddp_check.py``, ``ddp_report.py`` (and its ``report_plot.py``), ``nccl_log.py`` (and its
-``nccl_lines.py``, ``nccl_parse.py``, ``nccl_nodes.py`` and ``visible.py``) and ``hostlist.py`` (:mod:`.siblings`), and
-runs in the site's Python
+nothing of sitestack: it is part of the on-site package (:mod:`sitestack.onsite`), installed in
+the job directory as ``onsite/ddpcheck/`` with the modules it imports relatively (the report, the
+NCCL log reader, the history, the host-list parser, :mod:`..fileio`, :mod:`..visible`) and run by
+the launcher ``ddp_check.py`` beside ``onsite/``; it runs in the site's Python
 (a container, a conda env, a venv).
 
 Its modules, one concern each: :mod:`.ranks` (ranks under every launcher), :mod:`.devices`,
