@@ -49,8 +49,11 @@ def run_driver(program: Path, tmp_path: Path, launcher: list[str], env: dict[str
 
 
 def test_points_take_free_ports_of_their_own_range_never_the_next_jobs(program: Path, tmp_path: Path):  # noqa: F811
-    job_id = 8
-    first = pointenv.PORT_BASE + job_id * pointenv.PORT_BLOCK   # where point p00 of job 8 starts looking
+    # a job whose block nothing on this node holds now: an earlier sweep's sockets may hold another block
+    # in TIME_WAIT for a minute, and the driver rightly steps over those too
+    job_id = next(j for j in range(1, pointenv.PORT_SPAN // pointenv.PORT_BLOCK) if not any(
+        pointenv.port_taken(pointenv.PORT_BASE + j * pointenv.PORT_BLOCK + i) for i in range(10)))
+    first = pointenv.PORT_BASE + job_id * pointenv.PORT_BLOCK   # where point p00 of the job starts looking
     with socket.socket() as held:   # another job's rank holds that port on this node
         held.bind(("0.0.0.0", first))
         held.listen()
