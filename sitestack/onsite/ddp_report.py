@@ -30,11 +30,8 @@ from .report_markdown import startup_lines as startup_lines
 from .report_markdown import threads_text as threads_text
 from .report_plot import human_bytes as human_bytes
 from .report_plot import render_plot
-from .result_schema import Result
+from .result_schema import MAX_BYTES, Result
 from .visible import one_line as one_line
-
-#: The most bytes of a result.json read (a result of thousands of ranks is a few MiB).
-RESULT_MAX = 64 << 20
 
 
 def verdict_table(result: Mapping[str, Any]) -> str:
@@ -81,10 +78,10 @@ def write_report(result: Result | dict[str, Any], out: str) -> None:
 
 
 def read_result(path: str) -> tuple[dict[str, Any] | None, str]:
-    """The result in ``path``, or None and why it cannot be one (missing, larger than :data:`RESULT_MAX`,
-    not JSON, not a result)."""
+    """The result in ``path``, or None and why it cannot be one (missing, larger than
+    :data:`~.result_schema.MAX_BYTES`, the cap every reader of result.json keeps; not JSON, not a result)."""
     try:
-        data = read_json(path, RESULT_MAX)
+        data = read_json(path, MAX_BYTES)
     except ReadError as exc:
         return None, str(exc)
     checks = data.get("checks")
