@@ -24,9 +24,9 @@ def calls(tree: ast.Module, attr: str) -> list[ast.Call]:
 def test_one_atomic_writer_in_controller_code():
     """os.replace (the rename that makes a write atomic) only in core/files.py; everything else writes
     through it (Host.write_text, the caches, user_file)."""
-    found = sorted(path for path, tree in controller_modules().items() if calls(tree, "replace")
-                   and any(isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-                           and c.func.value.id == "os" for c in calls(tree, "replace")))
+    found = sorted(path for path, tree in controller_modules().items()
+                   if any(isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                          and c.func.value.id == "os" for c in calls(tree, "replace")))
     assert found == ["sitestack/core/files.py"], found
 
 
