@@ -109,7 +109,10 @@ class Reader:
         updates hold no newline: an NCCL warning after them is a line of its own)."""
         line, over = b"", False  # the line not ended yet (at most LINE_MAX bytes), whether it was longer
         while not self.full and (block := handle.read(SKIP_PIECE)):
-            *ended, rest = _LINE_END.split(block)
+            if b"\n" not in block and b"\r" not in block:  # memchr, not the pattern: GiB/s on a line with no end
+                ended, rest = [], block
+            else:
+                *ended, rest = _LINE_END.split(block)
             for part in ended:
                 self._bytes(line if over else line + part, over)
                 line, over = b"", False
