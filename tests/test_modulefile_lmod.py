@@ -189,6 +189,21 @@ def test_site_module_files_load_and_unload_with_lmod(site: str, fmt: str, tmp_pa
         assert not [m for m in after.get("LOADEDMODULES", "").split(":") if m]  # dependencies unloaded too
 
 
+def test_module_spider_names_the_stack_that_provides_a_python_package(tmp_path: Path):
+    """``module spider mpi4py`` (real Lmod, no spider cache) names the stack module as well as mpi4py's
+    own: the stack's Lua file declares its Python packages with ``extensions()``; a package the stack
+    does not have is not found."""
+    ctx = offline_context(pb.load("frontier"), home="/home/alice", user="alice", account="proj123")
+    root, stubs = tmp_path / "modules", tmp_path / "site-modules"
+    write_site_modules(ctx, "lua", root, stubs)
+    script = f". {LMOD_INIT}/bash\nmodule use {shlex.quote(str(root))}\n" \
+             "module --ignore_cache spider torchvision 2>&1\necho =====\nmodule --ignore_cache spider tensorflow 2>&1\n"
+    out = shell(["bash", "-c"], script, clean_env())
+    provided, missing = out.stdout.split("=====\n")
+    assert "torchvision/0.17.2" in provided and "pytorch/2.2.2-rocm5.7" in provided, provided
+    assert "pytorch" not in missing and "Unable to find" in missing, missing
+
+
 # -- installing: modes, atomic writes, diffs, order ----------------------------------------------------------
 def test_install_gives_a_plus_rx_and_no_group_or_world_write(local_stack, tmp_path: Path):
     root = tmp_path / "modules"

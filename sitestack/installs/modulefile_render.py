@@ -60,6 +60,10 @@ class ModuleSpec:
     #: under a comment line that cites its evidence (sitestack/installs/tuned.py, docs/tuning.md)
     tuned: tuple[tuple[str, Text, str], ...] = ()
     help: str = ""
+    #: the Python packages it provides (name, version), declared with Lmod's ``extensions()`` so that
+    #: ``module spider mpi4py`` names this module, as EasyBuild 5 writes them by default
+    #: (https://lmod.readthedocs.io/en/latest/330_extensions.html; Lmod 8.2.8 and later, Lua files only)
+    extensions: tuple[tuple[str, str], ...] = ()
     data: Mapping[str, Any] = field(default_factory=dict)
     #: (variable, link): the module resolves the link (a stack's stable path) to its generation once, when
     #: loaded, keeps it in the variable while loaded, and its paths say :func:`~sitestack.installs.

@@ -76,6 +76,8 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
     built_lines = [f"{b.recipe} {b.version} ({b.dest})" for b in built if not is_plugin(b, facts)]
     built_lines += [f"{b.recipe} {b.version} (module {b.module_name})" for b in built if is_plugin(b, facts)]
     own = [b.recipe for b in built if not is_plugin(b, facts)]
+    provides = (("torch", torch.version), *sorted(torch.packages.items()),
+                *((b.recipe, b.version) for b in built if not is_plugin(b, facts)))
     description = f"{summary}: {', '.join(['torch', *sorted(torch.packages)])}" + (
         f"; built for the site: {', '.join(own)}" if own else "")
     data = {
@@ -96,7 +98,7 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
                 ("Description", description), ("URL", "https://pytorch.org")),
         requires=needs, autoload=autoload, family=family_name(stack.family), paths=tuple(paths), env=tuple(env),
-        defaults=tuple(defaults), data=data,
+        defaults=tuple(defaults), data=data, extensions=provides,
         # the job keeps the generation it loaded (docs/operating.md)
         generation=(generation_var(stack), stack.path))
 

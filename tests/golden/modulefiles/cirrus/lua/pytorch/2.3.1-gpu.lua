@@ -8,6 +8,9 @@ whatis("Category: machine learning")
 whatis("Description: PyTorch 2.3.1 (cu121) stack for cirrus: torch, torchaudio, torchtext, torchvision; built for the site: mpi4py, horovod")
 whatis("URL: https://pytorch.org")
 
+-- the Python packages it provides: `module spider NAME` names this module
+extensions("torch/2.3.1, torchaudio/2.3.1, torchtext/0.18.0, torchvision/0.18.1, mpi4py/4.1.2, horovod/0.28.1")
+
 help([[
 PyTorch 2.3.1 (cu121) stack for cirrus.
 Cirrus legacy GPU nodes (EPCC), 4x NVIDIA V100-SXM2-16GB + 2x 20-core Xeon Cascade Lake per node, InfiniBand

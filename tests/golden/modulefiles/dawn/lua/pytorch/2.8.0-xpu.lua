@@ -8,6 +8,9 @@ whatis("Category: machine learning")
 whatis("Description: PyTorch 2.8.0 (xpu) stack for dawn: torch, torchaudio, torchvision; built for the site: mpi4py, horovod")
 whatis("URL: https://pytorch.org")
 
+-- the Python packages it provides: `module spider NAME` names this module
+extensions("torch/2.8.0, torchaudio/2.8.0, torchvision/0.23.0, mpi4py/4.1.2, horovod/0.28.1")
+
 help([[
 PyTorch 2.8.0 (xpu) stack for dawn.
 Dawn (CSD3), Dell XE9640, 4x Intel Data Center GPU Max 1550 (8 stacks) + 2x Xeon Sapphire Rapids per node, 4 NICs

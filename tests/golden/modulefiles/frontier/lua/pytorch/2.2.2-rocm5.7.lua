@@ -8,6 +8,9 @@ whatis("Category: machine learning")
 whatis("Description: PyTorch 2.2.2 (rocm5.7) stack for frontier: torch, torchaudio, torchvision; built for the site: mpi4py, horovod")
 whatis("URL: https://pytorch.org")
 
+-- the Python packages it provides: `module spider NAME` names this module
+extensions("torch/2.2.2, torchaudio/2.2.2, torchvision/0.17.2, mpi4py/4.1.2, horovod/0.28.1")
+
 help([[
 PyTorch 2.2.2 (rocm5.7) stack for frontier.
 Frontier, HPE Cray EX235a, 4x AMD MI250X (8 GCDs) + 64-core EPYC per node, Slingshot-11 (4x200 Gb/s)

@@ -8,6 +8,9 @@ whatis("Category: machine learning")
 whatis("Description: PyTorch 2.7.1 (rocm6.2.4) stack for lumi: torch, torchaudio, torchvision; built for the site: mpi4py, horovod")
 whatis("URL: https://pytorch.org")
 
+-- the Python packages it provides: `module spider NAME` names this module
+extensions("torch/2.7.1, torchaudio/2.7.1, torchvision/0.22.1, mpi4py/4.1.2, horovod/0.28.1")
+
 help([[
 PyTorch 2.7.1 (rocm6.2.4) stack for lumi.
 LUMI-G, HPE Cray EX, 4x AMD MI250X (8 GCDs) + 64-core EPYC Trento per node, Slingshot-11 (4x200 Gb/s)
