@@ -16,6 +16,7 @@ import tarfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -177,6 +178,26 @@ def test_control_characters_are_refused_in_values_and_keys(char: str):
         schema.build(Data, {"name": f"a{char}b"}, "f.yml")
     with pytest.raises(InputError, match=r"(?s)f\.yml:1: env\.K.*: key contains"):
         schema.build(Data, {"env": {f"K{char}": "v"}}, "f.yml")
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A schema of the tests: one field with a fixed set of values."""
+    runtime: Literal["singularity", "apptainer"] = "singularity"
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("shifter", "not 'shifter'"), ("apptainr", "not 'apptainr' (did you mean 'apptainer'?)"),
+    (3, "not an integer (3)"), (None, "not nothing (null)")])
+def test_a_value_outside_a_choice_is_shown_as_it_is_with_the_closest_choice(value: object, said: str):
+    """A string that is none of the choices is shown as it is, not described as "a string" (which it
+    is), with the closest choice when one is close; a value of another type is named by its type."""
+    from sitestack.core import schema
+    from sitestack.core.errors import InputError
+
+    with pytest.raises(InputError) as raised:
+        schema.build(Choice, {"runtime": value}, "f.yml")
+    assert str(raised.value).endswith(f"f.yml:1: runtime: must be one of 'singularity', 'apptainer', {said}"), raised.value
 
 
 # -- redaction ----------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ and argv items that never meet a shell) may hold several lines. Numbers must be 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import re
@@ -73,6 +74,18 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+def _not_a_choice(choices: tuple[Any, ...], value: Any) -> str:
+    """Why ``value`` is none of ``choices``: a value of the choices' own type is shown as it is (the
+    type is right, the value is not) with the closest choice when one is close; another type is named."""
+    shown = ", ".join(repr(c) for c in choices)
+    if not any(type(c) is type(value) for c in choices):
+        return f"must be one of {shown}, not {_describe(value)}"
+    close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1) \
+        if isinstance(value, str) else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"must be one of {shown}, not {value!r}{hint}"
+
+
 _NO_META: Mapping[str, Any] = types.MappingProxyType({})
 
 
@@ -95,8 +108,7 @@ def _convert(tp: Any, value: Any, where: _Where, meta: Mapping[str, Any] = _NO_M
     if origin is Literal:
         choices = get_args(tp)
         if value not in choices:
-            shown = ", ".join(repr(c) for c in choices)
-            raise where.error(f"must be one of {shown}, not {_describe(value)}")
+            raise where.error(_not_a_choice(choices, value))
         return value
     if origin is tuple:
         (item_type, _ellipsis) = get_args(tp)
