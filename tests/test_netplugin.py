@@ -197,6 +197,23 @@ def test_a_bad_package_argument_is_refused_when_the_playbook_is_loaded(tmp_path:
         pb.load(None, tmp_path / "lo.yml")
 
 
+def test_a_plugin_step_with_no_toolkit_to_build_for_is_refused_when_the_playbook_is_loaded(tmp_path: Path):
+    """A site with neither facts.rocm nor facts.cuda (an NVIDIA site that has not said its CUDA) and a
+    plugin step naming no release: refused at load, naming the file, the step's line and the step, not
+    when the step runs. Naming the release in the step is enough."""
+    text = (PLAYBOOK_DIR / "local.yml").read_text().replace("site: local", "site: lo")
+    plugin = "  - name: net-plugin\n    action: recipe-install\n    args:\n      recipe: aws-ofi-rccl\n"
+    (tmp_path / "lo.yml").write_text(text.replace("  - name: mpi4py\n", plugin + "  - name: mpi4py\n", 1))
+    line = text.index("  - name: mpi4py\n")
+    line = text[:line].count("\n") + 1
+    with pytest.raises(SitestackError, match=rf"lo\.yml:{line}: .*step 'net-plugin': builds the network plugin, but the "
+                                             r"site has neither facts\.rocm nor facts\.cuda"):
+        pb.load(None, tmp_path / "lo.yml")
+    given = plugin + "      package: {cuda: '13.0'}\n"
+    (tmp_path / "lo.yml").write_text(text.replace("  - name: mpi4py\n", given + "  - name: mpi4py\n", 1))
+    assert [s.name for s in pb.load(None, tmp_path / "lo.yml").steps if s.name == "net-plugin"] == ["net-plugin"]
+
+
 def test_a_source_directory_is_packed_reproducibly(tmp_path: Path):
     tree = tmp_path / "src"
     (tree / "m4").mkdir(parents=True)

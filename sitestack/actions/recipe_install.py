@@ -131,7 +131,7 @@ class RecipeInstall(Action):
     def site_problem(cls, args: Any, facts: Any, options: Any = None) -> str | None:
         """The recipe's hooks decide (:meth:`PackageHooks.site_problem`): e.g. a network plugin built on
         the host for a stack that uses its container's own plugin."""
-        return hooks_for(args.recipe).site_problem(facts, args.python or getattr(options, "python", None))
+        return hooks_for(args.recipe).site_problem(facts, args.python or getattr(options, "python", None), args.package)
 
     def __init__(self, spec: Any, args: Any, ctx: RunContext) -> None:
         options = ctx.options

@@ -224,10 +224,18 @@ class PluginHooks(PackageHooks):
     given_source = True   # its forks often have no release tarball with a known sum: --source
 
     @classmethod
-    def site_problem(cls, facts: Facts, python: str | None) -> str | None:
+    def site_problem(cls, facts: Facts, python: str | None, package: Mapping[str, Any] | None = None) -> str | None:
         """A stack run in a container that uses the image's own plugin (``container.net_plugin:
         container``) never loads a plugin built on the host: refused, so that provisioning neither
-        builds what nobody uses nor stops on a ROCm tree that is only inside the image."""
+        builds what nobody uses nor stops on a ROCm tree that is only inside the image. A site with
+        no toolkit to build for (neither facts.rocm nor facts.cuda, nor a release in ``package``) is
+        refused here too, when the playbook is loaded, not when the step runs."""
+        given = package or {}
+        if facts.rocm is None and facts.cuda is None and not given.get("rocm") and not given.get("cuda"):
+            return ("builds the network plugin, but the site has neither facts.rocm nor facts.cuda, so there is no "
+                    "toolkit to build it for: add `rocm: {version: ..., home: ...}` (RCCL) or `cuda: {version: ..., "
+                    "home: ...}` (NCCL) under facts:, or name the release in the step (package: {rocm: X} or "
+                    "{cuda: X})")
         c = facts.container
         if facts.python.source == "container" and c is not None and c.net_plugin == "container":
             return ("builds the RCCL network plugin on the host, but the stack runs in the container with the "

@@ -83,11 +83,11 @@ class PackageHooks:
         self.args = args
 
     @classmethod
-    def site_problem(cls, facts: Facts, python: str | None) -> str | None:
+    def site_problem(cls, facts: Facts, python: str | None, package: Mapping[str, Any] | None = None) -> str | None:
         """Why building this package on the host contradicts the site's facts (None: it does not).
         Asked when the playbook is loaded and before a build task connects, so a step the site
         could never use is refused by name before anything is built. ``python``: the interpreter the
-        step (or the run's --python) names, if any."""
+        step (or the run's --python) names, if any; ``package``: the step's ``package:`` arguments."""
         return None
 
     def install_args(self) -> Mapping[str, str | None]:

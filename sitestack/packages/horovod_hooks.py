@@ -84,7 +84,7 @@ class HorovodHooks(PackageHooks):
     Args = HorovodArgs
 
     @classmethod
-    def site_problem(cls, facts: Facts, python: str | None) -> str | None:
+    def site_problem(cls, facts: Facts, python: str | None, package: Mapping[str, Any] | None = None) -> str | None:
         """Where the site's torch is inside its image (``python.source: container``), its interpreter
         (facts.python.executable) is not on the host: a host build without a ``python:`` of its own
         would run a path that exists only in the image. Horovod for such a stack must be built inside
