@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -102,6 +103,27 @@ def test_container_image_copy_link_and_sha256(lumi: dict) -> None:
     for script in [p for p in (prefix / "runscripts").rglob("*") if p.is_file()]:
         assert subprocess.run(["bash", "-n", str(script)] if script.name.startswith("conda-python") else
                               [sys.executable, "-m", "py_compile", str(script)]).returncode == 0
+
+
+def test_a_stack_whose_image_is_gone_fails_only_its_own_steps(lumi: dict) -> None:
+    """The seed stack's archived image is not on this host (as when LUMI removes it): check mode says
+    that step would fail, naming the image, and plans the rest; applying, the seed stack's steps fail
+    or are skipped, and the current stack's image and the steps of no stack after them still run."""
+    tmp, prefix, source = lumi["tmp"], lumi["prefix"], lumi["source"]
+    facts = {"marker": None, "prefix": str(prefix), "node": {"local_scratch": str(tmp / "scratch")},
+             "container": {"source": str(source), "image": "{prefix}/container/lumi.sif", "bind": [str(lumi["data"])]}}
+    book = playbook_copy(tmp / "with-seed", "lumi", facts=facts)
+    checked = provision(book, prefix, "--check")
+    assert checked.returncode == 1 and "changed  container-image" in checked.stdout, checked.stdout
+    assert re.search(r"failed   seed-container-image: would fail: no such image: /appl/\S+\.sif", checked.stdout), \
+        checked.stdout
+    applied = run_invoke("provision", "--site", "lumi", "--playbook", str(book), "--prefix", str(prefix),
+                         "--tags", "container,launch", "--account", "proj123",
+                         env={"SITESTACK_LOG_DIR": str(tmp / "logs")})
+    assert applied.returncode == 1, applied.stdout
+    assert "changed  container-image" in applied.stdout and "changed  launch-helpers" in applied.stdout, applied.stdout
+    assert re.search(r"failed   seed-container-image: no such image", applied.stdout), applied.stdout
+    assert (prefix / "container" / "lumi.sif").is_file() and (prefix / "bin" / "sitestack-launch-env").is_file()
 
 
 def lumi_module(playbook: Path, prefix: Path, root: Path) -> None:

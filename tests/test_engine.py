@@ -104,6 +104,31 @@ def test_failed_step_stops_the_host_and_skips_the_rest():
     assert "/c" not in host.files
 
 
+def scoped(step: Step, scope: str) -> Step:
+    step.scope = scope
+    return step
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_failed_step_of_a_scope_skips_only_that_scope(concurrency: int):
+    """A further stack whose step fails (its image gone from the site) skips its own later steps only:
+    the other stack's steps and the steps of no scope after it still run, handlers too; the failure of
+    a step of no scope still stops everything after it."""
+    host = FakeHost()
+    steps = [FileStep("a", "/a", "x", notify=["h"]), scoped(FailingStep("seed-image", "/s1", "y"), "stack seed"),
+             scoped(FileStep("other-venv", "/o", "o"), "stack other"), scoped(FileStep("seed-venv", "/s2", "z"), "stack seed"),
+             FileStep("helpers", "/helpers", "h")]
+    for step in steps:
+        step.concurrent = True
+    results = converge(steps, host, handlers=[CountingHandler("h", "/h", "")], concurrency=concurrency)
+    assert statuses(results) == [("a", "changed"), ("seed-image", "failed"), ("other-venv", "changed"),
+                                 ("seed-venv", "skipped"), ("helpers", "changed"), ("h", "changed")]
+    assert results[3].message == "not run: an earlier step of stack seed failed" and "/s2" not in host.files
+    host = FakeHost()
+    results = converge([FailingStep("main", "/m", "x"), scoped(FileStep("seed-venv", "/s2", "z"), "stack seed")], host)
+    assert statuses(results) == [("main", "failed"), ("seed-venv", "skipped")]
+
+
 def test_failure_on_one_host_leaves_another_alone():
     good, bad = FakeHost("good"), FakeHost("bad")
     bad.files["/b"] = "x"

@@ -46,6 +46,8 @@ class Action(Step):
         self.args = args
         self.ctx = ctx
         self.concurrent = spec.concurrent if spec.concurrent is not None else self.independent(args)
+        # a step of a further stack (``stack:``) fails that stack only (core/step.py, Step.scope)
+        self.scope = f"stack {spec.stack}" if spec.stack else None
 
     @classmethod
     def independent(cls, args: Any) -> bool:

@@ -64,8 +64,14 @@ class ContainerImage(Action):
         return out.stdout.strip() if out.ok else None
 
     def pending(self, host: Host) -> str | None:
+        """Why the image or the run scripts need installing; SitestackError where the source is gone from
+        the site (an archived image removed): that fails this step (and, of a further stack, only that
+        stack's steps: core/step.py), in check mode too, rather than planning a copy of nothing."""
         c = self.container
         reasons = []
+        if self._source_stat(host) is None:
+            raise SitestackError(f"no such image: {self.source} (facts.container.source) is not on the host; "
+                                 "the site may have removed or archived it: point the stack at an image it has")
         stamp = host.read_json(self.stamp)
         if c.install == "link":
             if host.probe(["readlink", "--", self.image]).stdout.strip() != self.source:

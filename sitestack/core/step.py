@@ -15,6 +15,11 @@ Applying with ``concurrency`` above 1, neighbouring steps that declare themselve
 read, e.g. two source builds) run at the same time, at most ``concurrency`` at once; any
 other step waits for every earlier one and runs alone. Results are still reported in the
 steps' order, and a failure ends the run as it does one step at a time.
+
+A step may belong to a scope (:attr:`Step.scope`: a playbook's further stack, ``stack: seed``). Its
+failure ends only its scope: the later steps of that scope are skipped, the others still run (one
+stack whose image is gone from the site leaves the other stacks, the launch helpers and the packed
+env to be installed), and handlers still run. A failed step of no scope ends the whole run.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ class Step:
     #: May run at the same time as the neighbouring steps that may too (applying, with cores to
     #: spare): it neither reads what they make nor makes what they read. Default: it runs alone.
     concurrent: bool = False
+    #: What the step belongs to (a playbook's further stack), or None: the whole run. A failure stops
+    #: only the later steps of its own scope; one of no scope stops every later step.
+    scope: str | None = None
 
     def describe(self) -> str:
         """What the step makes true, as a short phrase (used when it cannot probe)."""
@@ -106,7 +114,8 @@ def converge(
     - ``check``: nothing is applied (``host`` should be read-only too); pending steps are
       reported as ``changed`` with "would ...". A failure does not end the plan.
     - Applying, a failed step ends the run on this host: the remaining steps are ``skipped``
-      and handlers do not run.
+      and handlers do not run; a failed step of a scope (:attr:`Step.scope`) skips only the
+      remaining steps of that scope.
     - After ``apply``, ``pending`` must return None, else the step failed.
     - ``not_probed``: a reason the host cannot be probed at all (not the site's host): in
       check mode every step is planned unprobed; applying, every step fails with it.
@@ -128,7 +137,7 @@ def converge(
         for step in steps:
             together = run.pool is not None and step.concurrent
             run.make_room() if together else run.drain()
-            reason = _skip_reason(step, tags, skip_tags, stopped=run.stopped, gate=gate)
+            reason = _skip_reason(step, tags, skip_tags, stopped=run.stopped_for(step), gate=gate)
             if reason is not None:
                 run.queue.append((step, Result(step.name, "skipped", reason)))
             elif together:
@@ -155,8 +164,9 @@ class _Run:
         self.results: list[Result] = []
         self.notified: dict[str, str] = {}
         self.stopped = False
+        self.failed_scopes: set[str] = set()
         self.queue: deque[tuple[Step, Result | concurrent.futures.Future[Result]]] = deque()
-        self.running: set[concurrent.futures.Future[Result]] = set()
+        self.running: dict[concurrent.futures.Future[Result], Step] = {}
         self.pool = (concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="step")
                      if workers > 1 else None)
 
@@ -169,16 +179,33 @@ class _Run:
         assert self.pool is not None
         future = self.pool.submit(_run_one, step, self.host, check=self.check, want_diff=self.want_diff,
                                   not_probed=self.not_probed)
-        self.running.add(future)
+        self.running[future] = step
         self.queue.append((step, future))
+
+    def failed(self, step: Step) -> None:
+        """``step`` failed: its scope ends, or, of no scope, the run (applying; checking goes on)."""
+        if self.check:
+            return
+        if step.scope is None:
+            self.stopped = True
+        else:
+            self.failed_scopes.add(step.scope)
+
+    def stopped_for(self, step: Step) -> str | None:
+        """Why ``step`` must not run after a failure (None: it may)."""
+        if self.stopped:
+            return "not run: an earlier step failed"
+        if step.scope is not None and step.scope in self.failed_scopes:
+            return f"not run: an earlier step of {step.scope} failed"
+        return None
 
     def _wait(self, until: str) -> None:
         """Wait for one running step to end (``until`` FIRST_COMPLETED) or all; a failure stops the run."""
         done, _ = concurrent.futures.wait(self.running, return_when=until)
         for future in done:
-            self.running.discard(future)
-            if future.result().status == "failed" and not self.check:
-                self.stopped = True
+            step = self.running.pop(future)
+            if future.result().status == "failed":
+                self.failed(step)
 
     def make_room(self) -> None:
         """Report what has ended, and wait until fewer than ``workers`` steps run."""
@@ -205,8 +232,8 @@ class _Run:
             if entry.status == "changed":
                 for target in step.notify:
                     self.notified.setdefault(target, step.name)
-            if entry.status == "failed" and not self.check:
-                self.stopped = True
+            if entry.status == "failed":
+                self.failed(step)
 
     def handlers(self, handlers: Sequence[Step]) -> None:
         """Run each notified handler once, in its declared order, one after the other."""
@@ -230,13 +257,13 @@ class _Run:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _skip_reason(step: Step, tags: Sequence[str], skip_tags: Sequence[str], *, stopped: bool,
+def _skip_reason(step: Step, tags: Sequence[str], skip_tags: Sequence[str], *, stopped: str | None,
                  gate: Callable[[Step], str | None] | None) -> str | None:
-    """Why ``step`` is skipped (tags, an earlier failure, the gate), or None: it runs."""
+    """Why ``step`` is skipped (tags, an earlier failure: ``stopped``, the gate), or None: it runs."""
     if not selected(step, tags, skip_tags):
         return "not selected by tags"
     if stopped:
-        return "not run: an earlier step failed"
+        return stopped
     return gate(step) if gate is not None else None
 
 
@@ -258,7 +285,7 @@ def _run_one(step: Step, host: Host, *, check: bool, want_diff: bool, not_probed
             return done("changed", f"would {step.describe()} (not probed: {exc})", probed=False)
         return done("failed", f"cannot run: {exc}")
     except SitestackError as exc:
-        return done("failed", str(exc))
+        return done("failed", f"would fail: {exc}" if check else str(exc))
     except Exception as exc:  # a bug in a step must fail that step, not the other hosts
         return done("failed", f"internal error: {exc!r} (run with --debug for the traceback)",
                     detail=traceback.format_exc())
