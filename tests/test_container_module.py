@@ -147,7 +147,7 @@ def test_module_loads_in_lmod_and_sets_every_variable(lumi: dict) -> None:
     sif, runscripts = f"{prefix}/container/lumi.sif", f"{prefix}/runscripts"
     assert env["SIF"] == env["SIFPYTORCH"] == sif
     assert env["RUNSCRIPTS"] == env["RUNSCRIPTSPYTORCH"] == runscripts
-    assert env["CONTAINERROOT"] == str(prefix)
+    assert env["CONTAINERROOT"] == env["EBROOTPYTORCH"] == str(prefix)   # the page's $EBROOTPYTORCH/runscripts
     assert env["WITH_CONDA"] == "source /opt/miniconda3/bin/activate pytorch"
     assert env["SINGULARITY_BINDPATH"] == f"{prefix},{lumi['data']},{runscripts}:/runscripts"
     assert env["SINGULARITYENV_PREPEND_PATH"] == f"/runscripts:{prefix}/{STACK}/bin"

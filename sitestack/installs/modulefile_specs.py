@@ -126,8 +126,10 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
     paths += [PathOp("append", runtime.bind_var, bind, ",") for bind in binds]
     paths.append(PathOp("prepend", runtime.prepend_path_var, in_generation(stack.path, "/bin")))
     if runscripts:
+        # EBROOT<NAME>: EasyBuild's install root, where LUMI's PyTorch page sends users for the scripts
+        # ("the scripts in $EBROOTPYTORCH/runscripts", its distributed-learning section)
         env += [("RUNSCRIPTS", literal(f"{prefix}/runscripts")), (f"RUNSCRIPTS{suffix}", literal(f"{prefix}/runscripts")),
-                ("CONTAINERROOT", literal(prefix))]
+                ("CONTAINERROOT", literal(prefix)), (f"EBROOT{suffix}", literal(prefix))]
         # and on the container's PATH: the page's job runs `singularity exec $SIFPYTORCH conda-python-distributed`
         paths.append(PathOp("prepend", runtime.prepend_path_var, literal(RUNSCRIPTS_MOUNT)))
     if container.with_conda:

@@ -73,6 +73,7 @@ pushenv("SIFPYTORCH", "/projappl/proj123/sitestack/container/lumi-pytorch-rocm-6
 pushenv("RUNSCRIPTS", "/projappl/proj123/sitestack/runscripts")
 pushenv("RUNSCRIPTSPYTORCH", "/projappl/proj123/sitestack/runscripts")
 pushenv("CONTAINERROOT", "/projappl/proj123/sitestack")
+pushenv("EBROOTPYTORCH", "/projappl/proj123/sitestack")
 pushenv("WITH_CONDA", "source /opt/miniconda3/bin/activate pytorch")
 pushenv("MIOPEN_CUSTOM_CACHE_DIR", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-" .. (os.getenv("SLURM_JOB_ID") or ""))
 pushenv("MIOPEN_USER_DB_PATH", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-" .. (os.getenv("SLURM_JOB_ID") or ""))
