@@ -9,7 +9,10 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -35,12 +38,13 @@ def test_a_placeholder_without_a_value_raises_naming_it_when_asked_to():
     assert placeholders.expand("{a}-{{b}}", {"a": "x"}, missing="raise") == "x-{b}"
 
 
-def _recipe_dir(root: Path, args: str) -> tuple[Path, Path]:
-    """A source directory with recipe ``demo`` (autotools, build ``args``) and its verified tarball."""
+def _recipe_dir(root: Path, args: str, configure: bytes = b"#!/bin/sh\n") -> tuple[Path, Path]:
+    """A source directory with recipe ``demo`` (autotools, build ``args``, its ``configure`` script)
+    and its verified tarball."""
     tarball = root / "demo-1.0.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         info = tarfile.TarInfo("demo-1.0/configure")
-        data = b"#!/bin/sh\n"
+        data = configure
         info.size, info.mode = len(data), 0o755
         tar.addfile(info, io.BytesIO(data))
     sha = hashlib.sha256(tarball.read_bytes()).hexdigest()
@@ -66,6 +70,40 @@ def test_a_recipe_placeholder_the_site_has_no_value_for_fails_the_build_naming_i
     assert "demo@1.0: placeholder {rocm_home} has no value on this site" in run.stdout, run.stdout
     assert "Traceback" not in run.stdout + run.stderr
     assert not prefix.exists()
+
+
+def test_a_failed_build_command_leaves_a_kit_that_runs_it_again(tmp_path: Path):
+    """configure fails: the failure names the re-run kit in the build directory; its cmd.sh runs the same
+    command in the same directory with the same environment (the same output, the same exit code), and
+    its env.sh, sourced, gives the command's variables; the kit is the user's alone."""
+    script = b'#!/bin/sh\necho "configure in $PWD with $*"\nexit 3\n'
+    sources, tarball = _recipe_dir(tmp_path, '"--with-demo=yes"', script)
+    run = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "build-recipe", "demo", "--site",
+                          "local", "--sources-dir", str(sources), "--source", str(tarball), "--prefix",
+                          str(tmp_path / "prefix")], cwd=tmp_path, text=True, capture_output=True, timeout=300,
+                         env={**os.environ, "SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert run.returncode == 1, run.stdout + run.stderr
+    match = re.search(r"re-run kit: (\S+)/cmd\.sh \(its environment: \. (\S+)/env\.sh\)", run.stdout)
+    assert match and match.group(1) == match.group(2), run.stdout
+    kit = Path(match.group(1))
+    first = re.search(r"configure in (\S+) with (.*)", run.stdout)
+    assert first, run.stdout
+    again = subprocess.run(["bash", str(kit / "cmd.sh")], cwd="/", text=True, capture_output=True, timeout=60,
+                           env={"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]})
+    assert again.returncode == 3 and again.stdout.strip() == first.group(0).strip(), (again.stdout, first.group(0))
+    assert stat.S_IMODE((kit / "env.sh").stat().st_mode) == 0o600 and stat.S_IMODE(kit.stat().st_mode) == 0o700
+    sourced = subprocess.run(["bash", "-c", f". {shlex.quote(str(kit / 'env.sh'))} && env"], text=True,
+                             capture_output=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    assert sourced.returncode == 0 and re.search(r"(?m)^MAKEFLAGS=-j\d+$", sourced.stdout), sourced.stdout + sourced.stderr
+
+
+def test_the_kit_never_writes_a_credential():
+    from sitestack.engine import playbook as pb
+    from sitestack.installs.rerun import env_script
+
+    text = env_script(pb.load("local").facts, {"PIP_INDEX_URL": "https://alice:s3cret@pypi.example/simple", "CC": "gcc"},
+                      True, "demo 1.0")
+    assert "s3cret" not in text and "# export PIP_INDEX_URL=... (holds a credential" in text and "export CC=gcc" in text
 
 
 # -- the generation swap: a reader never sees the path missing -------------------------------------

@@ -22,7 +22,7 @@ from sitestack.builders import Command, Layout
 from sitestack.builders.builder import venv_commands
 from sitestack.core.errors import CommandFailed, SitestackError
 from sitestack.core.host import Completed, Host, LocalHost
-from sitestack.installs import checkcache, generations, wheel_cache
+from sitestack.installs import checkcache, generations, rerun, wheel_cache
 from sitestack.installs import sources as sources_mod
 from sitestack.installs.inputs import digest
 from sitestack.installs.progress import Progress
@@ -101,10 +101,13 @@ class Installer:
             return self.host.run(full, cwd=cwd, log=self.log, timeout=timeout)
         except CommandFailed as exc:
             tail = "\n".join(exc.output.rstrip().splitlines()[-25:])
+            kit = rerun.write_kit(self.host, self.work, self.target.facts, argv, cwd=cwd, env=env, site=site,
+                                  label=self.target.label)
+            again = f"\nre-run kit: {kit}/cmd.sh (its environment: . {kit}/env.sh)" if kit else ""
             raise SitestackError(
                 f"{self.target.label}: phase {self.progress.current} failed (exit {exc.rc}): "
                 f"{shlex.join(list(shown or argv))}\n"
-                f"log: {self.log}\nbuild dir: {self.work}\n{tail}".rstrip()) from None
+                f"log: {self.log}\nbuild dir: {self.work}{again}\n{tail}".rstrip()) from None
 
     def run_command(self, command: Command, jobs: str | None = None) -> None:
         """Run one of the build's commands; with ``jobs``, the usual parallel-build variables say it
