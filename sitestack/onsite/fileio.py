@@ -88,6 +88,25 @@ def write_atomic(path: str, content: "str | bytes", *, mode: "int | None" = None
     return True
 
 
+def private_dir(path: str) -> str:
+    """``path`` as a directory this package writes its own files into (a results directory's ``ranks/``
+    and ``checkpoint/``): made private to the user (0700 whatever the umask) where it is not there, or
+    taken only if it is a directory (not a link: ``lstat``), owned by the user and writable by no one
+    else, since a link someone planted there, or a file they replace, would be followed or read back.
+    ``path`` itself; an :class:`OSError` whose message names the directory and why otherwise."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    why = ("is a symbolic link" if stat.S_ISLNK(info.st_mode) else "is not a directory"
+           if not stat.S_ISDIR(info.st_mode) else "is owned by another user" if info.st_uid != os.geteuid()
+           else f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})" if info.st_mode & 0o022 else None)
+    if why is not None:
+        raise OSError(f"{path} {why}: sitestack writes only into a directory of its own")
+    return path
+
+
 def _sync_directory(path: str) -> None:
     """fsync(2) of the directory, so the new name is on disk too (where the file system allows it)."""
     with contextlib.suppress(OSError):
