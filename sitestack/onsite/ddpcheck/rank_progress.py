@@ -99,7 +99,8 @@ def read_progress(out: str) -> dict[int, dict[str, Any]]:
     for path in glob.glob(os.path.join(status_dir(out), "rank-*.json")):
         with contextlib.suppress(ReadError, KeyError, TypeError, ValueError):
             data = read_json(path, RECORD_MAX)
-            ranks[int(data["rank"])] = data
+            if type(data.get("rank")) is int:   # a rank, not true (which int() reads as 1) nor "3"
+                ranks[data["rank"]] = data
     return ranks
 
 

@@ -1,0 +1,148 @@
+"""What earlier rounds accepted without a word, refused now with one line (or, for numbers JSON has no
+way to write, written as ``null``): a MASTER_ADDR with a trailing newline, rank files whose rank is a
+boolean or whose times are NaN or infinite, a hard-linked history index, a history_dir that walks out
+with ``..``, and a data directory others can write or another user owns. Unit-level, on the real
+functions; one run of the command for the data directory, as a user meets it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sitestack.core import envvars
+from sitestack.core.errors import InputError
+from sitestack.core.host import local_host
+from sitestack.engine import batchjob
+from sitestack.onsite import fileio, history, history_store, import_probe
+from sitestack.onsite.ddpcheck.rank_progress import read_progress
+from sitestack.onsite.history_record import HistoryError
+from tests.conftest import REPO
+from tests.test_hostile import Case, assert_refused_cleanly, git_status, run_case
+from tests.test_hostile_dirs import OTHER, needs_chown
+
+
+def _strict(text: str) -> Any:
+    """JSON as a reader other than Python's takes it: NaN and Infinity are not JSON (RFC 8259, section 6)."""
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+# -- MASTER_ADDR ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("addr", ["node1\n", "node1\nevil", "\nnode1"])
+def test_a_master_address_with_a_newline_is_refused(addr):
+    args = argparse.Namespace(rank=0, world_size=2, master_addr=addr, master_port=29500)
+    with pytest.raises(import_probe.ProbeError, match="expected a host name or IP address"):
+        import_probe.rendezvous(args)
+    ok = argparse.Namespace(rank=0, world_size=2, master_addr="node1", master_port=29500)
+    assert import_probe.rendezvous(ok)[2] == "node1"
+
+
+# -- rank files: typed, finite ---------------------------------------------------------------------------------
+def test_rank_files_with_booleans_nan_or_infinity_do_not_reach_the_summary(tmp_path):
+    ranks = tmp_path / "startup"
+    ranks.mkdir()
+    good = {"rank": 0, "host": "n1", "imported_at": 100.5, "imported_s": 2.0, "ddp_ready_at": 101.0, "ddp_ready_s": 3.0}
+    (ranks / "rank-0.json").write_text(json.dumps(good))
+    (ranks / "rank-1.json").write_text('{"rank": true, "host": "n1", "imported_at": 100.0}')
+    (ranks / "rank-2.json").write_text('{"rank": 2, "host": "n1", "imported_at": NaN, "imported_s": Infinity}')
+    (ranks / "rank-3.json").write_text('{"rank": 3, "host": "n1", "imported_at": 1e999, "ddp_ready_at": -Infinity}')
+    summary_path = tmp_path / "startup.json"
+    assert import_probe.main(["--aggregate", str(ranks), "--t0", "98.5", "--expect", "4", "--json", str(summary_path)]) == 0
+    summary = _strict(summary_path.read_text())
+    assert summary["failed"] == [2, 3] and summary["imported"] == 1
+    assert summary["unreadable"] == ["rank-1.json: not a rank record"] and summary["missing"] == [1]
+    assert summary["all_imported_s"] is None and summary["imported_s"] == {"median": 2.0, "max": 2.0}
+
+
+def test_a_progress_record_whose_rank_is_not_a_number_is_not_a_rank(tmp_path):
+    directory = tmp_path / "ranks"
+    directory.mkdir()
+    (directory / "rank-0.json").write_text('{"rank": 0, "phase": "ddp"}')
+    (directory / "rank-1.json").write_text('{"rank": true, "phase": "report"}')
+    (directory / "rank-2.json").write_text('{"rank": "2", "phase": "report"}')
+    assert sorted(read_progress(str(tmp_path))) == [0]
+
+
+def test_json_written_on_site_is_json_whatever_the_numbers(tmp_path):
+    path = tmp_path / "record.json"
+    fileio.write_json(str(path), {"loss": float("nan"), "steps": [1.0, float("inf"), -float("inf")], "ok": True})
+    assert _strict(path.read_text()) == {"loss": None, "steps": [1.0, None, None], "ok": True}
+
+
+# -- the history ------------------------------------------------------------------------------------------------
+def _record() -> dict[str, Any]:
+    result = {"site": "local", "job_id": "7", "started": 1764000000.0, "verdict": "passed", "nodes": 1, "world_size": 2}
+    return history.record_from_result(result, "validation", "/r/7")
+
+
+@pytest.mark.parametrize("name", [history_store.INDEX, history_store.LOCK])
+def test_a_hard_linked_index_or_lock_is_refused_and_left_alone(tmp_path, name):
+    directory = tmp_path / "history"
+    directory.mkdir()
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("someone else's file\n")
+    os.link(outside, directory / name)
+    with pytest.raises(HistoryError, match=f"^{directory / name} has 2 hard links: not the history's own file"):
+        history_store.append(str(directory), _record())
+    assert outside.read_text() == "someone else's file\n"
+
+
+@pytest.mark.parametrize("value", ["/p/validation/../../tmp/h", "/p/./history", "//p/history", "/p/history/", "p/history"])
+def test_a_history_dir_that_is_not_absolute_and_normalised_is_refused(tmp_path, value, capsys):
+    config = tmp_path / "check-config.json"
+    config.write_text(json.dumps({"history_dir": value, "stack": {}}))
+    assert history.main(["append", "--config", str(config), json.dumps(_record())]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "history_dir is not an absolute path without '.', '..' or '//'" in err, err
+    with pytest.raises(InputError, match="`history_dir` .* is not an absolute path without"):
+        batchjob.job_config(local_host(), str(tmp_path))
+    assert not (tmp_path / "tmp").exists()
+
+
+# -- the data directory ----------------------------------------------------------------------------------------
+def _data_copy(root: Path) -> Path:
+    data = root / "data"
+    for folder in ("playbooks", "sources", "patches", "modulefiles"):
+        shutil.copytree(REPO / folder, data / folder)
+    return data
+
+
+def test_a_data_directory_others_can_write_is_refused(tmp_path, monkeypatch):
+    data = _data_copy(tmp_path)
+    monkeypatch.setenv("SITESTACK_DATA_DIR", str(data))
+    assert envvars.get("SITESTACK_DATA_DIR") == str(data)   # the user's own, as copied: taken
+    template = next((data / "modulefiles").rglob("*.j2"))
+    template.chmod(0o666)
+    with pytest.raises(InputError, match=f"SITESTACK_DATA_DIR: {template} is writable by every user"):
+        envvars.get("SITESTACK_DATA_DIR")
+    template.chmod(0o644)
+    (data / "playbooks").chmod(0o777)
+    with pytest.raises(InputError, match="writable by every user .mode 777."):
+        envvars.get("SITESTACK_DATA_DIR")
+
+
+@needs_chown
+def test_a_data_directory_another_user_owns_is_refused(tmp_path, monkeypatch):
+    data = _data_copy(tmp_path)
+    recipe = next((data / "sources").rglob("*.yml"))
+    os.chown(recipe, OTHER, OTHER)
+    monkeypatch.setenv("SITESTACK_DATA_DIR", str(data))
+    with pytest.raises(InputError, match=f"{recipe} is owned by another user .uid {OTHER}."):
+        envvars.get("SITESTACK_DATA_DIR")
+
+
+def test_a_world_writable_data_directory_stops_a_run_before_it_starts(tmp_path):
+    data = _data_copy(tmp_path / "site")
+    data.chmod(0o777)
+    case = Case("data-dir-world-writable", "SITESTACK_DATA_DIR", args=("provision", "--site", "local", "--check"),
+                expect="writable by every user", extra_env={"SITESTACK_DATA_DIR": str(data)})
+    result, paths = run_case(case, tmp_path)
+    assert_refused_cleanly(case, result, paths, git_status())
