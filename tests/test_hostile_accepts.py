@@ -146,3 +146,47 @@ def test_a_world_writable_data_directory_stops_a_run_before_it_starts(tmp_path):
                 expect="writable by every user", extra_env={"SITESTACK_DATA_DIR": str(data)})
     result, paths = run_case(case, tmp_path)
     assert_refused_cleanly(case, result, paths, git_status())
+
+
+# -- invoke tune publishes only what the playbook declared ------------------------------------------------------
+PLAN = {"variables": ["NCCL_ALGO", "NCCL_PROTO"],
+        "points": [{"id": "p00", "settings": {}}, {"id": "p01", "settings": {"NCCL_ALGO": "Ring"}},
+                   {"id": "p02", "settings": {"NCCL_ALGO": "Tree"}}, {"id": "p03", "settings": {"NCCL_PROTO": "LL"}}]}
+
+
+@pytest.mark.parametrize(("settings", "key", "says"), [
+    ({"LD_PRELOAD": "/tmp/x.so"}, "LD_PRELOAD", "not a variable of the playbook's tuning plan"),
+    ({"NCCL_ALGO": "CollNet"}, "NCCL_ALGO", "'CollNet' is not a candidate value of NCCL_ALGO"),
+    ({"NCCL_ALGO": "Ring\nexport X=1"}, "NCCL_ALGO", "'Ring\\nexport X=1' is not a candidate value"),
+], ids=["undeclared", "not-a-candidate", "newline"])
+def test_tune_publishes_only_declared_variables_and_candidate_values(settings, key, says):
+    from sitestack.engine.tune_decision import check_declared
+
+    sweep = {"points": [{"settings": {}}, {"settings": {"NCCL_ALGO": "Ring"}}, {"settings": settings}]}
+    with pytest.raises(InputError) as exc:
+        check_declared(sweep, PLAN, "/r/sweep.json")
+    assert str(exc.value).startswith(f"/r/sweep.json: points[2].settings.{key}: {says}"), str(exc.value)
+    check_declared({"points": sweep["points"][:2]}, PLAN, "/r/sweep.json")   # the declared ones pass
+    with pytest.raises(InputError, match="not a variable"):
+        check_declared({"points": sweep["points"][:2]}, None, "/r/sweep.json")   # no facts.tuning: nothing declared
+
+
+# -- rollback: only to a generation the tool made ---------------------------------------------------------------
+def test_rollback_never_switches_to_a_link_named_like_a_generation(tmp_path):
+    from sitestack.core.errors import SitestackError
+    from sitestack.installs import generations
+
+    parent = tmp_path / "prefix"
+    current = parent / ".stack.gen-aaaa1111"
+    current.mkdir(parents=True)
+    (parent / "stack").symlink_to(current.name)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (parent / ".stack.gen-bbbb2222").symlink_to(outside)
+    record = {"format": 1, "path": str(parent / "stack"), "generations": [
+        {"name": ".stack.gen-bbbb2222", "created": 1.0, "retired": 2.0},
+        {"name": ".stack.gen-aaaa1111", "created": 2.0, "retired": None}]}
+    (parent / ".stack.generations.json").write_text(json.dumps(record))
+    with pytest.raises(SitestackError, match="no earlier generation is left on disk"):
+        generations.rollback(local_host(), str(parent / "stack"))
+    assert os.readlink(parent / "stack") == current.name

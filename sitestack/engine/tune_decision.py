@@ -105,6 +105,27 @@ def check_sweep(doc: Any, where: str) -> dict[str, Any]:
     return {**doc, "points": checked}
 
 
+def check_declared(sweep: Mapping[str, Any], plan: Mapping[str, Any] | None, where: str) -> None:
+    """Every point of a checked ``sweep`` (``where`` names its file) sets only what the playbook's plan
+    (``plan``: :func:`sitestack.validation.tune_jobs.tune_plan`, None without ``facts.tuning``) declares:
+    a variable of its ``variables``, to a value one of its points gives it. A sweep.json lies in a results
+    directory, so what it says was measured is published only where the playbook asked for it (a value
+    with a newline, or a variable the module was never meant to set, never reaches tuning.json or the
+    history); an :class:`InputError` naming the file and the key otherwise."""
+    names = set((plan or {}).get("variables") or ())
+    candidates: dict[str, set[str]] = {}
+    for point in (plan or {}).get("points") or ():
+        for name, value in point["settings"].items():
+            candidates.setdefault(name, set()).add(value)
+    for i, point in enumerate(sweep["points"]):
+        for name, value in point["settings"].items():
+            key = f"points[{i}].settings.{name}"
+            if name not in names:
+                raise InputError(where, "not a variable of the playbook's tuning plan (facts.tuning.variables)", key)
+            if value not in candidates.get(name, set()):
+                raise InputError(where, f"{value!r} is not a candidate value of {name} in the playbook's tuning plan", key)
+
+
 # -- one point against the default ----------------------------------------------------------------------
 
 def summary(samples: Sequence[float]) -> dict[str, float]:
