@@ -148,27 +148,31 @@ def test_a_world_writable_data_directory_stops_a_run_before_it_starts(tmp_path):
     assert_refused_cleanly(case, result, paths, git_status())
 
 
-# -- invoke tune publishes only what the playbook declared ------------------------------------------------------
-PLAN = {"variables": ["NCCL_ALGO", "NCCL_PROTO"],
-        "points": [{"id": "p00", "settings": {}}, {"id": "p01", "settings": {"NCCL_ALGO": "Ring"}},
-                   {"id": "p02", "settings": {"NCCL_ALGO": "Tree"}}, {"id": "p03", "settings": {"NCCL_PROTO": "LL"}}]}
+# -- invoke tune publishes only what the plan declared ----------------------------------------------------------
+PLAN = {"schema": "sitestack-tune-plan/1", "sizes": [65536], "repeats": 5, "point_seconds": 60,
+        "variables": ["NCCL_ALGO", "NCCL_PROTO"],
+        "points": [{"id": "p00", "label": "default", "settings": {}},
+                   {"id": "p01", "label": "NCCL_ALGO=Ring", "settings": {"NCCL_ALGO": "Ring"}},
+                   {"id": "p02", "label": "NCCL_ALGO=Tree", "settings": {"NCCL_ALGO": "Tree"}},
+                   {"id": "p03", "label": "NCCL_PROTO=LL", "settings": {"NCCL_PROTO": "LL"}}]}
 
 
 @pytest.mark.parametrize(("settings", "key", "says"), [
-    ({"LD_PRELOAD": "/tmp/x.so"}, "LD_PRELOAD", "not a variable of the playbook's tuning plan"),
-    ({"NCCL_ALGO": "CollNet"}, "NCCL_ALGO", "'CollNet' is not a candidate value of NCCL_ALGO"),
-    ({"NCCL_ALGO": "Ring\nexport X=1"}, "NCCL_ALGO", "'Ring\\nexport X=1' is not a candidate value"),
+    ({"LD_PRELOAD": "/tmp/x.so"}, "points[2].settings.LD_PRELOAD", "not a variable of the plan the sweep ran"),
+    ({"NCCL_ALGO": "CollNet"}, "points[2].settings.NCCL_ALGO", "'CollNet' is not a candidate value of NCCL_ALGO"),
+    ({"NCCL_ALGO": "Ring\nexport X=1"}, "points[2].settings.NCCL_ALGO", "'Ring\\nexport X=1' is not a candidate value"),
 ], ids=["undeclared", "not-a-candidate", "newline"])
 def test_tune_publishes_only_declared_variables_and_candidate_values(settings, key, says):
     from sitestack.engine.tune_decision import check_declared
 
-    sweep = {"points": [{"settings": {}}, {"settings": {"NCCL_ALGO": "Ring"}}, {"settings": settings}]}
+    points = [{"settings": {}}, {"settings": {"NCCL_ALGO": "Ring"}}]
     with pytest.raises(InputError) as exc:
-        check_declared(sweep, PLAN, "/r/sweep.json")
-    assert str(exc.value).startswith(f"/r/sweep.json: points[2].settings.{key}: {says}"), str(exc.value)
-    check_declared({"points": sweep["points"][:2]}, PLAN, "/r/sweep.json")   # the declared ones pass
-    with pytest.raises(InputError, match="not a variable"):
-        check_declared({"points": sweep["points"][:2]}, None, "/r/sweep.json")   # no facts.tuning: nothing declared
+        check_declared({"plan": PLAN, "points": [*points, {"settings": settings}]}, "/r/sweep.json")
+    assert str(exc.value).startswith(f"/r/sweep.json: {key}: {says}"), str(exc.value)
+    check_declared({"plan": PLAN, "points": points}, "/r/sweep.json")   # the declared ones pass
+    newline_plan = {**PLAN, "points": [*PLAN["points"], {"id": "p04", "label": "x", "settings": {"NCCL_ALGO": "a\nb"}}]}
+    with pytest.raises(InputError, match="plan: not the plan of a sweep .*NCCL_ALGO: a value of one printable line"):
+        check_declared({"plan": newline_plan, "points": points}, "/r/sweep.json")
 
 
 # -- rollback: only to a generation the tool made ---------------------------------------------------------------
@@ -190,3 +194,33 @@ def test_rollback_never_switches_to_a_link_named_like_a_generation(tmp_path):
     with pytest.raises(SitestackError, match="no earlier generation is left on disk"):
         generations.rollback(local_host(), str(parent / "stack"))
     assert os.readlink(parent / "stack") == current.name
+
+
+# -- the playbook: one module per step, `stack:` only where it does something ----------------------------------
+def _second_stack(data: dict[str, Any], overlay: dict[str, Any]) -> None:
+    data["stacks"] = {"other": {"facts": overlay}}
+
+
+def _same_module(data: dict[str, Any], _mark: str) -> None:
+    _second_stack(data, {"python": {"version": data["facts"]["python"].get("version", "3.11")}})
+    data["steps"].append({"name": "other-modulefiles", "action": "modulefiles", "stack": "other"})
+
+
+def _stack_on_validation_job(data: dict[str, Any], _mark: str) -> None:
+    _second_stack(data, {"python": {"version": data["facts"]["python"].get("version", "3.11")}})
+    step = next(s for s in data["steps"] if s["action"] == "install-validation-job")
+    step["stack"] = "other"
+
+
+PLAYBOOK_CASES = [
+    Case("two-stacks-one-module", r"local\.yml:\d+: steps\[\d+\]\.args: ", edit=_same_module, args=("provision", "--check"),
+         expect="is also the module of step 'modulefiles'"),
+    Case("stack-on-validation-job", r"local\.yml:\d+: stack: ", edit=_stack_on_validation_job, args=("provision", "--check"),
+         expect="install-validation-job uses the playbook's own stack"),
+]
+
+
+@pytest.mark.parametrize("case", PLAYBOOK_CASES, ids=[c.id for c in PLAYBOOK_CASES])
+def test_a_playbook_step_that_would_do_nothing_or_undo_another_is_refused(case, tmp_path):
+    result, paths = run_case(case, tmp_path)
+    assert_refused_cleanly(case, result, paths, git_status())

@@ -75,7 +75,7 @@ KINDS = {
     "cache": "an absolute path, no `..`; not a system directory, your home or a directory above it",
     "paths": "absolute paths, no `..`, `:`-separated",
     "file": "an absolute path of an existing file",
-    "data": "an absolute path of a directory with `playbooks/`, `sources/`, `patches/`, `modulefiles/`",
+    "data": "an absolute path of a directory with `playbooks/`, `sources/`, `patches/`, `modulefiles/`, all yours or root's and not world-writable",
     "seconds": "a number of seconds",
     "choice": "one of",
     "switch": "`on` or `off` (also `1`/`0`, `yes`/`no`, `true`/`false`)",

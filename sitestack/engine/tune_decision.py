@@ -29,6 +29,7 @@ from typing import Any
 
 from sitestack.core.errors import InputError
 from sitestack.installs.tuned import TUNING_SCHEMA
+from sitestack.onsite.ddpcheck.tuneplan import PlanError, check_plan
 from sitestack.onsite.report_plot import human_bytes
 
 SWEEP_SCHEMA = "sitestack-sweep/1"
@@ -105,25 +106,28 @@ def check_sweep(doc: Any, where: str) -> dict[str, Any]:
     return {**doc, "points": checked}
 
 
-def check_declared(sweep: Mapping[str, Any], plan: Mapping[str, Any] | None, where: str) -> None:
-    """Every point of a checked ``sweep`` (``where`` names its file) sets only what the playbook's plan
-    (``plan``: :func:`sitestack.validation.tune_jobs.tune_plan`, None without ``facts.tuning``) declares:
-    a variable of its ``variables``, to a value one of its points gives it. A sweep.json lies in a results
-    directory, so what it says was measured is published only where the playbook asked for it (a value
-    with a newline, or a variable the module was never meant to set, never reaches tuning.json or the
-    history); an :class:`InputError` naming the file and the key otherwise."""
-    names = set((plan or {}).get("variables") or ())
-    candidates: dict[str, set[str]] = {}
-    for point in (plan or {}).get("points") or ():
+def check_declared(sweep: Mapping[str, Any], where: str) -> None:
+    """Every point of a checked ``sweep`` (``where`` names its file) sets only what the plan it ran (its
+    ``plan``, checked as the job checks a plan: :func:`~sitestack.onsite.ddpcheck.tuneplan.check_plan`)
+    declares: a variable of its ``variables``, to a value one of its points gives it (one printable line).
+    What a sweep says was measured is published only where the plan asked for it: a value with a newline,
+    or a variable the module was never meant to set, never reaches tuning.json or the history. An
+    :class:`InputError` naming the file and the key otherwise."""
+    try:
+        plan = check_plan(sweep.get("plan"), f"{where}: plan")
+    except PlanError as exc:
+        raise InputError(where, f"not the plan of a sweep ({exc})", "plan") from None
+    candidates: dict[str, set[str]] = {name: set() for name in plan["variables"]}
+    for point in plan["points"]:
         for name, value in point["settings"].items():
-            candidates.setdefault(name, set()).add(value)
+            candidates[name].add(value)
     for i, point in enumerate(sweep["points"]):
         for name, value in point["settings"].items():
             key = f"points[{i}].settings.{name}"
-            if name not in names:
-                raise InputError(where, "not a variable of the playbook's tuning plan (facts.tuning.variables)", key)
-            if value not in candidates.get(name, set()):
-                raise InputError(where, f"{value!r} is not a candidate value of {name} in the playbook's tuning plan", key)
+            if name not in candidates:
+                raise InputError(where, "not a variable of the plan the sweep ran (plan.variables)", key)
+            if value not in candidates[name]:
+                raise InputError(where, f"{value!r} is not a candidate value of {name} in the plan the sweep ran", key)
 
 
 # -- one point against the default ----------------------------------------------------------------------

@@ -151,7 +151,7 @@ def conclude(site_name: str, facts: Facts, where: tuple[str, str], outcome: Tune
     out_dir, log = str(outcome.out_dir), str(outcome.log)
     # the job id that names the results directory (a run without a scheduler knows only its shell's pid)
     sweep = {**read_sweep(host, out_dir, log, str(outcome.job_id), rc), "job_id": str(outcome.job_id)}
-    check_declared(sweep, tune_plan(site_name, facts), f"{out_dir}/sweep.json")
+    check_declared(sweep, f"{out_dir}/sweep.json")
     tuning = decide(sweep, date=utc_now(), results=out_dir)
     why = unpublished(sweep, tuning, rc)
     tuning.update(published=why is None, unpublished=why)
