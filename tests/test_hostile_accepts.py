@@ -224,3 +224,41 @@ PLAYBOOK_CASES = [
 def test_a_playbook_step_that_would_do_nothing_or_undo_another_is_refused(case, tmp_path):
     result, paths = run_case(case, tmp_path)
     assert_refused_cleanly(case, result, paths, git_status())
+
+
+# -- conda channels: credentials never on argv; channels without conda refused ----------------------------------
+def test_a_channel_credential_never_reaches_condas_command_line(tmp_path):
+    from sitestack.actions.pack_env import private_condarc
+    from sitestack.installs.conda_env import conda_create_argv, load_env_file
+
+    token = "tk-0123456789abcdef"
+    path = tmp_path / "env.yml"
+    path.write_text(f"name: tools\nchannels:\n  - https://conda.anaconda.org/t/{token}/private\n  - conda-forge\n"
+                    "dependencies:\n  - python=3.11\n  - six=1.16.0\n")
+    env = load_env_file(path)
+    argv = conda_create_argv("/opt/mm", "/r", env, "3.11.7")
+    assert token not in " ".join(argv) and "--channel" not in argv and "--override-channels" not in argv
+    host = local_host()
+    with private_condarc(host, env) as extra:
+        condarc = Path(extra["CONDARC"])
+        assert os.stat(condarc).st_mode & 0o777 == 0o600 and os.stat(condarc.parent).st_mode & 0o777 == 0o700
+        assert condarc.read_text() == (f'channels:\n  - "https://conda.anaconda.org/t/{token}/private"\n'
+                                       '  - "conda-forge"\n')
+    assert not condarc.parent.exists()
+    public = tmp_path / "public.yml"
+    public.write_text("name: tools\nchannels: [conda-forge]\ndependencies:\n  - six=1.16.0\n")
+    with private_condarc(host, load_env_file(public)) as extra:
+        assert extra == {}
+
+
+def test_env_yml_channels_without_conda_are_refused_unless_the_playbook_maps_them(tmp_path):
+    from tests.conftest import run_invoke
+
+    path = tmp_path / "env.yml"
+    path.write_text("name: tools\nchannels: [my-private-channel]\ndependencies:\n  - six=1.16.0\n")
+    out = run_invoke("pack-env", "--site", "local", "--requirements", str(path), "--prefix", str(tmp_path / "p"),
+                     "--check", env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")}, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text, text
+    assert f"{path}: channels: my-private-channel, and " in text and "has no conda or micromamba" in text, text
+    assert "channels_without_conda: index" in text and not (tmp_path / "p").exists()
