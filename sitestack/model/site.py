@@ -41,7 +41,14 @@ from sitestack.model.facts import (
     facts_fields,
     type_name,
 )
-from sitestack.model.facts_layers import LOCAL_FACTS, layered, local_layers, stack_overlays, with_local_facts
+from sitestack.model.facts_layers import (
+    LOCAL_FACTS,
+    check_stack_keys,
+    layered,
+    local_layers,
+    stack_overlays,
+    with_local_facts,
+)
 
 #: The placeholders a string in a playbook may use, with what each becomes.
 PLACEHOLDERS: Mapping[str, str] = {
@@ -272,13 +279,7 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
     steps = _build_list(StepSpec, data, "steps", shown, unique="name")
     handlers = _build_list(StepSpec, data, "handlers", shown, unique="name") if "handlers" in data else ()
     handler_names = {h.name for h in handlers}
-    for spec in (*steps, *handlers):
-        if spec.stack is not None and spec.stack not in stacks:
-            raise InputError(f"{shown}:{spec.line}", f"stack {spec.stack!r} is not one of the playbook's stacks "
-                             f"({', '.join(sorted(stacks)) or 'it has none'})", key="stack")
-        if spec.stack is not None and getattr((actions or {}).get(spec.action), "own_stack", False):
-            raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {spec.action} uses the playbook's own stack "
-                             "whatever its `stack:`, which would do nothing: remove it", key="stack")
+    check_stack_keys((*steps, *handlers), stacks, actions, shown)
     _check_steps(data, {"steps": steps, "handlers": handlers}, actions, facts, shown, stacks)
     clash = handler_names & {s.name for s in steps}
     if clash:
