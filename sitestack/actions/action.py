@@ -33,6 +33,9 @@ class Action(Step):
     #: Whether a step of this action may run at the same time as its neighbours that may too, unless
     #: the playbook says (the step's ``concurrent``); see :meth:`independent`.
     concurrent_by_default: ClassVar[bool] = False
+    #: True where the action serves the playbook's own stack whatever a step's ``stack:`` says (the
+    #: validation job, the launch helpers, staging: docs/playbooks.md): a ``stack:`` on it is refused at load.
+    own_stack: ClassVar[bool] = False
 
     @dataclass(frozen=True)
     class Args:
@@ -68,10 +71,11 @@ class Action(Step):
         return None
 
     @classmethod
-    def steps_problem(cls, steps: Sequence[tuple[StepSpec, Any]], facts: Any) -> tuple[int, str] | None:
-        """Why this action's steps of one playbook (each with its checked arguments), taken together,
-        contradict each other: (index in ``steps``, why), or None (they do not). Asked when the
-        playbook is loaded, after each step's own checks."""
+    def steps_problem(cls, steps: Sequence[tuple[StepSpec, Any, Any]]) -> tuple[int, str] | None:
+        """Why this action's steps of one playbook (each with its checked arguments and the facts it runs
+        with: its ``stack:``'s, else the playbook's), taken together, contradict each other: (index in
+        ``steps``, why), or None (they do not). Asked when the playbook is loaded, after each step's own
+        checks."""
         return None
 
     @classmethod

@@ -44,6 +44,7 @@ class InstallLaunchEnv(Action):
     """The users' launch helpers (sitestack-launch-env, sitestack-launch, sitestack-stage-env) are installed."""
 
     action = "install-launch-env"
+    own_stack = True   # the playbook's own stack (docs/playbooks.md): a step's `stack:` is refused
 
     @dataclass(frozen=True)
     class Args:

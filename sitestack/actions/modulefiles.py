@@ -112,11 +112,19 @@ class ModuleFiles(Action):
             return f"deprecated: {problem}" if problem else None
 
     @classmethod
-    def steps_problem(cls, steps: Sequence[tuple[StepSpec, Any]], facts: Facts) -> tuple[int, str] | None:
-        """Two steps of one playbook whose stacks share a module directory cannot both be its default."""
+    def steps_problem(cls, steps: Sequence[tuple[StepSpec, Any, Facts]]) -> tuple[int, str] | None:
+        """Two steps of one playbook that write one module (each run of one would rewrite it and remove the
+        other's files, its record naming them), or whose stacks share a module directory and both claim
+        its default."""
+        writes: dict[str, StepSpec] = {}
         claims: dict[str, tuple[StepSpec, str]] = {}
-        for i, (spec, args) in enumerate(steps):
+        for i, (spec, args, facts) in enumerate(steps):
             name = args.name or default_name(facts)
+            if name in writes:
+                first = writes[name]
+                return i, (f"name: {name} is also the module of step {first.name!r} (line {first.line}): each run "
+                           "would rewrite it and remove the other's files; give each stack its own name")
+            writes[name] = spec
             if not args.default:
                 continue
             if module_dir(name) in claims:

@@ -21,10 +21,12 @@ https://docs.lumi-supercomputer.eu/software/installing/container-wrapper/; layou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +36,7 @@ from sitestack.core.host import Host
 from sitestack.core.pip_auth import Configured, configured_for, pip_auth
 from sitestack.core.redact import redact
 from sitestack.installs import generations
-from sitestack.installs.conda_env import EnvFile, python_problem, read_env_input
+from sitestack.installs.conda_env import EnvFile, condarc, python_problem, read_env_input, secret_channels
 from sitestack.installs.env_sources import Sources, plan_sources
 from sitestack.installs.squashfs_env import (
     BASE_SCRIPTS,
@@ -72,6 +74,9 @@ class PackEnv(Action):
                                                                 "false, or auto (where python.source is container)"})
         system_site_packages: str = field(default="auto", metadata={
             "doc": "see the base Python's packages: true, false, or auto (true in a container)"})
+        channels_without_conda: str = field(default="refuse", metadata={
+            "doc": "where the env.yml names channels: but the host has no conda or micromamba: refuse, or index "
+                   "(take each conda dependency from the package index under the same name and version)"})
 
         def check(self) -> str | None:
             import re
@@ -81,6 +86,8 @@ class PackEnv(Action):
             for key in ("container", "system_site_packages"):
                 if getattr(self, key) not in CHOICES:
                     return f"{key}: must be auto, true or false, not {getattr(self, key)!r}"
+            if self.channels_without_conda not in ("refuse", "index"):
+                return f"channels_without_conda: must be refuse or index, not {self.channels_without_conda!r}"
             if self.dest is not None and not self.dest.startswith(("/", "{")):
                 return f"dest: {self.dest!r} must be an absolute path"
             return None
@@ -136,7 +143,8 @@ class PackEnv(Action):
         """Who installs what on ``host`` (decided once per host, before anything is built)."""
         assert self.packed is not None and self.env is not None
         if host.name not in self._sources:
-            self._sources[host.name] = plan_sources(host, self.packed, self.env)
+            self._sources[host.name] = plan_sources(host, self.packed, self.env,
+                                                    channels_to_index=self.args.channels_without_conda == "index")
         return self._sources[host.name]
 
     def pending(self, host: Host) -> str | None:
@@ -214,7 +222,9 @@ class PackEnv(Action):
         p, root = self.packed, f"{gdir}/root"
         if sources.conda is not None:
             self.ctx.note(redact(f"{p.name}: {sources.summary}"))
-            host.run(p.in_env(sources.conda_argv(root)), log=log)
+            assert self.env is not None
+            with private_condarc(host, self.env) as env:
+                host.run(p.in_env(sources.conda_argv(root)), env=env, log=log)
         else:
             if sources.summary:
                 self.ctx.note(redact(f"{p.name}: {sources.summary}"))
@@ -281,3 +291,23 @@ class PackEnv(Action):
             raise SitestackError(redact(f"pip could not install the requirements of "
                                         f"{self.requirements_file}; nothing was changed, the previous environment "
                                         f"stays in use{where}\n{tail}")) from None
+
+
+@contextlib.contextmanager
+def private_condarc(host: Host, env: EnvFile) -> Iterator[dict[str, str]]:
+    """The environment conda runs with: ``$CONDARC`` naming a ``.condarc`` of the file's channels, 0600 in
+    a private directory (mktemp -d: 0700) removed afterwards, where a channel carries a credential
+    (:func:`~sitestack.installs.conda_env.secret_channels`: never on the command line, which ``ps`` shows);
+    nothing otherwise."""
+    if not secret_channels(env):
+        yield {}
+        return
+    out = host.probe(["mktemp", "-d"])
+    tmp = out.stdout.strip()
+    if not out.ok or not tmp.startswith("/"):
+        raise SitestackError(f"[{host.name}] cannot make a private temporary directory: {out.stderr.strip()}")
+    try:
+        host.write_text(f"{tmp}/condarc", condarc(env), 0o600)
+        yield {"CONDARC": f"{tmp}/condarc"}
+    finally:
+        host.probe(["rm", "-rf", "--", tmp])

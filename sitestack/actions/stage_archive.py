@@ -46,6 +46,7 @@ class MakeStageArchive(Action):
     conda env (conda-meta/), tar + fix-up for a venv (pyvenv.cfg)."""
 
     action = "stage-archive"
+    own_stack = True   # the playbook's own stack (docs/playbooks.md): a step's `stack:` is refused
 
     @dataclass(frozen=True)
     class Args:

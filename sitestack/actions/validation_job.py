@@ -51,6 +51,7 @@ class InstallValidationJob(Action):
     """The validation DDP job (check program, batch scripts, README, MPI probe) is installed for the site."""
 
     action = "install-validation-job"
+    own_stack = True   # the playbook's own stack (docs/playbooks.md): a step's `stack:` is refused
     #: Its files are rendered from the facts, and its MPI probe builds with the host's Python against the
     #: site's MPI into the job's own directory and build-cache entry: it reads nothing another step makes,
     #: so on a cold provision the probe builds beside the source builds (docs/cli.md).

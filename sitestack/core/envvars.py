@@ -75,7 +75,7 @@ KINDS = {
     "cache": "an absolute path, no `..`; not a system directory, your home or a directory above it",
     "paths": "absolute paths, no `..`, `:`-separated",
     "file": "an absolute path of an existing file",
-    "data": "an absolute path of a directory with `playbooks/`, `sources/`, `patches/`, `modulefiles/`",
+    "data": "an absolute path of a directory with `playbooks/`, `sources/`, `patches/`, `modulefiles/`, all yours or root's and not world-writable",
     "seconds": "a number of seconds",
     "choice": "one of",
     "switch": "`on` or `off` (also `1`/`0`, `yes`/`no`, `true`/`false`)",
@@ -101,6 +101,33 @@ VARIABLES = (
     Variable("SITESTACK_PROBE_CACHE", "switch", "on", "keep the answers of slow probes (`~/.cache/sitestack/probes`)"),
 )
 BY_NAME = {v.name: v for v in VARIABLES}
+
+
+#: The most entries of a data directory checked (a site's copy holds a few hundred; more is not one).
+DATA_ENTRIES_MAX = 20000
+
+
+def untrusted_data(root: str) -> str | None:
+    """Why the data directory ``root`` is not to be trusted, or None: it holds code (module-file templates
+    run when rendered, recipes say what a build runs), so it, its four folders and everything in them
+    (links followed) must be owned by the user or root and writable by no other user than those (group
+    write is a site team's; world write is anyone's)."""
+    paths = [root]
+    for directory, dirs, files in os.walk(root):
+        paths += (os.path.join(directory, name) for name in dirs + files)
+        if len(paths) > DATA_ENTRIES_MAX:
+            return f"{root} holds more than {DATA_ENTRIES_MAX} entries: not a data directory"
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            return f"{path} cannot be read ({exc.strerror})"
+        if info.st_uid not in (os.geteuid(), 0):
+            return (f"{path} is owned by another user (uid {info.st_uid}): a data directory holds code, "
+                    "so its files are yours or root's")
+        if info.st_mode & 0o002:
+            return f"{path} is writable by every user (mode {info.st_mode & 0o7777:o}): a data directory holds code"
+    return None
 
 
 def check_path(name: str, text: str) -> str:
@@ -151,6 +178,9 @@ def _parse(var: Variable, text: str) -> Any:   # noqa: PLR0911 -- one return per
                    if not os.path.isdir(os.path.join(check_path(var.name, text), d))]
         if missing:
             raise InputError(var.name, f"{text} has no {', '.join(missing)} (a data directory has all four)")
+        problem = untrusted_data(text)
+        if problem:
+            raise InputError(var.name, problem)
         return text
     if var.kind == "seconds":
         return _seconds(var, text)

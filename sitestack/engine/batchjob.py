@@ -101,7 +101,17 @@ def job_config(host: Host, directory: str, site_name: str | None = None) -> dict
             or not isinstance(data.get("history_dir"), str | None):
         raise InputError(path, "not the installed job's configuration (a JSON object with a `stack` object and a "
                          f"`history_dir` string); {again}")
+    history = data.get("history_dir")
+    if history is not None and not normalised_absolute(history):
+        raise InputError(path, f"`history_dir` {history!r} is not an absolute path without '.', '..' or '//' "
+                         f"(a record would land outside the prefix); {again}")
     return data
+
+
+def normalised_absolute(path: str) -> bool:
+    """``path`` is absolute and as :func:`posixpath.normpath` writes it: no ``.``, ``..``, ``//`` or trailing
+    ``/`` (a path read back from a file the job's directory holds is confined to what it says)."""
+    return path.startswith("/") and not path.startswith("//") and posixpath.normpath(path) == path
 
 
 def _stack(config: Mapping[str, Any]) -> Mapping[str, Any]:

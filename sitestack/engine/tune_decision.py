@@ -29,6 +29,7 @@ from typing import Any
 
 from sitestack.core.errors import InputError
 from sitestack.installs.tuned import TUNING_SCHEMA
+from sitestack.onsite.ddpcheck.tuneplan import PlanError, check_plan
 from sitestack.onsite.report_plot import human_bytes
 
 SWEEP_SCHEMA = "sitestack-sweep/1"
@@ -103,6 +104,30 @@ def check_sweep(doc: Any, where: str) -> dict[str, Any]:
         if doc.get(key) is not None and not isinstance(doc.get(key), str):
             raise InputError(where, "not a string", key)
     return {**doc, "points": checked}
+
+
+def check_declared(sweep: Mapping[str, Any], where: str) -> None:
+    """Every point of a checked ``sweep`` (``where`` names its file) sets only what the plan it ran (its
+    ``plan``, checked as the job checks a plan: :func:`~sitestack.onsite.ddpcheck.tuneplan.check_plan`)
+    declares: a variable of its ``variables``, to a value one of its points gives it (one printable line).
+    What a sweep says was measured is published only where the plan asked for it: a value with a newline,
+    or a variable the module was never meant to set, never reaches tuning.json or the history. An
+    :class:`InputError` naming the file and the key otherwise."""
+    try:
+        plan = check_plan(sweep.get("plan"), f"{where}: plan")
+    except PlanError as exc:
+        raise InputError(where, f"not the plan of a sweep ({exc})", "plan") from None
+    candidates: dict[str, set[str]] = {name: set() for name in plan["variables"]}
+    for point in plan["points"]:
+        for name, value in point["settings"].items():
+            candidates[name].add(value)
+    for i, point in enumerate(sweep["points"]):
+        for name, value in point["settings"].items():
+            key = f"points[{i}].settings.{name}"
+            if name not in candidates:
+                raise InputError(where, "not a variable of the plan the sweep ran (plan.variables)", key)
+            if value not in candidates[name]:
+                raise InputError(where, f"{value!r} is not a candidate value of {name} in the plan the sweep ran", key)
 
 
 # -- one point against the default ----------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sitestack.core.bounded import read_json
-from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.errors import CommandFailed, InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import Reporter
 from sitestack.engine import site_history
@@ -36,7 +36,7 @@ from sitestack.engine.batchjob import (
     submit,
     wait_for,
 )
-from sitestack.engine.tune_decision import check_sweep, decide
+from sitestack.engine.tune_decision import check_declared, check_sweep, decide
 from sitestack.engine.tune_report import decision_lines, markdown, render_plot, table
 from sitestack.engine.validate import RESULT_WAIT, ValidateOptions, choose, install_dir, open_host, results_root
 from sitestack.installs.tuned import read_tuned, tuned_from, tuning_path
@@ -44,6 +44,7 @@ from sitestack.model.site import Facts, Site
 from sitestack.onsite.ddpcheck.tuneplan import MAX_PLAN_BYTES, check_plan
 from sitestack.onsite.launchers import tune_launchers
 from sitestack.validation.jobs import validation_of
+from sitestack.validation.results_dir import dir_check
 from sitestack.validation.tune_jobs import PLAN, tune_plan, tune_script_name
 
 #: The most a sweep.json may hold (a few KiB per point): a larger one is not read.
@@ -150,11 +151,12 @@ def conclude(site_name: str, facts: Facts, where: tuple[str, str], outcome: Tune
     out_dir, log = str(outcome.out_dir), str(outcome.log)
     # the job id that names the results directory (a run without a scheduler knows only its shell's pid)
     sweep = {**read_sweep(host, out_dir, log, str(outcome.job_id), rc), "job_id": str(outcome.job_id)}
+    check_declared(sweep, f"{out_dir}/sweep.json")
     tuning = decide(sweep, date=utc_now(), results=out_dir)
     why = unpublished(sweep, tuning, rc)
     tuning.update(published=why is None, unpublished=why)
     target = os.path.dirname(tuning_path(prefix)) if why is None else f"{out_dir}/decision"
-    outcome.files = write_decision(host, target, tuning)
+    outcome.files = write_decision(host, target, tuning, private=why is not None)
     outcome.tuning = tuning
     remember(host, tuning, directory, prefix, reporter)
     reporter.note(table(tuning))
@@ -206,12 +208,18 @@ def remember(host: Host, tuning: dict[str, Any], directory: str, prefix: str, re
     reporter.note(f"recorded in the site's history as {run_id}")
 
 
-def write_decision(host: Host, directory: str, tuning: dict[str, Any]) -> list[str]:
+def write_decision(host: Host, directory: str, tuning: dict[str, Any], *, private: bool = False) -> list[str]:
     """Write the plot, ``report.md`` and ``tuning.json`` (last) into ``directory`` on ``host`` (``{prefix}/tuning``,
-    or the sweep's own ``decision/``), each atomically; a plot of the other kind left by an earlier run goes.
-    The paths written, tuning.json last."""
+    or the sweep's own ``decision/``, ``private``), each atomically; a plot of the other kind left by an earlier
+    run goes. The paths written, tuning.json last; a directory another user owns or others can write is a
+    :class:`SitestackError` (one line) before anything is written."""
     path = f"{directory}/tuning.json"
-    host.run(["mkdir", "-p", "--", directory])
+    # made (private: the sweep's decision/; readable by all: {prefix}/tuning, which the module reads) or
+    # taken only when the user's own and writable by no one else: another's could hold links a write follows
+    try:
+        host.run(dir_check(directory, private=private, what="decision directory"))
+    except CommandFailed as exc:
+        raise SitestackError(exc.output.strip().splitlines()[-1] if exc.output.strip() else str(exc)) from None
     written = []
     plot = render_plot(tuning)
     if plot is not None:

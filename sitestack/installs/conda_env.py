@@ -212,10 +212,29 @@ def pypi_requirement(dep: CondaDep) -> str:
     return f"{dep.name}{dep.specifier}"
 
 
+#: A channel URL that carries a credential: a user and password (``https://user:pw@host/...``) or an
+#: anaconda.org token (``https://conda.anaconda.org/t/<token>/channel``,
+#: https://docs.anaconda.com/anacondaorg/user-guide/tasks/work-with-tokens/).
+SECRET_CHANNEL = re.compile(r"[a-z]+://[^/@\s]+@|/t/[^/\s]+/")
+
+
+def secret_channels(env: EnvFile) -> bool:
+    """Whether a channel of ``env`` carries a credential: then none goes on conda's command line, which
+    ``ps`` shows every user, but all of them, in their order, into a private ``.condarc`` (:func:`condarc`)."""
+    return any(SECRET_CHANNEL.search(ch) for ch in env.channels)
+
+
+def condarc(env: EnvFile) -> str:
+    """A ``.condarc`` listing the file's channels in order (conda reads the one ``$CONDARC`` names too,
+    https://docs.conda.io/projects/conda/en/stable/user-guide/configuration/use-condarc.html)."""
+    return "channels:\n" + "".join(f"  - {json.dumps(ch)}\n" for ch in env.channels)
+
+
 def conda_create_argv(exe: str, root: str, env: EnvFile, python_version: str) -> list[str]:
     """The site's conda or micromamba making the environment at ``root`` with the file's conda
-    dependencies and the base interpreter's Python version (``python_version``)."""
-    channels = [arg for ch in env.channels for arg in ("--channel", ch)]
+    dependencies and the base interpreter's Python version (``python_version``); the channels as
+    ``--channel`` options, or none where one carries a credential (:func:`secret_channels`)."""
+    channels = [] if secret_channels(env) else [arg for ch in env.channels for arg in ("--channel", ch)]
     return [exe, "create", "--yes", "--prefix", root, *(["--override-channels", *channels] if channels else []),
             f"python={python_version}", *(d.spec for d in env.conda)]
 

@@ -59,9 +59,11 @@ def base_version(host: Host, packed: PackedEnv) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def plan_sources(host: Host, packed: PackedEnv, env: EnvFile) -> Sources:
+def plan_sources(host: Host, packed: PackedEnv, env: EnvFile, *, channels_to_index: bool = False) -> Sources:
     """The :class:`Sources` of ``env`` on ``host``; an :class:`InputError` naming the file and line
-    of a dependency that cannot be installed here. Read-only: runs in check mode too."""
+    of a dependency that cannot be installed here. Where the host has no conda, a file that names
+    ``channels:`` is refused unless ``channels_to_index`` (the step's ``channels_without_conda: index``):
+    the index's package of a name may be another's than the channel's. Read-only: runs in check mode too."""
     if env.python is None and not env.conda:
         return Sources(conda=None, pip=env.pip, summary="")
     version = base_version(host, packed)
@@ -75,6 +77,11 @@ def plan_sources(host: Host, packed: PackedEnv, env: EnvFile) -> Sources:
         return Sources(conda=tuple(argv), pip=env.pip,
                        summary=f"conda dependencies by {found[1]} {found[0]}: {' '.join(argv)}")
     where = f"{host.name} has no conda or micromamba"
+    if env.channels and not channels_to_index:
+        raise InputError(env.path, f"channels: {', '.join(redact(c) for c in env.channels)}, and {where}: its "
+                         "conda dependencies would come from the package index, whose package of a name may be "
+                         "another's than the channel's (load the site's conda, or set the pack-env step's "
+                         "channels_without_conda: index)")
     for dep in env.conda:
         if canonicalize_name(dep.name) in NON_PYTHON:
             raise InputError(env.at(dep), f"{dep.spec}: a conda package that is not a Python distribution, and {where} "

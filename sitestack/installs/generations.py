@@ -129,10 +129,13 @@ def _entries(data: object) -> list[Generation]:
     return out
 
 
+#: Prints the link's target and the generations on disk: directories of the generations' names, never a
+#: link of such a name (a "generation" that points out of the prefix is none the tool made: rollback and gc
+#: leave it alone).
 LIST_SCRIPT = r"""
 cd -- "$1" 2>/dev/null || exit 0
 [ -L "$2" ] && printf 'CURRENT\t%s\n' "$(readlink -- "$2")"
-for d in ."$2".gen-* ."$2".tree-*; do [ -d "$d" ] && printf 'DIR\t%s\n' "$d"; done
+for d in ."$2".gen-* ."$2".tree-*; do [ -d "$d" ] && [ ! -L "$d" ] && printf 'DIR\t%s\n' "$d"; done
 exit 0
 """
 

@@ -99,3 +99,17 @@ def stack_overlays(data: MarkedDict, shown: str) -> dict[str, MarkedDict]:
 
 
 __all__ = ["LOCAL_FACTS", "layered", "local_layers", "merged", "stack_overlays", "with_local_facts"]
+
+
+def check_stack_keys(specs: Sequence[Any], stacks: Mapping[str, Any], actions: Mapping[str, Any] | None,
+                     shown: str) -> None:
+    """Each step's ``stack:`` (``specs``: the playbook's steps and handlers) names one of the playbook's
+    ``stacks``, on a step whose action runs with it (not one that serves the playbook's own stack,
+    ``own_stack``); an :class:`InputError` naming the file, the step's line and the key otherwise."""
+    for spec in specs:
+        if spec.stack is not None and spec.stack not in stacks:
+            raise InputError(f"{shown}:{spec.line}", f"stack {spec.stack!r} is not one of the playbook's stacks "
+                             f"({', '.join(sorted(stacks)) or 'it has none'})", key="stack")
+        if spec.stack is not None and getattr((actions or {}).get(spec.action), "own_stack", False):
+            raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {spec.action} uses the playbook's own stack "
+                             "whatever its `stack:`, which would do nothing: remove it", key="stack")

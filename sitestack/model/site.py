@@ -41,7 +41,14 @@ from sitestack.model.facts import (
     facts_fields,
     type_name,
 )
-from sitestack.model.facts_layers import LOCAL_FACTS, layered, local_layers, stack_overlays, with_local_facts
+from sitestack.model.facts_layers import (
+    LOCAL_FACTS,
+    check_stack_keys,
+    layered,
+    local_layers,
+    stack_overlays,
+    with_local_facts,
+)
 
 #: The placeholders a string in a playbook may use, with what each becomes.
 PLACEHOLDERS: Mapping[str, str] = {
@@ -272,10 +279,7 @@ def load_site(name: str | None = None, *, path: Path | None = None, actions: Map
     steps = _build_list(StepSpec, data, "steps", shown, unique="name")
     handlers = _build_list(StepSpec, data, "handlers", shown, unique="name") if "handlers" in data else ()
     handler_names = {h.name for h in handlers}
-    for spec in (*steps, *handlers):
-        if spec.stack is not None and spec.stack not in stacks:
-            raise InputError(f"{shown}:{spec.line}", f"stack {spec.stack!r} is not one of the playbook's stacks "
-                             f"({', '.join(sorted(stacks)) or 'it has none'})", key="stack")
+    check_stack_keys((*steps, *handlers), stacks, actions, shown)
     _check_steps(data, {"steps": steps, "handlers": handlers}, actions, facts, shown, stacks)
     clash = handler_names & {s.name for s in steps}
     if clash:
@@ -332,15 +336,15 @@ def _check_steps(data: MarkedDict, groups: Mapping[str, Sequence[StepSpec]], act
                     raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {problem}", key=f"{group}[{i}]")
                 checked.append((f"{group}[{i}]", spec, args))
     if actions is not None:
-        _check_together(checked, actions, facts, shown)
+        _check_together(checked, actions, {None: facts, **{k: f for k, (f, _) in stacks.items()}}, shown)
 
 
-def _check_together(checked: Sequence[tuple[str, StepSpec, Any]], actions: Mapping[str, Any], facts: Facts,
-                    shown: str) -> None:
+def _check_together(checked: Sequence[tuple[str, StepSpec, Any]], actions: Mapping[str, Any],
+                    facts: Mapping[str | None, Facts], shown: str) -> None:
     """Each action's steps taken together (``steps_problem``: e.g. two stacks claiming one default)."""
     for action in dict.fromkeys(spec.action for _, spec, _ in checked):
         mine = [(key, spec, args) for key, spec, args in checked if spec.action == action]
-        found = actions[action].steps_problem([(spec, args) for _, spec, args in mine], facts)
+        found = actions[action].steps_problem([(spec, args, facts[spec.stack]) for _, spec, args in mine])
         if found is not None:
             key, spec, _ = mine[found[0]]
             raise InputError(f"{shown}:{spec.line}", f"step {spec.name!r}: {found[1]}", key=f"{key}.args")

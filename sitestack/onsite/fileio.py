@@ -22,6 +22,7 @@ that writes a file keeps a writer of its own (and says so). The module runs with
 
 import contextlib
 import json
+import math
 import os
 import stat
 from typing import Any
@@ -88,6 +89,25 @@ def write_atomic(path: str, content: "str | bytes", *, mode: "int | None" = None
     return True
 
 
+def private_dir(path: str) -> str:
+    """``path`` as a directory this package writes its own files into (a results directory's ``ranks/``
+    and ``checkpoint/``): made private to the user (0700 whatever the umask) where it is not there, or
+    taken only if it is a directory (not a link: ``lstat``), owned by the user and writable by no one
+    else, since a link someone planted there, or a file they replace, would be followed or read back.
+    ``path`` itself; an :class:`OSError` whose message names the directory and why otherwise."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    why = ("is a symbolic link" if stat.S_ISLNK(info.st_mode) else "is not a directory"
+           if not stat.S_ISDIR(info.st_mode) else "is owned by another user" if info.st_uid != os.geteuid()
+           else f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})" if info.st_mode & 0o022 else None)
+    if why is not None:
+        raise OSError(f"{path} {why}: sitestack writes only into a directory of its own")
+    return path
+
+
 def _sync_directory(path: str) -> None:
     """fsync(2) of the directory, so the new name is on disk too (where the file system allows it)."""
     with contextlib.suppress(OSError):
@@ -100,9 +120,25 @@ def _sync_directory(path: str) -> None:
 
 def write_json(path: str, data: Any, *, indent: "int | None" = 2, sort_keys: bool = False, mode: "int | None" = None,
                sync: bool = True) -> None:
-    """``data`` as JSON (a value JSON lacks as its ``str()``) and a newline into ``path``, atomically
-    (:func:`write_atomic`)."""
-    write_atomic(path, json.dumps(data, indent=indent, sort_keys=sort_keys, default=str) + "\n", mode=mode, sync=sync)
+    """``data`` as JSON (a value JSON lacks as its ``str()``, a number that is not finite as ``null``)
+    and a newline into ``path``, atomically (:func:`write_atomic`)."""
+    try:
+        text = json.dumps(data, indent=indent, sort_keys=sort_keys, default=str, allow_nan=False)
+    except ValueError:   # a NaN or an infinity somewhere (a rank's record, a diverged loss)
+        text = json.dumps(finite(data), indent=indent, sort_keys=sort_keys, default=str, allow_nan=False)
+    write_atomic(path, text + "\n", mode=mode, sync=sync)
+
+
+def finite(data: Any) -> Any:
+    """``data`` with every float that is not finite (NaN, an infinity) as None: JSON has no such number
+    (RFC 8259, section 6), and ``json.dumps`` would write a bare ``NaN`` that other readers refuse."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
 
 
 def read_bytes(path: str, limit: int, *, keep: str = "all", follow: bool = True) -> bytes:

@@ -62,8 +62,11 @@ def _history_dir(args: argparse.Namespace) -> str:
         directory = read_json(args.config, CONFIG_MAX).get("history_dir")
     except ReadError as exc:
         raise HistoryError(str(exc)) from None
-    if not isinstance(directory, str) or not directory.startswith("/"):
-        raise HistoryError(f"{args.config}: history_dir is not an absolute path")
+    # absolute and normalised (no ".", ".." or "//"): the directory the installer wrote, not one a changed
+    # configuration walks out of the prefix with
+    if not isinstance(directory, str) or not directory.startswith("/") or directory.startswith("//") \
+            or os.path.normpath(directory) != directory:
+        raise HistoryError(f"{args.config}: history_dir is not an absolute path without '.', '..' or '//'")
     return directory
 
 

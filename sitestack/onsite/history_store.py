@@ -78,11 +78,15 @@ def _create_run(runs: str, record: Mapping[str, Any]) -> bool:
 
 
 def _open_shared(path: str, flags: int, mode: int) -> int:
-    """``path`` opened (made where missing, never through a link) with ``mode`` whatever the umask, where
-    it is this user's to change."""
+    """``path`` opened (made where missing, never through a symbolic link) with ``mode`` whatever the umask,
+    where it is this user's to change; a file with more than one hard link is a :class:`HistoryError`."""
     fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, mode)
+    info = os.fstat(fd)
+    if info.st_nlink > 1:   # a hard link to a file elsewhere (another user's, one outside the history)
+        os.close(fd)
+        raise HistoryError(f"{path} has {info.st_nlink} hard links: not the history's own file (left as it is)")
     with contextlib.suppress(OSError):
-        if os.fstat(fd).st_uid == os.geteuid() and stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != mode:
             os.fchmod(fd, mode)
     return fd
 

@@ -55,8 +55,8 @@ from .fileio import ReadError, read_json, read_text, write_json
 #: step's SLURM_PROCID (0) in every rank's environment.
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
-HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,253}$")
-MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,253}")
+MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 #: Where Lustre clients keep their per-mount llite counters (older clients: /proc; 2.12+: debugfs too).
 LLITE_GLOBS = ("/proc/fs/lustre/llite/*/stats", "/sys/kernel/debug/lustre/llite/*/stats")
 LLITE_KEYS = ("open", "close", "getattr", "inode_permission", "readdir", "statfs", "getxattr", "lookup")
@@ -139,7 +139,7 @@ def rendezvous(args: argparse.Namespace) -> tuple[int, int, str, int]:
     rank = args.rank if args.rank is not None else from_env(RANK_VARS, 0, 1 << 24)
     world = args.world_size if args.world_size is not None else from_env(SIZE_VARS, 1, 1 << 24)
     addr = args.master_addr or os.environ.get("MASTER_ADDR", "") or "127.0.0.1"
-    if not HOST_RE.match(addr):
+    if not HOST_RE.fullmatch(addr):  # not match: "$" also matches before a trailing newline
         raise ProbeError(f"master address {addr!r}: expected a host name or IP address")
     port_text = str(args.master_port) if args.master_port is not None else os.environ.get("MASTER_PORT", "29500")
     port = digits("MASTER_PORT", port_text, 1, 65535)
@@ -169,7 +169,7 @@ def ddp_start(module: Any, rank: int, world: int, addr: str, port: int, timeout:
 def probe(args: argparse.Namespace) -> int:
     """One rank: import, optionally start DDP, write its rank file. 0, or 1 when the import or DDP failed."""
     started_at = process_started_at()
-    if not MODULE_RE.match(args.module):
+    if not MODULE_RE.fullmatch(args.module):
         raise ProbeError(f"--module {args.module!r}: expected a dotted module name")
     if args.ddp and args.module != "torch":
         raise ProbeError("--ddp needs --module torch")
@@ -200,7 +200,14 @@ def probe(args: argparse.Namespace) -> int:
 
 
 def number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """``value`` as a float where it is a finite number (not a boolean, NaN or an infinity), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        converted = float(value)
+    except OverflowError:   # an integer of hundreds of digits
+        return None
+    return converted if math.isfinite(converted) else None
 
 
 def read_ranks(directory: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -212,7 +219,7 @@ def read_ranks(directory: str) -> tuple[list[dict[str, Any]], list[str]]:
         except ReadError as exc:
             bad.append(f"{os.path.basename(path)}: {exc.reason}")
             continue
-        if not isinstance(data.get("rank"), int):
+        if type(data.get("rank")) is not int or data["rank"] < 0:   # not True, not 1.0
             bad.append(f"{os.path.basename(path)}: not a rank record")
             continue
         good.append(data)

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .. import ddp_report
-from ..fileio import write_atomic, write_json
+from ..fileio import private_dir, write_atomic, write_json
 from ..result_schema import Result, build_result
 from . import envvalues
 from .checks import CHECKS, PHASE_CHECK
@@ -136,7 +136,7 @@ def report_fault(out: str, fault: dict[str, Any]) -> bool:
     the first writer included."""
     done = os.path.join(status_dir(out), "fault.written")
     try:
-        os.makedirs(status_dir(out), exist_ok=True)
+        private_dir(status_dir(out))
         fd = os.open(os.path.join(status_dir(out), "fault.lock"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except OSError:
         end = time.time() + WRITTEN_WAIT

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from ..fileio import ReadError, read_json, write_json
+from ..fileio import ReadError, private_dir, read_json, write_json
 from . import envvalues
 from .checks import CHECKS
 from .ranks import RankInfo
@@ -88,7 +88,7 @@ class Progress:
 
     def save(self) -> None:
         with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            private_dir(os.path.dirname(self.path))
             # atomic, not synced: rewritten at every step, read by the watchdogs of a live machine
             write_json(self.path, self.data, sync=False)
 
@@ -99,7 +99,8 @@ def read_progress(out: str) -> dict[int, dict[str, Any]]:
     for path in glob.glob(os.path.join(status_dir(out), "rank-*.json")):
         with contextlib.suppress(ReadError, KeyError, TypeError, ValueError):
             data = read_json(path, RECORD_MAX)
-            ranks[int(data["rank"])] = data
+            if type(data.get("rank")) is int:   # a rank, not true (which int() reads as 1) nor "3"
+                ranks[data["rank"]] = data
     return ranks
 
 

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from ..fileio import write_json
+from ..fileio import private_dir, write_json
 from ..result_schema import load_result
 from . import envvalues, pointenv
 from .guard import GUARD_GRACE
@@ -132,7 +132,12 @@ def run_point(args: argparse.Namespace, plan: dict[str, Any], point: dict[str, A
                            f"needs {seconds}s (its point_seconds)")
         return record, {}
     directory = point_dir(args.out, point["id"])
-    os.makedirs(directory, exist_ok=True)
+    try:   # OUT/points, then the point's own: neither a link nor a directory someone else made
+        private_dir(os.path.dirname(directory))
+        private_dir(directory)
+    except OSError as exc:
+        record["cause"] = f"not run: {exc}"
+        return record, {}
     guard = [sys.executable, "-E", "-s", "-S", PROGRAM, "--guard", "--out", directory,
              *(["--config", args.config] if args.config else []), "--expect-world-size", str(args.expect_world_size),
              "--", *command]

@@ -9,7 +9,7 @@ import io
 import os
 from typing import Any
 
-from ..fileio import write_atomic
+from ..fileio import private_dir, write_atomic
 from .checks import CHECKPOINT, DDP_CHECK
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED, rank_fault
@@ -113,7 +113,7 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
     directory = os.path.join(run.args.out, "checkpoint")
     path = os.path.join(directory, "ddp.pt")
     if run.info.rank == 0:
-        os.makedirs(directory, exist_ok=True)
+        private_dir(directory)  # never a link or a directory someone else planted in OUT
         buffer = io.BytesIO()  # a small model's state, written whole (fileio): never a part of one to load
         torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
         write_atomic(path, buffer.getvalue())
