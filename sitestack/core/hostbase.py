@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import shlex
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ from sitestack.core.errors import CommandFailed, MutationRefused, SitestackError
 from sitestack.core.lock import OWNER_MAX, InvalidOwner, hold
 from sitestack.core.private import open_private
 from sitestack.core.redact import redact
+from sitestack.onsite.fileio import ReadError, parse_json
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ UMASK = "022"
 
 #: The umask of a group-writable install (facts.install.mode: group-write): 0775 / 0664.
 GROUP_UMASK = "002"
+
+#: The largest record :meth:`Host.read_json` reads (stamps, manifests, records: a few KiB).
+RECORD_MAX = 16 << 20
 
 
 def with_umask(line: str, umask: str = UMASK) -> str:
@@ -259,25 +263,41 @@ class Host:
             raise SitestackError(f"[{self.name}] {path} is not a regular file")
         return out.stdout if out.ok else None
 
-    def read_json(self, path: str) -> dict[str, Any] | None:
-        """The JSON object in ``path``; None when the file is missing, unreadable or not an object.
-
-        The state files read this way (install stamps, manifests) are read by several steps of a run;
-        their text is kept until this host changes anything (:meth:`changed`: a command run, a file
-        written, a lock taken, when another run may have changed them), so a no-op run over SSH reads
-        each once."""
-        memo: dict[str, str | None] = self.__dict__.setdefault("_json_memo", {})
-        if path in memo:
-            text = memo[path]
-        else:
-            text = memo[path] = self.read_text(path)
-        if text is None:
-            return None
+    def read_json(self, path: str, *, strict: bool = False) -> dict[str, Any] | None:
+        """The JSON object in ``path`` (a record sitestack wrote: a stamp, a manifest, the generations
+        record); None when the file is missing. A bad record (not a regular file, a FIFO never waited
+        on; over :data:`RECORD_MAX`; not JSON with finite numbers; nested too deeply; not an object:
+        :func:`sitestack.onsite.fileio.parse_json`) is one line on standard error naming it and reads
+        as missing, or, ``strict`` (where acting on a missing record would do harm), a
+        :class:`SitestackError` with that line. The text is kept until this host changes anything
+        (:meth:`changed`: another run may have too), so a no-op run over SSH reads each once."""
+        memo: dict[str, str | None | SitestackError] = self.__dict__.setdefault("_json_memo", {})
+        if path not in memo:
+            try:
+                memo[path] = self.read_tail(path, RECORD_MAX + 1)
+            except SitestackError as exc:
+                memo[path] = exc
+        text = memo[path]
         try:
-            data = json.loads(text)
-        except ValueError:
+            if isinstance(text, SitestackError):
+                raise text
+            if text is None:
+                return None
+            if len(text) > RECORD_MAX:
+                raise SitestackError(f"[{self.name}] {path}: larger than {RECORD_MAX >> 20} MiB")
+            data = parse_json(text, path)
+            if not isinstance(data, dict):
+                raise SitestackError(f"[{self.name}] {path}: not a JSON object")
+            return data
+        except (SitestackError, ReadError) as exc:
+            line = str(exc) if isinstance(exc, SitestackError) else f"[{self.name}] {exc}"
+            if strict:
+                raise SitestackError(f"{line}: not a record sitestack wrote; move it aside") from None
+            warned: set[str] = self.__dict__.setdefault("_json_warned", set())
+            if path not in warned:
+                warned.add(path)
+                print(f"sitestack: {line}: not a record sitestack wrote, read as missing", file=sys.stderr)
             return None
-        return data if isinstance(data, dict) else None
 
     def changed(self) -> None:
         """Forget what :meth:`read_json` kept: this host (or, under a new lock, another run) changed files."""
