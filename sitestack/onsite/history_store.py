@@ -79,8 +79,12 @@ def _create_run(runs: str, record: Mapping[str, Any]) -> bool:
 
 def _open_shared(path: str, flags: int, mode: int) -> int:
     """``path`` opened (made where missing, never through a link) with ``mode`` whatever the umask, where
-    it is this user's to change."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, mode)
+    it is this user's to change. Without blocking (an ``O_WRONLY`` open of a FIFO waits for a reader for
+    ever: the job's guard outlives the job it records), and a regular file only: else an OSError."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
     with contextlib.suppress(OSError):
         if os.fstat(fd).st_uid == os.geteuid() and stat.S_IMODE(os.fstat(fd).st_mode) != mode:
             os.fchmod(fd, mode)
