@@ -81,7 +81,10 @@ def _open_shared(path: str, flags: int, mode: int) -> int:
     """``path`` opened (made where missing, never through a link) with ``mode`` whatever the umask, where
     it is this user's to change. Without blocking (an ``O_WRONLY`` open of a FIFO waits for a reader for
     ever: the job's guard outlives the job it records), and a regular file only: else an OSError."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as exc:  # ENXIO: a FIFO no one reads, opened for writing without blocking
+        raise OSError(errno.EINVAL, "not a regular file", path) if exc.errno == errno.ENXIO else exc from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", path)
