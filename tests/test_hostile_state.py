@@ -262,3 +262,17 @@ def test_an_nccl_line_with_a_billion_ranks_costs_no_billion_integers():
             "print(nl.read(line + '\\n', nl.Expectation()).status)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
+def test_each_stack_is_kept_by_its_own_max_job_time(tmp_path):
+    """The `tools` stack's overlay allows jobs of 2 days, the playbook's 10 minutes: the tools stack's
+    retired generations are kept 2 days, and a path no stack makes the longest of them."""
+    from sitestack.engine.lifecycle import graces
+    from tests.test_stacks import MAIN, TOOLS, playbook
+
+    stacks = {"tools": {"facts": {"torch": {"extras": ["six"]}, "scheduler": {"max_job_time": "2-00:00:00"}}}}
+    ctx = offline_context(pb.load(path=playbook(tmp_path, stacks=stacks)), prefix=str(tmp_path / "prefix"))
+    grace = graces(LocalHost(), ctx)
+    prefix = ctx.values["prefix"]
+    assert grace(f"{prefix}/{MAIN}")[0] == 600 and grace(f"{prefix}/{TOOLS}")[0] == 2 * 86400
+    assert grace(f"{prefix}/mpi4py/4.0.0")[0] == 2 * 86400
