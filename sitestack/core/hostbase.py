@@ -31,6 +31,7 @@ from typing import IO, Any
 import invoke
 from invoke.context import Context
 
+from sitestack.core.bounded import read_bounded
 from sitestack.core.errors import CommandFailed, MutationRefused, SitestackError
 from sitestack.core.lock import OWNER_MAX, InvalidOwner, hold
 from sitestack.core.private import open_private
@@ -274,7 +275,7 @@ class Host:
         memo: dict[str, str | None | SitestackError] = self.__dict__.setdefault("_json_memo", {})
         if path not in memo:
             try:
-                memo[path] = self.read_tail(path, RECORD_MAX + 1)
+                memo[path] = read_bounded(self, path, RECORD_MAX, "a record is a few KiB", follow=True)
             except SitestackError as exc:
                 memo[path] = exc
         text = memo[path]
@@ -283,8 +284,6 @@ class Host:
                 raise text
             if text is None:
                 return None
-            if len(text) > RECORD_MAX:
-                raise SitestackError(f"[{self.name}] {path}: larger than {RECORD_MAX >> 20} MiB")
             data = parse_json(text, path)
             if not isinstance(data, dict):
                 raise SitestackError(f"[{self.name}] {path}: not a JSON object")
