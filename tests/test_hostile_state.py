@@ -276,3 +276,13 @@ def test_each_stack_is_kept_by_its_own_max_job_time(tmp_path):
     prefix = ctx.values["prefix"]
     assert grace(f"{prefix}/{MAIN}")[0] == 600 and grace(f"{prefix}/{TOOLS}")[0] == 2 * 86400
     assert grace(f"{prefix}/mpi4py/4.0.0")[0] == 2 * 86400
+
+
+def test_stack_settings_nested_deeper_than_any_record_are_one_message(tmp_path):
+    from sitestack.onsite.activate import Refused
+    from sitestack.onsite.activate.stack_settings import read_settings
+
+    path = tmp_path / "settings.json"
+    path.write_text('{"module": ' + "[" * 30000 + "]" * 30000 + "}")   # within the 64 KiB cap
+    with pytest.raises(Refused, match="nested more than"):
+        read_settings(str(path))

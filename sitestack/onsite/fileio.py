@@ -37,11 +37,11 @@ KEEP = ("all", "head", "tail")
 class ReadError(ValueError):
     """A file that cannot be read as asked (missing, not a regular file, over its cap, not JSON, not an
     object). ``path`` and ``reason`` apart, for callers that phrase it their own way; ``str()`` is
-    ``PATH: REASON``."""
+    ``PATH: REASON``; ``line``: the line of a JSON syntax error, where there is one."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, line: "int | None" = None) -> None:
         super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
+        self.path, self.reason, self.line = path, reason, line
 
 
 def _token() -> str:
@@ -170,7 +170,7 @@ def parse_json(text: "str | bytes", path: str) -> Any:
     except UnicodeDecodeError as exc:
         raise ReadError(path, f"not JSON (not UTF-8 at byte {exc.start})") from None
     except ValueError as exc:  # JSONDecodeError names the line and column
-        raise ReadError(path, f"not JSON ({str(exc)[:200]})") from None
+        raise ReadError(path, f"not JSON ({str(exc)[:200]})", getattr(exc, "lineno", None)) from None
     except RecursionError:
         raise ReadError(path, f"not JSON this program reads (nested more than {DEPTH_MAX} deep)") from None
     if _depth(data) > DEPTH_MAX:
