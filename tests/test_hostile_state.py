@@ -286,3 +286,13 @@ def test_stack_settings_nested_deeper_than_any_record_are_one_message(tmp_path):
     path.write_text('{"module": ' + "[" * 30000 + "]" * 30000 + "}")   # within the 64 KiB cap
     with pytest.raises(Refused, match="nested more than"):
         read_settings(str(path))
+
+
+def test_a_file_sitestack_reads_back_that_is_a_fifo_or_a_device_is_refused_at_once(tmp_path):
+    """Host.read_text, which every step uses on what it wrote (stamps, markers, targets it diffs)."""
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    with within(5):
+        for path in (fifo(tmp_path / ".sitestack-ready"), tmp_path / "zero", tmp_path):
+            with pytest.raises(SitestackError, match="not a regular file"):
+                LocalHost().read_text(str(path))
+    assert LocalHost().read_text(str(tmp_path / "missing")) is None

@@ -93,16 +93,6 @@ class LocalHost(Host):
     def exists(self, path: str) -> bool:
         return os.path.lexists(path)
 
-    def read_text(self, path: str) -> str | None:
-        try:
-            # bytes, not Path.read_text: its universal newlines would read a CRLF file as the LF one
-            # sitestack renders and hide the drift (a remote host's `cat` keeps them)
-            return Path(path).read_bytes().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
-
     def read_tail(self, path: str, limit: int = 65536, *, follow: bool = True) -> str | None:
         try:
             # a FIFO opens at once, and is refused; a symbolic link, unless followed, fails with ELOOP

@@ -61,8 +61,8 @@ UMASK = "022"
 #: The umask of a group-writable install (facts.install.mode: group-write): 0775 / 0664.
 GROUP_UMASK = "002"
 
-#: The largest record :meth:`Host.read_json` reads (stamps, manifests, records: a few KiB).
-RECORD_MAX = 16 << 20
+#: The largest record :meth:`Host.read_json` and file :meth:`Host.read_text` read (records are KiB).
+RECORD_MAX, TEXT_MAX = 16 << 20, 64 << 20
 
 
 def with_umask(line: str, umask: str = UMASK) -> str:
@@ -249,9 +249,9 @@ class Host:
         return self.probe(["test", "-e", path]).ok
 
     def read_text(self, path: str) -> str | None:
-        """The text of ``path``, or None when it does not exist."""
-        out = self.probe(["cat", "--", path])
-        return out.stdout if out.ok else None
+        """The text of ``path``, or None when it does not exist; a FIFO, device or directory there, or a file
+        over :data:`TEXT_MAX`, is a :class:`SitestackError` naming it, never waited on (:func:`read_bounded`)."""
+        return read_bounded(self, path, TEXT_MAX, "not a file sitestack wrote; move it aside")
 
     def read_tail(self, path: str, limit: int = 65536, *, follow: bool = True) -> str | None:
         """The last ``limit`` bytes of ``path`` as text (a job's log may be any size), or None when it
