@@ -103,10 +103,11 @@ class LocalHost(Host):
             if exc.errno == errno.ELOOP and not follow:
                 raise SitestackError(f"[{self.name}] {path} is a symbolic link, not a regular file") from None
             raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):   # before fdopen, which refuses a directory with its own error
+            os.close(fd)
+            raise SitestackError(f"[{self.name}] {path} is not a regular file")
         with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise SitestackError(f"[{self.name}] {path} is not a regular file")
             handle.seek(max(0, info.st_size - limit))
             return handle.read(limit).decode("utf-8", errors="replace")
 
