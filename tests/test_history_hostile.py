@@ -50,8 +50,9 @@ HOSTILE = [
     record(3, verdict="\x1b]0;pwned\x07", cause="\x1b[2J", stack={"digest": "\x1b]0;x\x07"}),
     record(4, started=1e300),                       # out of range: skipped
     record(5, regression={"status": ["fail"], "lines": "x"}, layout="srun", toolchain={"modules": 7}),
-    record(6, metrics={"busbw_gbs": float("inf"), "startup_s": -4, "compute_min_gflops": True}),
+    record(6, metrics={"busbw_gbs": "fast", "startup_s": -4, "compute_min_gflops": True}),
     record(7, kind="tuning"),                       # a kind other than its id's: skipped
+    record(8, metrics={"busbw_gbs": float("inf")}),  # Infinity, which JSON has not: no record, skipped
     [1, 2], "text", None,
 ]
 
@@ -83,7 +84,7 @@ def test_a_lasting_drop_keeps_failing_and_never_becomes_the_baseline(tmp_path: P
 def test_every_record_read_is_normalised_and_bad_ones_are_counted(tmp_path: Path) -> None:
     records, skipped = history.scan(str(hostile_history(tmp_path)))
     assert [r["job_id"] for r in records] == ["2", "3", "5", "6"]
-    assert skipped == 7   # started "abc", 1e300, the wrong kind, a list, a string, null, a torn line
+    assert skipped == 8   # started "abc", 1e300, the wrong kind, Infinity, a list, a string, null, a torn line
     by_job = {r["job_id"]: r for r in records}
     assert by_job["2"]["metrics"] == {}
     assert by_job["3"]["verdict"] is None and by_job["3"]["cause"] == "?[2J" and by_job["3"]["stack"]["digest"] == "?]0;x?"
@@ -113,7 +114,7 @@ def test_list_prints_no_escape_and_no_traceback(tmp_path: Path, program: Path) -
         assert out.returncode == 0, out.stderr
         assert "\x1b" not in out.stdout and "\x07" not in out.stdout and "\\u001b" not in out.stdout
         assert "Traceback" not in out.stderr
-        assert out.stderr == ("sitestack history: 7 index lines or run files skipped (torn, not history records, "
+        assert out.stderr == ("sitestack history: 8 index lines or run files skipped (torn, not history records, "
                               "or not regular files)\n")
 
 
@@ -122,7 +123,7 @@ def test_row_of_takes_every_record_read_on_a_host(tmp_path: Path, program: Path)
     records, warnings = site_history.read_on(local_host(), str(program), str(directory))
     rows = [site_history.row_of(r) for r in site_history.with_changes(records)]
     assert len(rows) == 4 and all(row.isprintable() for row in rows)
-    assert warnings == [f"history: 7 index lines or run files in {directory} skipped (torn, not history records, "
+    assert warnings == [f"history: 8 index lines or run files in {directory} skipped (torn, not history records, "
                         "or not regular files)"]
 
 

@@ -116,5 +116,5 @@ class ApptainerImage(Action):
         try:
             host.run(["sbatch", "--wait", script], log=log)
         except CommandFailed as exc:
-            tail = "\n".join((host.read_text(job_log) or "").rstrip().splitlines()[-15:])
+            tail = "\n".join((host.read_tail(job_log, 1 << 16) or "").rstrip().splitlines()[-15:])
             raise SitestackError(f"the image build job failed (exit {exc.rc}); job log {job_log}:\n{tail}") from None

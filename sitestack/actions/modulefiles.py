@@ -46,12 +46,14 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sitestack.actions.action import Action, unified_diff
+from sitestack.core.bounded import read_bounded
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.modulefile_render import render_all
 from sitestack.installs.modulefile_specs import site_modules
 from sitestack.installs.modulefile_text import literal, message_problem
 from sitestack.installs.modulerc import Mark, State, merged, module_dir, module_file, rc_files, read_state, record_path
+from sitestack.installs.record_paths import removable
 from sitestack.installs.site_stack import find_built
 from sitestack.installs.tuned import Tuned, read_tuned
 from sitestack.installs.venv_stack import (
@@ -66,6 +68,8 @@ from sitestack.model.context import RunContext
 from sitestack.model.site import Facts, StepSpec
 
 FILE_MODE = 0o644
+#: The largest module file, rc file or record the step reads back (each a few KiB).
+TEXT_MAX = 1 << 20
 DIR_MODE = 0o755
 
 
@@ -182,14 +186,14 @@ class ModuleFiles(Action):
         directory's record, this stack's from the step's arguments (:func:`modulerc.merged`)."""
         directory = module_dir(self.stack.name)
         record = record_path(self.root, directory)
-        before = host.read_text(record)
+        before = self.read(host, record)
         state = read_state(before)
         mine = module_file(self.root, self.stack.name, self.fmt)
         mark = Mark(self.fmt, self.args.default, self.args.hidden) if self.args.default or self.args.hidden else None
         stacks, notes = merged(state, self.stack.name, mark, lambda p: p == mine or host.exists(p), self.root)
         rel = rc_files(stacks, self.template_dirs())
         files = {f"{self.root}/{r}": text for r, text in rel.items()}
-        stale = [f"{self.root}/{r}" for r in state.files if r not in rel and host.exists(f"{self.root}/{r}")]
+        stale = self.confined(host, [f"{self.root}/{r}" for r in state.files if r not in rel])
         text = State(stacks, tuple(rel)).text() if stacks or before is not None else None
         return RcPlan(files, stale, record, text, notes)
 
@@ -202,13 +206,29 @@ class ModuleFiles(Action):
                 d = os.path.dirname(d)
         return sorted(out)
 
+    def read(self, host: Host, path: str) -> str | None:
+        """The text of a file this step writes (a module file, an rc file, a record); None where missing.
+        A link, FIFO or device there, or a file over :data:`TEXT_MAX`, is refused with one line naming
+        it: the step neither shows nor writes through what it did not write."""
+        return read_bounded(host, path, TEXT_MAX, "not a file the modulefiles step wrote; move it aside",
+                            follow=False)
+
     def stale(self, host: Host, files: Mapping[str, str]) -> list[str]:
-        text = host.read_text(self.record)
-        try:
-            before = json.loads(text)["files"] if text else []
-        except (ValueError, KeyError, TypeError):
-            before = []
-        return [p for p in before if p not in files and host.exists(p)]
+        """The files the record lists that the step no longer writes and may remove
+        (:func:`sitestack.installs.record_paths.removable`); each other one it lists is a warning."""
+        before = (host.read_json(self.record) or {}).get("files")
+        return self.confined(host, [p for p in before if not isinstance(p, str) or p not in files] if isinstance(before, list) else [])
+
+    def confined(self, host: Host, paths: Sequence[object]) -> list[str]:
+        """``paths`` (named by a record) that :func:`removable` lets go; the others a warning, once a run."""
+        ok, refused = removable(host, self.root, paths)
+        told: set[str] = self.__dict__.setdefault("_warned", set())
+        for why in refused:
+            if why not in told:
+                told.add(why)
+                self.ctx.note(f"    [{host.name}] warning: {why}: named by a record under {self.root}/.sitestack, "
+                              "left alone")
+        return ok
 
     def pending(self, host: Host) -> str | None:
         require_module_system(facts=self.ctx.facts)
@@ -221,9 +241,9 @@ class ModuleFiles(Action):
             mine = module_file(self.root, self.stack.name, self.fmt)
             problems = [change, *(p for p in problems if p != f"{mine} differs")]
         problems += [f"{p} no longer wanted" for p in [*self.stale(host, files), *rc.stale]]
-        if host.read_text(self.record) != self._record_text(files, tuned):
+        if self.read(host, self.record) != self._record_text(files, tuned):
             problems = problems or [f"{self.record} out of date"]
-        if rc.record_text is not None and host.read_text(rc.record) != rc.record_text:
+        if rc.record_text is not None and self.read(host, rc.record) != rc.record_text:
             problems = problems or [f"{rc.record} out of date"]
         return "; ".join([*problems, *rc.notes]) if problems else None
 
@@ -232,7 +252,7 @@ class ModuleFiles(Action):
         problems = []
         modes = self._modes(host, [*self.dirs(files), *files])
         for path, text in files.items():
-            current = host.read_text(path)
+            current = self.read(host, path)
             if current is None:
                 problems.append(f"{path} missing")
             elif current != text:
@@ -264,13 +284,10 @@ class ModuleFiles(Action):
     def _tuned_change(self, host: Host, tuned: Sequence[Tuned]) -> str | None:
         """``tuned settings changed: A=1, B unset`` where the settings differ from those the record says the
         installed module sets; None where they do not (or nothing is installed yet)."""
-        text = host.read_text(self.record)
-        if text is None:
+        record = host.read_json(self.record)
+        if record is None:
             return None
-        try:
-            before = json.loads(text).get("tuned") or {}
-        except (ValueError, AttributeError):
-            before = {}
+        before = record.get("tuned") or {}
         wanted = {t.name: t.value for t in tuned}
         before = before if isinstance(before, dict) else {}
         if before == wanted:
@@ -281,8 +298,8 @@ class ModuleFiles(Action):
 
     def diff(self, host: Host) -> str | None:
         files = {**self.files(host), **(rc := self.rc_plan(host)).files}
-        out = [unified_diff(host.read_text(p), text, p) for p, text in files.items() if host.read_text(p) != text]
-        out += [unified_diff(host.read_text(p) or "", "", p) for p in [*self.stale(host, files), *rc.stale]]
+        out = [unified_diff(self.read(host, p), text, p) for p, text in files.items() if self.read(host, p) != text]
+        out += [unified_diff(self.read(host, p) or "", "", p) for p in [*self.stale(host, files), *rc.stale]]
         return "".join(out) or None
 
     def apply(self, host: Host) -> None:
@@ -297,12 +314,12 @@ class ModuleFiles(Action):
         host.run(["mkdir", "-p", "--", *dirs])
         host.run(["chmod", f"{DIR_MODE:o}", "--", *dirs])
         for path, text in {**files, **rc.files}.items():
-            if host.read_text(path) != text or self._modes(host, [path]).get(path) != FILE_MODE:
+            if self.read(host, path) != text or self._modes(host, [path]).get(path) != FILE_MODE:
                 host.write_text(path, text, FILE_MODE)
         for path in [*self.stale(host, files), *rc.stale]:
             host.run(["rm", "-f", "--", path])
         for record, wanted in ((self.record, self._record_text(files, tuned)), (rc.record, rc.record_text)):
-            if wanted is not None and host.read_text(record) != wanted:
+            if wanted is not None and self.read(host, record) != wanted:
                 host.write_text(record, wanted, FILE_MODE)
 
 

@@ -9,10 +9,10 @@ and, unless ``follow``, a symbolic link is refused (``Host.read_tail``'s contrac
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from sitestack.core.errors import InputError
+from sitestack.onsite.fileio import ReadError, parse_json
 
 if TYPE_CHECKING:
     from sitestack.core.hostbase import Completed, Host
@@ -38,14 +38,15 @@ def read_bounded(host: Host, path: str, limit: int, what: str, *, follow: bool =
 
 def read_json(host: Host, path: str, limit: int, what: str, *, follow: bool = True) -> Any:
     """The JSON document at ``path`` on ``host``, read with :func:`read_bounded`; None where the file
-    is missing or empty. Larger, or not JSON: an :class:`InputError` naming the file and ending in ``what``."""
+    is missing or empty. Larger, or not JSON with finite numbers nested a bounded depth
+    (:func:`sitestack.onsite.fileio.parse_json`): an :class:`InputError` naming the file and ending in ``what``."""
     text = read_bounded(host, path, limit, what, follow=follow)
     if not text:
         return None
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(path, f"not JSON ({str(exc)[:200]}): {what}") from None
+        return parse_json(text, path)
+    except ReadError as exc:
+        raise InputError(path, f"{exc.reason}: {what}") from None
 
 
 def output_bounded(host: Host, argv: list[str], limit: int, *, timeout: float = 120) -> Completed:

@@ -93,16 +93,6 @@ class LocalHost(Host):
     def exists(self, path: str) -> bool:
         return os.path.lexists(path)
 
-    def read_text(self, path: str) -> str | None:
-        try:
-            # bytes, not Path.read_text: its universal newlines would read a CRLF file as the LF one
-            # sitestack renders and hide the drift (a remote host's `cat` keeps them)
-            return Path(path).read_bytes().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
-
     def read_tail(self, path: str, limit: int = 65536, *, follow: bool = True) -> str | None:
         try:
             # a FIFO opens at once, and is refused; a symbolic link, unless followed, fails with ELOOP
@@ -113,10 +103,11 @@ class LocalHost(Host):
             if exc.errno == errno.ELOOP and not follow:
                 raise SitestackError(f"[{self.name}] {path} is a symbolic link, not a regular file") from None
             raise SitestackError(f"[{self.name}] cannot read {path}: {exc}") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):   # before fdopen, which refuses a directory with its own error
+            os.close(fd)
+            raise SitestackError(f"[{self.name}] {path} is not a regular file")
         with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise SitestackError(f"[{self.name}] {path} is not a regular file")
             handle.seek(max(0, info.st_size - limit))
             return handle.read(limit).decode("utf-8", errors="replace")
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import shlex
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +31,12 @@ from typing import IO, Any
 import invoke
 from invoke.context import Context
 
+from sitestack.core.bounded import read_bounded
 from sitestack.core.errors import CommandFailed, MutationRefused, SitestackError
 from sitestack.core.lock import OWNER_MAX, InvalidOwner, hold
 from sitestack.core.private import open_private
 from sitestack.core.redact import redact
+from sitestack.onsite.fileio import ReadError, parse_json
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ UMASK = "022"
 
 #: The umask of a group-writable install (facts.install.mode: group-write): 0775 / 0664.
 GROUP_UMASK = "002"
+
+#: The largest record :meth:`Host.read_json` and file :meth:`Host.read_text` read (records are KiB).
+RECORD_MAX, TEXT_MAX = 16 << 20, 64 << 20
 
 
 def with_umask(line: str, umask: str = UMASK) -> str:
@@ -244,9 +249,9 @@ class Host:
         return self.probe(["test", "-e", path]).ok
 
     def read_text(self, path: str) -> str | None:
-        """The text of ``path``, or None when it does not exist."""
-        out = self.probe(["cat", "--", path])
-        return out.stdout if out.ok else None
+        """The text of ``path``, or None when it does not exist; a FIFO, device or directory there, or a file
+        over :data:`TEXT_MAX`, is a :class:`SitestackError` naming it, never waited on (:func:`read_bounded`)."""
+        return read_bounded(self, path, TEXT_MAX, "not a file sitestack wrote; move it aside")
 
     def read_tail(self, path: str, limit: int = 65536, *, follow: bool = True) -> str | None:
         """The last ``limit`` bytes of ``path`` as text (a job's log may be any size), or None when it
@@ -259,25 +264,39 @@ class Host:
             raise SitestackError(f"[{self.name}] {path} is not a regular file")
         return out.stdout if out.ok else None
 
-    def read_json(self, path: str) -> dict[str, Any] | None:
-        """The JSON object in ``path``; None when the file is missing, unreadable or not an object.
-
-        The state files read this way (install stamps, manifests) are read by several steps of a run;
-        their text is kept until this host changes anything (:meth:`changed`: a command run, a file
-        written, a lock taken, when another run may have changed them), so a no-op run over SSH reads
-        each once."""
-        memo: dict[str, str | None] = self.__dict__.setdefault("_json_memo", {})
-        if path in memo:
-            text = memo[path]
-        else:
-            text = memo[path] = self.read_text(path)
-        if text is None:
-            return None
+    def read_json(self, path: str, *, strict: bool = False) -> dict[str, Any] | None:
+        """The JSON object in ``path`` (a record sitestack wrote: a stamp, a manifest, the generations
+        record); None when the file is missing. A bad record (not a regular file, a FIFO never waited
+        on; over :data:`RECORD_MAX`; not JSON with finite numbers; nested too deeply; not an object:
+        :func:`sitestack.onsite.fileio.parse_json`) is one line on standard error naming it and reads
+        as missing, or, ``strict`` (where acting on a missing record would do harm), a
+        :class:`SitestackError` with that line. The text is kept until this host changes anything
+        (:meth:`changed`: another run may have too), so a no-op run over SSH reads each once."""
+        memo: dict[str, str | None | SitestackError] = self.__dict__.setdefault("_json_memo", {})
+        if path not in memo:
+            try:
+                memo[path] = read_bounded(self, path, RECORD_MAX, "a record is a few KiB", follow=True)
+            except SitestackError as exc:
+                memo[path] = exc
+        text = memo[path]
         try:
-            data = json.loads(text)
-        except ValueError:
+            if isinstance(text, SitestackError):
+                raise text
+            if text is None:
+                return None
+            data = parse_json(text, path)
+            if not isinstance(data, dict):
+                raise SitestackError(f"[{self.name}] {path}: not a JSON object")
+            return data
+        except (SitestackError, ReadError) as exc:
+            line = str(exc) if isinstance(exc, SitestackError) else f"[{self.name}] {exc}"
+            if strict:
+                raise SitestackError(f"{line}: not a record sitestack wrote; move it aside") from None
+            warned: set[str] = self.__dict__.setdefault("_json_warned", set())
+            if path not in warned:
+                warned.add(path)
+                print(f"sitestack: {line}: not a record sitestack wrote, read as missing", file=sys.stderr)
             return None
-        return data if isinstance(data, dict) else None
 
     def changed(self) -> None:
         """Forget what :meth:`read_json` kept: this host (or, under a new lock, another run) changed files."""

@@ -11,18 +11,18 @@ complete: at a time limit squeue forgets the job while its guard still writes th
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from sitestack.core.bounded import read_json
+from sitestack.core.bounded import read_bounded, read_json
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
 from sitestack.core.report import Reporter
 from sitestack.installs.venv_stack import normalize
+from sitestack.onsite.fileio import ReadError, parse_json
 from sitestack.validation.results_dir import results_check
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
@@ -32,6 +32,8 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 RUN_TO_LOG = 'exec bash "$0" >"$1" 2>&1'
 #: The most bytes of check-config.json read (the installer writes a few KiB).
 CONFIG_MAX = 1 << 20
+#: The largest stack manifest read (a few hundred packages: tens of KiB).
+MANIFEST_MAX = 16 << 20
 
 
 def preflight(host: Host, directory: str, site_name: str, root: str, python: str | None,
@@ -58,14 +60,15 @@ def check_imports(host: Host, directory: str, site_name: str, config: Mapping[st
     path = stack.get("manifest")
     if not path or not isinstance(path, str):
         return
-    manifest = host.read_text(path)
+    manifest = read_bounded(host, path, MANIFEST_MAX,
+                            f"not a stack manifest; re-run `invoke install-venv --site {site_name}`")
     if manifest is None:
         raise SitestackError(f"the stack the job validates has no manifest ({path} missing on {host.name}): "
                              f"provision it first (`invoke install-venv --site {site_name}`)")
     try:
-        data = json.loads(manifest)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(path, f"not JSON ({exc}); re-run `invoke install-venv --site {site_name}`") from None
+        data = parse_json(manifest, path)
+    except ReadError as exc:
+        raise InputError(path, f"{exc.reason}; re-run `invoke install-venv --site {site_name}`") from None
     data = data if isinstance(data, dict) else {}
     # the environment's own packages, and its base's where it sees them (a container stack's torch)
     listed = [p for key in ("packages", "base_packages") if isinstance(data.get(key), list) for p in data[key]]

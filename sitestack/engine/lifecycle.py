@@ -19,9 +19,11 @@ from sitestack.engine.inventory import prefix_glob
 from sitestack.engine.playbook import connect, context_for
 from sitestack.engine.select import select_hosts
 from sitestack.installs import generations as gens
+from sitestack.installs.site_stack import site_stack
 from sitestack.installs.stamp import STAMP
 from sitestack.installs.venv_stack import MANIFEST
 from sitestack.model.context import RunContext, RunOptions
+from sitestack.model.facts import Facts
 from sitestack.model.site import Site
 
 
@@ -62,7 +64,35 @@ def chosen(found: dict[str, str], stack: str | None, prefix: str) -> dict[str, s
     return {stack: found[stack]}
 
 
-def describe(host: Host, name: str, path: str, grace: tuple[int | None, str]) -> dict[str, Any]:
+Grace = tuple[int | None, str]
+
+
+def graces(host: Host, ctx: RunContext) -> Callable[[str], Grace]:
+    """stable path -> how long its retired generations are kept (:func:`sitestack.installs.generations.grace_seconds`),
+    each stack by its own facts (a ``stacks:`` overlay's ``scheduler.max_job_time``, not the playbook's).
+    A path no stack of the playbook makes (a recipe install, a stack since renamed) gets the longest of
+    them: a generation is never removed sooner than any stack's jobs may run."""
+    by_time: dict[str | None, Grace] = {}
+
+    def grace_of(facts: Facts) -> Grace:
+        key = facts.scheduler.max_job_time
+        if key not in by_time:
+            by_time[key] = gens.grace_seconds(host, facts)
+        return by_time[key]
+
+    own = ctx.site.own or ctx.site
+    named: dict[str, Grace] = {}
+    for key in (None, *own.stacks):
+        stack_ctx = ctx.for_stack(key)
+        stack = site_stack(stack_ctx)
+        if stack is not None:
+            named[stack.path] = grace_of(stack_ctx.facts)
+    known = [*named.values(), grace_of(ctx.facts)]
+    longest = next((g for g in known if g[0] is None), max(known, key=lambda g: g[0] or 0))
+    return lambda path: named.get(path, longest)
+
+
+def describe(host: Host, name: str, path: str, grace: Grace) -> dict[str, Any]:
     """One stack's generations, newest first, each with what a collection would do with it."""
     history = gens.read_history(host, path)
     # one look at the processes for every generation on disk, the verdicts' included
@@ -101,9 +131,9 @@ def list_generations(site: Site, options: RunOptions, stack: str | None) -> list
     """``invoke generations``: each stack's generations (read-only)."""
     with opened(site, options, read_only=True) as (host, ctx):
         prefix = ctx.values["prefix"].rstrip("/")
-        grace = gens.grace_seconds(host, ctx.facts)
-        return [describe(host, name, path, grace) for name, path in sorted(chosen(stack_paths(host, prefix), stack,
-                                                                                  prefix).items())]
+        grace = graces(host, ctx)
+        return [describe(host, name, path, grace(path)) for name, path in sorted(chosen(stack_paths(host, prefix), stack,
+                                                                                        prefix).items())]
 
 
 def _locked(host: Host, prefix: str, options: RunOptions, report: Callable[[str], None]) -> Any:
@@ -134,12 +164,12 @@ def collect(site: Site, options: RunOptions, *, dry_run: bool, report: Callable[
     out: list[gens.Verdict] = []
     with opened(site, options, read_only=dry_run) as (host, ctx):
         prefix = ctx.values["prefix"].rstrip("/")
-        grace = gens.grace_seconds(host, ctx.facts)
+        grace = graces(host, ctx)
         held = contextlib.nullcontext() if dry_run else _locked(host, prefix, options, report)
         with held:
             found = {**stack_paths(host, prefix), **install_paths(host, prefix)}
             for _name, path in sorted(found.items()):
-                out += gens.collect(host, gens.read_history(host, path), grace, dry_run=dry_run)
+                out += gens.collect(host, gens.read_history(host, path), grace(path), dry_run=dry_run)
     return out
 
 

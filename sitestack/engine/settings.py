@@ -20,11 +20,12 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from invoke.config import Config
-from invoke.exceptions import Exit
+from invoke.exceptions import Exit, UnknownFileType
 
 from sitestack.core import envvars
 from sitestack.core.errors import InputError
@@ -121,11 +122,33 @@ def _exit(exc: InputError) -> Exit:
     return Exit(f"error: {printable(redact(str(exc)))}", code=1)
 
 
+#: The largest Invoke configuration file read (a few settings: a few KiB).
+CONFIG_FILE_MAX = 1 << 20
+
+
+def _check_config_file(path: str) -> None:
+    """``path`` is a regular file of at most :data:`CONFIG_FILE_MAX` bytes, looked at without blocking (a
+    FIFO given as ``-f`` would hang Invoke's ``open``); an InputError otherwise. A missing file is
+    Invoke's FileNotFoundError, so the next name is tried."""
+    fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(str(path), "not a regular file: not an Invoke configuration file")
+    if info.st_size > CONFIG_FILE_MAX:
+        raise InputError(str(path), f"larger than {CONFIG_FILE_MAX >> 20} MiB: not an Invoke configuration file")
+
+
 def _guard_loader(load: Callable[[Config, str], Any]) -> Callable[[Config, str], Any]:
     @functools.wraps(load)
     def guarded(self: Config, path: str) -> Any:
         try:
+            _check_config_file(path)
             return load(self, path)
+        except InputError as exc:
+            raise _exit(exc) from None
         except OSError as exc:
             if exc.errno == errno.ENOENT:   # Invoke's sign that the file is not there: the next name is tried
                 raise
@@ -177,12 +200,24 @@ def _guard_shell_env(load: Callable[[Config], None]) -> Callable[[Config], None]
     return guarded
 
 
+def _guard_load_file(load: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(load)
+    def guarded(self: Config, *args: Any, **kwargs: Any) -> None:
+        try:
+            load(self, *args, **kwargs)
+        except UnknownFileType as exc:   # `-f FILE` with a name Invoke has no loader for: its traceback otherwise
+            raise _exit(InputError(str(getattr(self, "_runtime_path", None) or "-f"),
+                                   " ".join(str(exc).split())[:300])) from None
+    return guarded
+
+
 def guard(cls: type[Config]) -> type[Config]:
     """Make ``cls`` check what it loads (the module docstring); once per class."""
     if getattr(cls, "_sitestack_guarded", False):
         return cls
     for suffix in ("yaml", "yml", "json", "py"):
         setattr(cls, f"_load_{suffix}", _guard_loader(getattr(cls, f"_load_{suffix}")))
+    cls._load_file = _guard_load_file(cls._load_file)  # type: ignore[method-assign]
     cls.merge = _guard_merge(cls.merge)  # type: ignore[method-assign,assignment]
     cls.load_shell_env = _guard_shell_env(cls.load_shell_env)  # type: ignore[method-assign,assignment]
     cls._sitestack_guarded = True  # type: ignore[attr-defined]

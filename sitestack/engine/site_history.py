@@ -21,6 +21,7 @@ from sitestack.core.report import Reporter
 from sitestack.engine import batchjob, regression
 from sitestack.model.validation_facts import Regression
 from sitestack.onsite import history as shipped
+from sitestack.onsite.fileio import ReadError, parse_json
 from sitestack.onsite.report_plot import human_bytes
 from sitestack.onsite.visible import escaped
 
@@ -76,9 +77,9 @@ def listing_of(text: str, what: str) -> tuple[list[dict[str, Any]], list[str]]:
     naming ``what``: not JSON, not a :data:`~sitestack.onsite.history.LISTING` document, a run that is
     no record, a warning that is no string."""
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise SitestackError(f"{what}: not JSON ({escaped(str(exc)[:200])}); {AGAIN}") from None
+        data = parse_json(text, what)
+    except ReadError as exc:
+        raise SitestackError(f"{what}: {escaped(exc.reason[:200])}; {AGAIN}") from None
     if not isinstance(data, dict) or data.get("schema") != shipped.LISTING:
         raise SitestackError(f"{what}: not a listing of schema {shipped.LISTING}; {AGAIN}")
     runs, warnings = data.get("runs"), data.get("warnings")

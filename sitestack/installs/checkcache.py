@@ -50,11 +50,10 @@ def check_file(entry: str, key: str) -> str:
 def vouched(host: Host, entry: str, key: str) -> list[dict[str, Any]] | None:
     """The kept results for ``key`` (each marked as vouched for by the cache), or None: run the checks."""
     path = check_file(entry, key)
-    text = host.read_text(path)
-    if text is None:
+    doc = host.read_json(path)
+    if doc is None:
         return None
     try:
-        doc = json.loads(text)
         results = doc["checks"]
         ok = doc["key"] == key and all(isinstance(r, dict) and r.get("ok") is True for r in results)
     except (ValueError, KeyError, TypeError):

@@ -24,6 +24,7 @@ still on disk (itself undoable: the one it left becomes that).
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import time
@@ -40,21 +41,34 @@ RECORD_FORMAT = 1
 
 #: Prints the pid and command of each process that uses one of the paths given: its exe, cwd or
 #: root, a mapped or open file, or the path in its command line or environment (a shell that loaded
-#: the stack's module has it on PATH). This probe's own shells carry the marker line and are left
-#: out. Processes of other users are seen only by root (procfs' ptrace access check): the caller
-#: says so.
-IN_USE_SCRIPT = r"""# sitestack: in-use probe
+#: the stack's module has it on PATH). Each path is matched as given and as resolved (``readlink -f``:
+#: /proc shows resolved paths, so a prefix given through a link, or with ``//`` or ``/./``, still finds
+#: its users). The probe's own process and its ancestors (the SSH or sudo shell that started it,
+#: whose command line holds the paths) are left out by pid, never by what a command line says.
+#: Processes of other users are seen only by root (procfs' ptrace access check): the caller says so.
+IN_USE_SCRIPT = r"""
+tab=$(printf '\t') self=" " p=$$
+while [ "${p:-0}" -gt 1 ] 2>/dev/null; do
+  self="$self$p "; p=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null)
+done
+pairs=""
+for p; do r=$(readlink -f -- "$p" 2>/dev/null); pairs="$pairs$p$tab${r:-$p}
+"; done
 for proc in /proc/[0-9]*; do
+  pid=${proc#/proc/}
+  case $self in *" $pid "*) continue ;; esac
   cmd=$(tr '\0' '\n' <"$proc/cmdline" 2>/dev/null) || continue
-  case $cmd in *"# sitestack: in-use probe"*) continue ;; esac
   blob=$( { readlink "$proc/exe" "$proc/cwd" "$proc/root"; ls -l "$proc/fd" | sed -n 's/.* -> //p'
             cat "$proc/maps"; tr '\0' '\n' <"$proc/environ"; } 2>/dev/null)
-  for p in "$@"; do
+  while IFS=$tab read -r p r; do
+    [ -n "$p" ] || continue
     case "$cmd
-$blob" in *"$p"*)
-      printf 'USE\t%s\t%s\t%s\n' "$p" "${proc#/proc/}" "$(printf '%s' "$cmd" | tr '\n' ' ' | cut -c1-120)" ;;
+$blob" in *"$p"*|*"$r"*)
+      printf 'USE\t%s\t%s\t%s\n' "$p" "$pid" "$(printf '%s' "$cmd" | tr '\n' ' ' | cut -c1-120)" ;;
     esac
-  done
+  done <<EOF
+$pairs
+EOF
 done
 exit 0
 """
@@ -113,19 +127,31 @@ def record_path(parent: str, leaf: str) -> str:
     return f"{parent}/.{leaf}.generations.json"
 
 
-def _entries(data: object) -> list[Generation]:
-    """The record's generations; a malformed entry is left out (the link and the disk still tell the truth)."""
+#: How far in the future a record's time may be (another host's clock, NTP not yet settled):
+#: later is not a time this tool wrote, and the generation is kept as if just switched out.
+CLOCK_SKEW = 300.0
+
+
+def _when(value: object, now: float) -> float | None:
+    """A record's epoch time: a finite number not later than ``now`` + :data:`CLOCK_SKEW`, else None
+    (``NaN`` or ``-inf`` would read as long past and let a generation in use go)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and 0 <= value <= now + CLOCK_SKEW else None
+
+
+def _entries(data: object, now: float) -> list[Generation]:
+    """The record's generations; a malformed entry is left out (the link and the disk still tell the truth).
+    A ``retired`` that is not a time (:func:`_when`) reads as ``now``: kept its full grace."""
     gens = data.get("generations") if isinstance(data, dict) else None
     out: list[Generation] = []
     for item in gens if isinstance(gens, list) else []:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "/" in item["name"]:
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
             continue
-        try:
-            retired = item.get("retired")
-            out.append(Generation(item["name"], float(item.get("created") or 0), str(item.get("digest") or ""),
-                                  str(item.get("change") or ""), float(retired) if retired is not None else None))
-        except (TypeError, ValueError):
-            continue
+        retired = None if item.get("retired") is None else (_when(item["retired"], now) or now)
+        out.append(Generation(name, _when(item.get("created"), now) or 0.0, str(item.get("digest") or ""),
+                              str(item.get("change") or ""), retired))
     return out
 
 
@@ -143,7 +169,8 @@ exit 0
 def read_history(host: Host, path: str) -> History:
     """The generations of ``path`` (a link to a sibling): the record, the link and what is on disk."""
     parent, leaf = os.path.split(path.rstrip("/"))
-    data = host.read_json(record_path(parent, leaf))
+    # strict: a record read as missing would make every retired generation look never published
+    data = host.read_json(record_path(parent, leaf), strict=True)
     out = host.probe(["sh", "-c", LIST_SCRIPT, "sitestack", parent, leaf])
     current, dirs = None, set()
     for line in out.stdout.splitlines():
@@ -152,7 +179,7 @@ def read_history(host: Host, path: str) -> History:
             current = value
         elif kind == "DIR":
             dirs.add(value)
-    gens = _entries(data)
+    gens = _entries(data, time.time())
     known = {g.name for g in gens}
     # a generation made before the record existed (or by a run killed before writing it)
     gens += [Generation(name, 0.0, change="(not recorded)") for name in sorted(dirs - known) if name == current]

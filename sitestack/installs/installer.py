@@ -297,7 +297,7 @@ class Installer:
         """The checks' results: kept with the cache entry for identical inputs (:mod:`sitestack.installs.
         checkcache`; never under --rebuild/--no-cache), else run now and kept for the next prefix."""
         entry = os.path.dirname(artefact)
-        manifest = json.loads(self.host.read_text(f"{entry}/artefact.json") or "{}")
+        manifest = self.host.read_json(f"{entry}/artefact.json") or {}
         key = checkcache.check_key(self.host, self.target, self.inputs, str(manifest.get("sha256")))
         kept = None if self.fresh else checkcache.vouched(self.host, entry, key)
         if kept is not None:
@@ -340,7 +340,7 @@ class Installer:
 
     def write_stamp(self, artefact: str) -> None:
         t = self.target
-        manifest = json.loads(self.host.read_text(f"{os.path.dirname(artefact)}/artefact.json") or "{}")
+        manifest = self.host.read_json(f"{os.path.dirname(artefact)}/artefact.json") or {}
         stamp = {
             "format": STAMP_FORMAT,
             "recipe": t.recipe.name,

@@ -34,6 +34,7 @@ from sitestack.core import templates
 from sitestack.core.errors import SitestackError
 from sitestack.core.paths import MODULEFILE_DIR
 from sitestack.installs.modulefile_render import EXTENSIONS, environment
+from sitestack.onsite.fileio import parse_json
 
 #: The rc files of each format, in the module directory; the template of each is ``dot-<name>.<fmt>.j2``.
 RC_FILES = {"lua": (".modulerc.lua",), "tcl": (".version", ".modulerc")}
@@ -75,11 +76,11 @@ def record_path(root: str, directory: str) -> str:
 def read_state(text: str | None) -> State:
     """The record ``text`` (None or unreadable: no entries, no files)."""
     try:
-        data = json.loads(text) if text else {}
+        data = parse_json(text, "record") if text else {}
         stacks = {str(name): Mark(str(m["format"]), bool(m["default"]), bool(m["hidden"]))
                   for name, m in data.get("stacks", {}).items() if m["format"] in RC_FILES}
         return State(stacks, tuple(str(f) for f in data.get("files", [])))
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):   # ReadError is a ValueError
         return State({})
 
 

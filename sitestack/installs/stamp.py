@@ -48,15 +48,11 @@ def install_reason(host: Host, dest: str, inputs: Mapping[str, Any], sanity: Seq
     """Why the install at ``dest`` is needed for ``inputs`` (None: it is done). Read-only, but for a
     stamp of an older sitestack that names the same tools by their ``PATH`` spelling (:func:`restamped`):
     on a writable host (the caller holds the install lock) it is brought to the current form."""
-    text = host.read_text(f"{dest}/{STAMP}")
-    if text is None:
+    stamp = host.read_json(f"{dest}/{STAMP}")   # bounded, never waits on a FIFO; a bad one reads as missing
+    if stamp is None:
+        if host.exists(f"{dest}/{STAMP}"):
+            return f"unreadable stamp {dest}/{STAMP}"
         return "not installed" if not host.exists(dest) else f"no stamp in {dest} (unfinished or foreign install)"
-    try:
-        stamp = json.loads(text)
-    except ValueError:
-        return f"unreadable stamp {dest}/{STAMP}"
-    if not isinstance(stamp, dict):
-        return f"unreadable stamp {dest}/{STAMP}"
     if stamp.get("digest") != digest(inputs) and not restamped(host, dest, stamp, inputs):
         return "inputs changed: " + explain_change(stamp.get("inputs", {}), inputs)
     missing = sanity_missing(host, dest, sanity)

@@ -10,7 +10,6 @@ declares, is reported as a warning naming the file and ignored (for that variabl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from sitestack.core.errors import InputError
 from sitestack.core.hostbase import Host
 from sitestack.installs.modulefile_text import message_problem
 from sitestack.model.site import Facts
+from sitestack.onsite.fileio import ReadError, parse_json
 
 TUNING_SCHEMA = "sitestack-tuning/1"
 #: The most a tuning.json may hold (``invoke tune`` writes a few KiB per point): a larger one is not read.
@@ -56,9 +56,9 @@ def tuned_from(text: str, path: str, facts: Facts, stack: str | None = None) -> 
     the module of ``stack``: a decision measured with another stack's module (another torch, another
     NCCL) sets nothing in this one."""
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return [], [f"{path}: not JSON ({exc}): ignored"]
+        doc = parse_json(text, path)
+    except ReadError as exc:
+        return [], [f"{exc}: ignored"]
     problem = _document_problem(doc)
     if problem:
         return [], [f"{path}: {problem}: ignored"]

@@ -41,14 +41,13 @@ def entry_key(sources: str, identity: dict[str, object]) -> str:
 
 def cached_file(host: Host, entry: str) -> str | None:
     """The entry's file (wheel, tarred tree) when its sha256 is the recorded one; a damaged entry is removed."""
-    text = host.read_text(f"{entry}/artefact.json")
-    if text is None:
-        return None
-    try:
-        manifest = json.loads(text)
-        path = f"{entry}/{os.path.basename(manifest['file'])}"
-    except (ValueError, KeyError, TypeError):
-        manifest, path = {}, ""
+    manifest = host.read_json(f"{entry}/artefact.json")
+    if manifest is None:
+        if not host.exists(f"{entry}/artefact.json"):
+            return None
+        manifest = {}
+    file = manifest.get("file")
+    path = f"{entry}/{os.path.basename(file)}" if isinstance(file, str) and os.path.basename(file) else ""
     out = host.probe(["sha256sum", "--", path]) if path else None
     if out is not None and out.ok and out.stdout.split()[0] == manifest.get("sha256"):
         return path

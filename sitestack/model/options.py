@@ -22,6 +22,7 @@ A control character in any text the command line gives is refused before the tas
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
@@ -75,6 +76,14 @@ def check_prefix(option: str, value: str | None) -> None:
     problem = envvars.taken_dir_problem(value) if value is not None else None
     if problem:
         raise InputError(option, f"{value!r} {problem.replace('a directory of sitestack', 'an install prefix of sitestack')}")
+
+
+def normal_prefix(path: str) -> str:
+    """``path`` spelled one way: no ``//``, ``/./``, ``..`` or trailing ``/`` (``posixpath.normpath``, and one
+    leading ``/`` where POSIX lets it keep two). Links are left: where they lead is the host's to say, and
+    whatever compares a prefix with what a host reports resolves both there (``readlink -f``)."""
+    normal = posixpath.normpath(path) if path else path
+    return "/" + normal.lstrip("/") if normal.startswith("//") else normal
 
 
 def check_account(option: str, value: str | None) -> None:

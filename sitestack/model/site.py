@@ -49,6 +49,7 @@ from sitestack.model.facts_layers import (
     stack_overlays,
     with_local_facts,
 )
+from sitestack.model.options import normal_prefix
 
 #: The placeholders a string in a playbook may use, with what each becomes.
 PLACEHOLDERS: Mapping[str, str] = {
@@ -177,7 +178,8 @@ class Site:
             "rocm_version": self.facts.rocm.version if self.facts.rocm else "{rocm_version}",
             "cuda_version": self.facts.cuda.version if self.facts.cuda else "{cuda_version}",
         }
-        values["prefix"] = prefix or expand(self.facts.prefix, {**values, "prefix": "{prefix}"})
+        # spelled one way once, here: every path below it, and what gc compares, is built from it
+        values["prefix"] = normal_prefix(prefix or expand(self.facts.prefix, {**values, "prefix": "{prefix}"}))
         return values
 
     def resolved_facts(self, values: Mapping[str, str]) -> dict[str, Any]:

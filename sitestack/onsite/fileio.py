@@ -12,7 +12,8 @@ temporary file.
 A file read from outside (a result, check-config.json, a rank's record, a log) may be anything: larger
 than any record, a FIFO that never ends, a device. A read here opens without blocking, takes regular
 files only, and reads at most its cap, so neither time nor memory depends on what the file is.
-Every failure is one :class:`ReadError` whose message names the file.
+Every failure is one :class:`ReadError` whose message names the file. A JSON record is parsed one
+way, :func:`parse_json`: finite numbers only, nesting bounded.
 
 Programs of :data:`sitestack.onsite.SINGLE_FILE` ship as one file and cannot import this module; each
 that writes a file keeps a writer of its own (and says so). The module runs with Python 3.6 too
@@ -37,11 +38,11 @@ KEEP = ("all", "head", "tail")
 class ReadError(ValueError):
     """A file that cannot be read as asked (missing, not a regular file, over its cap, not JSON, not an
     object). ``path`` and ``reason`` apart, for callers that phrase it their own way; ``str()`` is
-    ``PATH: REASON``."""
+    ``PATH: REASON``; ``line``: the line of a JSON syntax error, where there is one."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, line: "int | None" = None) -> None:
         super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
+        self.path, self.reason, self.line = path, reason, line
 
 
 def _token() -> str:
@@ -177,19 +178,62 @@ def read_text(path: str, limit: int, *, keep: str = "all", follow: bool = True) 
     return read_bytes(path, limit, keep=keep, follow=follow).decode("utf-8", "replace")
 
 
-def read_json(path: str, limit: int, *, follow: bool = True) -> "dict[str, Any]":
-    """The JSON object in ``path`` (at most ``limit`` bytes of UTF-8); a :class:`ReadError` naming the
-    file otherwise: unreadable (:func:`read_bytes`), not JSON (with the line and column), nested too
-    deeply to parse, or another JSON value than an object."""
-    raw = read_bytes(path, limit, follow=follow)
+#: The deepest nesting of arrays and objects a record may have (sitestack writes a few levels):
+#: deeper is refused before it can cost a RecursionError, here or in whatever walks the value later.
+DEPTH_MAX = 32
+
+
+def _no_constant(name: str) -> Any:
+    # json.loads takes NaN, Infinity and -Infinity, which JSON (RFC 8259, section 6) has not
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):  # 1e999: a float too large, read as infinity
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return number
+
+
+def parse_json(text: "str | bytes", path: str) -> Any:
+    """The JSON value of ``text`` (a record read from ``path``): finite numbers only (``NaN`` and
+    ``Infinity`` and ``1e999`` refused), nested at most :data:`DEPTH_MAX` deep. A :class:`ReadError` naming the file
+    otherwise, with the line and column where the parser gives them. The one JSON parser of what
+    sitestack reads back, controller and site alike."""
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, parse_constant=_no_constant,
+                          parse_float=_finite)
     except UnicodeDecodeError as exc:
         raise ReadError(path, f"not JSON (not UTF-8 at byte {exc.start})") from None
     except ValueError as exc:  # JSONDecodeError names the line and column
-        raise ReadError(path, f"not JSON ({exc})") from None
+        raise ReadError(path, f"not JSON ({str(exc)[:200]})", getattr(exc, "lineno", None)) from None
     except RecursionError:
-        raise ReadError(path, "not JSON this program reads (nested too deeply)") from None
+        raise ReadError(path, f"not JSON this program reads (nested more than {DEPTH_MAX} deep)") from None
+    if _depth(data) > DEPTH_MAX:
+        raise ReadError(path, f"not JSON this program reads (nested more than {DEPTH_MAX} deep)")
+    return data
+
+
+def _depth(data: Any) -> int:
+    """How deeply arrays and objects nest in ``data`` (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        value, level = todo.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if level > DEPTH_MAX:
+            break
+        todo.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def read_json(path: str, limit: int, *, follow: bool = True) -> "dict[str, Any]":
+    """The JSON object in ``path`` (at most ``limit`` bytes of UTF-8); a :class:`ReadError` naming the
+    file otherwise: unreadable (:func:`read_bytes`), not JSON (:func:`parse_json`: with the line and
+    column, a number that is not finite, nested too deeply), or another JSON value than an object."""
+    data = parse_json(read_bytes(path, limit, follow=follow), path)
     if not isinstance(data, dict):
         raise ReadError(path, f"not a JSON object (a JSON {type(data).__name__})")
     return data

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import calendar
 import contextlib
-import json
 import math
 import os
 import re
@@ -18,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .ddpcheck.checks import COMPUTE
+from .fileio import ReadError, parse_json
 from .visible import short_line
 
 SCHEMA = "sitestack-history/1"
@@ -247,8 +247,8 @@ def valid_id(text: str) -> bool:
 def load_record(text: str) -> dict[str, Any] | None:
     """The record in ``text`` (one JSON object of :data:`SCHEMA`), normalised (:func:`normalise`); None for anything else."""
     try:
-        return normalise(json.loads(text))
-    except (ValueError, RecursionError):
+        return normalise(parse_json(text, "record"))
+    except ReadError:
         return None
 
 

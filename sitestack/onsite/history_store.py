@@ -78,10 +78,18 @@ def _create_run(runs: str, record: Mapping[str, Any]) -> bool:
 
 
 def _open_shared(path: str, flags: int, mode: int) -> int:
-    """``path`` opened (made where missing, never through a symbolic link) with ``mode`` whatever the umask,
-    where it is this user's to change; a file with more than one hard link is a :class:`HistoryError`."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, mode)
+    """``path`` opened (made where missing, never through a link) with ``mode`` whatever the umask, where
+    it is this user's to change. Without blocking (an ``O_WRONLY`` open of a FIFO waits for a reader for
+    ever: the job's guard outlives the job it records), and a regular file only: else an OSError; a file
+    with more than one hard link is a :class:`HistoryError`."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as exc:  # ENXIO: a FIFO no one reads, opened for writing without blocking
+        raise OSError(errno.EINVAL, "not a regular file", path) if exc.errno == errno.ENXIO else exc from None
     info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
     if info.st_nlink > 1:   # a hard link to a file elsewhere (another user's, one outside the history)
         os.close(fd)
         raise HistoryError(f"{path} has {info.st_nlink} hard links: not the history's own file (left as it is)")

@@ -170,7 +170,8 @@ def _single(comms: list[tuple[Line, int, int, str]], chans: list[_Channel],
         if nranks == world and (m := _LOCALS.search(rest)) and int(m.group("n")) == nranks:
             return False, f"localRanks {nranks} of nRanks {nranks} (\"{ln.msg}\" on {ln.host})", 1, True
     printed = {c.local for c in chans}
-    if world and printed >= set(range(world)):
+    # the count first: a log's "nranks 999999999" must not make a set of a billion ranks
+    if world and len(printed) >= world and printed >= set(range(world)):
         return False, f"every one of the {world} ranks printed its channels, none via NET", 1, True
     return None
 

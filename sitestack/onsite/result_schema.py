@@ -17,12 +17,11 @@ newer validation job: re-install the job with the same sitestack):
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from .fileio import ReadError, read_bytes
+from .fileio import ReadError, parse_json, read_bytes
 
 SCHEMA = 2
 #: The largest result.json read back (a run's is a few KiB, a tuning point's a few tens of KiB).
@@ -177,9 +176,9 @@ def as_result(data: object) -> tuple[Result | None, str]:
 def parse_result(text: str | bytes) -> tuple[Result | None, str]:
     """(the :class:`Result` in ``text``, ""), or (None, why it is none: not JSON, or :func:`problem`)."""
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError names the line and column
-        return None, f"not JSON ({exc})"
+        data = parse_json(text, "result")
+    except ReadError as exc:  # names the line and column, a number that is not finite, nesting too deep
+        return None, exc.reason
     return as_result(data)
 
 

@@ -9,11 +9,11 @@ path and site-packages, and the variable its module names the loaded generation 
 value that would be unsafe in a shell script, whichever way the settings came.
 """
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
 
+from ..fileio import ReadError, parse_json
 from . import COMMAND, Refused
 from .scriptfiles import read_bytes
 from .shell_quote import csh_quote, fish_quote, sh_quote
@@ -64,13 +64,12 @@ def read_settings(path: str) -> "dict[str, Any]":
         raise Refused(f"this copy has no stack settings ({path} is missing: run the one in the stack's bin/)") from None
     except OSError as exc:
         raise Refused(f"{path}: cannot read the settings: {exc.strerror}") from None
-    try:
-        settings = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise Refused(f"{path}: the settings are not UTF-8 text") from None
-    except ValueError as exc:
-        where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise Refused(f"{path}{where}: the settings are not JSON ({getattr(exc, 'msg', exc)})") from None
+    try:   # the one parser of what sitestack reads back: finite numbers, nesting bounded
+        settings = parse_json(data, path)
+    except ReadError as exc:
+        if exc.reason.startswith("not JSON (not UTF-8"):
+            raise Refused(f"{path}: the settings are not UTF-8 text") from None
+        raise Refused(f"{path}{f':{exc.line}' if exc.line else ''}: the settings are {exc.reason}") from None
     if not isinstance(settings, dict):
         raise Refused(f"{path}: the settings are not a JSON object")
     for key, (required, test, want) in FIELDS.items():
