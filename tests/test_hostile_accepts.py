@@ -57,8 +57,10 @@ def test_rank_files_with_booleans_nan_or_infinity_do_not_reach_the_summary(tmp_p
     summary_path = tmp_path / "startup.json"
     assert import_probe.main(["--aggregate", str(ranks), "--t0", "98.5", "--expect", "4", "--json", str(summary_path)]) == 0
     summary = _strict(summary_path.read_text())
-    assert summary["failed"] == [2, 3] and summary["imported"] == 1
-    assert summary["unreadable"] == ["rank-1.json: not a rank record"] and summary["missing"] == [1]
+    # NaN and 1e999 are no JSON numbers: those records are not read at all (fileio.parse_json), each said
+    assert summary["failed"] == [] and summary["imported"] == 1 and summary["missing"] == [1, 2, 3]
+    assert summary["unreadable"] == ["rank-1.json: not a rank record", "rank-2.json: not JSON (NaN is not a JSON number)",
+                                     "rank-3.json: not JSON (1e999 is not a finite number)"]
     assert summary["all_imported_s"] is None and summary["imported_s"] == {"median": 2.0, "max": 2.0}
 
 

@@ -9,13 +9,21 @@ and, unless ``follow``, a symbolic link is refused (``Host.read_tail``'s contrac
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
+from sitestack.core.completed import Completed
 from sitestack.core.errors import InputError
 from sitestack.onsite.fileio import ReadError, parse_json
 
-if TYPE_CHECKING:
-    from sitestack.core.hostbase import Completed, Host
+
+class Host(Protocol):
+    """What of :class:`sitestack.core.hostbase.Host` is used here (which reads its files through this
+    module: the host classes are not imported)."""
+
+    def read_tail(self, path: str, limit: int = ..., *, follow: bool = ...) -> str | None: ...
+
+    def probe(self, argv: Sequence[str], *, timeout: float | None = ...) -> Completed: ...
 
 #: The most bytes of a program's standard error :func:`output_bounded` keeps (its last: the error is there).
 STDERR_MAX = 4096
@@ -54,8 +62,6 @@ def output_bounded(host: Host, argv: list[str], limit: int, *, timeout: float = 
     bytes (more than ``limit``: it printed more), its standard error the last :data:`STDERR_MAX`
     bytes, so a program that prints without end costs the controller that much, never more. A status
     that did not come back (the shell killed, the probe timed out) is the probe's, else 125."""
-    from sitestack.core.hostbase import Completed
-
     out = host.probe(["sh", "-c", _BOUNDED, "sitestack", str(limit + 1), str(STDERR_MAX), *argv], timeout=timeout)
     lines = out.stderr.rstrip("\n").split("\n")
     status = lines[-1][5:] if lines[-1].startswith("exit ") else ""

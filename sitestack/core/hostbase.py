@@ -24,7 +24,6 @@ import io
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,25 +31,12 @@ import invoke
 from invoke.context import Context
 
 from sitestack.core.bounded import read_bounded
+from sitestack.core.completed import Completed as Completed  # the outcome of a command: core/completed.py
 from sitestack.core.errors import CommandFailed, MutationRefused, SitestackError
 from sitestack.core.lock import OWNER_MAX, InvalidOwner, hold
 from sitestack.core.private import open_private
 from sitestack.core.redact import redact
 from sitestack.onsite.fileio import ReadError, parse_json
-
-
-@dataclass(frozen=True)
-class Completed:
-    """The outcome of a command: exit code and captured output."""
-
-    rc: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
 
 #: Every command runs with this umask, whatever the admin's is: installed trees get directories
 #: 0755 and files 0644 (0755 executables) under umask 000 as under 077 (a shared stack its users
