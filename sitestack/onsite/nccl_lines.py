@@ -35,8 +35,8 @@ NO_HOST = "?"
 # Linear in the line's length: a host starts only right after one of the characters that may precede
 # it, which it cannot hold itself (so a run of host characters is tried once, not from each of its
 # characters); the function name starts with a non-space and holds no single ":" (so only the head
-# just before it can reach its ":line").
-_HEAD = re.compile(r"(?<![^\s:|\[\]>)\"'])(?P<host>[^\s:|\[\]\"'>)]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
+# just before it can reach its ":line"). A host redacted as "<cluster_name>" (NVIDIA/nccl#952) is one too.
+_HEAD = re.compile(r"(?<![^\s:|\[\]>)\"'])(?P<host><[\w.-]{1,64}>|[^\s:|\[\]\"'>)]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
                    r"(?:[^\s:](?:[^\n:]|::){0,200}:\d+\s+)?NCCL\s+(?P<level>INFO|WARN|TRACE)\s+")
 # No host prefix: "[0] NCCL INFO ..." or "NCCL INFO ..." at the start, after a timestamp or a tag
 # (aws/aws-ofi-nccl#801, NVIDIA/nccl#1292).
@@ -167,6 +167,44 @@ class Reader:
             self.full = True
             return
         self.lines.append(Line(sys.intern(host), sys.intern(pid), sys.intern(level), msg, number))
+
+
+# A host name as NCCL prints it (gethostname(), cut at the first "."; or redacted "<cluster_name>").
+_HOST_NAME = re.compile(r"[A-Za-z0-9][\w.-]*|<[\w.-]+>")
+#: The most characters of program output glued before a host name that :func:`unglue` takes off.
+GLUE_MAX = 32
+
+
+def unglue(lines: list[Line]) -> list[Line]:
+    """``lines`` with a program's output glued before a host name taken off it. A program that
+    prints with no newline before NCCL's line turns ``nid001049:12345:12345 [0] NCCL INFO`` into
+    ``-1nid001049:12345:12345 [0] NCCL INFO``: the host is ``nid001049`` where its process's other
+    lines name it (the same pid under a name that ends the glued one), or where the glued name
+    could not be a host's (it starts with ``-``, holds ``=``) and ends with one of the log's hosts
+    (at most :data:`GLUE_MAX` characters taken off). Linear in the number of lines."""
+    shortest: dict[str, str] = {}  # pid -> the shortest host name its lines show
+    for ln in lines:
+        if ln.host != NO_HOST and ln.pid and len(ln.host) < len(shortest.get(ln.pid, ln.host + "?")):
+            shortest[ln.pid] = ln.host
+    hosts = {ln.host for ln in lines if _HOST_NAME.fullmatch(ln.host)}
+    fixed: dict[tuple[str, str], str] = {}
+    out = []
+    for ln in lines:
+        key = (ln.host, ln.pid)
+        if key not in fixed:
+            fixed[key] = _unglued(ln.host, shortest.get(ln.pid, ln.host), hosts)
+        out.append(ln if fixed[key] == ln.host else Line(fixed[key], ln.pid, ln.level, ln.msg, ln.lineno))
+    return out
+
+
+def _unglued(host: str, short: str, hosts: set[str]) -> str:
+    """``host`` without the glued output before it (:func:`unglue`); ``short``: the shortest host name
+    of its process, ``hosts``: the log's names that are host names."""
+    if short != host and host.endswith(short) and len(host) - len(short) <= GLUE_MAX:
+        return short
+    if host in hosts or len(host) > 255 + GLUE_MAX:  # a host name holds at most 255 characters
+        return host
+    return next((host[i:] for i in range(1, min(GLUE_MAX, len(host) - 1) + 1) if host[i:] in hosts), host)
 
 
 def parse(text: str) -> tuple[list[Line], str | None]:

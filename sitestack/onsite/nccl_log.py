@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -132,6 +133,9 @@ def _at(r: HostReport) -> str:
     return f"{r.host} ({span(r.ranks)})" if r.ranks else r.host
 
 
+# A warning of the network layers ("NET/OFI Couldn't open AV", "Call to ibv_modify_qp failed",
+# "socketProgress: Connection closed by remote peer"), named so; any other is NCCL's.
+_NET_WARNING = re.compile(r"NET/|Call to ibv|socket", re.IGNORECASE)
 _NAMES = {"ofi": "OFI", "ib": "IB", "ibext": "IBext", "socket": "Socket"}
 
 
@@ -184,7 +188,8 @@ def _judge_host(r: HostReport, expect: Expectation) -> tuple[str, str]:
         if want == "ibext" and r.transports != ["ibext"]:
             return FAIL, _why_not(r, want, wanted)
     if r.warnings:
-        return WARN, f"{_at(r)} used {label(r)}, but the network warned: \"{r.warnings[0]}\""
+        who = "the network" if _NET_WARNING.match(r.warnings[0]) else "NCCL"
+        return WARN, f"{_at(r)} used {label(r)}, but {who} warned: \"{r.warnings[0]}\""
     return PASS, f"{_at(r)}: {label(r)}"
 
 
@@ -205,6 +210,8 @@ def judge(hosts: list[HostReport], expect: Expectation, version: str | None = No
     if multi is False and shown.multi and shown.by_nccl:  # names and addresses yield to the user, NCCL's lines not
         notes.append(f"judged as several nodes although one was given: the log shows {shown.how}")
         multi = True
+    if failed := _run_failures(hosts):
+        return Verdict(FAIL, failed, hosts, notes, version, shown)
     if not hosts:
         status = FAIL if (multi and expect.strict) else WARN
         return Verdict(status, ("no NCCL_DEBUG=INFO lines found: cannot prove which network the hosts used "
@@ -227,6 +234,36 @@ def judge(hosts: list[HostReport], expect: Expectation, version: str | None = No
         else:
             status, cause = WARN, f"cannot tell: {missing}; --nodes single|multi decides (as several nodes: {status}: {cause})"
     return Verdict(status, cause, hosts, notes, version, shown)
+
+
+def _hosts_at(reports: list[HostReport], most: int = 4) -> str:
+    """Hosts with their ranks, the first ``most`` of them: ``a (ranks 0-3), b (ranks 4-7) and 2 more``."""
+    named = ", ".join(_at(r) for r in reports[:most])
+    return named + (f" and {len(reports) - most} more" if len(reports) > most else "")
+
+
+def _run_failures(hosts: list[HostReport]) -> str | None:
+    """The cause of a run that failed whatever the site expects, else None: NCCL_NET named a
+    network NCCL did not find (NCCL fails to initialise: ncclInvalidUsage, NVIDIA/nccl src/net.cc),
+    or a net plugin loaded on some hosts and not on others (their ranks use different networks,
+    or none: one run's nodes are one installation)."""
+    missing = [r for r in hosts if r.missing_network]
+    if missing:
+        name, why = missing[0].missing_network, missing[0]
+        reason = f": {why.plugin_message}" if why.plugin_state in ("not-found", "failed") and why.plugin_message else \
+            " (is the plugin that provides it on the library path, its module loaded?)"
+        return (f"NCCL_NET names the network {name!r}, which NCCL did not find on {_hosts_at(missing)}: "
+                f"\"Error: network {name} not found.\"; NCCL stops there{reason}")
+    named = [r for r in hosts if r.host != NO_HOST]
+    loaded = [r for r in named if r.plugin_state == "loaded"]
+    lacking = [r for r in named if r.plugin_state in ("not-found", "failed")]
+    if loaded and lacking:
+        plugin = next((f" ({r.plugin})" for r in loaded if r.plugin), "")
+        how = "not found" if lacking[0].plugin_state == "not-found" else "found but failed to initialise"
+        used = "" if lacking[0].selected == "unknown" else f"; {lacking[0].host} used {label(lacking[0])}"
+        return (f"plugin {how} on {_hosts_at(lacking)} (\"{lacking[0].plugin_message}\"), but loaded on "
+                f"{_hosts_at(loaded)}{plugin}: the run's hosts differ{used}")
+    return None
 
 
 def _judge_hosts(hosts: list[HostReport], expect: Expectation) -> tuple[str, str]:
