@@ -169,7 +169,8 @@ def _judge_host(r: HostReport, expect: Expectation) -> tuple[str, str]:
     if r.selected == "unknown":
         if r.plugin_state in ("failed", "not-found", "disabled") and want in ("ofi", "ibext"):
             return FAIL, _why_not(r, want, wanted)
-        return (FAIL if expect.strict else WARN), f"no line shows which network {_at(r)} used"
+        warned = f"; NCCL warned: \"{r.warnings[0]}\"" if r.warnings else ""
+        return (FAIL if expect.strict else WARN), f"no line shows which network {_at(r)} used{warned}"
     if "socket" in r.transports and want != "socket":
         if want is None:
             why = _why_not(r, want, "").removeprefix(f"{_at(r)}: ")

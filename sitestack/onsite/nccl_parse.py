@@ -212,17 +212,18 @@ def classify(lines: list[Line]) -> list[HostReport]:
 
 def _old_socket_hosts(reports: list[HostReport], by_host: dict[str, list[Line]]) -> None:
     """In a log of NCCL < 2.4.8 (whose bootstrap prints "NET/Socket : Using" on every host, whatever
-    the data path), a host with only that line used sockets too where another host shows sockets and
-    none shows another network: one run's hosts share a network (NVIDIA/nccl#226: nine hosts, some
-    excerpts cut before their "NET/IB : No device found")."""
+    the data path), a host that shows no network but that line or "No plugin found" used sockets too
+    where other hosts show sockets and none shows another network: one run's hosts are one
+    installation (NVIDIA/nccl#226: eighteen hosts, each excerpt cut after one or two of its lines)."""
     chosen = {r.selected for r in reports} - {"unknown"}
     if chosen != {"socket"}:
         return
     for r in reports:
-        if r.selected == "unknown" and any(_SOCKET_USING.match(ln.msg) for ln in by_host[r.host]):
+        if r.selected == "unknown" and r.host != NO_HOST and (r.plugin_state == "not-found" or any(
+                _SOCKET_USING.match(ln.msg) for ln in by_host[r.host])):
             r.selected, r.transports = "socket", ["socket"]
             r.transport = "intra-node" if r.intra_node_only else "socket"
-            r.evidence.append(f"{r.host}: the bootstrap's NET/Socket line, the run's other hosts used sockets")
+            r.evidence.append(f"{r.host}: the run's other hosts used sockets, and its own lines show no other network")
 
 
 def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostReport:
