@@ -181,30 +181,44 @@ def unglue(lines: list[Line]) -> list[Line]:
     ``-1nid001049:12345:12345 [0] NCCL INFO``: the host is ``nid001049`` where its process's other
     lines name it (the same pid under a name that ends the glued one), or where the glued name
     could not be a host's (it starts with ``-``, holds ``=``) and ends with one of the log's hosts
-    (at most :data:`GLUE_MAX` characters taken off). Linear in the number of lines."""
+    (at most :data:`GLUE_MAX` characters taken off; the first :data:`GLUE_NAMES` such names are
+    looked at). Linear in the number of lines."""
     shortest: dict[str, str] = {}  # pid -> the shortest host name its lines show
     for ln in lines:
         if ln.host != NO_HOST and ln.pid and len(ln.host) < len(shortest.get(ln.pid, ln.host + "?")):
             shortest[ln.pid] = ln.host
     hosts = {ln.host for ln in lines if _HOST_NAME.fullmatch(ln.host)}
+    lengths = sorted({len(h) for h in hosts})
     fixed: dict[tuple[str, str], str] = {}
+    searched: dict[str, str] = {}  # a name that is not a host's -> the host that ends it (or itself)
     out = []
     for ln in lines:
         key = (ln.host, ln.pid)
         if key not in fixed:
-            fixed[key] = _unglued(ln.host, shortest.get(ln.pid, ln.host), hosts)
+            short = shortest.get(ln.pid, ln.host)
+            if short != ln.host and ln.host.endswith(short) and len(ln.host) - len(short) <= GLUE_MAX:
+                fixed[key] = short
+            elif ln.host in hosts or ln.host == NO_HOST:
+                fixed[key] = ln.host
+            else:
+                if ln.host not in searched and len(searched) < GLUE_NAMES:
+                    searched[ln.host] = _ending_host(ln.host, hosts, lengths)
+                fixed[key] = searched.get(ln.host, ln.host)
         out.append(ln if fixed[key] == ln.host else Line(fixed[key], ln.pid, ln.level, ln.msg, ln.lineno))
     return out
 
 
-def _unglued(host: str, short: str, hosts: set[str]) -> str:
-    """``host`` without the glued output before it (:func:`unglue`); ``short``: the shortest host name
-    of its process, ``hosts``: the log's names that are host names."""
-    if short != host and host.endswith(short) and len(host) - len(short) <= GLUE_MAX:
-        return short
-    if host in hosts or len(host) > 255 + GLUE_MAX:  # a host name holds at most 255 characters
-        return host
-    return next((host[i:] for i in range(1, min(GLUE_MAX, len(host) - 1) + 1) if host[i:] in hosts), host)
+#: The most names that are not host names :func:`unglue` looks into (each costs a few look-ups).
+GLUE_NAMES = 4096
+
+
+def _ending_host(name: str, hosts: set[str], lengths: list[int]) -> str:
+    """The host of ``hosts`` (whose name lengths are ``lengths``) that ends ``name`` after at most
+    :data:`GLUE_MAX` other characters, the longest such; else ``name``."""
+    for length in reversed(lengths):
+        if 0 < len(name) - length <= GLUE_MAX and name[-length:] in hosts:
+            return name[-length:]
+    return name
 
 
 def parse(text: str) -> tuple[list[Line], str | None]:
