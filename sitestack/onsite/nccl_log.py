@@ -24,6 +24,8 @@ Contract:
   ``| time | line | line`` columns), and lines with no host prefix at all (``[0] NCCL INFO ...``
   or ``NCCL INFO ...``: users strip it), which count under the host ``?``, as do lines stripped of
   the whole prefix that start as an NCCL message does (``NET/OFI Selected Provider is cxi``).
+  A program's output glued before a host name (``-1nid001049:...``) is taken off it
+  (:func:`nccl_lines.unglue`).
 - :func:`nodes` says what the log shows of the run's nodes (:class:`Nodes`): several (nNodes > 1,
   localRanks below nRanks, a channel via NET, two host names or bootstrap addresses), one (nNodes 1,
   one rank, every rank's channels P2P/SHM), or ``None``: it cannot tell.
@@ -37,9 +39,12 @@ Contract:
 - :func:`judge` compares that with an :class:`Expectation` and returns a :class:`Verdict`:
   ``PASS``, ``FAIL`` or ``WARN`` with a one-line cause (plugin not found; plugin found but failed
   to initialise, quoting its message; wrong provider; wrong plugin; NCCL_NET forced; IB
-  disabled), naming the host and its ranks, and notes (a pre-2.4.8 bootstrap ``NET/Socket : Using``
+  disabled; an NCCL warning), naming the host and its ranks, and notes (a pre-2.4.8 bootstrap ``NET/Socket : Using``
   line, which is not a fallback). The number of nodes is what the expectation states, else what the
   log shows; a log that cannot tell is WARN (``cannot tell: ...``), never PASS, unless it FAILs.
+  Two faults FAIL whatever the expectation and the number of nodes: a network NCCL_NET names that
+  NCCL did not find (``Error: network AWS Libfabric not found.``: NCCL does not start), and a net
+  plugin loaded on some hosts and not on others; the cause names the hosts and their ranks.
 
 The messages matched here, and the public logs they come from, are listed beside each pattern;
 ``tests/data/nccl-logs/`` holds those logs with their sources, and the tests run over all of them.
@@ -277,7 +282,9 @@ def _judge_hosts(hosts: list[HostReport], expect: Expectation) -> tuple[str, str
         bad = sorted(((r, cause) for r, s, cause in results if s == status),
                      key=lambda rc: rc[1].startswith((f"{_at(rc[0])}:", "no line shows")))
         if bad:
-            more = f"; {len(bad) - 1} more host{'s' if len(bad) > 2 else ''} with a {status}" if len(bad) > 1 else ""
+            others = [r for r, _ in bad[1:]]
+            more = (f"; {len(others)} more host{'s' if len(others) > 1 else ''} with a {status}: "
+                    f"{_hosts_at(others, 3)}") if others else ""
             return status, bad[0][1] + more
     if len(hosts) == 1:  # one host name for several nodes (containers), or one host's log
         return PASS, f"{_at(hosts[0])} used {summary(hosts)} between nodes"
