@@ -132,3 +132,13 @@ def test_a_warning_of_nccl_keeps_a_log_from_passing_but_rccls_advice_does_not():
     # ROCm/rccl#1026's advice on a kernel option is not a fault of the run
     advice = HEALTHY + 'nid001050:23456:23471 [0] NCCL WARN Missing "iommu=pt" from kernel command line which can lead to system instablity or hang!\n'
     assert nl.read(advice, CXI).status == nl.PASS
+
+
+def test_no_interface_for_the_bootstrap_fails_naming_the_host():
+    # NCCL's warning when NCCL_SOCKET_IFNAME names no interface of the host (src/bootstrap.cc; the
+    # message as EasonXiao-888/MambaTree#14 quotes it), in the line format of NVIDIA/nccl#1232
+    log = HEALTHY + "nid001050:23456:23456 [0] bootstrap.cc:57 NCCL WARN Bootstrap : no socket interface found\n"
+    for expect in (nl.Expectation(), CXI, nl.Expectation(multi_node=False)):
+        verdict = nl.read(log, expect)
+        assert verdict.status == nl.FAIL and verdict.cause.startswith(
+            "no network interface for NCCL's bootstrap on nid001050 (rank 1): \"Bootstrap : no socket interface found\""), verdict.cause

@@ -42,9 +42,10 @@ Contract:
   disabled; an NCCL warning), naming the host and its ranks, and notes (a pre-2.4.8 bootstrap ``NET/Socket : Using``
   line, which is not a fallback). The number of nodes is what the expectation states, else what the
   log shows; a log that cannot tell is WARN (``cannot tell: ...``), never PASS, unless it FAILs.
-  Two faults FAIL whatever the expectation and the number of nodes: a network NCCL_NET names that
-  NCCL did not find (``Error: network AWS Libfabric not found.``: NCCL does not start), and a net
-  plugin loaded on some hosts and not on others; the cause names the hosts and their ranks.
+  Three faults FAIL whatever the expectation and the number of nodes: a network NCCL_NET names that
+  NCCL did not find (``Error: network AWS Libfabric not found.``: NCCL does not start), no
+  interface for NCCL's bootstrap (``Bootstrap : no socket interface found``: nor does it), and a
+  net plugin loaded on some hosts and not on others; the cause names the hosts and their ranks.
 
 The messages matched here, and the public logs they come from, are listed beside each pattern;
 ``tests/data/nccl-logs/`` holds those logs with their sources, and the tests run over all of them.
@@ -141,6 +142,10 @@ def _at(r: HostReport) -> str:
 # A warning of the network layers ("NET/OFI Couldn't open AV", "Call to ibv_modify_qp failed",
 # "socketProgress: Connection closed by remote peer"), named so; any other is NCCL's.
 _NET_WARNING = re.compile(r"NET/|Call to ibv|socket", re.IGNORECASE)
+# NCCL found no interface for its bootstrap and stops (ncclInternalError / ncclInvalidUsage):
+# "Bootstrap : no socket interface found" (NVIDIA/nccl src/bootstrap.cc bootstrapNetInit, as
+# EasonXiao-888/MambaTree#14 quotes it), "Bootstrap : no NCCL_SOCKET_IFNAME interface found" (NVIDIA/nccl#1837).
+_NO_INTERFACE = re.compile(r"Bootstrap ?: ?no (?:socket|NCCL_SOCKET_IFNAME) interface found")
 _NAMES = {"ofi": "OFI", "ib": "IB", "ibext": "IBext", "socket": "Socket"}
 
 
@@ -260,6 +265,11 @@ def _run_failures(hosts: list[HostReport]) -> str | None:
             " (is the plugin that provides it on the library path, its module loaded?)"
         return (f"NCCL_NET names the network {name!r}, which NCCL did not find on {_hosts_at(missing)}: "
                 f"\"Error: network {name} not found.\"; NCCL stops there{reason}")
+    no_interface = [r for r in hosts if any(_NO_INTERFACE.match(w) for w in r.warnings)]
+    if no_interface:
+        line = next(w for w in no_interface[0].warnings if _NO_INTERFACE.match(w))
+        return (f"no network interface for NCCL's bootstrap on {_hosts_at(no_interface)}: \"{line}\"; NCCL stops there "
+                "(does NCCL_SOCKET_IFNAME name an interface these hosts have?)")
     named = [r for r in hosts if r.host != NO_HOST]
     loaded = [r for r in named if r.plugin_state == "loaded"]
     lacking = [r for r in named if r.plugin_state in ("not-found", "failed")]
