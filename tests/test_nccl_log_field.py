@@ -132,6 +132,9 @@ def test_a_warning_of_nccl_keeps_a_log_from_passing_but_rccls_advice_does_not():
     # ROCm/rccl#1026's advice on a kernel option is not a fault of the run
     advice = HEALTHY + 'nid001050:23456:23471 [0] NCCL WARN Missing "iommu=pt" from kernel command line which can lead to system instablity or hang!\n'
     assert nl.read(advice, CXI).status == nl.PASS
+    # nor is NCCL's topology search falling back to a simple order (NVIDIA/nccl#487)
+    search = HEALTHY + "nid001049:12345:12370 [0] NCCL WARN Could not find a path for pattern 4, falling back to simple order\n"
+    assert nl.read(search, CXI).status == nl.PASS
 
 
 def test_no_interface_for_the_bootstrap_fails_naming_the_host():

@@ -111,8 +111,10 @@ _NO_VERBS = re.compile(r"Failed to open libibverbs|^Failed to initiali[sz]e NET 
 # completion ...", "socketProgress: Connection closed by remote peer", "[Proxy Service 11] Failed to
 # execute operation Connect", NVIDIA/nccl#952), but for RCCL's advice on a healthy node ('Missing
 # "iommu=pt" from kernel command line', ROCm/rccl#1026), NCCL's note on a node without IB ("Failed to
-# open libibverbs.so[.1]", read above) and a missing network (its own cause).
-_BENIGN_WARN = re.compile(r'Missing "|Failed to open libibverbs|Error: network ')
+# open libibverbs.so[.1]", read above), its topology search's fallback ("Could not find a path for
+# pattern 4, falling back to simple order", NVIDIA/nccl#487: a slower ring, not a fault of the
+# network) and a missing network (its own cause).
+_BENIGN_WARN = re.compile(r'Missing "|Failed to open libibverbs|Could not find a path for pattern|Error: network ')
 _IB_USING = re.compile(r"^NET/IB ?: ?Using \[0\]\S+?/(?P<kind>IB|RoCE)(?P<sharp>/SHARP)?")
 _IB_NONE = re.compile(r"^NET/IB ?: ?No device found")
 _SOCKET_USING = re.compile(r"^NET/Socket ?: ?Using")
