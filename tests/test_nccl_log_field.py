@@ -72,6 +72,9 @@ def test_a_forced_network_that_is_not_found_fails_naming_it(expect):
     verdict = nl.read(NOT_FOUND, expect)
     assert verdict.status == nl.FAIL, verdict.cause
     assert verdict.cause.startswith("NCCL_NET names the network 'AWS Libfabric', which NCCL did not find on nid006352")
+    # NCCL_NET unset and no network came up at all: NCCL prints the same line with no name (src/net.cc)
+    none = nl.read("nid006352:34157:34217 [1] net.cc:626 NCCL WARN Error: network  not found.\n", expect)
+    assert none.status == nl.FAIL and none.cause.startswith("NCCL found no network it could use on nid006352"), none.cause
 
 
 def test_a_missing_network_names_the_plugin_message_and_every_host_with_its_ranks():

@@ -258,11 +258,13 @@ def _run_failures(hosts: list[HostReport]) -> str | None:
     network NCCL did not find (NCCL fails to initialise: ncclInvalidUsage, NVIDIA/nccl src/net.cc),
     or a net plugin loaded on some hosts and not on others (their ranks use different networks,
     or none: one run's nodes are one installation)."""
-    missing = [r for r in hosts if r.missing_network]
+    missing = [r for r in hosts if r.missing_network is not None]
     if missing:
         name, why = missing[0].missing_network, missing[0]
         reason = f": {why.plugin_message}" if why.plugin_state in ("not-found", "failed") and why.plugin_message else \
             " (is the plugin that provides it on the library path, its module loaded?)"
+        if not name:  # NCCL_NET unset: no transport came up at all
+            return f"NCCL found no network it could use on {_hosts_at(missing)}: \"Error: network  not found.\"; NCCL stops there"
         return (f"NCCL_NET names the network {name!r}, which NCCL did not find on {_hosts_at(missing)}: "
                 f"\"Error: network {name} not found.\"; NCCL stops there{reason}")
     no_interface = [r for r in hosts if any(_NO_INTERFACE.match(w) for w in r.warnings)]

@@ -124,7 +124,8 @@ _IB_NAME = re.compile(r"ib(?:verbs)?(?![a-z])")
 # NCCL_NET names a network no loaded transport or plugin provides; NCCL then fails to initialise
 # (ncclInvalidUsage): "net.cc:626 NCCL WARN Error: network AWS Libfabric not found." (NVIDIA/nccl
 # src/net.cc ncclNetInit, as eth-cscs/cscs-docs PR #75 shows it; RCCL prints the same).
-_NET_NOT_FOUND = re.compile(r"^Error: network (?P<name>.{1,200}?) not found\.?\s*$")
+# (With NCCL_NET unset and no network at all the name is empty: "Error: network  not found.")
+_NET_NOT_FOUND = re.compile(r"^Error: network (?P<name>.{0,200}?) ?not found\.?\s*$")
 @dataclass
 class HostReport:
     """What one host's NCCL processes chose for the network between nodes."""
@@ -139,7 +140,7 @@ class HostReport:
     plugin_state: str = "none"  # loaded | not-found | failed | disabled (NCCL_IBEXT_DISABLE=1, NCCL_NET_PLUGIN=none) | none
     plugin_message: str | None = None  # the line that says why it is not loaded
     forced: str | None = None  # NCCL_NET's value, where the environment set it
-    missing_network: str | None = None  # the network NCCL_NET named and NCCL did not find ("Error: network X not found.")
+    missing_network: str | None = None  # the network NCCL_NET named and NCCL did not find ("Error: network X not found."; "": none usable)
     ib_disabled: bool = False  # NCCL_IB_DISABLE=1
     ib_devices: str | None = None  # "IB", "RoCE" or "IB/SHARP" from "NET/IB : Using [0]..."
     bootstrap_socket: bool = False  # a NET/Socket line that is NCCL < 2.4.8's bootstrap, not the data path
@@ -325,7 +326,7 @@ def _note_settings(r: HostReport, ln: Line, old_bootstrap: bool, names: dict[str
     if forced := _env(msg, "NCCL_NET"):
         r.forced, keep = forced, True
     if (m := _NET_NOT_FOUND.match(msg)) and r.missing_network is None:
-        r.missing_network, keep = m.group("name"), True
+        r.missing_network, keep = m.group("name").strip(), True
     if _env(msg, "NCCL_IB_DISABLE", "1"):
         r.ib_disabled, keep = True, True
     if (_env(msg, "NCCL_IBEXT_DISABLE", "1") and names.get("sharp")) or _env(msg, "NCCL_NET_PLUGIN", "none"):
