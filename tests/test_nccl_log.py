@@ -143,7 +143,7 @@ def test_nccl_2_26_plugin_messages():
 def test_ib_disabled_is_the_cause_where_ib_is_expected():
     verdict = nl.read((DATA / "horovod-3658-openmpi-ib-disabled-socket.log").read_text(),
                       nl.Expectation(transport="ib", multi_node=True))
-    assert verdict.status == nl.FAIL and "IB disabled by NCCL_IB_DISABLE=1 on ip-172-31-0-63" in verdict.cause
+    assert verdict.status == nl.FAIL and "IB disabled by NCCL_IB_DISABLE=1 on ip-172-31-12-129" in verdict.cause
 
 
 def test_the_pre_2_4_8_bootstrap_socket_line_is_not_a_fallback():

@@ -35,8 +35,8 @@ NO_HOST = "?"
 # Linear in the line's length: a host starts only right after one of the characters that may precede
 # it, which it cannot hold itself (so a run of host characters is tried once, not from each of its
 # characters); the function name starts with a non-space and holds no single ":" (so only the head
-# just before it can reach its ":line").
-_HEAD = re.compile(r"(?<![^\s:|\[\]>)\"'])(?P<host>[^\s:|\[\]\"'>)]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
+# just before it can reach its ":line"). A host redacted as "<cluster_name>" (NVIDIA/nccl#952) is one too.
+_HEAD = re.compile(r"(?<![^\s:|\[\]>)\"'])(?P<host><[\w.-]{1,64}>|[^\s:|\[\]\"'>)]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
                    r"(?:[^\s:](?:[^\n:]|::){0,200}:\d+\s+)?NCCL\s+(?P<level>INFO|WARN|TRACE)\s+")
 # No host prefix: "[0] NCCL INFO ..." or "NCCL INFO ..." at the start, after a timestamp or a tag
 # (aws/aws-ofi-nccl#801, NVIDIA/nccl#1292).
@@ -167,6 +167,58 @@ class Reader:
             self.full = True
             return
         self.lines.append(Line(sys.intern(host), sys.intern(pid), sys.intern(level), msg, number))
+
+
+# A host name as NCCL prints it (gethostname(), cut at the first "."; or redacted "<cluster_name>").
+_HOST_NAME = re.compile(r"[A-Za-z0-9][\w.-]*|<[\w.-]+>")
+#: The most characters of program output glued before a host name that :func:`unglue` takes off.
+GLUE_MAX = 32
+
+
+def unglue(lines: list[Line]) -> list[Line]:
+    """``lines`` with a program's output glued before a host name taken off it. A program that
+    prints with no newline before NCCL's line turns ``nid001049:12345:12345 [0] NCCL INFO`` into
+    ``-1nid001049:12345:12345 [0] NCCL INFO``: the host is ``nid001049`` where its process's other
+    lines name it (the same pid under a name that ends the glued one), or where the glued name
+    could not be a host's (it starts with ``-``, holds ``=``) and ends with one of the log's hosts
+    (at most :data:`GLUE_MAX` characters taken off; the first :data:`GLUE_NAMES` such names are
+    looked at). Linear in the number of lines."""
+    shortest: dict[str, str] = {}  # pid -> the shortest host name its lines show
+    for ln in lines:
+        if ln.host != NO_HOST and ln.pid and len(ln.host) < len(shortest.get(ln.pid, ln.host + "?")):
+            shortest[ln.pid] = ln.host
+    hosts = {ln.host for ln in lines if _HOST_NAME.fullmatch(ln.host)}
+    lengths = sorted({len(h) for h in hosts})
+    fixed: dict[tuple[str, str], str] = {}
+    searched: dict[str, str] = {}  # a name that is not a host's -> the host that ends it (or itself)
+    out = []
+    for ln in lines:
+        key = (ln.host, ln.pid)
+        if key not in fixed:
+            short = shortest.get(ln.pid, ln.host)
+            if short != ln.host and ln.host.endswith(short) and len(ln.host) - len(short) <= GLUE_MAX:
+                fixed[key] = short
+            elif ln.host in hosts or ln.host == NO_HOST:
+                fixed[key] = ln.host
+            else:
+                if ln.host not in searched and len(searched) < GLUE_NAMES:
+                    searched[ln.host] = _ending_host(ln.host, hosts, lengths)
+                fixed[key] = searched.get(ln.host, ln.host)
+        out.append(ln if fixed[key] == ln.host else Line(fixed[key], ln.pid, ln.level, ln.msg, ln.lineno))
+    return out
+
+
+#: The most names that are not host names :func:`unglue` looks into (each costs a few look-ups).
+GLUE_NAMES = 4096
+
+
+def _ending_host(name: str, hosts: set[str], lengths: list[int]) -> str:
+    """The host of ``hosts`` (whose name lengths are ``lengths``) that ends ``name`` after at most
+    :data:`GLUE_MAX` other characters, the longest such; else ``name``."""
+    for length in reversed(lengths):
+        if 0 < len(name) - length <= GLUE_MAX and name[-length:] in hosts:
+            return name[-length:]
+    return name
 
 
 def parse(text: str) -> tuple[list[Line], str | None]:

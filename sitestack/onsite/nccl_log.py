@@ -24,6 +24,8 @@ Contract:
   ``| time | line | line`` columns), and lines with no host prefix at all (``[0] NCCL INFO ...``
   or ``NCCL INFO ...``: users strip it), which count under the host ``?``, as do lines stripped of
   the whole prefix that start as an NCCL message does (``NET/OFI Selected Provider is cxi``).
+  A program's output glued before a host name (``-1nid001049:...``) is taken off it
+  (:func:`nccl_lines.unglue`).
 - :func:`nodes` says what the log shows of the run's nodes (:class:`Nodes`): several (nNodes > 1,
   localRanks below nRanks, a channel via NET, two host names or bootstrap addresses), one (nNodes 1,
   one rank, every rank's channels P2P/SHM), or ``None``: it cannot tell.
@@ -37,9 +39,13 @@ Contract:
 - :func:`judge` compares that with an :class:`Expectation` and returns a :class:`Verdict`:
   ``PASS``, ``FAIL`` or ``WARN`` with a one-line cause (plugin not found; plugin found but failed
   to initialise, quoting its message; wrong provider; wrong plugin; NCCL_NET forced; IB
-  disabled), naming the host and its ranks, and notes (a pre-2.4.8 bootstrap ``NET/Socket : Using``
+  disabled; an NCCL warning), naming the host and its ranks, and notes (a pre-2.4.8 bootstrap ``NET/Socket : Using``
   line, which is not a fallback). The number of nodes is what the expectation states, else what the
   log shows; a log that cannot tell is WARN (``cannot tell: ...``), never PASS, unless it FAILs.
+  Three faults FAIL whatever the expectation and the number of nodes: a network NCCL_NET names that
+  NCCL did not find (``Error: network AWS Libfabric not found.``: NCCL does not start), no
+  interface for NCCL's bootstrap (``Bootstrap : no socket interface found``: nor does it), and a
+  net plugin loaded on some hosts and not on others; the cause names the hosts and their ranks.
 
 The messages matched here, and the public logs they come from, are listed beside each pattern;
 ``tests/data/nccl-logs/`` holds those logs with their sources, and the tests run over all of them.
@@ -49,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -132,6 +139,13 @@ def _at(r: HostReport) -> str:
     return f"{r.host} ({span(r.ranks)})" if r.ranks else r.host
 
 
+# A warning of the network layers ("NET/OFI Couldn't open AV", "Call to ibv_modify_qp failed",
+# "socketProgress: Connection closed by remote peer"), named so; any other is NCCL's.
+_NET_WARNING = re.compile(r"NET/|Call to ibv|socket", re.IGNORECASE)
+# NCCL found no interface for its bootstrap and stops (ncclInternalError / ncclInvalidUsage):
+# "Bootstrap : no socket interface found" (NVIDIA/nccl src/bootstrap.cc bootstrapNetInit, as
+# EasonXiao-888/MambaTree#14 quotes it), "Bootstrap : no NCCL_SOCKET_IFNAME interface found" (NVIDIA/nccl#1837).
+_NO_INTERFACE = re.compile(r"Bootstrap ?: ?no (?:socket|NCCL_SOCKET_IFNAME) interface found")
 _NAMES = {"ofi": "OFI", "ib": "IB", "ibext": "IBext", "socket": "Socket"}
 
 
@@ -165,7 +179,8 @@ def _judge_host(r: HostReport, expect: Expectation) -> tuple[str, str]:
     if r.selected == "unknown":
         if r.plugin_state in ("failed", "not-found", "disabled") and want in ("ofi", "ibext"):
             return FAIL, _why_not(r, want, wanted)
-        return (FAIL if expect.strict else WARN), f"no line shows which network {_at(r)} used"
+        warned = f"; NCCL warned: \"{r.warnings[0]}\"" if r.warnings else ""
+        return (FAIL if expect.strict else WARN), f"no line shows which network {_at(r)} used{warned}"
     if "socket" in r.transports and want != "socket":
         if want is None:
             why = _why_not(r, want, "").removeprefix(f"{_at(r)}: ")
@@ -184,7 +199,8 @@ def _judge_host(r: HostReport, expect: Expectation) -> tuple[str, str]:
         if want == "ibext" and r.transports != ["ibext"]:
             return FAIL, _why_not(r, want, wanted)
     if r.warnings:
-        return WARN, f"{_at(r)} used {label(r)}, but the network warned: \"{r.warnings[0]}\""
+        who = "the network" if _NET_WARNING.match(r.warnings[0]) else "NCCL"
+        return WARN, f"{_at(r)} used {label(r)}, but {who} warned: \"{r.warnings[0]}\""
     return PASS, f"{_at(r)}: {label(r)}"
 
 
@@ -205,6 +221,8 @@ def judge(hosts: list[HostReport], expect: Expectation, version: str | None = No
     if multi is False and shown.multi and shown.by_nccl:  # names and addresses yield to the user, NCCL's lines not
         notes.append(f"judged as several nodes although one was given: the log shows {shown.how}")
         multi = True
+    if failed := _run_failures(hosts):
+        return Verdict(FAIL, failed, hosts, notes, version, shown)
     if not hosts:
         status = FAIL if (multi and expect.strict) else WARN
         return Verdict(status, ("no NCCL_DEBUG=INFO lines found: cannot prove which network the hosts used "
@@ -229,6 +247,43 @@ def judge(hosts: list[HostReport], expect: Expectation, version: str | None = No
     return Verdict(status, cause, hosts, notes, version, shown)
 
 
+def _hosts_at(reports: list[HostReport], most: int = 4) -> str:
+    """Hosts with their ranks, the first ``most`` of them: ``a (ranks 0-3), b (ranks 4-7) and 2 more``."""
+    named = ", ".join(_at(r) for r in reports[:most])
+    return named + (f" and {len(reports) - most} more" if len(reports) > most else "")
+
+
+def _run_failures(hosts: list[HostReport]) -> str | None:
+    """The cause of a run that failed whatever the site expects, else None: NCCL_NET named a
+    network NCCL did not find (NCCL fails to initialise: ncclInvalidUsage, NVIDIA/nccl src/net.cc),
+    or a net plugin loaded on some hosts and not on others (their ranks use different networks,
+    or none: one run's nodes are one installation)."""
+    missing = [r for r in hosts if r.missing_network is not None]
+    if missing:
+        name, why = missing[0].missing_network, missing[0]
+        reason = f": {why.plugin_message}" if why.plugin_state in ("not-found", "failed") and why.plugin_message else \
+            " (is the plugin that provides it on the library path, its module loaded?)"
+        if not name:  # NCCL_NET unset: no transport came up at all
+            return f"NCCL found no network it could use on {_hosts_at(missing)}: \"Error: network  not found.\"; NCCL stops there"
+        return (f"NCCL_NET names the network {name!r}, which NCCL did not find on {_hosts_at(missing)}: "
+                f"\"Error: network {name} not found.\"; NCCL stops there{reason}")
+    no_interface = [r for r in hosts if any(_NO_INTERFACE.match(w) for w in r.warnings)]
+    if no_interface:
+        line = next(w for w in no_interface[0].warnings if _NO_INTERFACE.match(w))
+        return (f"no network interface for NCCL's bootstrap on {_hosts_at(no_interface)}: \"{line}\"; NCCL stops there "
+                "(does NCCL_SOCKET_IFNAME name an interface these hosts have?)")
+    named = [r for r in hosts if r.host != NO_HOST]
+    loaded = [r for r in named if r.plugin_state == "loaded"]
+    lacking = [r for r in named if r.plugin_state in ("not-found", "failed")]
+    if loaded and lacking:
+        plugin = next((f" ({r.plugin})" for r in loaded if r.plugin), "")
+        how = "not found" if lacking[0].plugin_state == "not-found" else "found but failed to initialise"
+        used = "" if lacking[0].selected == "unknown" else f"; {lacking[0].host} used {label(lacking[0])}"
+        return (f"plugin {how} on {_hosts_at(lacking)} (\"{lacking[0].plugin_message}\"), but loaded on "
+                f"{_hosts_at(loaded)}{plugin}: the run's hosts differ{used}")
+    return None
+
+
 def _judge_hosts(hosts: list[HostReport], expect: Expectation) -> tuple[str, str]:
     """(status, cause) of hosts that used the network between nodes: the first FAIL, else the first
     WARN, else PASS with what they used."""
@@ -239,7 +294,9 @@ def _judge_hosts(hosts: list[HostReport], expect: Expectation) -> tuple[str, str
         bad = sorted(((r, cause) for r, s, cause in results if s == status),
                      key=lambda rc: rc[1].startswith((f"{_at(rc[0])}:", "no line shows")))
         if bad:
-            more = f"; {len(bad) - 1} more host{'s' if len(bad) > 2 else ''} with a {status}" if len(bad) > 1 else ""
+            others = [r for r, _ in bad[1:]]
+            more = (f"; {len(others)} more host{'s' if len(others) > 1 else ''} with a {status}: "
+                    f"{_hosts_at(others, 3)}") if others else ""
             return status, bad[0][1] + more
     if len(hosts) == 1:  # one host name for several nodes (containers), or one host's log
         return PASS, f"{_at(hosts[0])} used {summary(hosts)} between nodes"

@@ -16,6 +16,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
+from .nccl_lines import unglue
 from .nccl_parse import NO_HOST, HostReport, Line, network_kind
 
 # A communicator and this process's rank in it. NCCL 2.4 to 2.19: "comm 0x7f6f04001cf0 rank 1 nranks 16
@@ -110,8 +111,10 @@ def _rank_hosts(lines: list[Line], chans: list[_Channel], world: int | None) -> 
 
 
 def attribute(lines: list[Line]) -> list[Line]:
-    """``lines`` with a host name that several processes share at different bootstrap addresses
-    (containers all called ``ubuntu``) told apart: ``ubuntu (10.0.0.6)``."""
+    """``lines`` with program output glued before a host name taken off (:func:`nccl_lines.unglue`),
+    and a host name that several processes share at different bootstrap addresses (containers all
+    called ``ubuntu``) told apart: ``ubuntu (10.0.0.6)``."""
+    lines = unglue(lines)
     addresses = _addresses(lines)
     per_host: dict[str, set[str]] = {}
     for (host, _pid), addr in addresses.items():

@@ -107,12 +107,25 @@ def _init_failed(msg: str) -> bool:
 # IB unusable: "Failed to open libibverbs.so[.1]" (NVIDIA/nccl#1817; a WARN in older NCCL, #766),
 # "Failed to initialize NET plugin IB" (NCCL >= 2.26).
 _NO_VERBS = re.compile(r"Failed to open libibverbs|^Failed to initiali[sz]e NET plugin IB\b")
-# Warnings of the network layers, kept as evidence ("NET/OFI Couldn't open AV", "NET/IB : Got completion ...").
-_NET_WARN = re.compile(r"NET/|Call to ibv|socket", re.IGNORECASE)
+# Warnings are kept as evidence and turn a PASS into a WARN ("NET/OFI Couldn't open AV", "NET/IB : Got
+# completion ...", "socketProgress: Connection closed by remote peer", "[Proxy Service 11] Failed to
+# execute operation Connect", NVIDIA/nccl#952), but for RCCL's advice on a healthy node ('Missing
+# "iommu=pt" from kernel command line', ROCm/rccl#1026), NCCL's note on a node without IB ("Failed to
+# open libibverbs.so[.1]", read above), its topology search's fallback ("Could not find a path for
+# pattern 4, falling back to simple order", NVIDIA/nccl#487: a slower ring, not a fault of the
+# network) and a missing network (its own cause).
+_BENIGN_WARN = re.compile(r'Missing "|Failed to open libibverbs|Could not find a path for pattern|Error: network ')
 _IB_USING = re.compile(r"^NET/IB ?: ?Using \[0\]\S+?/(?P<kind>IB|RoCE)(?P<sharp>/SHARP)?")
 _IB_NONE = re.compile(r"^NET/IB ?: ?No device found")
 _SOCKET_USING = re.compile(r"^NET/Socket ?: ?Using")
 _BOOTSTRAP = re.compile(r"^Bootstrap ?: ?Using")
+# "ib", "ibverbs", "ib_..." and "IB" followed by what is not a letter (a program's output glued after it).
+_IB_NAME = re.compile(r"ib(?:verbs)?(?![a-z])")
+# NCCL_NET names a network no loaded transport or plugin provides; NCCL then fails to initialise
+# (ncclInvalidUsage): "net.cc:626 NCCL WARN Error: network AWS Libfabric not found." (NVIDIA/nccl
+# src/net.cc ncclNetInit, as eth-cscs/cscs-docs PR #75 shows it; RCCL prints the same).
+# (With NCCL_NET unset and no network at all the name is empty: "Error: network  not found.")
+_NET_NOT_FOUND = re.compile(r"^Error: network (?P<name>.{0,200}?) ?not found\.?\s*$")
 @dataclass
 class HostReport:
     """What one host's NCCL processes chose for the network between nodes."""
@@ -127,6 +140,7 @@ class HostReport:
     plugin_state: str = "none"  # loaded | not-found | failed | disabled (NCCL_IBEXT_DISABLE=1, NCCL_NET_PLUGIN=none) | none
     plugin_message: str | None = None  # the line that says why it is not loaded
     forced: str | None = None  # NCCL_NET's value, where the environment set it
+    missing_network: str | None = None  # the network NCCL_NET named and NCCL did not find ("Error: network X not found."; "": none usable)
     ib_disabled: bool = False  # NCCL_IB_DISABLE=1
     ib_devices: str | None = None  # "IB", "RoCE" or "IB/SHARP" from "NET/IB : Using [0]..."
     bootstrap_socket: bool = False  # a NET/Socket line that is NCCL < 2.4.8's bootstrap, not the data path
@@ -140,10 +154,12 @@ class HostReport:
 
 
 def network_kind(name: str) -> str:
+    """The transport a network's name stands for (``IB``, ``IBext_v8``, ``AWS Libfabric``, ``Socket``),
+    read from its start: output a program glued after NCCL's line (``Using network IB-1``) is not the name."""
     low = name.lower()
     if low.startswith("ibext") or "sharp" in low:
         return "ibext"
-    if low in ("ib", "ibverbs") or low.startswith("ib_"):
+    if _IB_NAME.match(low):
         return "ib"
     if low.startswith("socket"):
         return "socket"
@@ -177,9 +193,11 @@ def _process_transport(lines: list[Line], old_bootstrap: bool, host_ibext: bool 
         return "ofi"  # the OFI plugin prints NET/OFI lines only once NCCL loaded it
     if any(_IB_USING.match(m) for m in msgs):
         return "ibext" if host_ibext and not ibext_off else "ib"
+    no_ib = any(_IB_NONE.match(m) or _NO_VERBS.search(m) or _env(m, "NCCL_IB_DISABLE", "1") for m in msgs)
     if any(_SOCKET_USING.match(m) for m in msgs):
-        no_ib = any(_IB_NONE.match(m) or _NO_VERBS.search(m) or _env(m, "NCCL_IB_DISABLE", "1") for m in msgs)
         return "socket" if (no_ib or not old_bootstrap) else "unknown"
+    if no_ib and not any(_loaded(m) or _COLL_LOOKUP.search(m) or _SHARP.match(m) for m in msgs):
+        return "socket"  # no plugin loaded and IB unusable: NCCL's last network, sockets, is what is left
     return "unknown"
 
 
@@ -189,7 +207,26 @@ def classify(lines: list[Line]) -> list[HostReport]:
     for ln in lines:
         by_host.setdefault(ln.host, []).append(ln)
     old_bootstrap = not any(_BOOTSTRAP.match(ln.msg) for ln in lines)
-    return [_host_report(host, host_lines, old_bootstrap) for host, host_lines in by_host.items()]
+    reports = [_host_report(host, host_lines, old_bootstrap) for host, host_lines in by_host.items()]
+    if old_bootstrap:
+        _old_socket_hosts(reports, by_host)
+    return reports
+
+
+def _old_socket_hosts(reports: list[HostReport], by_host: dict[str, list[Line]]) -> None:
+    """In a log of NCCL < 2.4.8 (whose bootstrap prints "NET/Socket : Using" on every host, whatever
+    the data path), a host that shows no network but that line or "No plugin found" used sockets too
+    where other hosts show sockets and none shows another network: one run's hosts are one
+    installation (NVIDIA/nccl#226: eighteen hosts, each excerpt cut after one or two of its lines)."""
+    chosen = {r.selected for r in reports} - {"unknown"}
+    if chosen != {"socket"}:
+        return
+    for r in reports:
+        if r.selected == "unknown" and r.host != NO_HOST and (r.plugin_state == "not-found" or any(
+                _SOCKET_USING.match(ln.msg) for ln in by_host[r.host])):
+            r.selected, r.transports = "socket", ["socket"]
+            r.transport = "intra-node" if r.intra_node_only else "socket"
+            r.evidence.append(f"{r.host}: the run's other hosts used sockets, and its own lines show no other network")
 
 
 def _host_report(host: str, lines: list[Line], old_bootstrap: bool) -> HostReport:
@@ -288,6 +325,8 @@ def _note_settings(r: HostReport, ln: Line, old_bootstrap: bool, names: dict[str
     msg = ln.msg
     if forced := _env(msg, "NCCL_NET"):
         r.forced, keep = forced, True
+    if (m := _NET_NOT_FOUND.match(msg)) and r.missing_network is None:
+        r.missing_network, keep = m.group("name").strip(), True
     if _env(msg, "NCCL_IB_DISABLE", "1"):
         r.ib_disabled, keep = True, True
     if (_env(msg, "NCCL_IBEXT_DISABLE", "1") and names.get("sharp")) or _env(msg, "NCCL_NET_PLUGIN", "none"):
@@ -298,7 +337,7 @@ def _note_settings(r: HostReport, ln: Line, old_bootstrap: bool, names: dict[str
         r.bootstrap_socket, keep = True, not r.bootstrap_socket
     if ln.level == "WARN" and msg.startswith("NET/OFI"):
         ofi_warnings.append(msg)
-    if ln.level == "WARN" and _NET_WARN.match(msg):
+    if ln.level == "WARN" and not _BENIGN_WARN.match(msg) and len(r.warnings) < 8:
         r.warnings.append(msg)
         keep = True
     return keep
