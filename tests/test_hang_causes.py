@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sitestack.onsite.ddpcheck import clocks, reach, subgroups
+from sitestack.onsite.ddpcheck import clocks, faults, reach, subgroups, time_budget
 from sitestack.onsite.ddpcheck.rank_progress import TRUSTED_LEFT, monotonic_deadline
 from tests.ports import free_port
 from tests.test_fault_causes import patch_hook
@@ -184,3 +184,56 @@ def test_a_rank_84s_ahead_and_12s_late_is_named_and_not_timed_out(installed_loca
     assert f"clock skew: rank 1 on {HOST}'s clock is 84." in group["summary"], group["summary"]
     assert f"late start: rank 1 on {HOST} started 1" in group["summary"], group["summary"]
     assert group["status"] == "passed", group["summary"]
+
+
+# -- a time limit shorter than a healthy run ----------------------------------------------------------------
+
+def _passed(started: float, seconds: float, verdict: str = "passed") -> dict:
+    return {"kind": "validation", "verdict": verdict, "started": started, "ended": started + seconds}
+
+
+def test_healthy_seconds_is_the_median_of_passed_runs_and_short_limits_are_named():
+    records = [_passed(0, 20), _passed(100, 30), _passed(200, 25), _passed(300, 400, "failed")]
+    assert time_budget.healthy_seconds(records) == 25
+    assert time_budget.healthy_seconds([_passed(0, 9, "failed")]) is None
+    assert time_budget.too_short(8, 25).startswith("time limit too short: 8s is less than 1.5x the 25s")
+    assert time_budget.too_short(40, 25) is None and time_budget.too_short(8, None) is None
+
+
+def test_invoke_validate_refuses_a_limit_below_a_healthy_run_and_warns_of_one_without_history():
+    from sitestack.core.errors import SitestackError
+    from sitestack.engine.time_limit_check import check_time_limit
+    from sitestack.model.site import load_site
+
+    facts = load_site("local").facts
+    notes: list[str] = []
+    reporter = SimpleNamespace(note=notes.append)
+    env: dict[str, str] = {}
+    with pytest.raises(SitestackError, match="time limit too short: 8s .* the 25s a healthy run"):
+        check_time_limit([_passed(0, 25)], facts, env, reporter, {"SITESTACK_TIME_LIMIT": "8"})
+    assert env == {"SITESTACK_HEALTHY_S": "25"}
+    check_time_limit([_passed(0, 25)], facts, env, reporter, {"SITESTACK_TIME_LIMIT": "30"})
+    assert notes and "time limit too short: 30s" in notes[-1]
+    check_time_limit([], facts, {}, reporter, {"SITESTACK_TIME_LIMIT": "8"})
+    assert "a time limit of 8s (SITESTACK_TIME_LIMIT) is below the 60s" in notes[-1]
+    notes.clear()
+    check_time_limit([_passed(0, 25)], facts, {}, reporter, {})  # the site's own limit: ample
+    assert not notes
+
+
+def test_a_run_that_reaches_a_limit_too_short_is_named_so_not_a_hang(monkeypatch):
+    ranks = {0: {"rank": 0, "host": "a", "phase": "compute", "world_size": 2},
+             1: {"rank": 1, "host": "a", "phase": "compute", "world_size": 2}}
+    monkeypatch.setenv(time_budget.HEALTHY_VAR, "25")
+    cause = faults.describe_fault("timeout", ranks, 8, 2)
+    assert cause.startswith("time limit too short: 8s") and "rank 1 on a was in the compute check" in cause
+    assert "hung" not in cause
+    monkeypatch.setenv(time_budget.HEALTHY_VAR, "4")
+    assert "time limit too short" not in faults.describe_fault("timeout", ranks, 8, 2)
+
+
+def test_a_job_given_8s_where_a_healthy_run_takes_25s_says_so(installed_local_job, tmp_path):
+    run = run_ranks(installed_local_job, tmp_path, installed_local_job["python"], ("", ""), limit=8,
+                    SITESTACK_HEALTHY_S="25")
+    cause = assert_fault(run, "time limit too short: 8s is less than 1.5x the 25s", f"rank 0 on {HOST}")
+    assert "hung" not in cause, cause

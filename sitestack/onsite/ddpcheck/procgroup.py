@@ -89,32 +89,9 @@ def process_group(run: Run) -> bool:
         run.set(PROCESS_GROUP.name, FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
                 "from the first host of the node list and the job id")
         return False
-    unresolved = does_not_resolve(addr)
-    if unresolved:
-        return fail_now(run, f"MASTER_ADDR {addr} does not resolve on {run.host} ({unresolved}): the batch script "
-                        "sets it from the job's first host; a name this node's resolver does not know (a typo, a "
-                        "short name where the site needs the high-speed network's name) stops every rank")
-    bad_interface = interface_fault(run.env, run.dev.backend, run.host)
-    if bad_interface:
-        return fail_now(run, bad_interface)
-    if run.info.rank == 0 and not agent_store:
-        busy = port_in_use(int(port))
-        if busy:
-            return fail_now(run, f"MASTER_PORT {port} is already in use on {run.host} ({busy}): another job or "
-                            "process holds it; the job derives the port from SLURM_JOB_ID, so a clash means a stray "
-                            "process or a fixed port elsewhere")
-    if run.info.rank == 0 and not agent_store:
-        elsewhere = not_local(addr)
-        if elsewhere:
-            return fail_now(run, f"MASTER_ADDR {addr} (port {port}) is not an address of {run.host}, where rank 0's "
-                            f"store listens ({elsewhere}): every rank would connect elsewhere and wait until the init "
-                            "timeout; the batch script sets it to the job's first host: something in the ranks' "
-                            "environment (a site hook, a module) set another")
-    cut_off = unreachable(addr, int(port)) if run.info.rank != 0 else None
-    if cut_off:
-        return fail_now(run, f"MASTER_ADDR {addr} port {port} cannot be reached from {run.host} ({cut_off}): the "
-                        "ranks would wait for rank 0's store until the init timeout (a firewall, or an address of "
-                        "another network than this node's)")
+    known = before_init(run, addr, port, agent_store)
+    if known:
+        return fail_now(run, known)
     timeout = timedelta(seconds=run.args.init_timeout)
     kwargs: dict[str, Any] = {"backend": run.dev.backend, "init_method": "env://", "rank": run.info.rank,
                               "world_size": run.info.world_size, "timeout": timeout}
@@ -144,6 +121,38 @@ def process_group(run: Run) -> bool:
             f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s",
             ready_at=round(time.time(), 3))
     return True
+
+
+def before_init(run: Run, addr: str, port: str, agent_store: bool) -> str | None:
+    """What stops every rank, known before init_process_group (which would only time out on it):
+    MASTER_ADDR that does not resolve, is not rank 0's own or does not answer, the backend's socket
+    interface missing on this host, MASTER_PORT taken on rank 0's. None when nothing is."""
+    unresolved = does_not_resolve(addr)
+    if unresolved:
+        return (f"MASTER_ADDR {addr} does not resolve on {run.host} ({unresolved}): the batch script "
+                "sets it from the job's first host; a name this node's resolver does not know (a typo, a "
+                "short name where the site needs the high-speed network's name) stops every rank")
+    bad_interface = interface_fault(run.env, run.dev.backend, run.host)
+    if bad_interface:
+        return bad_interface
+    if run.info.rank == 0 and not agent_store:
+        busy = port_in_use(int(port))
+        if busy:
+            return (f"MASTER_PORT {port} is already in use on {run.host} ({busy}): another job or "
+                    "process holds it; the job derives the port from SLURM_JOB_ID, so a clash means a stray "
+                    "process or a fixed port elsewhere")
+        elsewhere = not_local(addr)
+        if elsewhere:
+            return (f"MASTER_ADDR {addr} (port {port}) is not an address of {run.host}, where rank 0's "
+                    f"store listens ({elsewhere}): every rank would connect elsewhere and wait until the init "
+                    "timeout; the batch script sets it to the job's first host: something in the ranks' "
+                    "environment (a site hook, a module) set another")
+    cut_off = unreachable(addr, int(port)) if run.info.rank != 0 else None
+    if cut_off:
+        return (f"MASTER_ADDR {addr} port {port} cannot be reached from {run.host} ({cut_off}): the "
+                "ranks would wait for rank 0's store until the init timeout (a firewall, or an address of "
+                "another network than this node's)")
+    return None
 
 
 def does_not_resolve(addr: str) -> str | None:

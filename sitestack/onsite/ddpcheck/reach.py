@@ -61,7 +61,7 @@ def not_local(addr: str) -> str | None:
     rank, itself included, to connect to MASTER_ADDR), or None when one of its addresses is. Binding
     an address only succeeds where the host holds it (bind(2), EADDRNOTAVAIL), so this needs no peer."""
     try:
-        found = {info[4][0] for info in socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)}
+        found = {str(info[4][0]) for info in socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)}
     except (OSError, UnicodeError) as exc:
         return str(exc) or type(exc).__name__
     for ip in sorted(found):
