@@ -44,8 +44,9 @@ def check_time_limit(records: list[dict[str, Any]], facts: Facts, env: MutableMa
     if limit is None:
         return
     short = too_short(limit, healthy)
-    if healthy is not None and limit < healthy:
-        raise SitestackError(f"{short} ({source}): the run could not finish; give it at least "
+    cannot = too_short(limit, healthy, margin=1)
+    if cannot:
+        raise SitestackError(f"{cannot} ({source}): the run could not finish; give it at least "
                              f"{math.ceil(healthy * 1.5)}s (SITESTACK_TIME_LIMIT, or the site's scheduler.time)")
     if short:
         reporter.note(f"warning: {short} ({source}): a run that reaches it is named so, not a hang")

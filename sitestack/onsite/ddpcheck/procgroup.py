@@ -110,7 +110,9 @@ def process_group(run: Run) -> bool:
             run.dist.init_process_group(**kwargs)
     except Exception as exc:  # noqa: BLE001  (every failure becomes a reason)
         why = explain_init_failure(exc, addr, port, run.info, run.args.init_timeout)
-        run.set(PROCESS_GROUP.name, FAILED, why, error=str(exc)[:2000])
+        run.set(PROCESS_GROUP.name, FAILED, f"rank {run.info.rank} on {run.host}: {why}", error=str(exc)[:2000])
+        if run.info.rank != 0 and why.startswith("timed out"):
+            return False  # every rank times out at once: rank 0's store knows how many joined, and says so
         # this rank's own error ends the run at once: the others wait for it and would only time out
         return fail_now(run, why)
     finally:

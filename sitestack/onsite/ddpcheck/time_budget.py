@@ -1,6 +1,7 @@
 """How long a healthy run of this stack takes here, from the site's history (docs/history.md), and
-whether a time limit leaves it enough: a limit shorter than that is refused or warned of at submit
-(``invoke validate``), and a run that reaches it is named "time limit too short", not a hang."""
+whether a time limit leaves it enough: a limit shorter than that is refused at submit (``invoke
+validate``), one shorter than :data:`MARGIN` times it warned of, and a run that reaches a limit
+shorter than a healthy run is named "time limit too short", not a hang."""
 
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ def healthy_seconds(records: Sequence[Mapping[str, Any]]) -> float | None:
     return round(statistics.median(spans[-RECENT:]), 1) if spans else None
 
 
-def too_short(limit: float, healthy: float | None) -> str | None:
-    """Why ``limit`` seconds is too short for a healthy run (None when it is not, or nothing is known)."""
-    if healthy is None or limit >= healthy * MARGIN:
+def too_short(limit: float, healthy: float | None, margin: float = MARGIN) -> str | None:
+    """Why ``limit`` seconds is too short for a healthy run (less than ``margin`` times it), or None
+    (long enough, or nothing known). At the deadline a limit is called too short only below the healthy
+    run itself (``margin`` 1): between that and :data:`MARGIN` a hang is likelier, and named as one."""
+    if healthy is None or limit >= healthy * margin:
         return None
-    return (f"time limit too short: {limit:.0f}s is less than {MARGIN:g}x the {healthy:.0f}s a healthy run of this "
+    times = f"{margin:g}x " if margin != 1 else ""
+    return (f"time limit too short: {limit:.0f}s is less than {times}the {healthy:.0f}s a healthy run of this "
             "stack took here (the site's history, median of its newest passed runs)")
 
 
