@@ -14,7 +14,7 @@ from sitestack.core.errors import SitestackError
 from sitestack.core.report import Reporter
 from sitestack.model.site import Facts
 from sitestack.model.slurmtime import slurm_seconds
-from sitestack.onsite.ddpcheck.time_budget import FLOOR, HEALTHY_VAR, healthy_seconds, too_short
+from sitestack.onsite.ddpcheck.time_budget import FLOOR, HEALTHY_VAR, MARGIN, healthy_seconds, too_short
 from sitestack.validation.jobs import time_limit
 
 
@@ -45,11 +45,11 @@ def check_time_limit(records: list[dict[str, Any]], facts: Facts, env: MutableMa
         return
     short = too_short(limit, healthy)
     cannot = too_short(limit, healthy, margin=1)
-    if cannot:
+    if cannot and healthy is not None:
         raise SitestackError(f"{cannot} ({source}): the run could not finish; give it at least "
-                             f"{math.ceil(healthy * 1.5)}s (SITESTACK_TIME_LIMIT, or the site's scheduler.time)")
+                             f"{math.ceil(healthy * MARGIN)}s (SITESTACK_TIME_LIMIT, or the site's scheduler.time)")
     if short:
-        reporter.note(f"warning: {short} ({source}): a run that reaches it is named so, not a hang")
+        reporter.note(f"warning: {short} ({source}): runs vary, and a loaded node takes longer")
     elif healthy is None and limit < FLOOR:
         reporter.note(f"warning: a time limit of {limit:.0f}s ({source}) is below the {FLOOR}s the job gives itself "
                       "at least, and the site's history has no passed run to compare it with: a run that needs longer "
