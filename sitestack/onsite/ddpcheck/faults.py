@@ -53,11 +53,12 @@ def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, ex
     head = _timeout_head(ranks, limit)
     healthy = healthy_from_env(os.environ)
     short = too_short(limit, healthy, margin=1)
-    # not a hang: the run needed longer than it was given; unless a rank's stack singles it out as the
-    # one that held the others up, and the limit left the run at least half of what a healthy one takes
-    singled = bool(odd_ones(stacks or {})) and healthy is not None and limit >= healthy / 2
-    if short and ranks and not singled and not any(d.get("proc_state") in ("T", "t") for d in ranks.values()):
-        return f"{short}: " + "; ".join(f"{who(ranks, r)} {state_of(d)}" for r, d in sorted(ranks.items())[:4]) + never
+    if short and healthy is not None:
+        if limit < healthy / 2 and ranks and not missing and not any(d.get("proc_state") in ("T", "t") for d in ranks.values()):
+            # not a hang: the run had less than half of what a healthy one needs here
+            return f"{short}: " + "; ".join(f"{who(ranks, r)} {state_of(d)}" for r, d in sorted(ranks.items())[:4])
+        # it may be both: the ranks are named as for a hang, and the limit with them
+        head += f" (a short limit: a healthy run of this stack took {healthy:.0f}s here)"
     if not ranks:
         return (f"{head} before any rank reached the check program: the job hung at start-up (the launcher, the "
                 "Python start-up or a site hook)")

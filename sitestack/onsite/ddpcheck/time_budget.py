@@ -1,7 +1,7 @@
 """How long a healthy run of this stack takes here, from the site's history (docs/history.md), and
 whether a time limit leaves it enough: a limit shorter than that is refused at submit (``invoke
 validate``), one shorter than :data:`MARGIN` times it warned of, and a run that reaches a limit
-shorter than a healthy run is named "time limit too short", not a hang."""
+shorter than half a healthy run is named "time limit too short", not a hang (faults.describe_fault)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,7 @@ def healthy_seconds(records: Sequence[Mapping[str, Any]]) -> float | None:
 
 def too_short(limit: float, healthy: float | None, margin: float = MARGIN) -> str | None:
     """Why ``limit`` seconds is too short for a healthy run (less than ``margin`` times it), or None
-    (long enough, or nothing known). At the deadline a limit is called too short only below the healthy
-    run itself (``margin`` 1): between that and :data:`MARGIN` a hang is likelier, and named as one."""
+    (long enough, or nothing known). ``margin`` 1: below the healthy run itself (refused at submit)."""
     if healthy is None or limit >= healthy * margin:
         return None
     times = f"{margin:g}x " if margin != 1 else ""
