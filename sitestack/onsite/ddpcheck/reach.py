@@ -72,6 +72,8 @@ def not_local(addr: str) -> str | None:
             except OSError:
                 continue
             return None
+    if found == {addr}:
+        return f"this host does not hold {addr}"
     return f"{addr} is {', '.join(sorted(found))}, none of which this host holds"
 
 
