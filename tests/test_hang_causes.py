@@ -93,8 +93,6 @@ def test_master_addr_must_be_rank_zeros_own():
     assert reach.not_local("127.0.0.1") is None
     assert reach.not_local(socket.gethostname()) is None
     assert reach.not_local("10.255.255.1") == "this host does not hold 10.255.255.1"
-    why = reach.not_local("localhost.")  # a name: its addresses are named
-    assert why is None or "none of which this host holds" in why
 
 
 def test_subgroup_layouts():
