@@ -160,6 +160,7 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
                              f"`invoke install-validation-job --site {site.name}` first")
     preflight(host, directory, site.name, root, options.python, config)
     env = job_env(options.ranks_per_node, options.python)
+    limit_against_history(host, directory, resolved.values["prefix"], facts, config, env, reporter)
     if options.wait:
         env["SITESTACK_HISTORY"] = "off"  # recorded here, with its regression report (remember)
     name = posixpath.basename(script)
@@ -181,6 +182,21 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     reporter.note(f"running {name} on {host.name} without a scheduler ({launcher}); log {log}")
     rc = run_here(host, script, log, root, env, options.timeout)
     return finish(site, run_id, out_dir, log, rc, reporter, host)
+
+
+def limit_against_history(host: Host, directory: str, prefix: str, facts: Facts, config: Mapping[str, Any],
+                          env: dict[str, str], reporter: Reporter) -> None:
+    """The checks' time limit against the healthy runs of the site's history (time_limit_check.py); a
+    history that cannot be read leaves the limit unchecked (the run's record says why, later)."""
+    from sitestack.engine import site_history
+    from sitestack.engine.time_limit_check import check_time_limit
+
+    try:
+        runs, _ = site_history.read_on(host, site_history.program_of(directory),
+                                       site_history.history_dir_of(host, directory, prefix, config))
+    except SitestackError:
+        return
+    check_time_limit(runs, facts, env, reporter)
 
 
 def collect(site: Site, job_id: str, root: str, options: ValidateOptions, reporter: Reporter,

@@ -14,7 +14,10 @@ Checks, in order:
    shared libraries each rank mapped (:mod:`.libraries`): the stack's copies, one of each, the same on
    every rank.
 2. ``process-group``: ``init_process_group`` with the backend for the device (nccl on CUDA
-   and ROCm, xccl or ccl on Intel XPU, gloo on CPU); a taken port or a missing rank is named.
+   and ROCm, xccl or ccl on Intel XPU, gloo on CPU); a taken port or a missing rank is named, and
+   before it a socket interface a rank's host lacks or a MASTER_ADDR that does not answer
+   (:mod:`.reach`); the ranks' clock skew and late starts at its barrier (:mod:`.clocks`); a second
+   group (``new_group``) and an all-reduce on it (:mod:`.subgroups`).
 3. ``affinity``: each rank's CPU set is what the site intended (the masks or the cores of the
    NUMA domain closest to its GPU), and ranks are not all pinned to one core.
 4. ``compute``: every rank's rate on a fixed workload, timed in windows longer than a CPU

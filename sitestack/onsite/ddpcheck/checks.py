@@ -60,12 +60,16 @@ MPI_PROBE = CheckRow("mpi-probe", "mpichecks:mpi_probe", needs=RANKS_MET, says_s
 MPI4PY = CheckRow("mpi4py", "mpichecks:mpi4py_check", phases=("MPI_Init",), says_skipped=False)
 HOROVOD = CheckRow("horovod", "horovodcheck:horovod", says_skipped=False)
 
-#: Every step, in the order the runner runs them. The environment check runs in parts: before the
+#: Every step, in the order the runner runs them. The process-group check runs in parts: the group,
+#: then the ranks' clocks and starts at its first barrier, then a second group (subgroups.py). The
+#: environment check runs in parts: before the
 #: process group (one rank alone), once the ranks met (its libraries, then every rank's report
 #: gathered and compared), and after the first collective (the libraries NCCL/RCCL open then).
 ROWS: tuple[CheckRow, ...] = (
     ENVIRONMENT,
     PROCESS_GROUP,
+    replace(PROCESS_GROUP, function="clocks:clocks_at_barrier", needs=IN_GROUP),
+    replace(PROCESS_GROUP, function="subgroups:subgroups", needs=IN_GROUP),
     replace(ENVIRONMENT, function="libraries:record_libraries", needs=IN_GROUP, phases=()),
     replace(ENVIRONMENT, function="env_check:gather_ranks", needs=IN_GROUP, phases=(), caught=False),
     replace(ENVIRONMENT, function="env_check:environment_gathered", needs=IN_GROUP, phases=()),

@@ -27,6 +27,7 @@ from .rank_progress import (
     where,
 )
 from .stacks import Frame, odd_ones, where_words
+from .time_budget import healthy_from_env, too_short
 from .verdicts import FAILED, SKIPPED, Check, time_limit_record
 
 #: Seconds a second reporter waits for the first to have written the result (report_fault).
@@ -50,6 +51,14 @@ def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, ex
     if kind == "exited":
         return _launcher_exited(ranks, rc, launcher) + never
     head = _timeout_head(ranks, limit)
+    healthy = healthy_from_env(os.environ)
+    short = too_short(limit, healthy, margin=1)
+    if short and healthy is not None:
+        if limit < healthy / 2 and ranks and not missing and not any(d.get("proc_state") in ("T", "t") for d in ranks.values()):
+            # not a hang: the run had less than half of what a healthy one needs here
+            return f"{short}: " + "; ".join(f"{who(ranks, r)} {state_of(d)}" for r, d in sorted(ranks.items())[:4])
+        # it may be both: the ranks are named as for a hang, and the limit with them
+        head += f" (a short limit: a healthy run of this stack took {healthy:.0f}s here)"
     if not ranks:
         return (f"{head} before any rank reached the check program: the job hung at start-up (the launcher, the "
                 "Python start-up or a site hook)")

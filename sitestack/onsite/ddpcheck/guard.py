@@ -19,6 +19,7 @@ from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all
 from .provenance import LAUNCH_START
 from .rank_progress import deadline_from_env, read_progress, status_dir
+from .time_budget import HEALTHY_VAR, healthy_from_env, healthy_seconds, too_short
 from .verdicts import load_config
 
 #: Seconds between the ranks' deadline and the guard's: the ranks' watchdogs speak first.
@@ -45,6 +46,7 @@ def guard_main(argv: list[str]) -> int:
     timed_out = False
     try:
         # the ranks measure their start-up from here (result.json startup.ready_s, ddpcheck/provenance.py)
+        os.environ.update(healthy_env(config))  # the guard's own cause at the deadline reads it too
         proc = subprocess.Popen(command, start_new_session=True, env={**os.environ, LAUNCH_START: f"{start:.3f}"})
     except OSError as exc:
         proc = None
@@ -64,6 +66,24 @@ def guard_main(argv: list[str]) -> int:
                                 "launcher_exit_code": rc})
     record_history(args.out, args.config)
     return _last_words(args.out, rc, timed_out, started=proc is not None)
+
+
+def healthy_env(config: dict[str, Any]) -> dict[str, str]:
+    """The seconds a healthy run took here (time_budget.HEALTHY_VAR) for the ranks' watchdogs, from the
+    site's history (check-config.json ``history_dir``) unless the caller (``invoke validate``) gave it;
+    {} without a history. Said on the job's log when the time limit is shorter than that."""
+    given = healthy_from_env(os.environ)
+    directory = config.get("history_dir")
+    if given is None and isinstance(directory, str) and directory.startswith("/"):
+        with contextlib.suppress(Exception):  # a history that cannot be read leaves the limit as it is
+            given = healthy_seconds(history.read(directory))
+    if given is None:
+        return {}
+    limit = envvalues.seconds(os.environ, "SITESTACK_TIME_LIMIT", 1)
+    short = too_short(limit, given) if limit else None
+    if short:
+        print(f"sitestack: warning: {short}; a run that reaches it is named so", file=sys.stderr, flush=True)
+    return {HEALTHY_VAR: f"{given:g}"}
 
 
 def record_history(out: str, config: str | None) -> None:

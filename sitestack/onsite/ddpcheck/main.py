@@ -16,7 +16,7 @@ from . import envvalues, stacks
 from .bandwidth import parse_size
 from .guard import guard_main
 from .mpi import import_mpi
-from .rank_progress import Progress, deadline_from_env, status_dir
+from .rank_progress import Progress, deadline_from_env, monotonic_deadline, status_dir
 from .ranks import discover_rank
 from .runner import run_checks
 from .state import Run
@@ -77,15 +77,17 @@ def main(argv: list[str] | None = None) -> int:
         args.out = point_dir(args.out, point_of(plan, os.environ, args.tune)["id"])
     if args.factor is None:
         args.factor = 4 if args.device == "cpu" or not config.get("gpu_vendor") or config.get("gpu_vendor") == "none" else 2
+    started = time.monotonic()  # this rank's start, on its own clock (clocks.py compares the ranks' ages)
     info = discover_rank()
     host = socket.gethostname().split(".")[0]
     meta = {"site": config.get("site", "unknown"), "job_id": job_id_for(args.out, os.environ),
             "job_launcher": os.environ.get("SITESTACK_LAUNCHER"), "started": round(time.time(), 3)}
     deadline = deadline_from_env(os.environ, args.time_limit)  # checked before anything is written
+    counted = monotonic_deadline(deadline, args.time_limit)  # no wall clock is compared across hosts
     progress = Progress(args.out, info, host, meta)
     progress.save()
     if not args.no_watchdog:  # before MPI_Init and torch: see "Progress and the watchdogs"
-        supervise(progress, args.out, deadline, args.time_limit, args.expect_world_size)
+        supervise(progress, args.out, counted, args.time_limit, args.expect_world_size)
     # the watchdog asks for this process's stacks at the deadline (stacks.py)
     progress.data["main_thread"] = stacks.register(status_dir(args.out), info.rank)
     progress.enter("MPI_Init")
@@ -93,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     progress.enter("import torch")
     run = Run(args, config, info, mpi)
     # past the deadline the watchdogs write the result; without them the rank still does
-    run.progress, run.deadline = progress, (float("inf") if args.no_watchdog else deadline)
+    run.progress, run.deadline = progress, (float("inf") if args.no_watchdog else counted)
+    run.started_mono = started
+    if "SITESTACK_DEADLINE" in os.environ and not args.no_watchdog:
+        run.shared_deadline = deadline
     if why:
         run.mpi_data["skip"] = why
     if failure:

@@ -15,6 +15,7 @@ from typing import Any
 from .checks import PROCESS_GROUP
 from .faults import report_fault
 from .ranks import RankInfo
+from .reach import interface_fault, not_local, unreachable
 from .result_file import write_result
 from .state import Run
 from .verdicts import FAILED, PASSED
@@ -88,17 +89,9 @@ def process_group(run: Run) -> bool:
         run.set(PROCESS_GROUP.name, FAILED, "MASTER_ADDR and MASTER_PORT are not set: the batch script sets them "
                 "from the first host of the node list and the job id")
         return False
-    unresolved = does_not_resolve(addr)
-    if unresolved:
-        return fail_now(run, f"MASTER_ADDR {addr} does not resolve on {run.host} ({unresolved}): the batch script "
-                        "sets it from the job's first host; a name this node's resolver does not know (a typo, a "
-                        "short name where the site needs the high-speed network's name) stops every rank")
-    if run.info.rank == 0 and not agent_store:
-        busy = port_in_use(int(port))
-        if busy:
-            return fail_now(run, f"MASTER_PORT {port} is already in use on {run.host} ({busy}): another job or "
-                            "process holds it; the job derives the port from SLURM_JOB_ID, so a clash means a stray "
-                            "process or a fixed port elsewhere")
+    known = before_init(run, addr, port, agent_store)
+    if known:
+        return fail_now(run, known)
     timeout = timedelta(seconds=run.args.init_timeout)
     kwargs: dict[str, Any] = {"backend": run.dev.backend, "init_method": "env://", "rank": run.info.rank,
                               "world_size": run.info.world_size, "timeout": timeout}
@@ -118,7 +111,10 @@ def process_group(run: Run) -> bool:
     except Exception as exc:  # noqa: BLE001  (every failure becomes a reason)
         why = explain_init_failure(exc, addr, port, run.info, run.args.init_timeout)
         run.set(PROCESS_GROUP.name, FAILED, f"rank {run.info.rank} on {run.host}: {why}", error=str(exc)[:2000])
-        return False
+        if run.info.rank != 0 and why.startswith("timed out"):
+            return False  # every rank times out at once: rank 0's store knows how many joined, and says so
+        # this rank's own error ends the run at once: the others wait for it and would only time out
+        return fail_now(run, why)
     finally:
         stuck.cancel()
     run.pg_ok = True
@@ -127,6 +123,38 @@ def process_group(run: Run) -> bool:
             f"{'torchrun rendezvous' if agent_store else f'{addr}:{port}'} in {time.perf_counter() - start:.2f}s",
             ready_at=round(time.time(), 3))
     return True
+
+
+def before_init(run: Run, addr: str, port: str, agent_store: bool) -> str | None:
+    """What stops every rank, known before init_process_group (which would only time out on it):
+    MASTER_ADDR that does not resolve, is not rank 0's own or does not answer, the backend's socket
+    interface missing on this host, MASTER_PORT taken on rank 0's. None when nothing is."""
+    unresolved = does_not_resolve(addr)
+    if unresolved:
+        return (f"MASTER_ADDR {addr} does not resolve on {run.host} ({unresolved}): the batch script "
+                "sets it from the job's first host; a name this node's resolver does not know (a typo, a "
+                "short name where the site needs the high-speed network's name) stops every rank")
+    bad_interface = interface_fault(run.env, run.dev.backend, run.host)
+    if bad_interface:
+        return bad_interface
+    if run.info.rank == 0 and not agent_store:
+        busy = port_in_use(int(port))
+        if busy:
+            return (f"MASTER_PORT {port} is already in use on {run.host} ({busy}): another job or "
+                    "process holds it; the job derives the port from SLURM_JOB_ID, so a clash means a stray "
+                    "process or a fixed port elsewhere")
+        elsewhere = not_local(addr)
+        if elsewhere:
+            return (f"MASTER_ADDR {addr} (port {port}) is not an address of {run.host}, where rank 0's "
+                    f"store listens ({elsewhere}): every rank would connect elsewhere and wait until the init "
+                    "timeout; the batch script sets it to the job's first host: something in the ranks' "
+                    "environment (a site hook, a module) set another")
+    cut_off = unreachable(addr, int(port)) if run.info.rank != 0 else None
+    if cut_off:
+        return (f"MASTER_ADDR {addr} port {port} cannot be reached from {run.host} ({cut_off}): the "
+                "ranks would wait for rank 0's store until the init timeout (a firewall, or an address of "
+                "another network than this node's)")
+    return None
 
 
 def does_not_resolve(addr: str) -> str | None:
@@ -145,7 +173,7 @@ def fail_now(run: Run, summary: str) -> bool:
     """Fail the process-group check with ``summary`` and report it as the run's fault at once: the
     other ranks, waiting for this one, are ended within seconds (watchdog.FAULT_GRACE) instead of at
     the init timeout. False, as process_group returns for a failure."""
-    run.set(PROCESS_GROUP.name, FAILED, summary)
+    run.set(PROCESS_GROUP.name, FAILED, f"rank {run.info.rank} on {run.host}: {summary}")
     report_fault(run.args.out, {"kind": "failed", "cause": f"process-group: rank {run.info.rank} on {run.host}: "
                                 f"{summary}", "rank": run.info.rank, "host": run.host, "phase": PROCESS_GROUP.name,
                                 "expected": run.args.expect_world_size, "site": run.config.get("site")})
@@ -154,11 +182,10 @@ def fail_now(run: Run, summary: str) -> bool:
 
 def on_stuck_init(run: Run, addr: str, port: str) -> None:
     """A rank stuck in init_process_group past its timeout (a port that accepts and never answers): report and leave."""
-    run.set(PROCESS_GROUP.name, FAILED, f"rank {run.info.rank} did not get through init_process_group in "
-            f"{run.args.init_timeout + 15:.0f}s: {addr}:{port} accepts connections but does not answer as rank 0's "
-            "store (another process holds MASTER_PORT?)")
+    summary = (f"did not get through init_process_group in {run.args.init_timeout + 15:.0f}s: {addr}:{port} accepts "
+               "connections but does not answer as rank 0's store (another process holds MASTER_PORT?)")
+    fail_now(run, summary)
     run.skip_rest("not run: the process group did not start", PROCESS_GROUP.name)
-    fail_now(run, run.checks[PROCESS_GROUP.name].summary)
     with contextlib.suppress(Exception):
         if run.info.rank == 0:
             run.ranks = run.ranks or [{**run.me, "problems": run.pre_problems}]

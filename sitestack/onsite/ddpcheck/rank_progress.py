@@ -118,3 +118,17 @@ def deadline_from_env(env: dict[str, str] | os._Environ[str], limit: float) -> f
     seconds (``nan``, ``inf``: one that never comes) is an :class:`~.envvalues.EnvError` naming it."""
     deadline = envvalues.seconds(env, "SITESTACK_DEADLINE", 1)
     return deadline if deadline is not None else time.time() + limit
+
+
+#: Seconds of a shared deadline a rank trusts at least before the barrier has compared its clock with
+#: rank 0's (or the whole limit, when shorter): a clock a minute ahead would otherwise see the deadline
+#: as past, or near, at start-up and end a healthy rank (clocks.py corrects it at the barrier).
+TRUSTED_LEFT = 60.0
+
+
+def monotonic_deadline(deadline: float, limit: float) -> float:
+    """The wall-clock ``deadline`` as a point on this host's monotonic clock (which no clock step moves):
+    the seconds it leaves by this host's clock, but at least min(``limit``, :data:`TRUSTED_LEFT`) and at
+    most ``limit``: this host's clock may be off by more than the job's start-up took."""
+    left = deadline - time.time()
+    return time.monotonic() + min(limit, max(left, min(limit, TRUSTED_LEFT)))

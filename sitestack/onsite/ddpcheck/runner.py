@@ -82,7 +82,7 @@ def finish(run: Run) -> int:
     """Rank 0 writes the report; every rank agrees on the exit code and leaves the process group."""
     code = 0
     run.enter("report")
-    if time.time() >= run.deadline:
+    if time.monotonic() >= run.deadline:
         # the watchdogs are ending the run and write its result (with where each rank was): what this
         # rank saw since the deadline is their doing, so it writes nothing and waits to be ended
         time.sleep(30)

@@ -42,7 +42,9 @@ class Run:
         self.trained: tuple[Any, Any, list[tuple[Any, Any]]] | None = None  # the ddp check's model, for the checkpoint check
         self.tune: dict[str, Any] | None = None  # a tuning point's samples (tune.py), else None
         self.progress: Progress | None = None  # OUT/ranks/rank-R.json, read by the watchdogs
-        self.deadline = float("inf")  # the job's deadline (epoch s): past it, the watchdogs report
+        self.deadline = float("inf")  # the job's deadline (time.monotonic()): past it, the watchdogs report
+        self.shared_deadline: float | None = None  # $SITESTACK_DEADLINE (epoch s on rank 0's host), where set
+        self.started_mono = time.monotonic()  # when this rank's program started (main sets it before the fork)
         self.me: dict[str, Any] = {}  # this rank's report, once the environment check has loaded torch
         self.pre_problems: list[str] = []  # what this rank alone found wrong (the environment check)
 
@@ -60,7 +62,7 @@ class Run:
         the run reports them)."""
         if self.progress is not None:
             # past the deadline a check fails because the watchdogs are ending the ranks: a symptom, not news
-            late = time.time() >= self.deadline
+            late = time.monotonic() >= self.deadline
             checks = [asdict(c) for c in self.checks.values()] if self.info.rank == 0 and not late else None
             self.progress.enter(phase, checks)
 

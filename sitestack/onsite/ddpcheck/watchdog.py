@@ -11,17 +11,20 @@ import sys
 import time
 from typing import Any
 
+from ..fileio import ReadError, read_json
 from . import stacks
 from .faults import describe_fault, earliest, report_fault
 from .procs import descendants, kill_all, sampled_state
-from .rank_progress import CRASH_SIGNALS, Progress, read_progress, status_dir
+from .rank_progress import CRASH_SIGNALS, RECORD_MAX, Progress, read_progress, status_dir
 
 #: Seconds a rank's watchdog gives its rank to end by itself once another rank's fault was reported.
 FAULT_GRACE = 3.0
 
 
 def supervise(progress: Progress, out: str, deadline: float, limit: float, expected: int | None) -> None:
-    """Fork: the child returns (it runs the checks); the parent watches it and never returns."""
+    """Fork: the child returns (it runs the checks); the parent watches it and never returns.
+    ``deadline`` is on this host's monotonic clock (:func:`.rank_progress.monotonic_deadline`); the
+    rank moves it once it has compared its clock with rank 0's (``deadline_mono`` in its record)."""
     if not hasattr(os, "fork"):
         return
     for stream in (sys.stdout, sys.stderr):
@@ -72,6 +75,7 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
         signal.signal(sig, forward)
     status = 0
     fault_seen: float | None = None
+    checked = 0.0
     while True:
         try:
             pid, status = os.waitpid(child, os.WNOHANG)
@@ -79,7 +83,10 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
             os._exit(1)
         if pid:
             break
-        now = time.time()
+        now = time.monotonic()
+        if now - checked >= 1.0:
+            checked = now
+            deadline = _moved(progress.path, deadline)
         if now >= deadline:
             _time_out(child, progress, out, limit, expected)
         if fault_seen is None and os.path.exists(os.path.join(status_dir(out), "fault.json")):
@@ -99,7 +106,7 @@ def _watch(child: int, progress: Progress, out: str, deadline: float, limit: flo
         ranks = read_progress(out)
         mine = ranks.get(progress.data["rank"], progress.data)
         # a rank that dies because the deadline ended another one is not the fault: that watchdog reports
-        late = time.time() >= deadline - 1 or any(d.get("state") == "timed out" for d in ranks.values())
+        late = time.monotonic() >= deadline - 1 or any(d.get("state") == "timed out" for d in ranks.values())
         if not asked and not late and mine.get("phase") != "finished":
             progress.data = dict(mine)  # the worker's record, with rank 0's checks so far
             name = signal.Signals(number).name
@@ -122,7 +129,7 @@ def _exited(code: int, progress: Progress, out: str, deadline: float, limit: flo
     library that called exit): name it, with its code, at once; the others cannot finish without it."""
     ranks = read_progress(out)
     mine = ranks.get(progress.data["rank"], progress.data)
-    if asked or mine.get("phase") == "finished" or time.time() >= deadline - 1:
+    if asked or mine.get("phase") == "finished" or time.monotonic() >= deadline - 1:
         return
     progress.data = dict(mine)
     progress.data.update(state="exited", exit_code=code)
@@ -133,6 +140,15 @@ def _exited(code: int, progress: Progress, out: str, deadline: float, limit: flo
                           "host": progress.data["host"], "phase": mine.get("phase"), "exit_code": code,
                           "expected": expected}):
         print(f"sitestack watchdog: {cause}", file=sys.stderr, flush=True)
+
+
+def _moved(path: str, deadline: float) -> float:
+    """The deadline the rank set at the barrier (clocks.py: ``deadline_mono``), else ``deadline``."""
+    with contextlib.suppress(ReadError, TypeError, ValueError):
+        moved = read_json(path, RECORD_MAX).get("deadline_mono")
+        if isinstance(moved, (int, float)) and moved == moved:
+            return float(moved)
+    return deadline
 
 
 def _time_out(child: int, progress: Progress, out: str, limit: float, expected: int | None) -> None:
