@@ -67,7 +67,7 @@ def user(tmp_path: Path):
 def test_every_site_helper_parses_in_every_shell(site: str, tmp_path: Path):
     helper = render(site, tmp_path)
     for path in helper.parent.iterdir():
-        if path.name == "sitestack-hostlist":  # the Python host-list parser (tests/test_hostlist.py)
+        if path.name in (HOSTLIST, BIND_RANK):  # Python programs (tests/test_hostlist.py, test_torchrun_placement.py)
             continue
         for shell in SHELLS:
             out = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True)
