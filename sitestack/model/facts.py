@@ -386,8 +386,8 @@ def type_name(tp: Any) -> str:
     if origin is tuple:
         return f"list of {type_name(args[0])}s"
     if origin in (Mapping, dict) or tp is Mapping:
-        inner = type_name(args[1])
-        return f"mapping of {inner}" + ("" if inner.endswith("s") else "s")
+        value = type_name(args[1])
+        return f"mapping of {value}" + ("" if value.endswith("s") else "s")
     if dataclasses.is_dataclass(tp):
         return "mapping"
     if tp is Any:
