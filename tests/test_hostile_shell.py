@@ -91,9 +91,11 @@ def test_every_script_with_the_prefix_parses(hostile):
         ctx = RunContext.resolve(pb.load(site), home="/home/u", user="u", account="proj", prefix=str(prefix / site),
                                  options=RunOptions(), actions=ACTIONS)
         bindir = render(site, prefix / site).parent
-        scripts = sorted(p for p in bindir.iterdir() if p.name != "sitestack-hostlist")
-        template = bindir / "job-template.sbatch"
-        template.write_text(render_job_template(launch_inputs(ctx, str(bindir))))
+        for launcher in ("srun", "torchrun"):
+            template = bindir / f"job-template-{launcher}.sbatch"
+            template.write_text(render_job_template(launch_inputs(ctx, str(bindir)), launcher))
+        # the Python programs beside them (tests/test_hostlist.py, tests/test_torchrun_placement.py) aside
+        scripts = sorted(p for p in bindir.iterdir() if p.name not in ("sitestack-hostlist", "sitestack-bind-rank"))
         for script in scripts:
             for shell in [s for s in ("bash", "dash", "zsh") if shutil.which(s)]:
                 out = subprocess.run([shell, "-n", str(script)], capture_output=True, text=True, cwd=cwd, timeout=20)
@@ -115,7 +117,7 @@ UNQUOTED = {
     # names: checked (SHELL_NAME, checked_name) or sitestack's own
     "key", "var", "generation_var", "container.bind_var", "name", "container.runtime",
     # quoted in Python before the template sees them (sh_expanding, sh_default)
-    "value", "miopen", "scratch", "container.binds",
+    "value", "miopen", "scratch", "container.binds", "launcher_options", "bind_args",
     # shell text sitestack writes itself
     "checks", "results_check", "prelude", "per_node_command", "probe_command", "srun_mpi", "bind", "exec_prefix",
     "guard_python", "controller", "line",

@@ -20,7 +20,7 @@ from sitestack.engine import playbook as pb
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import list_sites
 from sitestack.validation import jobs
-from sitestack.validation.launch_helpers import HOSTLIST, LaunchInputs, helper_files, render_helper
+from sitestack.validation.launch_helpers import BIND_RANK, HOSTLIST, LaunchInputs, helper_files, render_helper
 from tests.conftest import run_invoke
 
 SHELLS = [s for s in ("bash", "dash", "zsh") if shutil.which(s)]
@@ -67,7 +67,7 @@ def user(tmp_path: Path):
 def test_every_site_helper_parses_in_every_shell(site: str, tmp_path: Path):
     helper = render(site, tmp_path)
     for path in helper.parent.iterdir():
-        if path.name == "sitestack-hostlist":  # the Python host-list parser (tests/test_hostlist.py)
+        if path.name in (HOSTLIST, BIND_RANK):  # Python programs (tests/test_hostlist.py, test_torchrun_placement.py)
             continue
         for shell in SHELLS:
             out = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True)
@@ -295,8 +295,8 @@ def test_helpers_match_golden(site: str, tmp_path: Path):
     ctx = RunContext.resolve(loaded, home="/home/u", user="u", account="proj", prefix=str(prefix),
                              options=RunOptions(), actions=ACTIONS)
     for name, (text, _mode) in helper_files(launch_inputs(ctx, f"{prefix}/bin")).items():
-        if name == HOSTLIST:  # a copy of sitestack/onsite/hostlist.py (tests/test_hostlist.py)
-            assert text == single_file("hostlist")
+        if name in (HOSTLIST, BIND_RANK):  # copies of sitestack/onsite/hostlist.py and bind_rank.py
+            assert text == single_file(name.removeprefix("sitestack-").replace("-", "_"))
             continue
         path = GOLDEN / f"{site}-{name}"
         if os.environ.get("SITESTACK_UPDATE_GOLDEN"):

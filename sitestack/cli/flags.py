@@ -75,6 +75,8 @@ class Listing:
     format: str = option("yaml", "yaml (default) or json (the facts alone; --json gives the document docs/cli.md "
                          "describes)")
     output: str | None = option(None, "write the script to FILE, a regular file ('-' or default: print it); docs/cli.md")
+    template_launcher: str | None = option(None, "srun, mpiexec or torchrun: what starts the ranks (default: the "
+                                           "site's first MPI launcher, else its mpi.launcher)", flag="launcher")
     target: str | None = option(None, "a URL (https, http, file) or a local file", positional=True, required=True)
     spec: str | None = option(None, "what to remove: NAME or NAME@VERSION (see `invoke installed`)", positional=True,
                               required=True)

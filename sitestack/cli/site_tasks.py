@@ -64,16 +64,18 @@ def actions(c: Context, o: Any) -> None:
     emit_data(o, "actions", listings.actions)
 
 
-@options_task(*FACTS, (Listing, "output"))
+@options_task(*FACTS, (Listing, "output template_launcher"))
 def job_template(c: Context, o: Any) -> None:
-    """Print a job script for the site that users can copy: stack module, launch helper, one srun/mpiexec."""
+    """Print a job script for the site that users can copy: stack module, launch helper, one srun, mpiexec or
+    torchrun launch."""
     from sitestack.engine import jobtemplate
     from sitestack.engine import playbook as pb
 
     with errors_to_exit(o.debug):
         jobtemplate.check_output(o.output)
+        jobtemplate.check_launcher(o.template_launcher)
         loaded = pb.load(o.site, playbook_path(o.playbook))
-        text = jobtemplate.job_template(loaded, options_of(RunOptions, c, o))
+        text = jobtemplate.job_template(loaded, options_of(RunOptions, c, o), o.template_launcher)
         jobtemplate.write_template(text, o.output if o.output is not None else "-")
 
 

@@ -13,11 +13,14 @@ from sitestack.core import user_file
 from sitestack.core.errors import InputError
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import Site, host_env_defaults
+from sitestack.onsite.launchers import TEMPLATE_LAUNCHERS, in_words
 from sitestack.validation.launch_helpers import render_job_template
 
 
-def job_template(site: Site, options: RunOptions) -> str:
-    """The job script of ``site`` (InputError where the playbook installs no launch helpers)."""
+def job_template(site: Site, options: RunOptions, launcher: str | None = None) -> str:
+    """The job script of ``site`` starting its ranks with ``launcher`` (one of
+    :data:`~sitestack.validation.launch_helpers.TEMPLATE_LAUNCHERS`; None: the site's own); InputError
+    where the playbook installs no launch helpers."""
     spec = next((s for s in site.steps if s.action == "install-launch-env"), None)
     if spec is None:
         raise InputError(site.path, "the playbook has no install-launch-env step, so there is no launch helper "
@@ -26,7 +29,13 @@ def job_template(site: Site, options: RunOptions) -> str:
     ctx = RunContext.resolve(site, home=home, user=user, account=options.account, prefix=options.prefix,
                              options=options, actions=ACTIONS)
     args = ACTIONS[spec.action].from_spec(spec, ctx).args
-    return render_job_template(launch_inputs(ctx, args.dir))
+    return render_job_template(launch_inputs(ctx, args.dir), launcher)
+
+
+def check_launcher(launcher: str | None) -> None:
+    """``--launcher``: one of :data:`~sitestack.onsite.launchers.TEMPLATE_LAUNCHERS` or None (InputError)."""
+    if launcher is not None and launcher not in TEMPLATE_LAUNCHERS:
+        raise InputError("--launcher", f"must be {in_words(TEMPLATE_LAUNCHERS)}, not {launcher!r}")
 
 
 def check_output(output: str | None) -> None:

@@ -26,6 +26,7 @@ from sitestack.model.validation_facts import BusBandwidth as BusBandwidth
 from sitestack.model.validation_facts import ComputeRate as ComputeRate
 from sitestack.model.validation_facts import Regression as Regression
 from sitestack.model.validation_facts import Validation as Validation
+from sitestack.onsite.launchers import LAUNCHERS
 
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
@@ -151,6 +152,11 @@ class Scheduler:
     time: str = field(default="00:30:00", metadata=_doc(
         "wall time of the validation job (Slurm --time)", pattern=SLURM_TIME, pattern_doc=SLURM_TIME_DOC))
     options: tuple[str, ...] = field(default=(), metadata=_doc("further sbatch options, one per item, e.g. --exclusive"))
+    launcher_options: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata=_doc(
+        "each launcher's own options, one per item, added to its command in the validation job and the job "
+        "template: srun's rank step, torchrun's agent step (srun), mpiexec's and horovodrun's command line; "
+        "e.g. {srun: [--mem-bind=local], torchrun: [--cpu-bind=none]}",
+        key_pattern="|".join(LAUNCHERS), key_doc="a launcher (" + ", ".join(LAUNCHERS) + ")"))
     max_job_time: str | None = field(default=None, metadata=_doc(
         "the longest job the scheduler allows: a stack generation that was switched out is kept this long "
         "(docs/operating.md); default: the largest partition MaxTime `scontrol show partition` reports",
@@ -380,7 +386,8 @@ def type_name(tp: Any) -> str:
     if origin is tuple:
         return f"list of {type_name(args[0])}s"
     if origin in (Mapping, dict) or tp is Mapping:
-        return f"mapping of {type_name(args[1])}s"
+        value = type_name(args[1])
+        return f"mapping of {value}" + ("" if value.endswith("s") else "s")
     if dataclasses.is_dataclass(tp):
         return "mapping"
     if tp is Any:

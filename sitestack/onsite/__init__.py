@@ -28,11 +28,12 @@ ENTRY_POINTS = {
     "history.py": "history",
     "import_probe.py": "import_probe",
     "hostlist.py": "hostlist",
+    "bind_rank.py": "bind_rank",
     "get-master": "get_master",
     "extend-venv-activate": "activate_hook",
 }
 
 #: Programs shipped as one file (run with ``python -c`` and the file's text, or copied into a venv or
 #: a pack on their own): they import nothing but the standard library, not even this package.
-SINGLE_FILE = ("generation_pin", "hostlist", "index_probe", "pip_settings", "torch_probe",
+SINGLE_FILE = ("bind_rank", "generation_pin", "hostlist", "index_probe", "pip_settings", "torch_probe",
                "venv_clone", "venv_scan", "venv_unpack")

@@ -128,3 +128,8 @@ def tune_launchers() -> tuple[str, ...]:
 def in_words(names: tuple[str, ...] | list[str]) -> str:
     """``a, b or c``."""
     return " or ".join(filter(None, (", ".join(names[:-1]), names[-1] if names else "")))
+
+
+#: The launchers ``invoke job-template`` writes a job for: those that start every rank themselves (MPI
+#: launchers), and torchrun, whose agents srun starts one per node.
+TEMPLATE_LAUNCHERS: tuple[str, ...] = (*(name for name, row in LAUNCHERS.items() if row.mpi), "torchrun")

@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: The programs of the job directory: the check program and its package, its report, the NCCL log
-#: reader, the site's history, the start-up probe and the host-list parser (:mod:`sitestack.onsite`,
-#: shipped whole by :func:`sitestack.core.shipped.shipped`).
-PROGRAMS = ("ddp_check.py", "ddp_report.py", "nccl_log.py", "history.py", "import_probe.py", "hostlist.py")
+#: reader, the site's history, the start-up probe, the host-list parser and the binder of torchrun's ranks
+#: (:mod:`sitestack.onsite`, shipped whole by :func:`sitestack.core.shipped.shipped`).
+PROGRAMS = ("ddp_check.py", "ddp_report.py", "nccl_log.py", "history.py", "import_probe.py", "hostlist.py",
+            "bind_rank.py")
 
 #: MASTER_PORT = PORT_BASE + job id % PORT_SPAN: below Linux's ephemeral range (32768-60999), so
 #: an outgoing connection never holds it; two jobs collide only when their ids differ by a
@@ -274,10 +275,17 @@ def _launch_context(facts: Facts, launcher: str) -> dict[str, Any]:
         "per_node_command": per_node,
         "probe_command": probe,
         "srun_mpi": srun_mpi,
+        "launcher_options": launcher_options(facts, launcher),
         "srun_used": launcher == "srun" or mpi_launcher == "srun",
         "mpi_flavour": facts.mpi.flavour,
         "nccl": facts.collectives in ("nccl", "rccl"),
     }
+
+
+def launcher_options(facts: Facts, launcher: str) -> str:
+    """``facts.scheduler.launcher_options`` of ``launcher`` as they follow its command: each a space and one
+    shell word (the one place these facts reach a script), or "" where the site gives none."""
+    return "".join(" " + sh(option) for option in facts.scheduler.launcher_options.get(launcher, ()))
 
 
 def render_job(inputs: JobInputs, launcher: str) -> str:

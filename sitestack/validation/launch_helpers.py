@@ -12,6 +12,8 @@ Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.
   environment has no value or an empty one), and the user's choice (facts.env_defaults) passed into the
   site's container (``APPTAINERENV_NAME``, which wins over the image's ``%environment``).
 - ``sitestack-launch CMD...``: runs CMD with it sourced, once per task under srun or mpiexec.
+- ``sitestack-bind-rank [--cpu-masks M | --cores-per-rank N] -- CMD...``: a rank started by torchrun pins
+  itself to the CPUs srun would give its LOCAL_RANK, then runs CMD (``sitestack/onsite/bind_rank.py``).
 - ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/onsite/hostlist.py``), which
   the helper runs with ``python3`` where ``scontrol show hostnames`` is not available (containers).
 - ``sitestack-stage-env`` (sites with ``node.stage_env``): the packed stack env broadcast with
@@ -35,7 +37,7 @@ from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
-from sitestack.onsite.launchers import LAUNCHERS
+from sitestack.onsite.launchers import LAUNCHERS, TEMPLATE_LAUNCHERS
 from sitestack.onsite.venv_unpack import CONDA_UNPACK
 from sitestack.onsite.venv_unpack import PROGRAM as UNPACK_PROGRAM
 from sitestack.validation import jobs, runtime_checks
@@ -45,6 +47,7 @@ HELPER = "sitestack-launch-env"
 LAUNCH = "sitestack-launch"
 STAGE = "sitestack-stage-env"
 HOSTLIST = "sitestack-hostlist"
+BIND_RANK = "sitestack-bind-rank"
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ def render_stage(inputs: LaunchInputs) -> str:
 def helper_files(inputs: LaunchInputs) -> dict[str, tuple[str, int]]:
     """Every file of the install-launch-env step: name in ``bin`` -> (content, mode)."""
     files = {HELPER: (render_helper(inputs), 0o644), LAUNCH: (render_launch(inputs), 0o755),
-             HOSTLIST: (single_file("hostlist"), 0o755)}
+             HOSTLIST: (single_file("hostlist"), 0o755), BIND_RANK: (single_file("bind_rank"), 0o755)}
     if inputs.stage:
         files[STAGE] = (render_stage(inputs), 0o644)
     return files
@@ -172,9 +175,22 @@ def template_launcher(facts: Facts) -> str:
     return "srun" if facts.mpi.launcher == "srun" else "mpiexec"
 
 
-def render_job_template(inputs: LaunchInputs) -> str:
-    """The job script ``invoke job-template`` prints: modules, the stack module, the helper, one launch."""
+def _bind_args(bind: str | None, ctx: dict[str, Any]) -> str:
+    """What ``sitestack-bind-rank`` is given under torchrun, as srun binds a task: the helper's CPU_MASKS, or
+    the cores of a rank; "" for an equal share of the agent's CPUs."""
+    if bind == "mask" and ctx["masks"]:
+        return ' --cpu-masks "$CPU_MASKS"'
+    return f" --cores-per-rank {ctx['cores_per_rank']}" if ctx["cores_per_rank"] else ""
+
+
+def render_job_template(inputs: LaunchInputs, launcher: str | None = None) -> str:
+    """The job script ``invoke job-template`` prints: modules, the stack module, the helper, one launch with
+    ``launcher`` (one of :data:`~sitestack.onsite.launchers.TEMPLATE_LAUNCHERS`; None: :func:`template_launcher`;
+    ValueError for another)."""
     facts = inputs.facts
+    launcher = launcher or template_launcher(facts)
+    if launcher not in TEMPLATE_LAUNCHERS:
+        raise ValueError(f"job-template launcher {launcher!r} is not one of {', '.join(TEMPLATE_LAUNCHERS)}")
     v = jobs.validation_of(facts)
     ctx = _context(inputs)
     job = jobs.job_context(jobs.JobInputs(site=inputs.site, facts=facts, dir="", env={}), v.launchers[0]
@@ -197,7 +213,9 @@ def render_job_template(inputs: LaunchInputs) -> str:
         exec_prefix = f'{runtime.command} exec "$SIF" '
     text = prelude(facts)
     return jobs.environment().get_template("job-template.sbatch.j2").render(
-        **ctx, sbatch=sbatch, sbatch_tasks=v.sbatch_tasks, launcher=template_launcher(facts),
+        **ctx, sbatch=sbatch, sbatch_tasks=v.sbatch_tasks, launcher=launcher,
+        launcher_options=jobs.launcher_options(facts, launcher), bind_rank=f"{inputs.bin}/{BIND_RANK}",
+        bind_args=_bind_args(v.bind, ctx),
         prelude=text, module_root=inputs.module_root, stack_module=inputs.stack_module,
         launch_env=f"{inputs.bin}/{HELPER}", stage=inputs.stage, stage_env=f"{inputs.bin}/{STAGE}",
         scratch_text=inputs.scratch or "", container=container, exec_prefix=exec_prefix,

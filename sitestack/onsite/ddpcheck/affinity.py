@@ -7,25 +7,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import ddp_report
+from ..bind_rank import parse_mask as parse_mask  # one mask parser: the binder's, which ships as one file
+from ..bind_rank import parse_masks as parse_masks
 from .checks import AFFINITY
 from .verdicts import FAILED, PASSED
 
 if TYPE_CHECKING:
     from .state import Run
-
-
-def parse_mask(text: str) -> set[int]:
-    """The CPUs of one hex mask (``0xfe``, ``fe``, or Linux's comma-grouped ``00ff,fe000000``)."""
-    digits = text.strip().lower().removeprefix("0x").replace(",", "")
-    if not digits or any(c not in "0123456789abcdef" for c in digits):
-        raise ValueError(f"not a hex CPU mask: {text!r}")
-    value = int(digits, 16)
-    return {bit for bit in range(value.bit_length()) if value >> bit & 1}
-
-
-def parse_masks(text: str) -> list[set[int]]:
-    """The CPU sets of a ``mask_cpu`` list, one per local rank (``0xfe,0xfe00``)."""
-    return [parse_mask(part) for part in text.split(",") if part.strip()]
 
 
 def cpu_list(cpus: Iterable[int]) -> str:
