@@ -9,7 +9,7 @@ import re
 import time
 from typing import Any
 
-from .. import ddp_report
+from .. import calibration, ddp_report
 from .checks import BANDWIDTH
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
@@ -34,15 +34,17 @@ def bandwidth_row(size_bytes: int, seconds: float, n: int, op: str = "allreduce"
     return {"bytes": size_bytes, "time_us": seconds * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * bus_factor(op, n)}
 
 
-def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | None, nodes: int) -> tuple[str, str, dict[str, Any] | None]:
-    """Compare the sweep with the site's reference for this node count (ReFrame-style lower bound)."""
+def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | None, nodes: int,
+                    note: str | None = None) -> tuple[str, str, dict[str, Any] | None]:
+    """Compare the sweep with the site's reference for this node count (ReFrame-style lower bound);
+    ``note``: why a site that calibrates has no reference for this run."""
     if not rows:
         return FAILED, "no bandwidth measured", None
     peak = max(rows, key=lambda r: r["busbw_gbs"])
     kind = "multi-node" if nodes > 1 else "single-node"
     if not reference:
         return PASSED, (f"peak busbw {peak['busbw_gbs']:.3g} GB/s at {ddp_report.human_bytes(peak['bytes'])}; "
-                        f"not judged: the site has no {kind} reference"), None
+                        f"{note or f'not judged: the site has no {kind} reference'}"), None
     target = reference["message_bytes"]
     row = next((r for r in rows if r["bytes"] == target), None)
     note = ""
@@ -57,7 +59,8 @@ def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | No
                         f"({kind} reference {reference['busbw_gbs']:.3g} GB/s {reference.get('lower', -0.05):+.0%}"
                         f"{'; ' + reference['source'] if reference.get('source') else ''})"), compared
     return PASSED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} >= {minimum:.3g} GB/s "
-                    f"({kind} reference {reference['busbw_gbs']:.3g} GB/s)"), compared
+                    f"({kind} reference {reference['busbw_gbs']:.3g} GB/s"
+                    f"{'; ' + reference['source'] if reference.get('calibrated') else ''})"), compared
 
 
 def parse_size(text: str) -> int:
@@ -103,7 +106,7 @@ def run_sizes(run: Run) -> list[int]:
     lo, hi = run.args.min_bytes, run.args.max_bytes
     if hi is None:
         hi = 256 << 20 if gpu else 4 << 20
-        hi = max([hi] + [r["message_bytes"] for r in (run.config.get("bandwidth") or {}).values() if r])
+        hi = max([hi] + [r.get("message_bytes") or hi for r in (run.config.get("bandwidth") or {}).values() if r])
     if lo is None:
         lo = 8 if gpu else 4 << 10
     return sweep_sizes(lo, hi, run.args.factor)
@@ -126,8 +129,9 @@ def bandwidth_sweep(run: Run) -> None:
         rows.append(bandwidth_row(size, allreduce_seconds(run, t, iters, warmup), n))
         del t
     nodes = len({r["host"] for r in run.ranks})
-    reference = refs.get("multi_node" if nodes > 1 else "single_node")
-    status, summary, compared = judge_bandwidth(rows, reference, nodes)
+    key = "multi_node" if nodes > 1 else "single_node"
+    reference, note = calibration.reference(refs.get(key), key, "busbw_gbs", run.config)
+    status, summary, compared = judge_bandwidth(rows, reference, nodes, note)
     run.bandwidth = {"op": "allreduce", "dtype": "float32", "ranks": n, "nodes": nodes, "iters": iters,
                      "warmup": warmup, "rows": rows, "reference": compared,
                      "definition": "algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests)"}
