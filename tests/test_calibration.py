@@ -147,3 +147,9 @@ def test_a_calibration_file_that_is_not_one_is_named_and_a_passing_run_replaces_
     stored, said = run_after(tmp_path, result([40.0, 42.0]), calibrate=True)
     assert "warning: calibration: " in said and calibration.FILE in said
     assert stored is not None and stored["compute"]["gflops"] == 41.0
+
+
+def test_the_bandwidth_sweep_records_how_long_its_ranks_waited_for_a_cpu():
+    from sitestack.onsite.ddpcheck.bandwidth import cpu_waited
+    assert cpu_waited((1.0, 2.0), (1.5, 2.8), 2.0) == 0.4
+    assert cpu_waited(None, (1.5, 2.8), 2.0) is None and cpu_waited((1.0, 2.0), (1.5, 2.8), 0.0) is None

@@ -105,3 +105,18 @@ def test_the_playbook_states_the_policy(tmp_path):
                        ({"fail": 0.3}, "fail must be in (-1, 0)"), ({"windows": 3}, "windows")):
         with pytest.raises(SitestackError, match=words.replace("(", r"\(").replace(")", r"\)")):
             pb.load(None, playbook_copy(tmp_path / str(len(words)), facts={"validation": {"regression": bad}}))
+
+
+def test_busbw_timed_while_the_ranks_waited_for_a_cpu_warns_and_says_why_instead_of_failing():
+    """Seen here: busbw 0.08-0.26 GB/s beside a busy process against healthy runs at 0.95 (2 cores)."""
+    contended = run(9, 2.0)
+    contended["metrics"]["busbw_cpu_waited"] = 0.42
+    report = regression.judge(contended, HEALTHY)
+    assert report["status"] == "warn" and report["lines"][0].endswith(
+        "(spread 0.67 GB/s); its ranks waited for a CPU 0.42 s per second while timed (other processes): not a FAIL")
+    idle = run(9, 2.0)
+    idle["metrics"]["busbw_cpu_waited"] = 0.02
+    assert regression.judge(idle, HEALTHY)["status"] == "fail"
+    slow = run(9, 2.0, compute=50.0)   # only busbw is excused: a compute drop still fails
+    slow["metrics"]["busbw_cpu_waited"] = 0.42
+    assert regression.judge(slow, HEALTHY)["status"] == "fail"

@@ -103,7 +103,7 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, Any]:
             rates = [v for v in (_number(r.get("gflops")) for r in ranks) if v is not None]
             judged = [v for v in (_number(r.get("judged_gflops")) for r in ranks) if v is not None]
     startup = _dict(result.get("startup"))
-    return {"busbw_gbs": busbw, "busbw_bytes": _whole(size),
+    return {"busbw_gbs": busbw, "busbw_bytes": _whole(size), "busbw_cpu_waited": _number(bandwidth.get("cpu_waited_per_s")),
             "compute_gflops": round(statistics.median(rates), 3) if rates else None,
             "compute_min_gflops": round(min(rates), 3) if rates else None,
             "compute_judged_min_gflops": round(min(judged), 3) if judged else None,
@@ -178,7 +178,7 @@ def run_context(result: Mapping[str, Any], started: float) -> dict[str, Any]:
             "references": {"busbw_gbs": [busbw, lower, None]} if busbw and lower is not None and same_size else {}}
 
 
-METRIC_KEYS = ("busbw_gbs", "busbw_bytes", "compute_gflops", "compute_min_gflops", "compute_judged_min_gflops", "startup_s")
+METRIC_KEYS = ("busbw_gbs", "busbw_bytes", "busbw_cpu_waited", "compute_gflops", "compute_min_gflops", "compute_judged_min_gflops", "startup_s")
 STATUSES = ("ok", "warn", "fail", "unknown")
 
 

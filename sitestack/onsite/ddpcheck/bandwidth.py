@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from .. import calibration, ddp_report
+from . import threads
 from .checks import BANDWIDTH
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
@@ -61,6 +62,15 @@ def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | No
     return PASSED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} >= {minimum:.3g} GB/s "
                     f"({kind} reference {reference['busbw_gbs']:.3g} GB/s"
                     f"{'; ' + reference['source'] if reference.get('calibrated') else ''})"), compared
+
+
+def cpu_waited(before: tuple[float, float] | None, after: tuple[float, float] | None, seconds: float) -> float | None:
+    """Seconds a rank waited for a CPU per second of the sweep (from :func:`threads.sched_seconds`), None
+    where the kernel does not say. Over gloo on a CPU the allreduce is CPU work: a rank that waits for a
+    CPU another process holds measures that process, and the history says so (engine/regression.py)."""
+    if before is None or after is None or seconds <= 0:
+        return None
+    return round(max(0.0, after[1] - before[1]) / seconds, 3)
 
 
 def parse_size(text: str) -> int:
@@ -124,15 +134,19 @@ def bandwidth_sweep(run: Run) -> None:
     warmup = run.args.warmup if run.args.warmup is not None else (5 if gpu else 2)
     dev = run.torch_device()
     rows = []
+    sched0, start = threads.sched_seconds(), time.perf_counter()
     for size in run_sizes(run):
         t = torch.zeros(size // 4, dtype=torch.float32, device=dev)
         rows.append(bandwidth_row(size, allreduce_seconds(run, t, iters, warmup), n))
         del t
+    waited = cpu_waited(sched0, threads.sched_seconds(), time.perf_counter() - start)
+    waits = [w for w in run.all_gather(waited) if w is not None]
     nodes = len({r["host"] for r in run.ranks})
     key = "multi_node" if nodes > 1 else "single_node"
     reference, note = calibration.reference(refs.get(key), key, "busbw_gbs", run.config)
     status, summary, compared = judge_bandwidth(rows, reference, nodes, note)
     run.bandwidth = {"op": "allreduce", "dtype": "float32", "ranks": n, "nodes": nodes, "iters": iters,
                      "warmup": warmup, "rows": rows, "reference": compared,
+                     "cpu_waited_per_s": max(waits) if waits else None,
                      "definition": "algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests)"}
     run.set(BANDWIDTH.name, status, summary, peak_busbw_gbs=max(r["busbw_gbs"] for r in rows))
