@@ -17,10 +17,11 @@ runs' own spread, so noise they show is no alarm:
   fraction: -0.3 is 30%) or more: a value the healthy runs reached themselves, or nearly, is noise of
   this machine, not a regression (healthy busbw 0.68-0.72 GB/s and one run at 0.3 beside a busy
   process: median 0.7, spread 0.21, WARN below 0.49, FAIL below 0.21);
-- busbw timed while the ranks waited for a CPU ``CONTENDED`` (0.1) s per second or more: a FAIL
-  is a WARN, said so (gloo on a CPU: the allreduce is CPU work, and a process beside the run lowered
-  busbw 4-10x on 2 cores; what the stack reaches shows in an idle run, and the bandwidth check's own
-  floor still catches a broken one);
+- busbw and start-up (timed by the clock) of a run whose ranks waited for a CPU ``CONTENDED`` (0.1) s
+  per second or more while busbw was timed: a FAIL is a WARN, said so (gloo on a CPU: the allreduce
+  is CPU work, and a process beside the run lowered busbw 4-10x on 2 cores and nearly doubled the
+  start-up; what the stack reaches shows in an idle run, and the bandwidth check's own floor still
+  catches a broken one);
 - unknown, said so, with fewer than ``min_runs`` healthy runs that measured the metric.
 
 Each WARN or FAIL names the metric, the values, and what changed in the recorded toolchain since
@@ -44,6 +45,8 @@ LAYOUT_KEYS = ("nodes", "world_size", "launcher", "backend", "device")
 #: Seconds per second the ranks waited for a CPU while busbw was timed from which a drop is put down to
 #: other processes (a WARN, said so), not to the stack: the compute check calls 0.3 a shared CPU.
 CONTENDED = 0.1
+#: The metrics timed by the clock, which a contended machine lowers (the compute rate compared is on CPU time).
+BY_THE_CLOCK = ("busbw_gbs", "startup_s")
 #: The order of the statuses, worst last.
 ORDER = ("unknown", "ok", "warn", "fail")
 
@@ -103,13 +106,14 @@ def spread(values: Sequence[float], floor: float) -> float:
 
 
 def contended(key: str, metrics: Mapping[str, Any]) -> str:
-    """Why the run's ``key`` measured other processes rather than the stack ("" when it did not): busbw
-    timed while the ranks waited for a CPU :data:`CONTENDED` s per second or more (gloo on a CPU: the
-    allreduce is CPU work, and busbw fell 4-10x beside one busy process on 2 cores)."""
+    """Why the run's ``key`` measured other processes rather than the stack ("" when it did not): a
+    metric timed by the clock (busbw, start-up) in a run whose ranks waited for a CPU :data:`CONTENDED`
+    s per second or more while busbw was timed (gloo on a CPU: the allreduce is CPU work, and busbw fell
+    4-10x beside one busy process on 2 cores; start-up, torch's import, nearly doubled)."""
     waited = metrics.get("busbw_cpu_waited")
-    if key != "busbw_gbs" or not isinstance(waited, (int, float)) or waited < CONTENDED:
+    if key not in BY_THE_CLOCK or not isinstance(waited, (int, float)) or waited < CONTENDED:
         return ""
-    return f"its ranks waited for a CPU {waited:.2f} s per second while timed (other processes): not a FAIL"
+    return f"the ranks waited for a CPU {waited:.2f} s per second while timed (other processes): not a FAIL"
 
 
 def judge_metric(key: str, higher: bool, value: Any, runs: Sequence[Mapping[str, Any]], policy: Regression,
