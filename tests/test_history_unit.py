@@ -42,7 +42,7 @@ def result(job: str = "42", started: float = 1764000000.5, busbw: float = 0.7, *
 def test_a_record_holds_the_run_its_metrics_and_toolchain():
     record = history.record_from_result(result(), "validation", "/r/sitestack-validation-42")
     assert record["id"] == "20251124T160000Z-validation-42"
-    assert record["metrics"] == {"busbw_gbs": 0.7, "busbw_bytes": 4194304, "busbw_cpu_waited": 0.05,
+    assert record["metrics"] == {"busbw_gbs": 0.7, "busbw_bytes": 4194304, "cpu_waited": 0.05,
                                  "compute_gflops": 110.0, "compute_min_gflops": 100.0,
                                  "compute_judged_min_gflops": 125.0, "startup_s": 3.2}
     assert record["layout"] == {"nodes": 1, "world_size": 2, "launcher": "torchrun", "backend": "gloo", "device": "cpu"}

@@ -18,7 +18,7 @@ runs' own spread, so noise they show is no alarm:
   this machine, not a regression (healthy busbw 0.68-0.72 GB/s and one run at 0.3 beside a busy
   process: median 0.7, spread 0.21, WARN below 0.49, FAIL below 0.21);
 - busbw and start-up (timed by the clock) of a run whose ranks waited for a CPU ``CONTENDED`` (0.1) s
-  per second or more while busbw was timed: a FAIL is a WARN, said so (gloo on a CPU: the allreduce
+  per second or more while they were timed (``cpu_waited``): a FAIL is a WARN, said so (gloo on a CPU: the allreduce
   is CPU work, and a process beside the run lowered busbw 4-10x on 2 cores and nearly doubled the
   start-up; what the stack reaches shows in an idle run, and the bandwidth check's own floor still
   catches a broken one);
@@ -108,9 +108,11 @@ def spread(values: Sequence[float], floor: float) -> float:
 def contended(key: str, metrics: Mapping[str, Any]) -> str:
     """Why the run's ``key`` measured other processes rather than the stack ("" when it did not): a
     metric timed by the clock (busbw, start-up) in a run whose ranks waited for a CPU :data:`CONTENDED`
-    s per second or more while busbw was timed (gloo on a CPU: the allreduce is CPU work, and busbw fell
-    4-10x beside one busy process on 2 cores; start-up, torch's import, nearly doubled)."""
-    waited = metrics.get("busbw_cpu_waited")
+    s per second or more while they were timed (``cpu_waited``: the compute check's windows and the
+    bandwidth sweep; start-up is not timed so, and the machine's load while the run was timed stands for
+    it). Gloo on a CPU: the allreduce is CPU work, and busbw fell 4-10x beside one busy process on 2
+    cores; start-up, torch's import, doubled."""
+    waited = metrics.get("cpu_waited")
     if key not in BY_THE_CLOCK or not isinstance(waited, (int, float)) or waited < CONTENDED:
         return ""
     return f"the ranks waited for a CPU {waited:.2f} s per second while timed (other processes): not a FAIL"
