@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .ddpcheck.checks import COMPUTE
 from .fileio import ReadError, read_json
 
 FILE = "calibration.json"
@@ -57,7 +58,7 @@ def invalid(data: Any) -> str | None:
     """Why ``data`` is not a calibration document; None when it is."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         return f"not a calibration (expected schema {SCHEMA})"
-    for key, field in (("compute", "gflops"), ("single_node", "busbw_gbs"), ("multi_node", "busbw_gbs")):
+    for key, field in ((COMPUTE.name, "gflops"), ("single_node", "busbw_gbs"), ("multi_node", "busbw_gbs")):
         entry = data.get(key)
         if entry is not None and not (isinstance(entry, dict) and _positive(entry.get(field))):
             return f"{key}.{field} is not a positive number"
@@ -103,11 +104,11 @@ def figures(result: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, A
     and ``single_node`` or ``multi_node`` (busbw at the reference's size, or the largest measured)."""
     out: dict[str, Any] = {}
     for check in result.get("checks") or []:
-        if isinstance(check, dict) and check.get("name") == "compute":
+        if isinstance(check, dict) and check.get("name") == COMPUTE.name:
             ranks = (check.get("details") or {}).get("ranks") or []
             rates = [r["judged_gflops"] for r in ranks if isinstance(r, dict) and _positive(r.get("judged_gflops"))]
             if rates:
-                out["compute"] = {"gflops": round(statistics.median(rates), 3), "ranks": len(rates),
+                out[COMPUTE.name] = {"gflops": round(statistics.median(rates), 3), "ranks": len(rates),
                                   "range": [round(min(rates), 3), round(max(rates), 3)]}
     bandwidth = result.get("bandwidth") or {}
     rows = [r for r in bandwidth.get("rows") or [] if isinstance(r, dict) and _positive(r.get("busbw_gbs"))]
@@ -124,7 +125,7 @@ def document(measured: Mapping[str, Any], previous: Mapping[str, Any] | None, ru
              how_text: str, when: float) -> dict[str, Any]:
     """The calibration to store: ``measured`` (:func:`figures`) over ``previous`` (an entry this run
     did not measure, such as the other node kind, is kept)."""
-    kept = {k: v for k, v in (previous or {}).items() if k in ("compute", "single_node", "multi_node")}
+    kept = {k: v for k, v in (previous or {}).items() if k in (COMPUTE.name, "single_node", "multi_node")}
     return {"schema": SCHEMA, **kept, **measured, "measured": round(when, 3), "run": run, "host": host,
             "how": how_text}
 

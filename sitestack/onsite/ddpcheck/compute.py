@@ -230,7 +230,7 @@ def read_reference(config: dict[str, Any], environ: Mapping[str, str] | None = N
     figure = given.get("gflops") if isinstance(given, dict) else None
     if isinstance(given, dict) and (figure is None or number(figure) and figure > 0) \
             and number(given.get("lower", -0.67)) and -1 < given.get("lower", -0.67) <= 0:
-        reference, note = calibration.reference(given, "compute", "gflops", config, environ)
+        reference, note = calibration.reference(given, COMPUTE.name, "gflops", config, environ)
         return reference, None, note
     return None, (f"check-config.json: compute is not a reference ({str(given)[:120]}): expected "
                   "{\"gflops\": a positive number (or null: calibrated), \"lower\": a fraction in (-1, 0], "
