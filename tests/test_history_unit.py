@@ -31,8 +31,9 @@ def result(job: str = "42", started: float = 1764000000.5, busbw: float = 0.7, *
     return {"schema": 1, "site": "local", "job_id": job, "started": started, "verdict": "passed", "cause": None,
             "nodes": 1, "world_size": 2, "launcher": "torchrun", "job_launcher": "torchrun", "backend": "gloo",
             "device": "cpu", "bandwidth": {"rows": [{"bytes": 4096, "busbw_gbs": 0.1}, {"bytes": 4194304, "busbw_gbs": busbw}],
-                                           "reference": None},
-            "checks": [{"name": "compute", "status": "passed", "details": {"ranks": [{"gflops": 100.0}, {"gflops": 120.0}]}}],
+                                           "reference": None, "cpu_waited_per_s": 0.05},
+            "checks": [{"name": "compute", "status": "passed", "details": {"ranks": [
+                {"gflops": 100.0, "judged_gflops": 130.0}, {"gflops": 120.0, "judged_gflops": 125.0}]}}],
             "startup": {"ready_s": 3.2}, "stack": {"module": "pytorch/2.13.0-cpu", "digest": "0123456789abcdef"},
             "toolchain": {"modules": ["mpich/4.0.2", "pytorch/2.13.0-cpu"], "libfabric": "1.15.2.0", "kernel": "6.1.0",
                           "python": "3.11.2"}, **extra}
@@ -41,8 +42,9 @@ def result(job: str = "42", started: float = 1764000000.5, busbw: float = 0.7, *
 def test_a_record_holds_the_run_its_metrics_and_toolchain():
     record = history.record_from_result(result(), "validation", "/r/sitestack-validation-42")
     assert record["id"] == "20251124T160000Z-validation-42"
-    assert record["metrics"] == {"busbw_gbs": 0.7, "busbw_bytes": 4194304, "compute_gflops": 110.0,
-                                 "compute_min_gflops": 100.0, "startup_s": 3.2}
+    assert record["metrics"] == {"busbw_gbs": 0.7, "busbw_bytes": 4194304, "cpu_waited": 0.05,
+                                 "compute_gflops": 110.0, "compute_min_gflops": 100.0,
+                                 "compute_judged_min_gflops": 125.0, "startup_s": 3.2}
     assert record["layout"] == {"nodes": 1, "world_size": 2, "launcher": "torchrun", "backend": "gloo", "device": "cpu"}
     assert record["stack"]["digest"] == "0123456789abcdef" and record["toolchain"]["libfabric"] == "1.15.2.0"
     # the reference's row wins over the largest one

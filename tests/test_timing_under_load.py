@@ -2,14 +2,14 @@
 loop per CPU, as another user's job or another test run on a shared node): a healthy job still passes
 every check, the compute check included; the regression judgement compares its compute rate with
 healthy runs made under the same load (like with like); and a rank held to 10% of
-a CPU still fails the compute check, and its rate by the clock falls far below the healthy runs', so
+a CPU still fails the compute check, and the rate it is judged by falls far below the healthy runs', so
 none of this passes by judging nothing.
 
 Why they hold (docs/validation.md, docs/history.md): the compute check judges a CPU rank on its own
 CPU time (sitestack/onsite/ddpcheck/compute.py: judged_rate), which another process's load does not
-change while a stop or a quota does; the regression judgement compares by the clock, on purpose (a
-shared node slows the users' jobs too), but only with runs of the same stack and layout, and names a
-drop beyond the healthy runs' own spread."""
+change while a stop or a quota does; the regression judgement compares that same rate (the slowest
+rank's), only with runs of the same stack and layout, names a drop beyond the healthy runs' own spread
+and FAILs only 30% below the worst of them (sitestack/engine/regression.py)."""
 
 from __future__ import annotations
 
@@ -93,18 +93,17 @@ def test_a_healthy_job_passes_every_check_beside_a_cpu_hog(healthy) -> None:
 
 def test_regression_compares_a_healthy_run_with_runs_under_the_same_load(healthy) -> None:
     """The last healthy run is judged against the ones before it, all under the hogs: of the same stack
-    and layout, every one of them and only those, and named exactly where its rate by the clock fell
-    beyond their spread. The rate is by the clock on purpose (docs/history.md): other work that comes
-    or goes on the machine between the runs shows there, and can make a healthy run's comparison a
-    FAIL (seen: 31% below the median when the load average rose from 5 to 83 during the last run), so
-    this asserts the rule, not the outcome; the run's own verdict, which the compute check decides on
-    the ranks' CPU time, passed (test_a_healthy_job_passes_every_check_beside_a_cpu_hog)."""
+    and layout, every one of them and only those, named exactly where the slowest rank's judged rate (on
+    its own CPU time) fell beyond their spread, and never a FAIL: the load that comes and goes on the
+    machine does not move that rate (seen by the clock: 31% below the median when the load average rose
+    from 5 to 83 during the last run, which failed the old judgement by the clock)."""
     records = [record_of(run.result, n) for n, run in enumerate(healthy)]
     report = regression.judge(records[-1], records[:-1])
-    compute = report["metrics"]["compute_min_gflops"]
+    compute = report["metrics"]["compute_judged_min_gflops"]
     assert compute["runs"] == HEALTHY_RUNS - 1, report
     named = compute["status"] in ("warn", "fail")
     assert named == (compute["median"] - compute["value"] > compute["spread"]), report["lines"]
+    assert report["status"] != "fail", report["lines"]
     print("\n".join(report["lines"]))
 
 
@@ -120,8 +119,8 @@ def test_a_stopped_rank_still_fails_beside_a_cpu_hog(installed_local_job, health
     assert_fault(run, "compute: slow rank: rank 1 on", "slower than the other ranks", "stopped part of the time")
     baseline = [record_of(r.result, n) for n, r in enumerate(healthy)]
     report = regression.judge(record_of(run.result, len(baseline)), baseline)
-    compute = report["metrics"]["compute_min_gflops"]
-    # by the clock the stopped rank is far below the healthy runs made under the same load ...
+    compute = report["metrics"]["compute_judged_min_gflops"]
+    # judged by the clock (it was stopped), the stopped rank is far below the healthy runs made under the same load ...
     assert compute["runs"] == HEALTHY_RUNS and compute["value"] < 0.5 * compute["median"], report
     # ... and named wherever that is beyond their spread: other work that came and went on the machine
     # while the healthy runs ran widens it (seen: load average 60, healthy runs 29-61 GFLOPS), by design

@@ -107,13 +107,13 @@ def test_without_a_reference_nothing_is_judged():
 
 
 @pytest.mark.parametrize("config", [{"compute": "fast"}, {"compute": {"gflops": -3}}, {"compute": {"gflops": 9, "lower": 2}},
-                                    {"compute": {"lower": -0.5}}, {"compute": {"gflops": True}},
+                                    {"compute": {"lower": -1.5}}, {"compute": {"gflops": True}},
                                     {"compute": {"gflops": float("inf")}}])
 def test_a_reference_that_is_not_one_is_named(config):
-    reference, wrong = compute.read_reference(config)
+    reference, wrong, _ = compute.read_reference(config)
     assert reference is None and wrong is not None and wrong.startswith("check-config.json: compute is not a reference (")
-    assert compute.read_reference({"compute": None}) == (None, None) == compute.read_reference({})
-    assert compute.read_reference({"compute": REFERENCE}) == (REFERENCE, None)
+    assert compute.read_reference({"compute": None}) == (None, None, None) == compute.read_reference({})
+    assert compute.read_reference({"compute": REFERENCE}) == (REFERENCE, None, None)
 
 
 def test_every_rank_below_the_reference_names_thread_oversubscription():
@@ -142,7 +142,8 @@ def test_the_passed_summary_says_when_the_ranks_waited_for_a_cpu():
                                    record(1, gflops=98.9, own=144.0, ran=0.68, waited=0.32)],
                                   {**REFERENCE, "minimum_gflops": 46.2})
     assert text == ("2 ranks at 143-144 GFLOPS on their own CPU time (95-98.9 by the clock: they waited up to 0.34 s per "
-                    "second for a CPU that other processes used), within 1.5x of each other; at least 46.2 (reference 140)")
+                    "second for a CPU that other processes used), within 1.5x of each other; at least 46.2 (reference 140; "
+                    "measured here)")
     assert compute.passed_summary([record(0)], None).endswith("not judged against a reference: the site has none")
 
 
@@ -231,13 +232,14 @@ def test_the_report_shows_each_ranks_threads():
 def test_the_compute_reference_goes_from_the_playbook_to_the_check_config():
     local = pb.load("local").facts.validation
     assert local is not None and local.compute is not None and local.compute.lower == -0.67
+    assert local.compute.gflops is None and local.single_node is not None and local.single_node.busbw_gbs is None
     lumi = pb.load("lumi").facts.validation
     assert lumi is not None and lumi.compute is None  # no published figure: measured, not judged
 
 
 @pytest.mark.parametrize("bad, message", [({"gflops": -1}, "gflops must be positive"),
                                           ({"gflops": 10, "lower": -1.5}, "lower must be in (-1, 0], not -1.5"),
-                                          ({"lower": -0.5}, "gflops")])
+                                          ({"gflops": "calibrate"}, "gflops")])
 def test_a_bad_compute_reference_is_refused(tmp_path, bad, message):
     book = yaml.safe_load((Path(pb.__file__).resolve().parents[2] / "playbooks" / "local.yml").read_text())
     book["site"] = "bad"
@@ -253,6 +255,7 @@ def test_a_bad_compute_reference_is_refused(tmp_path, bad, message):
 
 def test_check_config_json_carries_the_reference(tmp_path):
     from tests.test_validation_jobs import rendered
+    # no gflops in the playbook: calibrated on the machine itself (tests/test_calibration.py)
     assert json.loads(rendered("local")["check-config.json"][0])["compute"] == {
-        "gflops": 140.0, "lower": -0.67, "source": "measured on the 2-core development machine (torch 2.13.0 CPU, 1 thread per rank)"}
+        "gflops": None, "lower": -0.67, "source": "calibrated on this machine (1 thread per rank)"}
     assert json.loads(rendered("dawn")["check-config.json"][0])["compute"] is None

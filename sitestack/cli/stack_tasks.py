@@ -34,7 +34,8 @@ def install_validation_job(c: Context, o: Any) -> None:
     run_task(c, o, "install-validation-job", run)
 
 
-@options_task(*VALIDATE, (ValidateOptions, "nodes ranks_per_node launcher scheduler wait collect results python timeout"))
+@options_task(*VALIDATE, (ValidateOptions, "nodes ranks_per_node launcher scheduler wait collect results python timeout "
+                                           "calibrate"))
 def validate(c: Context, o: Any) -> None:
     """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
     from sitestack.engine import results

@@ -43,6 +43,7 @@ from sitestack.engine.playbook import connect, select_hosts
 from sitestack.model.context import RunOptions
 from sitestack.model.options import ValidateOptions as ValidateOptions  # re-exported: the engine takes it from here
 from sitestack.model.site import Facts, Site, expand
+from sitestack.onsite.calibration import CALIBRATING
 from sitestack.onsite.ddp_report import verdict_table
 from sitestack.onsite.launchers import in_words, local_launchers
 from sitestack.onsite.result_schema import MAX_BYTES, Result, exit_code, parse_result
@@ -140,6 +141,11 @@ def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: R
     outcome.regression = history.after_validation(
         host, install_dir(site, resolved.values), resolved.values["prefix"], outcome.result, str(outcome.out_dir),
         validation_of(resolved.facts).regression, reporter, config)
+    from sitestack.engine import site_calibration
+
+    site_calibration.after_validation(
+        host, history.history_dir_of(host, install_dir(site, resolved.values), resolved.values["prefix"], config),
+        outcome.result, config, str(outcome.result.get("job_id") or outcome.out_dir), options.calibrate, reporter)
     if outcome.regression["status"] == "fail":
         outcome.code = 1
     return outcome
@@ -160,6 +166,10 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
                              f"`invoke install-validation-job --site {site.name}` first")
     preflight(host, directory, site.name, root, options.python, config)
     env = job_env(options.ranks_per_node, options.python)
+    if options.calibrate and not options.wait:
+        raise InputError("--calibrate", "a calibration is stored from the run's result: it waits for the job (drop --no-wait)")
+    if options.calibrate:
+        env[CALIBRATING] = "1"  # judged rank against rank only: the stored figures do not judge their successor
     limit_against_history(host, directory, resolved.values["prefix"], facts, config, env, reporter)
     if options.wait:
         env["SITESTACK_HISTORY"] = "off"  # recorded here, with its regression report (remember)

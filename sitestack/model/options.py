@@ -363,3 +363,5 @@ class ValidateOptions(Options):
     poll: float = 2.0
     host: str | None = option(None, "run on this host over SSH (a playbook host, an ssh-config alias or a host "
                               "name); default: here", check=_host)
+    calibrate: bool = option(False, "measure the site's compute and bandwidth references with this run (judged rank "
+                             "against rank only) and keep them with its history when it passes (docs/validation.md)")

@@ -18,7 +18,9 @@ def _doc(text: str, **extra: Any) -> dict[str, Any]:
 class BusBandwidth:
     """A reference allreduce bus bandwidth (busbw as nccl-tests defines it) the validation job must reach."""
 
-    busbw_gbs: float = field(metadata=_doc("reference busbw in GB/s (1e9 bytes/s) at message_bytes"))
+    busbw_gbs: float | None = field(default=None, metadata=_doc(
+        "reference busbw in GB/s (1e9 bytes/s) at message_bytes; absent: calibrated, measured on the site's own "
+        "machines (the first passing `invoke validate`, or `invoke validate --calibrate`) and kept with its history"))
     lower: float = field(default=-0.05, metadata=_doc(
         "lowest accepted value as a fraction of the reference, ReFrame style: -0.05 accepts 95% and up"))
     message_bytes: int = field(default=134217728, metadata=_doc(
@@ -26,7 +28,7 @@ class BusBandwidth:
     source: str = field(default="", metadata=_doc("where the number comes from"))
 
     def check(self) -> str | None:
-        if self.busbw_gbs <= 0:
+        if self.busbw_gbs is not None and self.busbw_gbs <= 0:
             return "busbw_gbs must be positive"
         if not -1.0 < self.lower <= 0.0:
             return f"lower must be in (-1, 0], not {self.lower}"
@@ -39,15 +41,17 @@ class BusBandwidth:
 class ComputeRate:
     """A reference rate for the validation job's compute check: what one rank reaches on its workload."""
 
-    gflops: float = field(metadata=_doc(
+    gflops: float | None = field(default=None, metadata=_doc(
         "GFLOPS one rank reaches on the check's workload (chained float32 products of 192x192 matrices on a CPU, "
-        "2048x2048 on a GPU; on a CPU per the rank's own CPU time), with the job's ranks per node and threads"))
+        "2048x2048 on a GPU; on a CPU per the rank's own CPU time), with the job's ranks per node and threads; "
+        "absent: calibrated, measured on the site's own machines (the first passing `invoke validate`, or "
+        "`invoke validate --calibrate`) and kept with its history"))
     lower: float = field(default=-0.67, metadata=_doc(
         "lowest accepted value as a fraction of the reference: -0.67 accepts a third and up (3x slower fails)"))
     source: str = field(default="", metadata=_doc("where the number comes from"))
 
     def check(self) -> str | None:
-        if self.gflops <= 0:
+        if self.gflops is not None and self.gflops <= 0:
             return "gflops must be positive"
         if not -1.0 < self.lower <= 0.0:
             return f"lower must be in (-1, 0], not {self.lower}"

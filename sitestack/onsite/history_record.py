@@ -96,14 +96,19 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, Any]:
         row = max(rows, key=lambda r: _number(r.get("bytes")) or 0)
         busbw, size = _number(row["busbw_gbs"]), row.get("bytes")
     rates: list[float] = []
+    judged: list[float] = []  # the rate each rank was judged by (on a CPU, on its own CPU time)
+    waited = [w for w in [_number(bandwidth.get("cpu_waited_per_s"))] if w is not None]
     for check in _array(result.get("checks")):
         if isinstance(check, dict) and check.get("name") == COMPUTE.name:
-            ranks = _array(_dict(check.get("details")).get("ranks"))
-            rates = [v for v in (_number(r.get("gflops")) for r in ranks if isinstance(r, dict)) if v is not None]
+            ranks = [r for r in _array(_dict(check.get("details")).get("ranks")) if isinstance(r, dict)]
+            rates = [v for v in (_number(r.get("gflops")) for r in ranks) if v is not None]
+            judged = [v for v in (_number(r.get("judged_gflops")) for r in ranks) if v is not None]
+            waited += [v for v in (_number(r.get("waited_per_s")) for r in ranks) if v is not None]
     startup = _dict(result.get("startup"))
-    return {"busbw_gbs": busbw, "busbw_bytes": _whole(size),
+    return {"busbw_gbs": busbw, "busbw_bytes": _whole(size), "cpu_waited": max(waited) if waited else None,
             "compute_gflops": round(statistics.median(rates), 3) if rates else None,
             "compute_min_gflops": round(min(rates), 3) if rates else None,
+            "compute_judged_min_gflops": round(min(judged), 3) if judged else None,
             "startup_s": _number(startup.get("ready_s"))}
 
 
@@ -175,7 +180,7 @@ def run_context(result: Mapping[str, Any], started: float) -> dict[str, Any]:
             "references": {"busbw_gbs": [busbw, lower, None]} if busbw and lower is not None and same_size else {}}
 
 
-METRIC_KEYS = ("busbw_gbs", "busbw_bytes", "compute_gflops", "compute_min_gflops", "startup_s")
+METRIC_KEYS = ("busbw_gbs", "busbw_bytes", "cpu_waited", "compute_gflops", "compute_min_gflops", "compute_judged_min_gflops", "startup_s")
 STATUSES = ("ok", "warn", "fail", "unknown")
 
 

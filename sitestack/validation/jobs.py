@@ -348,11 +348,15 @@ def render_readme(inputs: JobInputs) -> str:
         affinity = "ranks are not all pinned to one core (the site states no GPU-to-core map)"
     refs = []
     for label, r in (("one node", v.single_node), ("two or more nodes", v.multi_node)):
-        if r:
+        if r and r.busbw_gbs is not None:
             refs.append(f"{r.busbw_gbs * (1 + r.lower):.4g} GB/s on {label} (reference {r.busbw_gbs:g} GB/s)")
+        elif r:
+            refs.append(f"{1 + r.lower:.0%} of the busbw calibrated on this site on {label}")
     bandwidth = "; ".join(refs) if refs else "a value reported, not judged (no reference in the site facts)"
     compute = (f" and reaches {v.compute.gflops * (1 + v.compute.lower):.4g} GFLOPS (reference {v.compute.gflops:g} GFLOPS)"
-               if v.compute else " (the rate is reported, not judged against a reference: none in the site facts)")
+               if v.compute and v.compute.gflops is not None else
+               f" and reaches {1 + v.compute.lower:.0%} of the rate calibrated on this site" if v.compute
+               else " (the rate is reported, not judged against a reference: none in the site facts)")
     expect = nccl_expectation(facts)
     names = {"ofi": "OFI", "ib": "InfiniBand (NCCL's IB transport or the IBext plugin)", "socket": "TCP sockets"}
     if expect is None:

@@ -9,7 +9,8 @@ import re
 import time
 from typing import Any
 
-from .. import ddp_report
+from .. import calibration, ddp_report
+from . import threads
 from .checks import BANDWIDTH
 from .state import Run
 from .verdicts import FAILED, PASSED, SKIPPED
@@ -34,15 +35,17 @@ def bandwidth_row(size_bytes: int, seconds: float, n: int, op: str = "allreduce"
     return {"bytes": size_bytes, "time_us": seconds * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * bus_factor(op, n)}
 
 
-def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | None, nodes: int) -> tuple[str, str, dict[str, Any] | None]:
-    """Compare the sweep with the site's reference for this node count (ReFrame-style lower bound)."""
+def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | None, nodes: int,
+                    note: str | None = None) -> tuple[str, str, dict[str, Any] | None]:
+    """Compare the sweep with the site's reference for this node count (ReFrame-style lower bound);
+    ``note``: why a site that calibrates has no reference for this run."""
     if not rows:
         return FAILED, "no bandwidth measured", None
     peak = max(rows, key=lambda r: r["busbw_gbs"])
     kind = "multi-node" if nodes > 1 else "single-node"
     if not reference:
         return PASSED, (f"peak busbw {peak['busbw_gbs']:.3g} GB/s at {ddp_report.human_bytes(peak['bytes'])}; "
-                        f"not judged: the site has no {kind} reference"), None
+                        f"{note or f'not judged: the site has no {kind} reference'}"), None
     target = reference["message_bytes"]
     row = next((r for r in rows if r["bytes"] == target), None)
     note = ""
@@ -57,7 +60,17 @@ def judge_bandwidth(rows: list[dict[str, float]], reference: dict[str, Any] | No
                         f"({kind} reference {reference['busbw_gbs']:.3g} GB/s {reference.get('lower', -0.05):+.0%}"
                         f"{'; ' + reference['source'] if reference.get('source') else ''})"), compared
     return PASSED, (f"busbw {row['busbw_gbs']:.3g} GB/s {where} >= {minimum:.3g} GB/s "
-                    f"({kind} reference {reference['busbw_gbs']:.3g} GB/s)"), compared
+                    f"({kind} reference {reference['busbw_gbs']:.3g} GB/s"
+                    f"{'; ' + reference['source'] if reference.get('calibrated') else ''})"), compared
+
+
+def cpu_waited(before: tuple[float, float] | None, after: tuple[float, float] | None, seconds: float) -> float | None:
+    """Seconds a rank waited for a CPU per second of the sweep (from :func:`threads.sched_seconds`), None
+    where the kernel does not say. Over gloo on a CPU the allreduce is CPU work: a rank that waits for a
+    CPU another process holds measures that process, and the history says so (engine/regression.py)."""
+    if before is None or after is None or seconds <= 0:
+        return None
+    return round(max(0.0, after[1] - before[1]) / seconds, 3)
 
 
 def parse_size(text: str) -> int:
@@ -103,7 +116,7 @@ def run_sizes(run: Run) -> list[int]:
     lo, hi = run.args.min_bytes, run.args.max_bytes
     if hi is None:
         hi = 256 << 20 if gpu else 4 << 20
-        hi = max([hi] + [r["message_bytes"] for r in (run.config.get("bandwidth") or {}).values() if r])
+        hi = max([hi] + [r.get("message_bytes") or hi for r in (run.config.get("bandwidth") or {}).values() if r])
     if lo is None:
         lo = 8 if gpu else 4 << 10
     return sweep_sizes(lo, hi, run.args.factor)
@@ -121,14 +134,19 @@ def bandwidth_sweep(run: Run) -> None:
     warmup = run.args.warmup if run.args.warmup is not None else (5 if gpu else 2)
     dev = run.torch_device()
     rows = []
+    sched0, start = threads.sched_seconds(), time.perf_counter()
     for size in run_sizes(run):
         t = torch.zeros(size // 4, dtype=torch.float32, device=dev)
         rows.append(bandwidth_row(size, allreduce_seconds(run, t, iters, warmup), n))
         del t
+    waited = cpu_waited(sched0, threads.sched_seconds(), time.perf_counter() - start)
+    waits = [w for w in run.all_gather(waited) if w is not None]
     nodes = len({r["host"] for r in run.ranks})
-    reference = refs.get("multi_node" if nodes > 1 else "single_node")
-    status, summary, compared = judge_bandwidth(rows, reference, nodes)
+    key = "multi_node" if nodes > 1 else "single_node"
+    reference, note = calibration.reference(refs.get(key), key, "busbw_gbs", run.config)
+    status, summary, compared = judge_bandwidth(rows, reference, nodes, note)
     run.bandwidth = {"op": "allreduce", "dtype": "float32", "ranks": n, "nodes": nodes, "iters": iters,
                      "warmup": warmup, "rows": rows, "reference": compared,
+                     "cpu_waited_per_s": max(waits) if waits else None,
                      "definition": "algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests)"}
     run.set(BANDWIDTH.name, status, summary, peak_busbw_gbs=max(r["busbw_gbs"] for r in rows))

@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Mapping
 from typing import Any
 
+from .. import calibration
 from . import threads
 from .checks import COMPUTE
 from .state import Run
@@ -214,40 +216,49 @@ def judge_reference(records: list[dict[str, Any]], ranks: list[dict[str, Any]],
             f"{minimum:.3g}{source}): {likely_cause(ranks[r['rank']], r)}" for r in below], compared
 
 
-def read_reference(config: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """check-config.json's ``compute`` reference (None without one), or why it is not one."""
-    reference = config.get("compute")
-    if reference is None:
-        return None, None
+def read_reference(config: dict[str, Any], environ: Mapping[str, str] | None = None
+                   ) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """check-config.json's ``compute`` reference (None without one), or why it is not one, and a note on
+    why a calibrating site's run is not judged against one. Without ``gflops`` the site calibrates: the
+    figure comes from the calibration kept with its history (:func:`calibration.reference`)."""
+    given = config.get("compute")
+    if given is None:
+        return None, None, None
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
-    if isinstance(reference, dict) and number(reference.get("gflops")) and reference["gflops"] > 0 \
-            and number(reference.get("lower", -0.67)) and -1 < reference.get("lower", -0.67) <= 0:
-        return reference, None
-    return None, (f"check-config.json: compute is not a reference ({str(reference)[:120]}): expected "
-                  "{\"gflops\": a positive number, \"lower\": a fraction in (-1, 0], \"source\": text}")
+    figure = given.get("gflops") if isinstance(given, dict) else None
+    if isinstance(given, dict) and (figure is None or number(figure) and figure > 0) \
+            and number(given.get("lower", -0.67)) and -1 < given.get("lower", -0.67) <= 0:
+        reference, note = calibration.reference(given, COMPUTE.name, "gflops", config, environ)
+        return reference, None, note
+    return None, (f"check-config.json: compute is not a reference ({str(given)[:120]}): expected "
+                  "{\"gflops\": a positive number (or null: calibrated), \"lower\": a fraction in (-1, 0], "
+                  "\"source\": text}"), None
 
 
 def compute(run: Run) -> None:
     """The compute check: every rank timed, judged against the others and the site's reference."""
     records = run.all_gather(measure(run))
+    for record in records:  # the rate each rank is judged by, for the history and a calibration
+        record["judged_gflops"] = round(judged_rate(record), 3)
     ranks = run.ranks if len(run.ranks) == len(records) else [{} for _ in records]
     problems = judge_balance(records, ranks)
-    reference, wrong = read_reference(run.config)
+    reference, wrong, note = read_reference(run.config)
     off, compared = judge_reference(records, ranks, reference)
     problems += off + ([wrong] if wrong else [])
-    details = {"ranks": records, "reference": compared, "windows": WINDOWS, "window_seconds": WINDOW_SECONDS,
+    details = {"ranks": records, "reference": compared, "reference_note": note, "windows": WINDOWS,
+               "window_seconds": WINDOW_SECONDS,
                "definition": "GFLOPS = 2 n^3 per float32 n x n product / seconds, the median of the windows; "
                              "judged on a CPU per the rank's own CPU time (unless throttled or stopped)"}
     if problems:
         run.set(COMPUTE.name, FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                 problems=problems, **details)
         return
-    run.set(COMPUTE.name, PASSED, passed_summary(records, compared), **details)
+    run.set(COMPUTE.name, PASSED, passed_summary(records, compared, note), **details)
 
 
-def passed_summary(records: list[dict[str, Any]], compared: dict[str, Any] | None) -> str:
+def passed_summary(records: list[dict[str, Any]], compared: dict[str, Any] | None, note: str | None = None) -> str:
     """One line for ranks in balance and above the reference: their rates, and the CPU they waited for."""
     rates = [judged_rate(r) for r in records]
     clock = [float(r.get("gflops") or 0.0) for r in records]
@@ -256,6 +267,7 @@ def passed_summary(records: list[dict[str, Any]], compared: dict[str, Any] | Non
     if waited >= 0.1:
         text += (f" on their own CPU time ({min(clock):.3g}-{max(clock):.3g} by the clock: they waited up to "
                  f"{waited:.2f} s per second for a CPU that other processes used)")
-    judged = (f"at least {compared['minimum_gflops']:.3g} (reference {compared['gflops']:g})" if compared
-              else "not judged against a reference: the site has none")
+    source = f"; {compared['source']}" if compared and compared.get("source") else ""
+    judged = (f"at least {compared['minimum_gflops']:.3g} (reference {compared['gflops']:g}{source})" if compared
+              else note or "not judged against a reference: the site has none")
     return f"{text}, within {SLOW_RANK_FACTOR:g}x of each other; {judged}"
