@@ -240,7 +240,10 @@ def test_a_run_that_reaches_a_limit_too_short_is_named_so_not_a_hang(monkeypatch
 
 
 def test_a_job_given_8s_where_a_healthy_run_takes_25s_says_so(installed_local_job, tmp_path):
-    run = run_ranks(installed_local_job, tmp_path, installed_local_job["python"], ("", ""), limit=8,
-                    SITESTACK_HEALTHY_S="25")
+    """A stack whose healthy run takes 25 s here (each collective made a second slower, so the run cannot
+    end within the limit on a fast machine either) given 8 s: named 'time limit too short', not a hang."""
+    hook = patch_hook("torch.distributed.distributed_c10d", "all_reduce", "time.sleep(1)")
+    python = overlay(installed_local_job, tmp_path / "venv", hook)
+    run = run_ranks(installed_local_job, tmp_path, python, ("", ""), limit=8, SITESTACK_HEALTHY_S="25")
     cause = assert_fault(run, "time limit too short: 8s is less than the 25s", f"rank 0 on {HOST}")
     assert "hung" not in cause, cause

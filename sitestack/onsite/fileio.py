@@ -95,7 +95,11 @@ def private_dir(path: str) -> str:
     and ``checkpoint/``): made private to the user (0700 whatever the umask) where it is not there, or
     taken only if it is a directory (not a link: ``lstat``), owned by the user and writable by no one
     else, since a link someone planted there, or a file they replace, would be followed or read back.
-    ``path`` itself; an :class:`OSError` whose message names the directory and why otherwise."""
+    ``path`` itself; an :class:`OSError` whose message names the directory and why otherwise. Missing
+    parents (a results directory the batch script did not make: a rank run on its own) are made 0700."""
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, 0o700, exist_ok=True)
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
