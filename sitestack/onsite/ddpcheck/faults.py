@@ -26,6 +26,7 @@ from .rank_progress import (
     waited,
     where,
 )
+from .resources import oom_words
 from .stacks import Frame, odd_ones, where_words
 from .verdicts import FAILED, SKIPPED, Check, time_limit_record
 
@@ -75,7 +76,8 @@ def _ended(d: dict[str, Any], kind: str, rc: int | None) -> str:
         return f"exited with code {rc} {where(d)}{why}"
     sig = str(d.get("signal", "?"))
     verb = f"crashed with {sig} ({d.get('signal_text', '')})" if sig in CRASH_SIGNALS else f"was killed by {sig}"
-    return f"{verb} {where(d)}"
+    oom = oom_words(d.get("memory") or {}) if sig == "SIGKILL" else None  # the kernel's OOM killer sends SIGKILL
+    return f"{verb} {where(d)}" + (f": {oom}" if oom else "")
 
 
 def _launcher_exited(ranks: dict[int, dict[str, Any]], rc: int | None, launcher: str) -> str:

@@ -1,0 +1,91 @@
+"""Faults whose cause is not a hang, injected for real into one rank of the local job (a resource limit,
+a full scratch directory, another copy of a package, an out-of-memory kill, a read-only checkpoint
+directory, a rank whose arithmetic differs): each named with the rank, its host and the cause."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.ports import free_port
+from tests.test_fault_causes import patch_hook
+from tests.test_faults import LIMIT, assert_fault, finish, job_env, overlay
+
+pytestmark = pytest.mark.integration
+HOST = socket.gethostname().split(".")[0]
+
+
+def by_hand(job: dict, tmp_path: Path, prefixes: dict[int, str], python: str | None = None, **env: str) -> SimpleNamespace:
+    """Two ranks started by hand (env://) under the job's guard; rank R's command led by ``prefixes[R]``
+    (a shell fragment: ``ulimit -n 64;``, ``TMPDIR=/full``), the job's own python or ``python``."""
+    out = tmp_path / "sitestack-validation-fault"
+    program = job["dir"] / "ddp_check.py"
+    py = python or job["python"]
+    starts = " ".join(
+        f"( {prefixes.get(r, '')} RANK={r} LOCAL_RANK={r} WORLD_SIZE=2 exec {shlex.quote(py)} -u {program} "
+        f"--config {job['dir'] / 'check-config.json'} --out {out} --steps 8 ) &" for r in range(2))
+    argv = [job["python"], "-E", "-s", "-S", str(program), "--guard", "--out", str(out), "--expect-world-size", "2",
+            "--", "bash", "-c", f"{starts} wait"]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "SITESTACK_DEADLINE": str(time.time() + LIMIT), **env}
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, env=job_env(job, out, **env), cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return finish(proc, out, start)
+
+
+def test_low_open_files_limit_on_one_rank_is_named(installed_local_job, tmp_path):
+    run = by_hand(installed_local_job, tmp_path, {1: "ulimit -n 64;"})
+    cause = assert_fault(run, f"rank 1 on {HOST}", "open files limit (ulimit -n) is 64")
+    assert run.seconds < 20, cause
+
+
+
+class MemoryLimit:
+    """A memory cgroup of ``limit`` bytes (cgroup v2 ``memory.max``, or v1 ``memory.limit_in_bytes`` with
+    swap held to the same): a process in it that uses more is ended by the kernel's OOM killer."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        v2 = Path("/sys/fs/cgroup")
+        controllers = v2 / "cgroup.controllers"
+        if controllers.exists() and "memory" in controllers.read_text().split():
+            self.dir, files = v2 / name, {"memory.max": str(limit), "memory.swap.max": "0"}
+            with contextlib.suppress(OSError):
+                (v2 / "cgroup.subtree_control").write_text("+memory")
+        else:  # v1: the memory controller's own hierarchy, under this process's group
+            line = next((x for x in Path("/proc/self/cgroup").read_text().splitlines() if ":memory:" in x), None)
+            if line is None:
+                pytest.skip("no memory cgroup controller here")
+            self.dir = Path("/sys/fs/cgroup/memory") / line.split(":", 2)[2].strip("/") / name
+            files = {"memory.limit_in_bytes": str(limit), "memory.memsw.limit_in_bytes": str(limit)}
+        try:
+            self.dir.mkdir()
+            for file, value in files.items():
+                with contextlib.suppress(FileNotFoundError):  # no swap accounting: nothing to hold
+                    (self.dir / file).write_text(value)
+        except OSError as exc:
+            pytest.skip(f"cannot make a memory cgroup in {self.dir.parent}: {exc}")
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self.dir.rmdir()
+
+
+def test_out_of_memory_kill_of_one_rank_is_named_with_its_limit(installed_local_job, tmp_path):
+    """Rank 1 runs in a cgroup of 1 GiB and grows by 256 MiB a training step (a leak): the kernel's OOM
+    killer ends it, and the cause says out of memory with the limit, not only SIGKILL."""
+    memory = MemoryLimit(f"sitestack-test-{os.getpid()}-{tmp_path.name}", 1 << 30)
+    hog = "globals().setdefault('held', []).append(b'x' * (256 << 20))"
+    python = overlay(installed_local_job, tmp_path / "leaky", patch_hook("torch.nn.functional", "mse_loss", hog))
+    try:
+        run = by_hand(installed_local_job, tmp_path, {1: f"echo $BASHPID > {memory.dir}/cgroup.procs;"}, python=python)
+    finally:
+        memory.remove()
+    assert_fault(run, f"rank 1 on {HOST} was killed by SIGKILL", "out of memory", "memory limit of 1 GiB", str(memory.dir))
