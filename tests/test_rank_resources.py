@@ -89,3 +89,22 @@ def test_out_of_memory_kill_of_one_rank_is_named_with_its_limit(installed_local_
     finally:
         memory.remove()
     assert_fault(run, f"rank 1 on {HOST} was killed by SIGKILL", "out of memory", "memory limit of 1 GiB", str(memory.dir))
+
+
+def test_read_only_checkpoint_directory_is_named_with_rank_and_path_at_once(installed_local_job, tmp_path):
+    """The writer rank's checkpoint directory on a read-only mount: the writer's rank, host and path are
+    named, and the other rank is told at once (the run ends without waiting for the time limit)."""
+    directory = tmp_path / "sitestack-validation-fault" / "checkpoint"
+    directory.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(directory), str(directory)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount here: {mounted.stderr.strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(directory)], check=True)
+        run = by_hand(installed_local_job, tmp_path, {})
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+    cause = assert_fault(run, f"checkpoint: rank 0 on {HOST} could not write the checkpoint {directory}/ddp.pt",
+                         "Read-only file system")
+    checkpoint = next(c for c in run.result["checks"] if c["name"] == "checkpoint")
+    assert run.result["fault"] is None and checkpoint["seconds"] < 5, f"the other rank waited for the time limit: {cause}"

@@ -112,12 +112,20 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
     model = ddp_model.module if hasattr(ddp_model, "module") else ddp_model
     directory = os.path.join(run.args.out, "checkpoint")
     path = os.path.join(directory, "ddp.pt")
+    failed = None
     if run.info.rank == 0:
-        os.makedirs(directory, exist_ok=True)
-        buffer = io.BytesIO()  # a small model's state, written whole (fileio): never a part of one to load
-        torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
-        write_atomic(path, buffer.getvalue())
-    run.barrier()
+        try:
+            os.makedirs(directory, exist_ok=True)
+            buffer = io.BytesIO()  # a small model's state, written whole (fileio): never a part of one to load
+            torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
+            write_atomic(path, buffer.getvalue())
+        except OSError as exc:
+            failed = f"rank 0 on {run.host} could not write the checkpoint {path}: {exc.strerror or exc}"
+    # in place of a barrier: every rank learns at once that the writer failed, and none waits for the file
+    failed = next(filter(None, run.all_gather(failed)), None)
+    if failed:
+        run.set(CHECKPOINT.name, FAILED, failed, path=path)
+        return
     state = torch.load(path, map_location=run.torch_device(), weights_only=True)
     fresh = _model(run, 99)
     fresh.load_state_dict(state["model"])
