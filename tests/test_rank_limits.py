@@ -106,3 +106,16 @@ def test_a_package_from_pythonpath_is_named_with_both_paths(tmp_path, monkeypatc
     assert imports.import_problems({"yaml": stack, **imports.origins()}, {}, own, "rank 0") == []
     # the manifest's directory is the one expected, where the manifest names one
     assert "not the stack's (/stack/yaml)" in imports.import_problems({"yaml": stack}, {"yaml": ["/stack/yaml"]}, own, "r")[0]
+
+
+def test_the_rank_whose_loss_differs_is_named():
+    from types import SimpleNamespace
+
+    from sitestack.onsite.ddpcheck.training import odd_arithmetic
+    run = SimpleNamespace(ranks=[{"rank": r, "host": f"n{r}"} for r in range(3)])
+    same = [0.5, 0.5, 0.5]
+    assert odd_arithmetic(run, [same, same, same]) is None
+    assert (odd_arithmetic(run, [same, same, [0.5, 0.5 + 1e-7, 0.5]]) or "").startswith("rank 2 on n2 is not deterministic")
+    assert odd_arithmetic(run, [same, [0.5 * (1 + 1e-6)] * 3, same]) is None, "rounding of another CPU is not a fault"
+    assert odd_arithmetic(run, [[0.6] * 3, same, same]) == \
+        "rank 0 on n0 computes another loss on the same model and batch: 0.6, the other ranks 0.5"

@@ -17,10 +17,15 @@ import pytest
 
 from tests.ports import free_port
 from tests.test_fault_causes import patch_hook
-from tests.test_faults import LIMIT, assert_fault, finish, job_env, overlay
+from tests.test_faults import GRACE, assert_fault, finish, job_env, overlay
 
 pytestmark = pytest.mark.integration
 HOST = socket.gethostname().split(".")[0]
+
+
+#: The time limit of these jobs: none of their faults is a hang, so one a loaded machine never reaches
+#: (the catalogue's 24 s ran out in the environment check with other tests running beside).
+CAUSE_LIMIT = 90
 
 
 def by_hand(job: dict, tmp_path: Path, prefixes: dict[int, str], python: str | None = None, **env: str) -> SimpleNamespace:
@@ -34,17 +39,18 @@ def by_hand(job: dict, tmp_path: Path, prefixes: dict[int, str], python: str | N
         f"--config {job['dir'] / 'check-config.json'} --out {out} --steps 8 ) &" for r in range(2))
     argv = [job["python"], "-E", "-s", "-S", str(program), "--guard", "--out", str(out), "--expect-world-size", "2",
             "--", "bash", "-c", f"{starts} wait"]
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "SITESTACK_DEADLINE": str(time.time() + LIMIT), **env}
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "SITESTACK_TIME_LIMIT": str(CAUSE_LIMIT),
+           "SITESTACK_DEADLINE": str(time.time() + CAUSE_LIMIT), **env}
     start = time.monotonic()
     proc = subprocess.Popen(argv, env=job_env(job, out, **env), cwd=tmp_path, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    return finish(proc, out, start)
+    return finish(proc, out, start, CAUSE_LIMIT + GRACE + 40)
 
 
 def test_low_open_files_limit_on_one_rank_is_named(installed_local_job, tmp_path):
     run = by_hand(installed_local_job, tmp_path, {1: "ulimit -n 64;"})
     cause = assert_fault(run, f"rank 1 on {HOST}", "open files limit (ulimit -n) is 64")
-    assert run.seconds < 20, cause
+    assert run.result["fault"] is None, f"ended by a watchdog, not by the environment check: {cause}"
 
 
 
@@ -108,3 +114,12 @@ def test_read_only_checkpoint_directory_is_named_with_rank_and_path_at_once(inst
                          "Read-only file system")
     checkpoint = next(c for c in run.result["checks"] if c["name"] == "checkpoint")
     assert run.result["fault"] is None and checkpoint["seconds"] < 5, f"the other rank waited for the time limit: {cause}"
+
+
+def test_a_rank_with_non_deterministic_arithmetic_is_named(installed_local_job, tmp_path):
+    """Rank 1's loss is scaled by a random factor near 1 at every call (arithmetic that is not
+    deterministic): the checkpoint check names rank 1, not the divergence every rank then sees."""
+    noisy = "return real(*args, **kwargs) * (1 + 1e-3 * __import__('random').random())"
+    python = overlay(installed_local_job, tmp_path / "noisy", patch_hook("torch.nn.functional", "mse_loss", noisy))
+    run = by_hand(installed_local_job, tmp_path, {}, python=python)
+    assert_fault(run, f"checkpoint: rank 1 on {HOST} is not deterministic: the same model and batch give loss")

@@ -153,6 +153,9 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
             problems.append(f"after {len(more)} more steps the resumed run diverges from the original "
                             f"(max difference {float((p - q).abs().max()):.3g})")
             break
+    odd = odd_arithmetic(run, run.all_gather(same_batch_losses(run, model)))
+    if odd:  # the cause of a divergence on every rank: say it first
+        problems.insert(0, odd)
     reports = run.all_gather(problems)
     bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
     run.barrier()
@@ -161,7 +164,44 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
             os.remove(path)
             os.rmdir(directory)
     if bad:
-        run.set(CHECKPOINT.name, FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad])
+        first = bad[0][1] if bad[0][1].startswith("rank ") else f"rank {bad[0][0]}: {bad[0][1]}"
+        run.set(CHECKPOINT.name, FAILED, first, problems=[f"rank {i}: {p}" for i, p in bad])
     else:
         run.set(CHECKPOINT.name, PASSED, f"saved and resumed: same parameters and optimizer state, and the same "
                 f"parameters after {len(more)} more steps on all ranks")
+
+
+#: Forward passes of the determinism probe; the relative difference between ranks still taken as equal
+#: (ranks on different CPU models or GPU generations round differently in their BLAS kernels).
+PROBE_REPEATS = 3
+ACROSS_RANKS_RTOL = 1e-4
+
+
+def same_batch_losses(run: Run, model: Any) -> list[float]:
+    """The loss of ``model`` (identical on every rank) on one batch every rank draws alike, computed
+    :data:`PROBE_REPEATS` times: the same on every rank, and each time, where arithmetic is deterministic."""
+    torch = run.torch
+    gen = torch.Generator().manual_seed(4321)
+    x = torch.randn(64, 32, generator=gen).to(run.torch_device())
+    y = torch.tanh(x.sum(dim=1, keepdim=True) / 8)
+    with torch.no_grad():
+        return [float(torch.nn.functional.mse_loss(model(x), y).cpu()) for _ in range(PROBE_REPEATS)]
+
+
+def odd_arithmetic(run: Run, losses: list[list[float]]) -> str | None:
+    """The rank whose loss on the same model and batch changes from one pass to the next, else one whose
+    loss differs from the other ranks' (beyond :data:`ACROSS_RANKS_RTOL`), named with its host; None
+    where every rank agrees. A rank like that makes the resumed run diverge on every rank: DDP averages
+    its gradients into everyone's."""
+    hosts = [str(r.get("host", "?")) for r in run.ranks] if len(run.ranks) == len(losses) else ["?"] * len(losses)
+    for rank, values in enumerate(losses):
+        if len(set(values)) > 1:
+            return (f"rank {rank} on {hosts[rank]} is not deterministic: the same model and batch give loss "
+                    f"{', '.join(f'{v:.9g}' for v in values)} in {len(values)} passes")
+    firsts = sorted(v[0] for v in losses)
+    middle = firsts[len(firsts) // 2]
+    for rank, values in enumerate(losses):
+        if abs(values[0] - middle) > ACROSS_RANKS_RTOL * abs(middle):
+            return (f"rank {rank} on {hosts[rank]} computes another loss on the same model and batch: {values[0]:.9g}, "
+                    f"the other ranks {middle:.9g}")
+    return None
