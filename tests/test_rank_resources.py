@@ -5,6 +5,7 @@ directory, a rank whose arithmetic differs): each named with the rank, its host 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shlex
 import socket
@@ -123,3 +124,29 @@ def test_a_rank_with_non_deterministic_arithmetic_is_named(installed_local_job, 
     python = overlay(installed_local_job, tmp_path / "noisy", patch_hook("torch.nn.functional", "mse_loss", noisy))
     run = by_hand(installed_local_job, tmp_path, {}, python=python)
     assert_fault(run, f"checkpoint: rank 1 on {HOST} is not deterministic: the same model and batch give loss")
+
+
+def test_full_tmpdir_and_another_numpy_on_one_rank_are_named(installed_local_job, tmp_path):
+    """Rank 1 alone: its TMPDIR a full tmpfs, and PYTHONPATH putting a copy of the stack's own numpy (the
+    same version) first. The environment check names both, with rank 1, its host and the paths."""
+    numpy_dir = subprocess.run([installed_local_job["python"], "-c", "import numpy, os; print(os.path.dirname(numpy.__file__))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # the package and the libraries its wheel bundles beside it (numpy.libs: the extensions' RPATH is $ORIGIN/../numpy.libs)
+    subprocess.run(["cp", "-a", numpy_dir, *glob.glob(f"{numpy_dir}.libs"), str(elsewhere)], check=True)
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with contextlib.suppress(OSError):
+            (full / "fill").write_bytes(b"\0" * (2 << 20))
+        run = by_hand(installed_local_job, tmp_path, {1: f"TMPDIR={full} PYTHONPATH={elsewhere}"})
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=False)
+    cause = assert_fault(run, f"environment: rank 1 on {HOST}: TMPDIR={full} cannot take a file: No space left on device")
+    problems = next(c for c in run.result["checks"] if c["name"] == "environment")["details"]["problems"]
+    assert f"rank 1 on {HOST} imports numpy from {elsewhere / 'numpy'}, not the stack's ({os.path.realpath(numpy_dir)}): " \
+           "PYTHONPATH puts it first" in problems, cause
+    assert not any(p.startswith("rank 0") for p in problems), problems
