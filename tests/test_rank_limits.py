@@ -119,3 +119,20 @@ def test_the_rank_whose_loss_differs_is_named():
     assert odd_arithmetic(run, [same, [0.5 * (1 + 1e-6)] * 3, same]) is None, "rounding of another CPU is not a fault"
     assert odd_arithmetic(run, [[0.6] * 3, same, same]) == \
         "rank 0 on n0 computes another loss on the same model and batch: 0.6, the other ranks 0.5"
+
+
+def test_a_rank_that_ended_inside_mpi_init_is_named_with_its_low_limit():
+    """The limits a rank recorded before MPI_Init lead the cause of a rank that never reached the
+    environment check (a rank past it is named by the environment check itself)."""
+    from sitestack.onsite.ddpcheck import faults
+    found = json.loads(subprocess.run(["bash", "-c", 'ulimit -n 64; exec "$0" -c "$1"', sys.executable, CHILD_LIMITS],
+                                      capture_output=True, text=True, check=True).stdout)
+    low = resources.limit_problems(found)
+    ranks = {0: {"rank": 0, "host": "n0", "world_size": 2, "phase": "MPI_Init", "limit_problems": low},
+             1: {"rank": 1, "host": "n1", "world_size": 2, "phase": "MPI_Init", "state": "crashed", "signal": "SIGSEGV",
+                 "signal_text": "Segmentation fault", "limit_problems": low}}
+    cause = faults.describe_fault("killed", ranks, 60, 2, culprit=1)
+    assert cause.startswith("rank 0 on n0: the open files limit (ulimit -n) is 64, below the 1024 a PyTorch rank needs"), cause
+    assert "; rank 1 on n1: the open files limit (ulimit -n) is 64" in cause and "rank 1 on n1 crashed with SIGSEGV" in cause
+    ranks[0]["phase"] = ranks[1]["phase"] = "ddp"
+    assert "open files" not in faults.describe_fault("killed", ranks, 60, 2, culprit=1)
