@@ -70,20 +70,22 @@ def test_a_read_only_cache_dir_is_named(tmp_path):
 
 def test_an_oom_kill_in_the_memory_cgroup_is_named_with_the_limit(tmp_path):
     memory = MemoryLimit(f"sitestack-unit-{os.getpid()}", 64 << 20)
-    script = ("import json, sys; from sitestack.onsite.ddpcheck import resources as r; "
-              "print(json.dumps(r.memory_cgroup()), flush=True); held = b'x' * (256 << 20)")
+    script = ("import json, os; from sitestack.onsite.ddpcheck import resources as r; "
+              "print(json.dumps([r.memory_cgroup(), os.getpid()]), flush=True); held = b'x' * (256 << 20)")
     try:
         done = subprocess.run(["bash", "-c", f'echo $$ > {memory.dir}/cgroup.procs; exec "$0" -c "$1"', sys.executable, script],
                               capture_output=True, text=True)
-        record = json.loads(done.stdout)
+        record, pid = json.loads(done.stdout)
         assert done.returncode == -9 or done.returncode == 137, done
-        words = resources.oom_words(record)
+        words = resources.oom_words(record, pid)
     finally:
         memory.remove()
     assert record["limit"] == 64 << 20 and record["oom_kill"] == 0
     assert words and words.startswith("out of memory: the kernel's OOM killer ended it for exceeding its cgroup's "
                                       "memory limit of 64 MiB") and "oom_kill 0 -> 1" in words, words
     assert resources.oom_words(resources.memory_cgroup()) is None, "no kill since: not out of memory"
+    if os.access("/dev/kmsg", os.R_OK):  # the kernel's own words, where its log is readable
+        assert f"; the kernel: Memory cgroup out of memory: Killed process {pid} (python)" in words, words
 
 
 def test_a_package_from_pythonpath_is_named_with_both_paths(tmp_path, monkeypatch):

@@ -92,7 +92,7 @@ def _ended(d: dict[str, Any], kind: str, rc: int | None) -> str:
         return f"exited with code {rc} {where(d)}{why}"
     sig = str(d.get("signal", "?"))
     verb = f"crashed with {sig} ({d.get('signal_text', '')})" if sig in CRASH_SIGNALS else f"was killed by {sig}"
-    oom = oom_words(d.get("memory") or {}) if sig == "SIGKILL" else None  # the kernel's OOM killer sends SIGKILL
+    oom = oom_words(d.get("memory") or {}, d.get("pid")) if sig == "SIGKILL" else None  # the kernel's OOM killer sends SIGKILL
     return f"{verb} {where(d)}" + (f": {oom}" if oom else "")
 
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..fileio import ReadError, read_text
+from ..visible import short_line
 
 #: The soft limits recorded: (name in result.json, resource, the ulimit option, what it limits).
 LIMITS: tuple[tuple[str, int, str, str], ...] = (
@@ -46,8 +47,9 @@ SCRATCH_VARS = ("TMPDIR", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "TRI
 #: The room a scratch directory must have free, and the bytes written to prove it takes a file.
 SCRATCH_ROOM = 64 << 20
 PROBE_BYTES = 64 << 10
-#: The most bytes read of a cgroup file.
+#: The most bytes read of a cgroup file; the most records read of the kernel's log.
 CGROUP_MAX = 64 << 10
+KMSG_RECORDS = 100_000
 
 
 def limits() -> dict[str, int | None]:
@@ -164,16 +166,42 @@ def memory_limit(path: str) -> int | None:
     return None
 
 
-def oom_words(record: Mapping[str, Any]) -> str | None:
-    """"killed by the out-of-memory killer ..." when the cgroup of a rank's ``memory`` record (as
-    :func:`memory_cgroup` gave it at start) counts more kills now than then; None otherwise."""
+def oom_words(record: Mapping[str, Any], pid: object = None) -> str | None:
+    """"out of memory: ..." when the cgroup of a rank's ``memory`` record (as :func:`memory_cgroup` gave
+    it at start) counts more kills now than then, or the kernel's log says it killed ``pid`` (a node's
+    own OOM, which a cgroup v1 does not count); None otherwise."""
     events, before = record.get("events"), record.get("oom_kill")
-    if not isinstance(events, str) or not isinstance(before, int):
+    now = oom_kills(events) if isinstance(events, str) and isinstance(before, int) else None
+    said = kernel_oom_line(pid) if isinstance(pid, int) else None
+    if isinstance(events, str) and isinstance(before, int) and now is not None and now > before:
+        limit = record.get("limit")
+        bound = (f"its cgroup's memory limit of {size_words(limit)} ({record.get('limit_file')})"
+                 if isinstance(limit, int) else f"memory (its cgroup {os.path.dirname(events)} has no limit: the node's)")
+        return (f"out of memory: the kernel's OOM killer ended it for exceeding {bound}; oom_kill {before} -> {now} "
+                f"in {events}" + (f"; the kernel: {said}" if said else ""))
+    return f"out of memory: the kernel: {said}" if said else None
+
+
+def kernel_oom_line(pid: int, path: str = "/dev/kmsg") -> str | None:
+    """The kernel's "Killed process PID" message of its OOM killer, where its log is readable (root, or
+    ``kernel.dmesg_restrict=0``): each read of ``/dev/kmsg`` is one record
+    (https://docs.kernel.org/admin-guide/abi-testing.html, "/dev/kmsg"); at most :data:`KMSG_RECORDS`."""
+    needle = f"Killed process {pid} ".encode()
+    found = None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
         return None
-    now = oom_kills(events)
-    if now is None or now <= before:
-        return None
-    limit = record.get("limit")
-    bound = (f"its cgroup's memory limit of {size_words(limit)} ({record.get('limit_file')})"
-             if isinstance(limit, int) else f"memory (its cgroup {os.path.dirname(events)} has no limit: the node's)")
-    return f"out of memory: the kernel's OOM killer ended it for exceeding {bound}; oom_kill {before} -> {now} in {events}"
+    try:
+        for _ in range(KMSG_RECORDS):
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:  # the end of the log
+                break
+            except OSError:  # EPIPE: a record overwritten while reading; the next read goes on
+                continue
+            if needle in record:
+                found = record.split(b";", 1)[-1].split(b"\n", 1)[0]
+    finally:
+        os.close(fd)
+    return short_line(found.decode("utf-8", "replace"), 200) if found else None
