@@ -56,13 +56,6 @@ def assert_named(run: SimpleNamespace, *words: str) -> str:
     return assert_fault(run, *words)
 
 
-def test_low_open_files_limit_on_one_rank_is_named(installed_local_job, tmp_path):
-    run = by_hand(installed_local_job, tmp_path, {1: "ulimit -n 64;"})
-    cause = assert_named(run, f"rank 1 on {HOST}", "open files limit (ulimit -n) is 64")
-    assert run.result["fault"] is None, f"ended by a watchdog, not by the environment check: {cause}"
-
-
-
 class MemoryLimit:
     """A memory cgroup of ``limit`` bytes (cgroup v2 ``memory.max``, or v1 ``memory.limit_in_bytes`` with
     swap held to the same): a process in it that uses more is ended by the kernel's OOM killer."""
@@ -134,9 +127,10 @@ def test_a_rank_with_non_deterministic_arithmetic_is_named(installed_local_job, 
     assert_named(run, f"checkpoint: rank 1 on {HOST} is not deterministic: the same model and batch give loss")
 
 
-def test_full_tmpdir_and_another_numpy_on_one_rank_are_named(installed_local_job, tmp_path):
-    """Rank 1 alone: its TMPDIR a full tmpfs, and PYTHONPATH putting a copy of the stack's own numpy (the
-    same version) first. The environment check names both, with rank 1, its host and the paths."""
+def test_low_limit_full_tmpdir_and_another_numpy_on_one_rank_are_named(installed_local_job, tmp_path):
+    """Rank 1 alone: ``ulimit -n 64``, its TMPDIR a full tmpfs, and PYTHONPATH putting a copy of the
+    stack's own numpy (the same version) first. The environment check names each, with rank 1, its host,
+    the limit's value and the paths; rank 0 is not blamed."""
     numpy_dir = subprocess.run([installed_local_job["python"], "-c", "import numpy, os; print(os.path.dirname(numpy.__file__))"],
                                capture_output=True, text=True, check=True).stdout.strip()
     elsewhere = tmp_path / "elsewhere"
@@ -150,11 +144,13 @@ def test_full_tmpdir_and_another_numpy_on_one_rank_are_named(installed_local_job
     try:
         with contextlib.suppress(OSError):
             (full / "fill").write_bytes(b"\0" * (2 << 20))
-        run = by_hand(installed_local_job, tmp_path, {1: f"TMPDIR={full} PYTHONPATH={elsewhere}"})
+        run = by_hand(installed_local_job, tmp_path, {1: f"ulimit -n 64; TMPDIR={full} PYTHONPATH={elsewhere}"})
     finally:
         subprocess.run(["umount", "-l", str(full)], check=False)
-    cause = assert_named(run, f"environment: rank 1 on {HOST}: TMPDIR={full} cannot take a file: No space left on device")
+    cause = assert_named(run, f"environment: rank 1 on {HOST}: the open files limit (ulimit -n) is 64, below the 1024")
+    assert run.result["fault"] is None, f"ended by a watchdog, not by the environment check: {cause}"
     problems = next(c for c in run.result["checks"] if c["name"] == "environment")["details"]["problems"]
+    assert f"rank 1 on {HOST}: TMPDIR={full} cannot take a file: No space left on device" in problems, problems
     assert f"rank 1 on {HOST} imports numpy from {elsewhere / 'numpy'}, not the stack's ({os.path.realpath(numpy_dir)}): " \
            "PYTHONPATH puts it first" in problems, cause
     assert not any(p.startswith("rank 0") for p in problems), problems
