@@ -154,3 +154,14 @@ def test_low_limit_full_tmpdir_and_another_numpy_on_one_rank_are_named(installed
     assert f"rank 1 on {HOST} imports numpy from {elsewhere / 'numpy'}, not the stack's ({os.path.realpath(numpy_dir)}): " \
            "PYTHONPATH puts it first" in problems, cause
     assert not any(p.startswith("rank 0") for p in problems), problems
+
+
+def test_a_rank_that_cannot_read_the_checkpoint_is_named_at_once(installed_local_job, tmp_path):
+    """Rank 1 finds no checkpoint file (as on a node the results directory is not shared with): rank 1,
+    its host and the path are named, and rank 0 is told at once instead of waiting in the next check."""
+    missing = "raise FileNotFoundError(2, 'No such file or directory', str(args[0]))"
+    python = overlay(installed_local_job, tmp_path / "unshared", patch_hook("torch", "load", missing))
+    run = by_hand(installed_local_job, tmp_path, {}, python=python)
+    cause = assert_named(run, f"checkpoint: rank 1 on {HOST} could not read the checkpoint", "No such file or directory")
+    assert run.result["fault"] is None, f"ended by a watchdog, not by the check: {cause}"
+    assert not (run.out / "checkpoint").exists(), "rank 0 leaves no checkpoint behind"

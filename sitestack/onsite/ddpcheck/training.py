@@ -104,6 +104,27 @@ def checkpoint_check(run: Run) -> None:
         checkpoint(run, *run.trained)
 
 
+def _told(run: Run, failed: str | None, path: str) -> bool:
+    """Every rank's ``failed`` gathered in place of a barrier: each rank learns at once that one could not
+    write or read the checkpoint, and fails the check with the first; True then."""
+    first = next(filter(None, run.all_gather(failed)), None)
+    if first:
+        run.set(CHECKPOINT.name, FAILED, first, path=path)
+    return bool(first)
+
+
+def _remove(run: Run, path: str) -> None:
+    """Rank 0 removes the checkpoint and its directory, once every rank has read it (or failed to)."""
+    if run.info.rank == 0:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            os.rmdir(os.path.dirname(path))
+
+
+def _error(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)).splitlines()[0][:200]
+
+
 def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]) -> None:
     """The checkpoint check: save, resume into a fresh model and optimizer, the same state, and the same parameters after further steps."""
     torch = run.torch
@@ -120,13 +141,17 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
             torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
             write_atomic(path, buffer.getvalue())
         except OSError as exc:
-            failed = f"rank 0 on {run.host} could not write the checkpoint {path}: {exc.strerror or exc}"
-    # in place of a barrier: every rank learns at once that the writer failed, and none waits for the file
-    failed = next(filter(None, run.all_gather(failed)), None)
-    if failed:
-        run.set(CHECKPOINT.name, FAILED, failed, path=path)
+            failed = f"rank 0 on {run.host} could not write the checkpoint {path}: {_error(exc)}"
+    if _told(run, failed, path):
         return
-    state = torch.load(path, map_location=run.torch_device(), weights_only=True)
+    state = None
+    try:  # a results directory not shared with this rank's node has no file here
+        state = torch.load(path, map_location=run.torch_device(), weights_only=True)
+    except (OSError, RuntimeError, EOFError) as exc:
+        failed = f"rank {run.info.rank} on {run.host} could not read the checkpoint {path}: {_error(exc)}"
+    if _told(run, failed, path) or state is None:
+        _remove(run, path)
+        return
     fresh = _model(run, 99)
     fresh.load_state_dict(state["model"])
     fresh_ddp = DDP(fresh, device_ids=[run.dev.index] if run.dev.kind != "cpu" and run.dev.index is not None else None) \
@@ -159,10 +184,7 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
     reports = run.all_gather(problems)
     bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
     run.barrier()
-    if run.info.rank == 0:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-            os.rmdir(directory)
+    _remove(run, path)
     if bad:
         first = bad[0][1] if bad[0][1].startswith("rank ") else f"rank {bad[0][0]}: {bad[0][1]}"
         run.set(CHECKPOINT.name, FAILED, first, problems=[f"rank {i}: {p}" for i, p in bad])
