@@ -41,6 +41,8 @@ LIMITS: tuple[tuple[str, int, str, str], ...] = (
 #: and NCCL threads); 8 GiB of address space or data (CUDA and ROCm reserve far more virtual memory
 #: than they use: a finite RLIMIT_AS of a few GiB makes their initialisation fail).
 MINIMUM: dict[str, int] = {"open_files": 1024, "processes": 512, "address_space": 8 << 30, "data": 8 << 30}
+#: The limits counted in bytes (getrlimit gives bytes; ``ulimit`` shows KiB).
+IN_BYTES = ("address_space", "data", "stack", "locked_memory")
 #: The scratch directories a rank checks: TMPDIR always, the others where the job sets them.
 SCRATCH_VARS = ("TMPDIR", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "TRITON_CACHE_DIR",
                 "TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
@@ -68,9 +70,9 @@ def limit_problems(found: Mapping[str, Any]) -> list[str]:
     for name, _, option, what in LIMITS:
         value, least = found.get(name), MINIMUM.get(name)
         if least is not None and isinstance(value, int) and value < least:
-            shown = size_words(value) if name in ("address_space", "data") else str(value)
-            problems.append(f"the {what} limit (ulimit {option}) is {shown}, below the {size_words(least) if name in ('address_space', 'data') else least} "
-                            f"a PyTorch rank needs: raise it in the job (ulimit {option}) or the site's limits.conf")
+            have, need = (size_words(value), size_words(least)) if name in IN_BYTES else (str(value), str(least))
+            problems.append(f"the {what} limit (ulimit {option}) is {have}, below the {need} a PyTorch "
+                            f"rank needs: raise it in the job (ulimit {option}) or the site's limits.conf")
     return problems
 
 
