@@ -104,6 +104,31 @@ def checkpoint_check(run: Run) -> None:
         checkpoint(run, *run.trained)
 
 
+def _saved_and_loaded(run: Run, model: Any, optim: Any, path: str) -> Any:
+    """Rank 0 saves the state at ``path``, every rank loads it: the state, or None when a rank could not
+    write or read it (the check failed then, on every rank, naming it)."""
+    torch, failed = run.torch, None
+    if run.info.rank == 0:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            buffer = io.BytesIO()  # a small model's state, written whole (fileio): never a part of one to load
+            torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
+            write_atomic(path, buffer.getvalue())
+        except OSError as exc:
+            failed = f"rank 0 on {run.host} could not write the checkpoint {path}: {_error(exc)}"
+    if _told(run, failed, path):
+        return None
+    state = None
+    try:  # a results directory not shared with this rank's node has no file here
+        state = torch.load(path, map_location=run.torch_device(), weights_only=True)
+    except (OSError, RuntimeError, EOFError) as exc:
+        failed = f"rank {run.info.rank} on {run.host} could not read the checkpoint {path}: {_error(exc)}"
+    if _told(run, failed, path) or state is None:
+        _remove(run, path)
+        return None
+    return state
+
+
 def _told(run: Run, failed: str | None, path: str) -> bool:
     """Every rank's ``failed`` gathered in place of a barrier: each rank learns at once that one could not
     write or read the checkpoint, and fails the check with the first; True then."""
@@ -131,26 +156,9 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
     from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
     model = ddp_model.module if hasattr(ddp_model, "module") else ddp_model
-    directory = os.path.join(run.args.out, "checkpoint")
-    path = os.path.join(directory, "ddp.pt")
-    failed = None
-    if run.info.rank == 0:
-        try:
-            os.makedirs(directory, exist_ok=True)
-            buffer = io.BytesIO()  # a small model's state, written whole (fileio): never a part of one to load
-            torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
-            write_atomic(path, buffer.getvalue())
-        except OSError as exc:
-            failed = f"rank 0 on {run.host} could not write the checkpoint {path}: {_error(exc)}"
-    if _told(run, failed, path):
-        return
-    state = None
-    try:  # a results directory not shared with this rank's node has no file here
-        state = torch.load(path, map_location=run.torch_device(), weights_only=True)
-    except (OSError, RuntimeError, EOFError) as exc:
-        failed = f"rank {run.info.rank} on {run.host} could not read the checkpoint {path}: {_error(exc)}"
-    if _told(run, failed, path) or state is None:
-        _remove(run, path)
+    path = os.path.join(run.args.out, "checkpoint", "ddp.pt")
+    state = _saved_and_loaded(run, model, optim, path)
+    if state is None:
         return
     fresh = _model(run, 99)
     fresh.load_state_dict(state["model"])
