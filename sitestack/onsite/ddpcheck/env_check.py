@@ -14,7 +14,9 @@ from .affinity import cpu_list
 from .checks import ENVIRONMENT
 from .comm_env import setting_warnings
 from .devices import VISIBLE_VARS, select_device
-from .libraries import judge_libraries
+from .imports import import_problems, origins, own_dirs
+from .libraries import expected_dirs, judge_libraries
+from .resources import limit_problems, limits, memory_cgroup, scratch_problems
 from .state import Run
 from .threads import THREAD_VARS, numpy_version, oversubscription, share_cpus, thread_settings
 from .verdicts import FAILED, PASSED, job_environment
@@ -43,7 +45,9 @@ def environment(run: Run) -> None:
         torch.set_num_threads(max(1, share))
     run.me = rank_record(run, torch, affinity)
     if run.progress is not None:  # a result a watchdog writes later names them (fault_result)
-        run.progress.data.update(backend=device.backend, device=device.name, torch=torch.__version__)
+        # and its memory cgroup: a rank killed later is named out of memory where its cgroup counts the kill
+        run.progress.data.update(backend=device.backend, device=device.name, torch=torch.__version__,
+                                 memory=memory_cgroup())
         run.progress.save()
     run.log(f"launcher {run.info.launcher} ({run.info.source}), local rank {run.info.local_rank}, "
             f"device {device.name} ({device.library}), CPUs {cpu_list(affinity)}, torch {torch.__version__}")
@@ -82,6 +86,7 @@ def rank_record(run: Run, torch: Any, affinity: list[int]) -> dict[str, Any]:
         "master": f"{run.env.get('MASTER_ADDR', '?')}:{run.env.get('MASTER_PORT', '?')}",
         "fault": run.env.get("SITESTACK_CHECK_FAULT") or None,
         "setting": job_environment(run.env, (run.config.get("network") or {}).get("net_plugin")),
+        "limits": limits(), "imports": origins(),
     }
 
 
@@ -106,7 +111,16 @@ def own_problems(run: Run, torch_version: str) -> list[str]:
         # OpenMP also takes a list, one number per nesting level: OMP_NUM_THREADS=8,2
         if value is not None and not all(part.strip().isdigit() and int(part) > 0 for part in value.split(",")):
             problems.append(f"{var}={value!r} is not a number of threads (a positive integer)")
-    return problems
+    return problems + resource_problems(run)
+
+
+def resource_problems(run: Run) -> list[str]:
+    """This rank's limits, scratch directories and imports (:mod:`.resources`, :mod:`.imports`), each
+    problem led by the rank and its host."""
+    who = f"rank {run.info.rank} on {run.host}"
+    found = [f"{who}: {p}" for p in limit_problems(run.me.get("limits") or limits()) + scratch_problems(run.env)]
+    expect = expected_dirs(run.config, run.env.get("SITESTACK_STAGED_ENV"))
+    return found + import_problems(run.me.get("imports") or origins(), expect, own_dirs(), who)
 
 
 def gather_ranks(run: Run) -> None:
@@ -126,7 +140,8 @@ def environment_after(run: Run) -> None:
     problems = list(run.checks[ENVIRONMENT.name].details.get("problems", []))
     for r in ranks:
         if r["rank"] != run.info.rank and r.get("problems"):
-            problems.extend(f"rank {r['rank']}: {p}" for p in r["problems"])
+            # a problem that names its rank already (resource_problems) is taken as it is
+            problems.extend(p if p.startswith(f"rank {r['rank']} ") else f"rank {r['rank']}: {p}" for p in r["problems"])
     share_cpus(ranks)
     if run.dev.kind == "cpu":  # the ranks compute on their CPUs: more threads than CPUs slow every one
         problems.extend(filter(None, (oversubscription(r) for r in ranks)))
@@ -148,8 +163,11 @@ def environment_after(run: Run) -> None:
                 problems.append(f"ranks on {host} share GPUs: {devices}")
     for key in ("torch", "numpy", "nccl", "hip", "cuda", "python", "backend", "mpi_library"):
         values = sorted({str(r.get(key)) for r in ranks})
-        if len(values) > 1:
-            problems.append(f"ranks run different {key} versions: {', '.join(values)}")
+        if len(values) > 1:  # each version with the first rank (and host) that runs it
+            firsts = [next(r for r in ranks if str(r.get(key)) == v) for v in values]
+            problems.append(f"ranks run different {key} versions: " + ", ".join(
+                f"{v} (rank {r['rank']} on {r['host']}{', from ' + r['imports'][key] if key in (r.get('imports') or {}) else ''})"
+                for v, r in zip(values, firsts)))
     master = run.env.get("MASTER_ADDR")
     nodelist = run.env.get("SLURM_JOB_NODELIST")
     if master and nodelist and not rank_source(run.info.launcher).sets_master:

@@ -26,6 +26,7 @@ from .rank_progress import (
     waited,
     where,
 )
+from .resources import oom_words
 from .stacks import Frame, odd_ones, where_words
 from .time_budget import healthy_from_env, too_short
 from .verdicts import FAILED, SKIPPED, Check, time_limit_record
@@ -36,9 +37,25 @@ WRITTEN_WAIT = 5.0
 LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|connection closed|unexpected end|EOF", re.I)
 
 
+#: The phases before the environment check, which names a rank's low limits itself once it runs.
+BEFORE_ENVIRONMENT = ("startup", "MPI_Init", "import torch")
+
+
 def describe_fault(kind: str, ranks: dict[int, dict[str, Any]], limit: float, expected: int | None,
                    culprit: int | None = None, rc: int | None = None, launcher: str = "the launcher",
                    stacks: dict[int, list[Frame]] | None = None) -> str:
+    """:func:`_describe`, led by the low resource limits (``limit_problems`` of a rank's progress record,
+    :mod:`.resources`) of each rank that ended before the environment check: a job short of open files
+    dies or hangs inside MPI_Init or the process group, and says why only in the job log."""
+    line = _describe(kind, ranks, limit, expected, culprit, rc, launcher, stacks)
+    low = [f"{who(ranks, r)}: {p}" for r, d in sorted(ranks.items()) if d.get("phase") in BEFORE_ENVIRONMENT
+           for p in (d.get("limit_problems") or [])[:1]]
+    return "; ".join([*low[:2], line])
+
+
+def _describe(kind: str, ranks: dict[int, dict[str, Any]], limit: float, expected: int | None,
+              culprit: int | None = None, rc: int | None = None, launcher: str = "the launcher",
+              stacks: dict[int, list[Frame]] | None = None) -> str:
     """The one-line cause of a run that did not finish: who (rank and host), where (phase and, at a
     hang, the frame its Python was in), and why."""
     size = max([expected or 0, *(int(d.get("world_size") or 0) for d in ranks.values()), len(ranks)])
@@ -84,7 +101,8 @@ def _ended(d: dict[str, Any], kind: str, rc: int | None) -> str:
         return f"exited with code {rc} {where(d)}{why}"
     sig = str(d.get("signal", "?"))
     verb = f"crashed with {sig} ({d.get('signal_text', '')})" if sig in CRASH_SIGNALS else f"was killed by {sig}"
-    return f"{verb} {where(d)}"
+    oom = oom_words(d.get("memory") or {}, d.get("pid")) if sig == "SIGKILL" else None  # the kernel's OOM killer sends SIGKILL
+    return f"{verb} {where(d)}" + (f": {oom}" if oom else "")
 
 
 def _launcher_exited(ranks: dict[int, dict[str, Any]], rc: int | None, launcher: str) -> str:

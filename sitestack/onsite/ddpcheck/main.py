@@ -18,6 +18,7 @@ from .guard import guard_main
 from .mpi import import_mpi
 from .rank_progress import Progress, deadline_from_env, monotonic_deadline, status_dir
 from .ranks import discover_rank
+from .resources import limit_problems, limits
 from .runner import run_checks
 from .state import Run
 from .sweep import sweep_main
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         supervise(progress, args.out, counted, args.time_limit, args.expect_world_size)
     # the watchdog asks for this process's stacks at the deadline (stacks.py)
     progress.data["main_thread"] = stacks.register(status_dir(args.out), info.rank)
+    # low limits, before MPI_Init: a rank short of open files may never reach the environment check (faults.py)
+    progress.data["limit_problems"] = limit_problems(limits())
     progress.enter("MPI_Init")
     mpi, why, failure = import_mpi(info, args, config)
     progress.enter("import torch")

@@ -104,21 +104,62 @@ def checkpoint_check(run: Run) -> None:
         checkpoint(run, *run.trained)
 
 
+def _saved_and_loaded(run: Run, model: Any, optim: Any, path: str) -> Any:
+    """Rank 0 saves the state at ``path``, every rank loads it: the state, or None when a rank could not
+    write or read it (the check failed then, on every rank, naming it)."""
+    torch, failed = run.torch, None
+    if run.info.rank == 0:
+        try:
+            private_dir(os.path.dirname(path))  # never a link or a directory someone else planted in OUT
+            buffer = io.BytesIO()  # a small model's state, written whole (fileio): never a part of one to load
+            torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
+            write_atomic(path, buffer.getvalue())
+        except OSError as exc:
+            failed = f"rank 0 on {run.host} could not write the checkpoint {path}: {_error(exc)}"
+    if _told(run, failed, path):
+        return None
+    state = None
+    try:  # a results directory not shared with this rank's node has no file here
+        state = torch.load(path, map_location=run.torch_device(), weights_only=True)
+    except (OSError, RuntimeError, EOFError) as exc:
+        failed = f"rank {run.info.rank} on {run.host} could not read the checkpoint {path}: {_error(exc)}"
+    if _told(run, failed, path) or state is None:
+        _remove(run, path)
+        return None
+    return state
+
+
+def _told(run: Run, failed: str | None, path: str) -> bool:
+    """Every rank's ``failed`` gathered in place of a barrier: each rank learns at once that one could not
+    write or read the checkpoint, and fails the check with the first; True then."""
+    first = next(filter(None, run.all_gather(failed)), None)
+    if first:
+        run.set(CHECKPOINT.name, FAILED, first, path=path)
+    return bool(first)
+
+
+def _remove(run: Run, path: str) -> None:
+    """Rank 0 removes the checkpoint and its directory, once every rank has read it (or failed to)."""
+    if run.info.rank == 0:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            os.rmdir(os.path.dirname(path))
+
+
+def _error(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)).splitlines()[0][:200]
+
+
 def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]) -> None:
     """The checkpoint check: save, resume into a fresh model and optimizer, the same state, and the same parameters after further steps."""
     torch = run.torch
     from torch.nn.parallel import DistributedDataParallel as DDP  # type: ignore[import-not-found, unused-ignore]
 
     model = ddp_model.module if hasattr(ddp_model, "module") else ddp_model
-    directory = os.path.join(run.args.out, "checkpoint")
-    path = os.path.join(directory, "ddp.pt")
-    if run.info.rank == 0:
-        private_dir(directory)  # never a link or a directory someone else planted in OUT
-        buffer = io.BytesIO()  # a small model's state, written whole (fileio): never a part of one to load
-        torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, buffer)
-        write_atomic(path, buffer.getvalue())
-    run.barrier()
-    state = torch.load(path, map_location=run.torch_device(), weights_only=True)
+    path = os.path.join(run.args.out, "checkpoint", "ddp.pt")
+    state = _saved_and_loaded(run, model, optim, path)
+    if state is None:
+        return
     fresh = _model(run, 99)
     fresh.load_state_dict(state["model"])
     fresh_ddp = DDP(fresh, device_ids=[run.dev.index] if run.dev.kind != "cpu" and run.dev.index is not None else None) \
@@ -145,15 +186,52 @@ def checkpoint(run: Run, ddp_model: Any, optim: Any, more: list[tuple[Any, Any]]
             problems.append(f"after {len(more)} more steps the resumed run diverges from the original "
                             f"(max difference {float((p - q).abs().max()):.3g})")
             break
+    odd = odd_arithmetic(run, run.all_gather(same_batch_losses(run, model)))
+    if odd:  # the cause of a divergence on every rank: say it first
+        problems.insert(0, odd)
     reports = run.all_gather(problems)
     bad = [(i, p) for i, ps in enumerate(reports) for p in ps]
     run.barrier()
-    if run.info.rank == 0:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-            os.rmdir(directory)
+    _remove(run, path)
     if bad:
-        run.set(CHECKPOINT.name, FAILED, f"rank {bad[0][0]}: {bad[0][1]}", problems=[f"rank {i}: {p}" for i, p in bad])
+        first = bad[0][1] if bad[0][1].startswith("rank ") else f"rank {bad[0][0]}: {bad[0][1]}"
+        run.set(CHECKPOINT.name, FAILED, first, problems=[f"rank {i}: {p}" for i, p in bad])
     else:
         run.set(CHECKPOINT.name, PASSED, f"saved and resumed: same parameters and optimizer state, and the same "
                 f"parameters after {len(more)} more steps on all ranks")
+
+
+#: Forward passes of the determinism probe; the relative difference between ranks still taken as equal
+#: (ranks on different CPU models or GPU generations round differently in their BLAS kernels).
+PROBE_REPEATS = 3
+ACROSS_RANKS_RTOL = 1e-4
+
+
+def same_batch_losses(run: Run, model: Any) -> list[float]:
+    """The loss of ``model`` (identical on every rank) on one batch every rank draws alike, computed
+    :data:`PROBE_REPEATS` times: the same on every rank, and each time, where arithmetic is deterministic."""
+    torch = run.torch
+    gen = torch.Generator().manual_seed(4321)
+    x = torch.randn(64, 32, generator=gen).to(run.torch_device())
+    y = torch.tanh(x.sum(dim=1, keepdim=True) / 8)
+    with torch.no_grad():
+        return [float(torch.nn.functional.mse_loss(model(x), y).cpu()) for _ in range(PROBE_REPEATS)]
+
+
+def odd_arithmetic(run: Run, losses: list[list[float]]) -> str | None:
+    """The rank whose loss on the same model and batch changes from one pass to the next, else one whose
+    loss differs from the other ranks' (beyond :data:`ACROSS_RANKS_RTOL`), named with its host; None
+    where every rank agrees. A rank like that makes the resumed run diverge on every rank: DDP averages
+    its gradients into everyone's."""
+    hosts = [str(r.get("host", "?")) for r in run.ranks] if len(run.ranks) == len(losses) else ["?"] * len(losses)
+    for rank, values in enumerate(losses):
+        if len(set(values)) > 1:
+            return (f"rank {rank} on {hosts[rank]} is not deterministic: the same model and batch give loss "
+                    f"{', '.join(f'{v:.9g}' for v in values)} in {len(values)} passes")
+    firsts = sorted(v[0] for v in losses)
+    middle = firsts[len(firsts) // 2]
+    for rank, values in enumerate(losses):
+        if abs(values[0] - middle) > ACROSS_RANKS_RTOL * abs(middle):
+            return (f"rank {rank} on {hosts[rank]} computes another loss on the same model and batch: {values[0]:.9g}, "
+                    f"the other ranks {middle:.9g}")
+    return None
