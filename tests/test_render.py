@@ -69,8 +69,11 @@ def test_every_site_renders_each_file_once_inside_out(site: str, tmp_path: Path)
     assert files_under(tmp_path) == {p.lstrip("/") for p in paths} | {render.INDEX_JSON, render.INDEX_MD}
     for p in tmp_path.rglob("*"):
         assert not p.is_symlink() and p.resolve().is_relative_to(tmp_path.resolve())
-    actions = {s.action for s in rendering.steps if s.files}
-    assert {"install-validation-job", "install-launch-env", "modulefiles", "site-facts"} <= actions
+    writes = {"install-validation-job", "install-launch-env", "modulefiles", "site-facts", "venv-hook",
+              "apptainer-image", "container-image"}   # each step of these writes files known beforehand
+    expected = {s.name for s in loaded.steps if s.action in writes and (s.args or {}).get("runscripts", True)}
+    assert expected and [s.name for s in rendering.steps if s.name in expected and not s.files] == []
+    assert {"install-validation-job", "install-launch-env", "modulefiles"} <= {s.action for s in rendering.steps}
 
 
 def test_out_must_be_empty_unless_forced(tmp_path: Path):
