@@ -79,11 +79,13 @@ def test_every_site_renders_each_file_once_inside_out(site: str, tmp_path: Path)
 def test_out_must_be_empty_unless_forced(tmp_path: Path):
     (tmp_path / "x").write_text("mine\n")
     with pytest.raises(InputError, match="not empty"):
-        render.check_out(tmp_path, force=False)
-    render.check_out(tmp_path, force=True)
-    render.check_out(tmp_path / "new", force=False)
+        render.check_out(str(tmp_path), force=False)
+    assert render.check_out(str(tmp_path), force=True) == tmp_path
+    render.check_out(str(tmp_path / "new"), force=False)
     with pytest.raises(InputError, match="not a directory"):
-        render.check_out(tmp_path / "x", force=True)
+        render.check_out(str(tmp_path / "x"), force=True)
+    with pytest.raises(InputError, match="--out: missing"):
+        render.check_out(None, force=False)
 
 
 @pytest.mark.parametrize("path", ["relative/file", "/a/../../etc/passwd", "/a/./b", "/a//b", "/", "/index.json"])

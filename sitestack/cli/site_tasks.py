@@ -61,8 +61,6 @@ def render(c: Context, o: Any) -> None:
     """Write every file the site's playbook would install (module files, rc files, venv hooks, launch
     helpers, job scripts, run scripts, image definitions), at its site path under --out, with an index of
     which step writes which; nothing connects to the site."""
-    from pathlib import Path
-
     from sitestack.engine import playbook as pb
     from sitestack.engine import render as rendering
 
@@ -70,8 +68,7 @@ def render(c: Context, o: Any) -> None:
 
     def listing() -> tuple[dict[str, Any], list[str]]:
         nonlocal failed
-        out = Path(o.out)
-        rendering.check_out(out, force=o.force)
+        out = rendering.check_out(o.out, force=o.force)
         loaded = pb.load(o.site, playbook_path(o.playbook))
         document = rendering.write_rendering(rendering.render_site(loaded, options_of(RunOptions, c, o)), out)
         failed = any(step.get("error") for step in document["steps"])

@@ -90,14 +90,19 @@ def render_site(site: Site, options: RunOptions) -> Rendering:
     return Rendering(site.name, site.path, values, steps)
 
 
-def check_out(out: Path, *, force: bool) -> None:
-    """Refuse an output directory that is a link or not a directory, or that holds anything unless ``force``."""
+def check_out(given: str | None, *, force: bool) -> Path:
+    """The output directory ``--out`` names; refused where missing, a link or not a directory, or holding
+    anything unless ``force``."""
+    if not given:
+        raise InputError("--out", "missing: name a directory to write the files under (e.g. --out site-files)")
+    out = Path(given)
     if out.is_symlink():
         raise InputError("--out", f"{out} is a symbolic link: give the directory itself")
     if out.exists() and not out.is_dir():
         raise InputError("--out", f"{out} is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise InputError("--out", f"{out} is not empty: give an empty or new directory, or --force to write over it")
+    return out
 
 
 def local_path(out: Path, site_path: str) -> Path:
