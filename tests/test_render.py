@@ -19,6 +19,7 @@ from sitestack.engine import playbook as pb
 from sitestack.engine import render
 from sitestack.model.context import RunOptions
 from sitestack.model.site import list_sites
+from tests.conftest import playbook_copy
 
 GOLDEN = Path(__file__).parent / "golden" / "modulefiles"
 MODULES = "lustre/orion/proj123/world-shared/sitestack/modules"
@@ -121,3 +122,13 @@ def test_check_mode_off_the_site_points_to_render_once():
     text = stream.getvalue()
     assert text.count("invoke render --site frontier --out DIR") == 1
     assert "login is not a frontier host (/lustre/orion missing): to read the files" in text
+
+
+def test_a_playbook_file_renders_and_is_named_by_its_path(tmp_path: Path):
+    """--playbook FILE: a copy with its own prefix renders there; the check-mode hint names the file."""
+    path = playbook_copy(tmp_path, "cirrus", facts={"prefix": "/srv/stack"})
+    loaded = pb.load(path=path)
+    assert pb.render_args(loaded) == f"--playbook {path}" and pb.render_args(pb.load("cirrus")) == "--site cirrus"
+    rendering = render.render_site(loaded, RunOptions(account="proj123"))
+    assert rendering.values["prefix"] == "/srv/stack"
+    assert all(p.startswith("/srv/stack/") for p in rendering.final())
