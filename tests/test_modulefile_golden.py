@@ -2,9 +2,9 @@
 template rules (StrictUndefined, no timestamps, quoting, load-time values, one block per package).
 
 The goldens are rendered from each site's playbook (its ``modulefiles`` step's arguments) for a
-fixed user (alice, account proj123), with mpi4py from its real recipe and Horovod and the network
-plugin (where the site builds one) described by the module settings below, so they test the
-templates, not the state of other recipes. After an intended change, regenerate them with
+fixed user (alice, account proj123), with mpi4py, Horovod and the network plugin (where the site
+builds one) from their real recipes at the versions the playbook builds: the files ``invoke render``
+writes for the site (tests/test_render.py compares them). After an intended change, regenerate them with
 ``SITESTACK_UPDATE_GOLDEN=1 python -m pytest tests/test_modulefile_golden.py`` and review the diff.
 """
 
@@ -25,18 +25,11 @@ from sitestack.installs import modulefile_render as mf
 from sitestack.installs import modulefile_text as mt
 from sitestack.installs.site_stack import recipe_targets
 from sitestack.installs.venv_stack import Built
-from sitestack.model.recipe import ModuleSettings
 from tests.contexts import offline_context
 
 GOLDEN = Path(__file__).parent / "golden" / "modulefiles"
 SITES = ("cirrus", "frontier", "lumi", "dawn")
 UPDATE = os.environ.get("SITESTACK_UPDATE_GOLDEN") == "1"
-
-HOROVOD = ModuleSettings(whatis="Horovod for PyTorch, built against the site MPI (and NCCL/RCCL on GPU sites)",
-                         prepend={"PYTHONPATH": ("{install}",), "PATH": ("{install}/bin",)})
-PLUGIN = ModuleSettings(whatis="libfabric network plugin for RCCL (Slingshot cxi)",
-                        prepend={"LD_LIBRARY_PATH": ("{install}/lib",)},
-                        set={"SITESTACK_NCCL_NET": "AWS Libfabric"})   # as module_settings wires the ROCm 5.7 fork
 
 
 def context(site_name: str):
@@ -50,25 +43,26 @@ def step_of(site, ctx, action: str):
 
 
 def built_for(ctx) -> list[Built]:
-    """mpi4py from its recipe; Horovod and (where the site names one) the network plugin as above."""
-    (mpi4py,), _ = recipe_targets(ctx, ["mpi4py"])
-    prefix = ctx.values["prefix"]
-    out = [mpi4py, Built(recipe="horovod", version="0.28.1", dest=f"{prefix}/horovod/0.28.1",
-                         description="Distributed training framework", homepage="https://horovod.ai",
-                         settings=HOROVOD, values={"install": f"{prefix}/horovod/0.28.1"})]
+    """What the site's playbook builds (its recipe-install steps: mpi4py, Horovod and, where the site
+    names one, the network plugin), from their real recipes, as ``invoke render`` renders them."""
     plugin = ctx.facts.network.net_plugin
-    if plugin:
-        dest = f"{prefix}/{plugin}/1.4.0-rocm-{ctx.facts.rocm.version}"
-        out.append(Built(recipe=plugin, version="1.4.0", dest=dest, description="RCCL network plugin",
-                         homepage="https://github.com/ROCm/aws-ofi-rccl", settings=PLUGIN, values={"install": dest}))
-    return out
+    built, notes = recipe_targets(ctx, ["mpi4py", "horovod", *([plugin] if plugin else [])])
+    assert not notes, notes
+    return built
 
 
 @functools.cache
 def rendered(site_name: str, fmt: str) -> dict[str, str]:
+    """The modulefiles step's files, and the network plugin's module as its recipe-install step writes it
+    (the recipe's hooks add the name the plugin registers), in ``fmt``."""
     site, ctx = context(site_name)
     step = step_of(site, ctx, "modulefiles")
-    files = step.render_files(built_for(ctx), fmt, plugins=True)
+    files = step.render_files(built_for(ctx), fmt)
+    plugin = ctx.facts.network.net_plugin
+    for spec in site.steps:
+        if spec.action == "recipe-install" and spec.args.get("recipe") == plugin:
+            install = ACTIONS["recipe-install"].from_spec(spec, ctx)
+            files[f"{step.root}/{install.module.relpath(fmt)}"] = mf.render(install.module, fmt)
     return {os.path.relpath(path, step.root): text for path, text in files.items()}
 
 
@@ -118,7 +112,7 @@ def test_the_site_facts_reach_the_module_files():
     # the site's settings (facts.env) only where the user has none (docs/modulefiles.md)
     assert 'sitestack_default HOROVOD_MPI_THREADS_DISABLE "1"' in cirrus
     frontier = rendered("frontier", "lua")["pytorch/2.2.2-rocm5.7.lua"]
-    for module in ("PrgEnv-gnu/8.5.0", "rocm/5.7.1", "craype-accel-amd-gfx90a", "aws-ofi-rccl/1.4.0-rocm-5.7.1"):
+    for module in ("PrgEnv-gnu/8.5.0", "rocm/5.7.1", "craype-accel-amd-gfx90a", "aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1"):
         assert f'depends_on("{module}")' in frontier
     assert 'sitestack_default("NCCL_SOCKET_IFNAME", "hsn0")' in frontier
     assert 'sitestack_default("FI_MR_CACHE_MONITOR", "userfaultfd")' in frontier
@@ -127,9 +121,9 @@ def test_the_site_facts_reach_the_module_files():
     assert 'pushenv("MIOPEN_USER_DB_PATH", "/tmp/" .. (os.getenv("USER") or "") .. "-miopen-" .. ' \
            '(os.getenv("SLURM_JOB_ID") or ""))' in frontier
     assert "alice-miopen" not in frontier
-    plugin = rendered("frontier", "lua")["aws-ofi-rccl/1.4.0-rocm-5.7.1.lua"]
+    plugin = rendered("frontier", "lua")["aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1.lua"]
     assert '"NCCL_NET"' not in plugin and 'pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")' in plugin and 'sitestack_default("NCCL_SOCKET_IFNAME", "hsn0")' in plugin
-    assert 'prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0-rocm-5.7.1/lib")' in plugin
+    assert 'prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1/lib")' in plugin
     lumi = rendered("lumi", "lua")["pytorch/2.7.1-rocm6.2.4.lua"]
     assert 'append_path("SINGULARITY_BINDPATH", "/projappl/proj123/sitestack", ",")' in lumi
     assert 'sitestack_generation("/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4", ' in lumi

@@ -59,6 +59,7 @@ def test_check_mode_plans_a_site_that_is_not_here(name, cli, tmp_path: Path):
     for step in site.steps:
         assert f"] changed  {step.name}: would " in result.stdout, step.name
     assert result.stdout.count(f"(not probed: login is not a {name} host ({site.facts.marker} missing))") == len(site.steps)
+    assert result.stdout.count(f"`invoke render --site {name} --out DIR`") == 1   # once: where the files can be read
     assert not Path(site.facts.marker).exists()
     assert not (tmp_path / "logs").exists()
     failing = cli("provision", "--site", name, "--check", "--fail-on-change", "--account", "proj123")

@@ -86,6 +86,20 @@ class Action(Step):
         filled = {k: tuple(v) if isinstance(getattr(args, k), tuple) else v for k, v in filled.items()}
         return cls(spec, dataclasses.replace(args, **filled), ctx)
 
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        """Every file ``apply`` writes whose text is known without a host: absolute path on the site ->
+        (text, mode), computed by the same functions ``pending`` and ``apply`` use (``invoke render``,
+        :mod:`sitestack.engine.render`). ``earlier``: path -> text of what the playbook's earlier steps
+        render, for a step that reads back what an earlier one wrote (a module directory's rc record).
+        What only exists once built on the site (an environment, a build, an image) is not rendered.
+        Default: nothing."""
+        return {}
+
+
+def under(base: str, files: Mapping[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
+    """``files`` (path relative to ``base`` -> (text, mode)) keyed by their absolute paths."""
+    return {f"{base.rstrip('/')}/{rel}": entry for rel, entry in files.items()}
+
 
 
 def printable(text: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,10 @@ class ApptainerImage(Action):
 
     def describe(self) -> str:
         return f"build {self.image} from {self.definition_file}"
+
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        """The definition file (the image is built from it on the site)."""
+        return {self.definition_file: (self.text, 0o644)}
 
     def _built_from(self, host: Host, image: str) -> str | None:
         """The definition digest the image at ``image`` carries (None: no image, or no label)."""

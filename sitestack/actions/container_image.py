@@ -20,10 +20,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.actions.action import Action
+from sitestack.actions.action import Action, under
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.installs.container import container_of
@@ -58,6 +59,10 @@ class ContainerImage(Action):
 
     def describe(self) -> str:
         return f"install {self.source} at {self.image}"
+
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        """The run scripts (the image is copied or linked from the site's own)."""
+        return under(self.runscripts_dir, scripts(self.ctx.site.name, self.ctx.facts)) if self.args.runscripts else {}
 
     def _source_stat(self, host: Host) -> str | None:
         out = host.probe(["stat", "-L", "-c", "%s %Y", "--", self.source])

@@ -9,9 +9,10 @@ before they are written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sitestack.actions.action import Action, files_diff, files_pending, write_files
+from sitestack.actions.action import Action, files_diff, files_pending, under, write_files
 from sitestack.core import placeholders
 from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem
@@ -58,6 +59,9 @@ class InstallLaunchEnv(Action):
 
     def files(self) -> dict[str, tuple[str, int]]:
         return helper_files(launch_inputs(self.ctx, self.args.dir))
+
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        return under(self.args.dir, self.files())
 
     def pending(self, host: Host) -> str | None:
         return "; ".join(files_pending(host, self.args.dir, self.files())) or None

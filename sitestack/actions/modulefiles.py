@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -54,7 +54,7 @@ from sitestack.installs.modulefile_specs import site_modules
 from sitestack.installs.modulefile_text import literal, message_problem
 from sitestack.installs.modulerc import Mark, State, merged, module_dir, module_file, rc_files, read_state, record_path
 from sitestack.installs.record_paths import removable
-from sitestack.installs.site_stack import find_built
+from sitestack.installs.site_stack import find_built, recipe_targets
 from sitestack.installs.tuned import Tuned, read_tuned
 from sitestack.installs.venv_stack import (
     DEFAULT_RECIPES,
@@ -184,18 +184,35 @@ class ModuleFiles(Action):
     def rc_plan(self, host: Host) -> RcPlan:
         """The stack's module directory's rc files after this step: every stack's entry from the
         directory's record, this stack's from the step's arguments (:func:`modulerc.merged`)."""
-        directory = module_dir(self.stack.name)
-        record = record_path(self.root, directory)
-        before = self.read(host, record)
+        plan, state = self.rc_after(self.read(host, record_path(self.root, module_dir(self.stack.name))), host.exists)
+        return plan._replace(stale=self.confined(host, [f"{self.root}/{r}" for r in state.files
+                                                        if f"{self.root}/{r}" not in plan.files]))
+
+    def rc_after(self, before: str | None, exists: Callable[[str], bool]) -> tuple[RcPlan, State]:
+        """:meth:`rc_plan` from the directory's record text ``before`` (None: none) and which module files
+        ``exists``, without a host (nothing stale yet), with the state the record held."""
         state = read_state(before)
         mine = module_file(self.root, self.stack.name, self.fmt)
         mark = Mark(self.fmt, self.args.default, self.args.hidden) if self.args.default or self.args.hidden else None
-        stacks, notes = merged(state, self.stack.name, mark, lambda p: p == mine or host.exists(p), self.root)
+        stacks, notes = merged(state, self.stack.name, mark, lambda p: p == mine or exists(p), self.root)
         rel = rc_files(stacks, self.template_dirs())
         files = {f"{self.root}/{r}": text for r, text in rel.items()}
-        stale = self.confined(host, [f"{self.root}/{r}" for r in state.files if r not in rel])
         text = State(stacks, tuple(rel)).text() if stacks or before is not None else None
-        return RcPlan(files, stale, record, text, notes)
+        return RcPlan(files, [], record_path(self.root, module_dir(self.stack.name)), text, notes), state
+
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        """The module files of the packages the playbook's recipe-install steps build
+        (:func:`~sitestack.installs.site_stack.recipe_targets`), with no tuned settings (``invoke tune``
+        chooses them on the site), the module directory's rc files holding the stacks of ``earlier``
+        steps too, and the step's records."""
+        built, _notes = recipe_targets(self.ctx, self.recipes())
+        files = self.render_files(built)
+        record = record_path(self.root, module_dir(self.stack.name))
+        rc, _state = self.rc_after(earlier.get(record), lambda p: p in earlier or p in files)
+        out = {**files, **rc.files, self.record: self._record_text(files)}
+        if rc.record_text is not None:
+            out[rc.record] = rc.record_text
+        return {path: (text, FILE_MODE) for path, text in out.items()}
 
     def dirs(self, files: Mapping[str, str]) -> list[str]:
         out = [self.root, os.path.dirname(self.record)]

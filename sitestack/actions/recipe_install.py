@@ -264,6 +264,10 @@ class RecipeInstall(Action):
                                      "so its source must be that tarball, not a directory")
             sources_mod.verify(given, known, f"{given} ({self.target.label}, from --source)")
 
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        """The module file the recipe's hooks ask for (the build itself happens on the site)."""
+        return {} if self.module is None else {self.module_path(): (self.module_text(), 0o644)}
+
     def module_path(self) -> str:
         assert self.module is not None
         # facts.modules.install_root filled in: its default "{prefix}/modules" is not a path yet (unfilled,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sitestack.actions.action import Action, unified_diff
@@ -28,6 +29,9 @@ class SiteFacts(Action):
     def render(self) -> str:
         record = {"site": self.ctx.site.name, "facts": self.ctx.resolved}
         return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        return {self.args.path: (self.render(), 0o644)}
 
     def pending(self, host: Host) -> str | None:
         current = host.read_text(self.args.path)

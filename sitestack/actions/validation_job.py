@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sitestack.actions.action import Action, files_diff, files_pending, log_name, write_files
+from sitestack.actions.action import Action, files_diff, files_pending, log_name, under, write_files
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.paths import SOURCES_DIR
@@ -87,6 +88,10 @@ class InstallValidationJob(Action):
         """The job's files, and where the site has ``facts.tuning`` the tuning sweep's plan and scripts."""
         inputs = job_inputs(self.ctx, self.args.dir, self.python())
         return {**job_files(inputs), **tune_files(inputs)}
+
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        """The job's files (:meth:`files`); the MPI probe is built on the site, so not among them."""
+        return under(self.args.dir, self.files())
 
     def cc(self) -> str:
         return shlex.split(self.ctx.facts.mpi.cc)[0]  # "cc -shared" is for libraries; the probe is a program

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitestack.actions.action import Action, files_diff, files_pending, write_files
+from sitestack.actions.action import Action, files_diff, files_pending, under, write_files
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
 from sitestack.core.shipped import installed
@@ -90,6 +91,9 @@ class VenvHook(Action):
 
     def files(self) -> dict[str, tuple[str, int]]:
         return hook_files(hook_config(self.ctx, self.stack))
+
+    def rendered(self, earlier: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+        return under(self.stack.path, self.files())
 
     def pending(self, host: Host) -> str | None:
         require_module_system(facts=self.ctx.facts)

@@ -93,6 +93,16 @@ class Listing:
 
 
 @dataclass(frozen=True)
+class Render:
+    """Where ``invoke render`` writes."""
+
+    out: str | None = option(None, "write the files under this local directory, each at its path on the site "
+                             "(DIR/lustre/...), with DIR/INDEX.md and DIR/index.json; it must be empty or new",
+                             required=True)
+    force: bool = option(False, "write into --out though it is not empty (a re-render over an earlier one)")
+
+
+@dataclass(frozen=True)
 class Jobs:
     """The options of the tasks about jobs and logs besides ValidateOptions: tune, nccl-log, pack-env, provision."""
 

@@ -8,7 +8,7 @@ from typing import Any
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from sitestack.cli.flags import FACTS, RUN, Data, Jobs, Listing, Task
+from sitestack.cli.flags import FACTS, RUN, Data, Jobs, Listing, Render, Task
 from sitestack.core.paths import REPO
 from sitestack.engine.task_glue import emit_data, errors_to_exit, options_of, options_task, playbook_path, run_task
 from sitestack.model.options import RunOptions, split_list
@@ -54,6 +54,28 @@ def provision(c: Context, o: Any) -> None:
         pb.check_tags(loaded, options)
         select.check_start_at(loaded, options)
         print("\n".join(select.list_steps(loaded, options) if o.list_steps else select.list_tags(loaded)))
+
+
+@options_task(*FACTS, Data, Render)
+def render(c: Context, o: Any) -> None:
+    """Write every file the site's playbook would install (module files, rc files, venv hooks, launch
+    helpers, job scripts, run scripts, image definitions), at its site path under --out, with an index of
+    which step writes which; nothing connects to the site."""
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import render as rendering
+
+    failed = False
+
+    def listing() -> tuple[dict[str, Any], list[str]]:
+        nonlocal failed
+        out = rendering.check_out(o.out, force=o.force)
+        loaded = pb.load(o.site, playbook_path(o.playbook))
+        document = rendering.write_rendering(rendering.render_site(loaded, options_of(RunOptions, c, o)), out)
+        failed = any(step.get("error") for step in document["steps"])
+        return document, rendering.summary(document, out)
+    emit_data(o, "render", listing)
+    if failed:
+        raise Exit(code=1)
 
 
 @options_task(Data, (Task, "debug"))

@@ -15,6 +15,7 @@ A program in :data:`sitestack.onsite.SINGLE_FILE` ships as its own text (:func:`
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +111,19 @@ def _packages(path: Path) -> Iterator[Path]:
 
 def _imports(path: Path) -> Iterator[Path]:
     """The package's modules that ``path`` imports (``from .x import y``, ``from . import x``, ``from .. import x``)."""
+    st = path.stat()
+    yield from _imports_of(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=1024)
+def _imports_of(path: Path, _mtime_ns: int, _size: int) -> tuple[Path, ...]:
+    """:func:`_imports` of the file as it is at this (mtime, size): parsing every module of ``onsite/`` is
+    most of the time a validation job's or a render's files take, and the same files are asked for by
+    several steps of one run."""
+    return tuple(_parse_imports(path))
+
+
+def _parse_imports(path: Path) -> Iterator[Path]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if not isinstance(node, ast.ImportFrom) or not node.level:
             continue

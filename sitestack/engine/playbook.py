@@ -21,6 +21,7 @@ from sitestack.core.cores import local_cores
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, LocalHost, local_host, ssh_host
 from sitestack.core.hostbase import GROUP_UMASK
+from sitestack.core.paths import PLAYBOOK_DIR
 from sitestack.core.private import private_dir
 from sitestack.core.report import HostRun, Reporter
 from sitestack.core.ssh import check_ssh_config
@@ -105,9 +106,7 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
             if isinstance(host, LocalHost):
                 os.umask(int(GROUP_UMASK, 8))
         prefix = ctx.values["prefix"]
-        not_probed = None
-        if ctx.facts.marker and not host.exists(ctx.facts.marker):
-            not_probed = f"{host.name} is not a {site.name} host ({ctx.facts.marker} missing)"
+        not_probed = not_the_site(site, ctx, host, options, reporter)
         if ctx.facts.install.group and not not_probed:
             check_group(host, ctx.facts.install.group)  # before anything is built, not at the end
         # A step --tags/--skip-tags leave out is only reported skipped: it is not built for the host
@@ -143,6 +142,24 @@ def run_host(site: Site, spec: HostSpec, options: Options, reporter: Reporter, l
             host.close()
     run.elapsed = time.perf_counter() - start
     return run
+
+
+def not_the_site(site: Site, ctx: RunContext, host: Host, options: Options, reporter: Reporter) -> str | None:
+    """Why ``host`` cannot be probed as the site's (its ``facts.marker`` is missing), or None. In check
+    mode the steps then plan unprobed; the note says once where the files they would write can be read."""
+    if not ctx.facts.marker or host.exists(ctx.facts.marker):
+        return None
+    reason = f"{host.name} is not a {site.name} host ({ctx.facts.marker} missing)"
+    if options.check:
+        reporter.note(f"{reason}: to read the files this playbook would install, run "
+                      f"`invoke render {render_args(site)} --out DIR`", host.name)
+    return reason
+
+
+def render_args(site: Site) -> str:
+    """How ``invoke render`` names ``site``: ``--site NAME`` for a playbook of playbooks/, else ``--playbook FILE``."""
+    shipped = Path(site.path).resolve() == (PLAYBOOK_DIR / f"{site.name}.yml").resolve()
+    return f"--site {site.name}" if shipped else f"--playbook {site.path}"
 
 
 def step_concurrency(host: Host, options: Options, confirm: select.Confirm | None = None) -> int:

@@ -21,7 +21,7 @@ PyTorch wheels (rocm5.7, from https://download.pytorch.org/whl/rocm5.7):
 Built for this site by sitestack (installed from its build, not recompiled):
     mpi4py 4.1.2 (/lustre/orion/proj123/world-shared/sitestack/mpi4py/4.1.2)
     horovod 0.28.1 (/lustre/orion/proj123/world-shared/sitestack/horovod/0.28.1)
-    aws-ofi-rccl 1.4.0 (module aws-ofi-rccl/1.4.0-rocm-5.7.1)
+    aws-ofi-rccl 1.4.0+17d41cb (module aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1)
 Exactly what is installed, with versions, hashes and origins: /lustre/orion/proj123/world-shared/sitestack/pytorch/2.2.2-rocm5.7.manifest.json
 
 Your own packages on top of the stack (activating your venv then loads this module):
@@ -35,7 +35,7 @@ Your own packages on top of the stack (activating your venv then loads this modu
 depends_on("PrgEnv-gnu/8.5.0")
 depends_on("rocm/5.7.1")
 depends_on("craype-accel-amd-gfx90a")
-depends_on("aws-ofi-rccl/1.4.0-rocm-5.7.1")
+depends_on("aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1")
 
 -- one pytorch at a time
 family("pytorch")

@@ -20,7 +20,7 @@ PyTorch 2.7.1 (rocm6.2.4) comes with the container image.
 Built for this site by sitestack (installed from its build, not recompiled):
     mpi4py 4.1.2 (/projappl/proj123/sitestack/mpi4py/4.1.2)
     horovod 0.28.1 (/projappl/proj123/sitestack/horovod/0.28.1)
-    aws-ofi-rccl 1.4.0 (module aws-ofi-rccl/1.4.0-rocm-6.2.4)
+    aws-ofi-rccl 1.18.0 (module aws-ofi-rccl/1.18.0-rocm-6.2.4)
 Exactly what is installed, with versions, hashes and origins: /projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4.manifest.json
 
 Python runs inside the container; this module sets SIF, the bind paths and the container's
