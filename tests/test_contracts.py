@@ -67,7 +67,7 @@ def test_a_recipe_placeholder_the_site_has_no_value_for_fails_the_build_naming_i
                           "--check"], cwd=tmp_path, text=True, capture_output=True, timeout=120,
                          env={**os.environ, "SITESTACK_LOG_DIR": str(tmp_path / "logs")})
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "demo@1.0: placeholder {rocm_home} has no value on this site" in run.stdout, run.stdout
+    assert "demo@1.0: would fail: placeholder {rocm_home} has no value on this site" in run.stdout, run.stdout
     assert "Traceback" not in run.stdout + run.stderr
     assert not prefix.exists()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,9 @@ VARIABLES = (
     Variable("SITESTACK_PARSE_CACHE", "switch", "on", "keep parsed playbooks and recipes (`~/.cache/sitestack/parsed`)"),
     Variable("SITESTACK_RENDER_CACHE", "switch", "on", "keep rendered module files and job files (`~/.cache/sitestack/renders`)"),
     Variable("SITESTACK_PROBE_CACHE", "switch", "on", "keep the answers of slow probes (`~/.cache/sitestack/probes`)"),
+    Variable("SITESTACK_TIME_LIMIT", "seconds", "from `scheduler.time`", "the validation job's time limit for its checks "
+             "(the batch script takes it first; `invoke validate` compares it with the site's healthy runs)",
+             low=1, high=30 * 86400),
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 
@@ -193,11 +197,12 @@ def _parse(var: Variable, text: str) -> Any:   # noqa: PLR0911 -- one return per
     return SWITCH[text.lower()]
 
 
-def get(name: str) -> Any:
-    """The checked value of variable ``name`` (one of :data:`VARIABLES`): None when unset or empty,
-    else a str, a list of paths (kind ``paths``), a float (``seconds``) or a bool (``switch``)."""
+def get(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The checked value of variable ``name`` (one of :data:`VARIABLES`) in ``environ`` (default: the
+    process's): None when unset or empty, else a str, a list of paths (kind ``paths``), a float
+    (``seconds``) or a bool (``switch``)."""
     var = BY_NAME[name]
-    text = os.environ.get(name, "")
+    text = (os.environ if environ is None else environ).get(name, "")
     return _parse(var, text) if text else None
 
 

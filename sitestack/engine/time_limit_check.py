@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
+from sitestack.core import envvars
 from sitestack.core.errors import SitestackError
 from sitestack.core.report import Reporter
 from sitestack.model.site import Facts
@@ -22,13 +23,9 @@ def job_time_limit(facts: Facts, environ: Mapping[str, str]) -> tuple[float | No
     """(the checks' limit the job will use, where it comes from): $SITESTACK_TIME_LIMIT of the
     submitting environment (the batch script takes it first), else the one the job derives from the
     site's ``scheduler.time``. None for a value that is not a number (the job refuses it by name)."""
-    given = environ.get("SITESTACK_TIME_LIMIT")
-    if given:
-        try:
-            value = float(given)
-        except ValueError:
-            return None, "SITESTACK_TIME_LIMIT"
-        return (value if math.isfinite(value) and value > 0 else None), "SITESTACK_TIME_LIMIT"
+    given = envvars.get("SITESTACK_TIME_LIMIT", environ)   # a value out of range: one message naming it
+    if given is not None:
+        return float(given), "SITESTACK_TIME_LIMIT"
     return float(time_limit(slurm_seconds(facts.scheduler.time))), f"scheduler.time {facts.scheduler.time}"
 
 
