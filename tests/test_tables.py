@@ -149,3 +149,26 @@ def test_each_rank_source_is_detected_by_its_own_variables() -> None:
     assert discover_rank({}).launcher == launchers.NO_LAUNCHER.label
     assert launchers.rank_source("torchrun").sets_master and not launchers.rank_source("srun").sets_master
     assert not launchers.rank_source("env").horovod and launchers.rank_source("unknown").mpi
+
+
+def test_the_net_plugin_fact_offers_the_plugins_of_the_comm_table():
+    """``facts.network.net_plugin`` is a checked choice of exactly the plugins sources/comm/libraries.yml
+    describes (whose NET names the validation job forces): a plugin added to the table is a choice, a
+    choice without a row could never be forced by name, and a typo is refused with the closest name."""
+    import dataclasses
+    import typing
+
+    import pytest
+
+    from sitestack.core import schema
+    from sitestack.core.errors import InputError
+    from sitestack.model import comm_libraries
+    from sitestack.model.facts import Network
+
+    hints = typing.get_type_hints(Network)
+    field = next(f for f in dataclasses.fields(Network) if f.name == "net_plugin")
+    literal = next(a for a in typing.get_args(hints[field.name]) if typing.get_origin(a) is typing.Literal)
+    assert set(typing.get_args(literal)) == {row.plugin for row in comm_libraries.table().plugins}
+    with pytest.raises(InputError, match=r"net_plugin: must be one of 'aws-ofi-rccl', 'aws-ofi-nccl', not 'aws-ofi-rcl' "
+                                         r"\(did you mean 'aws-ofi-rccl'\?\)"):
+        schema.build(Network, {"fabric": "slingshot-11", "net_plugin": "aws-ofi-rcl"}, "f.yml")

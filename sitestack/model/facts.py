@@ -137,8 +137,11 @@ class Network:
     fabric: str = field(metadata=_doc("e.g. slingshot-11, infiniband-edr, ethernet, loopback"))
     interfaces: tuple[str, ...] = field(default=(), metadata=_doc("interfaces collectives use, e.g. hsn0..hsn3"))
     libfabric_provider: str | None = field(default=None, metadata=_doc("libfabric provider, e.g. cxi"))
-    net_plugin: str | None = field(default=None, metadata=_doc(
-        "NCCL/RCCL network plugin the stack needs on multi-node runs (aws-ofi-rccl, aws-ofi-nccl) or none"))
+    # the plugins of sources/comm/libraries.yml (tests/test_tables.py keeps the two the same)
+    net_plugin: Literal["aws-ofi-rccl", "aws-ofi-nccl"] | None = field(default=None, metadata=_doc(
+        "the NCCL/RCCL network plugin sitestack builds for the stack (its recipe-install step) and the validation "
+        "job forces with NCCL_NET on multi-node runs; null where none is needed or the site provides its own "
+        "(a module, the container: facts.container.net_plugin)"))
 
 
 @dataclass(frozen=True)
