@@ -247,12 +247,16 @@ def test_job_template_bad_output_writes_nothing(tmp_path: Path):
 STAND_IN_MODULE = 'prepend_path("PATH", "{bin}")\n'
 
 TRAIN = """
-import os, torch, torch.distributed as dist
+import os, sys, torch, torch.distributed as dist
 dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the helper
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
-print("rank", os.environ["RANK"], "local", os.environ["LOCAL_RANK"], "of", dist.get_world_size(), "sum", int(t.item()),
-      "port", os.environ["MASTER_PORT"], flush=True)
+# one write per line: under python -u, print writes each argument and the newline on its own, and two
+# ranks' lines sharing the job's output would interleave
+sys.stdout.write(" ".join(str(x) for x in ("rank", os.environ["RANK"], "local", os.environ["LOCAL_RANK"], "of",
+                                           dist.get_world_size(), "sum", int(t.item()), "port", os.environ["MASTER_PORT"],))
+                 + "\\n")
+sys.stdout.flush()
 dist.destroy_process_group()
 """
 

@@ -127,7 +127,7 @@ def test_a_proc_file_is_read_whole_though_its_size_says_zero() -> None:
 @pytest.mark.parametrize("content, reason", [
     ("{\"a\": ", r"not JSON \(Expecting value: line 1 column 7"),
     ("[1, 2]", r"not a JSON object \(a JSON list\)"),
-    ("[" * 100000 + "]" * 100000, r"not JSON this program reads \(nested too deeply\)"),
+    ("[" * 100000 + "]" * 100000, r"not JSON this program reads \(nested more than 32 deep\)"),
     (b"{\"a\": \"\xff\"}", r"not JSON \(not UTF-8 at byte 7\)"),
     ("{\"a\": 1}" + " " * 100, "larger than 64 bytes"),
 ])

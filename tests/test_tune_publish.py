@@ -37,8 +37,10 @@ def sweep_doc(last_status: str, finished: bool = True) -> dict[str, Any]:
               point("p03", "default (again)", {}, 1.0, 20.0, status=last_status, seed=3)]
     return {"schema": "sitestack-sweep/1", "site": "local", "job_id": "77", "launcher": "srun", "nodes": 1,
             "world_size": 2, "backend": "gloo", "device": "cpu", "finished": finished, "stack": {"module": None, "digest": None},
+            # the plan the sweep ran, as the job's tune-plan.json holds it: its points are the ones published
             "plan": {"schema": "sitestack-tune-plan/1", "sizes": [int(s) for s in SIZES], "repeats": 5, "min_gain": 0.03,
-                     "variables": ["OMP_NUM_THREADS"], "points": []},
+                     "point_seconds": 60, "variables": ["OMP_NUM_THREADS"],
+                     "points": [{"id": p["id"], "label": p["label"], "settings": p["settings"]} for p in points]},
             "points": points}
 
 

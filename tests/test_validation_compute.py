@@ -172,7 +172,7 @@ def test_ranks_sharing_count_the_ranks_of_a_host_whose_cpus_overlap():
 
 def test_thread_variables_that_are_not_numbers_are_named():
     run = SimpleNamespace(args=SimpleNamespace(expect_world_size=None, device="cpu"), info=SimpleNamespace(rank=0, world_size=1),
-                          dev=SimpleNamespace(problem=None, kind="cpu"), config={}, host="h0",
+                          dev=SimpleNamespace(problem=None, kind="cpu"), config={}, host="h0", me={},
                           env={"OMP_NUM_THREADS": "lots", "MKL_NUM_THREADS": "8,2", "OPENBLAS_NUM_THREADS": "0"})
     assert env_check.own_problems(run, "2.13.0") == [  # type: ignore[arg-type]
         "OMP_NUM_THREADS='lots' is not a number of threads (a positive integer)",

@@ -239,7 +239,7 @@ def test_the_check_invoke_validate_runs_before_it_submits(tmp_path, can_mount):
     ro = in_namespace(f"mount --bind {shelf} {shelf}\nmount -o remount,bind,ro {shelf}", results_check(str(shelf)))
     assert (ro.returncode, ro.stderr) == (OUT_REFUSED, f"sitestack: results directory {shelf} is not writable: "
                                                        "Read-only file system\n")
-    full = in_namespace(f"mount -t tmpfs -o size=2M none {shelf}", results_check(str(shelf)))
+    full = in_namespace(f"mount -t tmpfs -o size=2M,mode=0700 none {shelf}", results_check(str(shelf)))
     assert full.returncode == OUT_REFUSED and re.fullmatch(
         rf"sitestack: results directory {re.escape(str(shelf))} has only \d+ KiB free \(a result needs 64 MiB\)\n",
         full.stderr), full.stderr

@@ -70,15 +70,23 @@ FAKE_RUNNER = {
 }
 
 
-def fake_horovod(tmp_path: Path) -> dict[str, str]:
-    package = tmp_path / "fake-horovod" / "horovod"
+def horovod_python(job: dict, tmp_path: Path) -> str:
+    """The job's Python with the stand-in for horovod.torch in its own site-packages: an overlay venv over
+    the test stack (tests/test_faults.overlay), so that the environment check, which names a package put
+    first from anywhere else (PYTHONPATH), takes it as the stack's own."""
+    from tests.test_faults import overlay
+
+    python = overlay(job, tmp_path / "with-horovod")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    package = Path(site) / "horovod"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "torch.py").write_text(FAKE_HOROVOD)
     for path, text in FAKE_RUNNER.items():
         (package / path).parent.mkdir(parents=True, exist_ok=True)
         (package / path).write_text(text)
-    return {"PYTHONPATH": str(package.parent)}
+    return python
 
 
 def check_argv(job: dict, out: Path, *extra: str) -> list[str]:
@@ -115,8 +123,8 @@ def test_install_built_the_probe_and_is_idempotent(installed_local_job, tmp_path
 
 
 def test_torchrun_without_a_scheduler(installed_local_job, tmp_path):
-    result, out = validate(installed_local_job, tmp_path, "--scheduler", "none", "--launcher", "torchrun",
-                           env=fake_horovod(tmp_path))
+    job = {**installed_local_job, "python": horovod_python(installed_local_job, tmp_path)}
+    result, out = validate(job, tmp_path, "--scheduler", "none", "--launcher", "torchrun")
     assert result.returncode == 0, result.stdout + result.stderr
     data = assert_report(out)
     checks = checks_of(data)
@@ -171,9 +179,8 @@ def test_a_rank_initialised_differently_and_a_socket_fallback_log_fail(installed
     log = tmp_path / "nccl.log"
     log.write_text(SOCKET_FALLBACK)
     out = tmp_path / "out"
-    env = {**os.environ, **job["env"], **fake_horovod(tmp_path), "SITESTACK_CHECK_FAULT": "seed@1",
-           "FAKE_HOROVOD_OFFSET": "1"}
-    proc = subprocess.run([job["python"], "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+    env = {**os.environ, **job["env"], "SITESTACK_CHECK_FAULT": "seed@1", "FAKE_HOROVOD_OFFSET": "1"}
+    proc = subprocess.run([horovod_python(job, tmp_path), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                            *check_argv(job, out, "--nccl-log", str(log))[2:]], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr

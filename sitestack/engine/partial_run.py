@@ -150,7 +150,9 @@ def install_modulefiles(*, site: str | None, playbook: Path | None, options: Run
 def pack_env(*, site: str | None, playbook: Path | None, name: str | None, requirements: str | None,
              dest: str | None, options: RunOptions, reporter: Reporter) -> list[HostRun]:
     """``invoke pack-env``: the playbook's ``pack-env`` steps (``name``: only that one), or one step
-    made from ``requirements`` (and ``name``, ``dest``) on top of the playbook's step of that name."""
+    made from ``requirements`` (and ``name``, ``dest``) on top of the playbook's step of that name, else
+    of its one pack-env step (the site's settings of a pack, e.g. ``channels_without_conda``, hold for a
+    user's env.yml too)."""
     loaded = pb.load(site, playbook)
     steps = [s for s in loaded.steps if s.action == "pack-env" and (name is None or s.args.get("name") == name)]
     if requirements is None and dest is None:
@@ -159,7 +161,9 @@ def pack_env(*, site: str | None, playbook: Path | None, name: str | None, requi
                              "the playbook has no pack-env step" + (f" named {name!r}" if name else "") +
                              ": give --requirements FILE and --name NAME")
         return pb.provision(dataclasses.replace(loaded, steps=tuple(steps), handlers=()), options, reporter)
-    args: dict[str, Any] = dict(steps[0].args) if steps else {}
+    every = [s for s in loaded.steps if s.action == "pack-env"]
+    base = steps or (every if len(every) == 1 else [])
+    args: dict[str, Any] = dict(base[0].args) if base else {}
     if name is not None:
         args["name"] = name
     if requirements is not None:
