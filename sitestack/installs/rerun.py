@@ -17,7 +17,7 @@ from sitestack.core.host import Host
 from sitestack.core.quoting import sh
 from sitestack.core.redact import has_secret
 from sitestack.model.site import Facts
-from sitestack.model.siteenv import INIT_CANDIDATES
+from sitestack.model.siteenv import module_init_lines
 
 DIR = "rerun"
 
@@ -28,12 +28,7 @@ def env_script(facts: Facts, env: Mapping[str, str], site: bool, label: str) -> 
     lines = [f"# sitestack: the environment of {label}'s failed build command; source it: . ./env.sh"]
     mods = facts.modules
     if site and mods.system != "none":
-        candidates = [mods.init] if mods.init else list(INIT_CANDIDATES)
-        lines += ["if ! type module >/dev/null 2>&1; then",
-                  f"  for f in {' '.join(sh(c) for c in candidates)}; do",
-                  '    if [ -r "$f" ]; then . "$f"; break; fi',
-                  "  done",
-                  "fi"]
+        lines += module_init_lines(facts)
         lines += [f"module use {sh(path)}" for path in mods.use]
         lines += [f"module load {sh(name)} || echo {sh('cannot load module ' + name)} >&2" for name in mods.load]
     for name, value in sorted(env.items()):

@@ -34,6 +34,19 @@ INIT_CANDIDATES = (
 )
 
 
+def module_init_lines(facts: Facts) -> list[str]:
+    """The bash lines that define ``module`` where it is not defined yet: the first readable init script
+    of the site's (``modules.init``) or of :data:`INIT_CANDIDATES` is sourced. They never exit, so they
+    may be sourced into a user's shell too (:mod:`sitestack.installs.rerun`)."""
+    mods = facts.modules
+    candidates = [mods.init] if mods.init else list(INIT_CANDIDATES)
+    return ["if ! type module >/dev/null 2>&1; then",
+            f"  for f in {' '.join(sh(c) for c in candidates)}; do",
+            '    if [ -r "$f" ]; then . "$f"; break; fi',
+            "  done",
+            "fi"]
+
+
 def prelude(facts: Facts, *, load: bool = True) -> str:
     """The bash lines that set up ``module`` and load the site modules (empty without modules)."""
     mods = facts.modules
@@ -41,11 +54,7 @@ def prelude(facts: Facts, *, load: bool = True) -> str:
         return ""
     candidates = [mods.init] if mods.init else list(INIT_CANDIDATES)
     lines = [
-        "if ! type module >/dev/null 2>&1; then",
-        f"  for f in {' '.join(sh(c) for c in candidates)}; do",
-        '    if [ -r "$f" ]; then . "$f"; break; fi',
-        "  done",
-        "fi",
+        *module_init_lines(facts),
         f"type module >/dev/null 2>&1 || {{ echo {sh('no module command (looked for ' + ' '.join(candidates) + ')')} >&2; "
         f"exit {NO_MODULE_SYSTEM}; }}",
     ]
