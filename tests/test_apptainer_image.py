@@ -15,7 +15,7 @@ import pytest
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook as pb
 from sitestack.installs.image_def import build_job
-from sitestack.model.container_facts import Runtime
+from sitestack.model.container_facts import runtime_named
 from tests.conftest import playbook_copy, run_invoke
 from tests.contexts import offline_context
 from tests.test_pack_env import golden
@@ -34,11 +34,11 @@ def test_definition_and_command_lines_golden() -> None:
     step = step_for()
     golden("dawn-pytorch2.8.def", step.text)
     assert step.definition_file == "/home/alice/sitestack/dawn/apptainer/pytorch2.8.def"
-    apptainer = Runtime("apptainer")
+    apptainer = runtime_named("apptainer")
     lines = [" ".join(apptainer.build_argv("/p/.pytorch2.8.sif.tmp-x", step.definition_file)),
              " ".join(apptainer.inspect_labels_argv("/p/pytorch2.8.sif")),
              " ".join(apptainer.exec_argv("/p/pytorch2.8.sif", ["python", "-m", "venv", "/p/v"], ["/p", "/etc/x"])),
-             " ".join(Runtime("singularity").exec_argv("/p/i.sif", ["true"]))]
+             " ".join(runtime_named("singularity").exec_argv("/p/i.sif", ["true"]))]
     golden("runtime-command-lines.txt", "\n".join(lines) + "\n")
     golden("dawn-build-job.sbatch", build_job(apptainer, out="/p/.pytorch2.8.sif.tmp-x", definition_file=step.definition_file,
                                               scratch="/ramdisks", sbatch=["--job-name=sitestack-image", "--partition=pvc9"]))

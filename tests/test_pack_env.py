@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.installs.squashfs_env import PackedEnv, commands_of, parse_requirements, wrapper
-from sitestack.model.container_facts import Runtime
+from sitestack.model.container_facts import runtime_named
 from tests.conftest import REPO, playbook_copy, run_invoke
 from tests.twins import runtime as twin
 
@@ -29,7 +29,7 @@ def golden(name: str, text: str) -> None:
 def packed(runtime: str | None) -> PackedEnv:
     return PackedEnv(name="tools", dest="/proj/sitestack/envs/tools", requirements=("torch==2.13.0",),
                   python="/opt/miniconda3/envs/pytorch/bin/python", system_site_packages=runtime is not None,
-                  runtime=Runtime(runtime) if runtime else None, image="/proj/sitestack/pytorch.sif" if runtime else None,
+                  runtime=runtime_named(runtime) if runtime else None, image="/proj/sitestack/pytorch.sif" if runtime else None,
                   binds=("/proj/sitestack", "/var/spool/slurmd", "/opt/cray") if runtime else ())
 
 

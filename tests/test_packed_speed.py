@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sitestack.installs.squashfs_env import FORMAT, MOUNTERS, PackedEnv, wrapper
-from sitestack.model.container_facts import Runtime
+from sitestack.model.container_facts import runtime_named
 from tests.conftest import run_invoke
 from tests.twins import runtime as twin
 
@@ -24,7 +24,7 @@ needs_fuse = pytest.mark.skipif(twin.available() is not None, reason=f"FUSE moun
 
 def packed(runtime: str | None, dest: str = "/proj/envs/tools") -> PackedEnv:
     return PackedEnv(name="tools", dest=dest, requirements=("six==1.16.0",), python="/usr/bin/python3",
-                     system_site_packages=False, runtime=Runtime(runtime) if runtime else None,
+                     system_site_packages=False, runtime=runtime_named(runtime) if runtime else None,
                      image="/proj/pytorch.sif" if runtime else None, binds=())
 
 

@@ -48,6 +48,7 @@ from sitestack.installs.squashfs_env import (
     wrapper,
 )
 from sitestack.model.container_facts import runtime_of
+from sitestack.model.container_runtimes import which_can
 from sitestack.model.context import RunContext
 from sitestack.model.site import StepSpec, expand
 
@@ -126,6 +127,10 @@ class PackEnv(Action):
                 raise InputError(where, f"pack-env {name}: container is {args.container}, but the site has no "
                                  "facts.container.image", key="args.container")
             runtime = runtime_of(facts.container)
+            if not runtime.mounts_images:
+                raise InputError(where, f"pack-env {name}: the packed environment is mounted into the container as an "
+                                 f"image, which {runtime.name} cannot do (runtimes that can: {which_can(lambda r: r.mounts_images)}); "
+                                 "set container: false", key="args.container")
             image = expand(facts.container.image, ctx.values)
             binds = tuple(dict.fromkeys([prefix, *(expand(b, ctx.values) for b in facts.container.bind)]))
         ssp = args.system_site_packages == "true" or (args.system_site_packages == "auto" and use_container)

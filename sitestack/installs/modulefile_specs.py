@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from sitestack.core.errors import SitestackError
 from sitestack.core.redact import redact
 from sitestack.installs.modulefile_render import ModuleSpec, PathOp, family_name
 from sitestack.installs.modulefile_text import Text, in_generation, literal, text_of
@@ -110,6 +111,12 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
     the image and its run scripts (container-image, which are also bound at /runscripts), WITH_CONDA,
     and the container's PATH (/runscripts, then the stack's venv) and PYTHONPATH."""
     runtime = runtime_of(container)
+    if runtime.bind_var is None or runtime.env_prefix is None:
+        # the module can only set what the runtime reads from variables; a runtime that takes binds and
+        # PATH as options gets them from the job (validation/container_forms.py) instead
+        raise SitestackError(f"facts.container.runtime: {runtime.name} reads no bind or environment variables, "
+                             "so a stack module cannot set its binds and PATH inside; use python.source: "
+                             "venv or conda with the image, or singularity/apptainer")
     prefix = ctx.values["prefix"].rstrip("/")
     # LUMI's create_container_vars: SIF .. NAME:upper() with '-' as 'MIN' (SIFPYTORCH)
     suffix = stack.family.upper().replace("-", "MIN")

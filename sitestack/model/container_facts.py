@@ -2,35 +2,30 @@
 image comes from (a copy of the site's, or a build from a definition file), and the choices the
 container module makes. Part of :mod:`sitestack.model.facts`, which re-exports these names.
 
-It also holds the container runtime a site runs its stack in, Singularity or Apptainer, in one place.
-Everything sitestack does with a container (the stack venv built inside it, packed environments
-and their wrappers, the LUMI container module, the Dawn image build, the validation job) asks a
-:class:`Runtime` for the command lines and variable names, so the two runtimes differ here only:
-
-- the command (``singularity`` / ``apptainer``);
-- the variable prefix: ``SINGULARITY_BINDPATH`` and ``SINGULARITYENV_NAME`` vs
-  ``APPTAINER_BINDPATH`` and ``APPTAINERENV_NAME`` (Apptainer still reads the ``SINGULARITY``
-  names, with a warning: https://apptainer.org/docs/user/main/singularity_compatibility.html);
-- argv: ``exec [--bind a,b] IMAGE CMD...``, ``build [--force] OUT DEF``, ``inspect --labels``.
-
-The runtime is a fact (``facts.container.runtime``, one of :data:`RUNTIMES`): an unknown name is
-an error when the playbook is loaded (the fact's type is the Literal :data:`RuntimeName`), and
-:func:`runtime_named` gives the same clear error for a name from anywhere else.
+The runtime (``facts.container.runtime``, one of :data:`RUNTIMES`: Singularity, Apptainer, Shifter,
+podman-hpc) is a row of :data:`sitestack.model.container_runtimes.RUNTIME_TABLE`, which everything that
+runs a container asks for its command lines (:func:`runtime_of`). An unknown name is an error when the
+playbook is loaded (the fact's type is the Literal :data:`RuntimeName`), and :func:`runtime_named`
+gives the same clear error for a name from anywhere else.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from sitestack.core.errors import SitestackError
 from sitestack.core.quoting import SHELL_NAME
-
-#: The runtimes sitestack drives. SingularityCE and Apptainer share the command line it uses.
-RuntimeName = Literal["singularity", "apptainer"]
-RUNTIMES: tuple[str, ...] = get_args(RuntimeName)
+from sitestack.model.container_runtimes import (
+    RUNTIMES,
+    Feature,
+    Runtime,
+    RuntimeName,
+    refusal,
+    runtime_named,
+    which_can,
+)
 
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
@@ -95,9 +90,15 @@ class Container:
         "link: image is a symbolic link to source"))
     sha256: str | None = field(default=None, metadata=_doc(
         "sha256 of the image (source); the container-image step refuses an image that differs"))
-    net_plugin: Literal["container", "host"] = field(default="container", metadata=_doc(
+    net_plugin: Literal["container", "host", "runtime"] = field(default="container", metadata=_doc(
         "which RCCL/NCCL network plugin the stack uses: the one inside the image (the stack module loads no "
-        "host modules) or the one sitestack builds on the host (its module and the site modules it needs)"))
+        "host modules), the one sitestack builds on the host (its module and the site modules it needs), or "
+        "the site's, which the runtime injects with its own option (Shifter --module=gpu,nccl-plugin, "
+        "podman-hpc --nccl); runtime is refused for a runtime that has no such option"))
+    mpi: Literal["container", "runtime"] = field(default="container", metadata=_doc(
+        "the MPI the stack's programs use in the container: the image's, or the site's, which the runtime "
+        "injects with its own option (Shifter --module=mpich, podman-hpc --mpi); runtime is refused for a "
+        "runtime that has no such option"))
     with_conda: str | None = field(default=None, metadata=_doc(
         "the command that activates the image's conda environment; the module exports it as WITH_CONDA"))
     build: ImageBuild | None = field(default=None, metadata=_doc(
@@ -108,65 +109,14 @@ class Container:
             return f"sha256: {self.sha256!r} is not 64 lowercase hex digits"
         if self.source is not None and self.image is None:
             return "source is set but image (where the container-image step installs it) is not"
+        runtime = runtime_named(self.runtime)
+        if self.net_plugin == "runtime" and (why := refusal(runtime, "net_plugin", "net_plugin")):
+            return why
+        if self.mpi == "runtime" and (why := refusal(runtime, "mpi", "mpi")):
+            return why
+        if self.build is not None and not runtime.builds:
+            return f"build: {runtime.name} builds no images here (runtimes that do: {which_can(lambda r: r.builds)})"
         return None
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """One container runtime: its command and the names of its variables."""
-
-    name: str
-
-    @property
-    def command(self) -> str:
-        return self.name
-
-    @property
-    def prefix(self) -> str:
-        """``SINGULARITY`` or ``APPTAINER``."""
-        return self.name.upper()
-
-    @property
-    def bind_var(self) -> str:
-        """The variable the runtime reads extra binds from (comma-separated ``src[:dst[:opts]]``)."""
-        return f"{self.prefix}_BINDPATH"
-
-    def env_var(self, name: str) -> str:
-        """The host variable that sets ``name`` inside the container (``SINGULARITYENV_NAME``)."""
-        return f"{self.prefix}ENV_{name}"
-
-    @property
-    def prepend_path_var(self) -> str:
-        """Prepended to the container's PATH (``<P>ENV_PREPEND_PATH``)."""
-        return self.env_var("PREPEND_PATH")
-
-    @staticmethod
-    def image_bind(image: str, dest: str) -> str:
-        """A bind spec mounting the squashfs ``image`` read-only at ``dest`` (``image-src=/``)."""
-        return f"{image}:{dest}:image-src=/"
-
-    def exec_argv(self, image: str, argv: Sequence[str], binds: Iterable[str] = ()) -> list[str]:
-        """``<runtime> exec [--bind b1,b2] IMAGE ARGV...`` (binds de-duplicated, order kept)."""
-        out = [self.command, "exec"]
-        joined = ",".join(dict.fromkeys(b for b in binds if b))
-        if joined:
-            out += ["--bind", joined]
-        return [*out, image, *argv]
-
-    def build_argv(self, out: str, source: str, *, force: bool = True) -> list[str]:
-        """``<runtime> build [--force] OUT SOURCE`` (SOURCE a definition file or a directory)."""
-        return [self.command, "build", *(["--force"] if force else []), out, source]
-
-    def inspect_labels_argv(self, image: str) -> list[str]:
-        """``<runtime> inspect --labels IMAGE``: prints ``key: value`` lines."""
-        return [self.command, "inspect", "--labels", image]
-
-
-def runtime_named(name: str, where: str = "facts.container.runtime") -> Runtime:
-    """The runtime called ``name``; an unknown one is a :class:`SitestackError` naming ``where``."""
-    if name not in RUNTIMES:
-        raise SitestackError(f"{where}: unknown container runtime {name!r} (known: {', '.join(RUNTIMES)})")
-    return Runtime(name)
 
 
 def runtime_of(container: Container) -> Runtime:
@@ -174,12 +124,26 @@ def runtime_of(container: Container) -> Runtime:
     return runtime_named(container.runtime)
 
 
+def container_features(container: Container, gpus: bool) -> list[Feature]:
+    """What the runtime's modules do for a job in ``container``: expose the GPUs (a site with ``gpus``;
+    always with the plugin, which needs them), inject the site's network plugin and MPI where the facts
+    say the runtime does (``net_plugin: runtime``, ``mpi: runtime``). Only features the runtime has."""
+    runtime = runtime_of(container)
+    wanted: list[Feature] = ["gpu"] if gpus or container.net_plugin == "runtime" else []
+    wanted += ["net_plugin"] if container.net_plugin == "runtime" else []
+    wanted += ["mpi"] if container.mpi == "runtime" else []
+    return [f for f in wanted if f in runtime.modules]
+
+
 def passed_in(container: Container | None, names: Iterable[str]) -> list[tuple[str, str]]:
     """(the runtime's variable, NAME) for each of ``names``: exported as ``APPTAINERENV_NAME="$NAME"``, it
     passes the value NAME has into the container, where it wins over the image's ``%environment``
-    (Apptainer docs, "Environment and metadata"). None without a container."""
-    return [(runtime_of(container).env_var(name), name) for name in names] if container else []
+    (Apptainer docs, "Environment and metadata"). None without a container, or for a runtime that
+    passes values by option (``Runtime.env_words``)."""
+    if not container or runtime_of(container).env_prefix is None:
+        return []
+    return [(runtime_of(container).env_var(name), name) for name in names]
 
 
-__all__ = ["IMAGE_BASES", "RUNTIMES", "Container", "ImageBuild", "Runtime", "RuntimeName", "passed_in",
-           "runtime_named", "runtime_of"]
+__all__ = ["IMAGE_BASES", "RUNTIMES", "Container", "ImageBuild", "Runtime", "RuntimeName", "container_features",
+           "passed_in", "runtime_named", "runtime_of"]

@@ -237,9 +237,10 @@ class PluginHooks(PackageHooks):
                     "home: ...}` (NCCL) under facts:, or name the release in the step (package: {rocm: X} or "
                     "{cuda: X})")
         c = facts.container
-        if facts.python.source == "container" and c is not None and c.net_plugin == "container":
-            return ("builds the RCCL network plugin on the host, but the stack runs in the container with the "
-                    "image's own plugin (facts.container.net_plugin: container), so this build would never be "
+        if facts.python.source == "container" and c is not None and c.net_plugin != "host":
+            whose = "the image's own plugin" if c.net_plugin == "container" else "the plugin its runtime injects"
+            return (f"builds the RCCL network plugin on the host, but the stack runs in the container with {whose} "
+                    f"(facts.container.net_plugin: {c.net_plugin}), so this build would never be "
                     "loaded: remove the step, or set facts.container.net_plugin: host to use it")
         return None
 

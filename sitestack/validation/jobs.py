@@ -20,7 +20,6 @@ from sitestack.core import templates
 from sitestack.core.quoting import sh, sh_default, sh_expanding
 from sitestack.core.shipped import shipped
 from sitestack.model import comm_libraries, comm_settings
-from sitestack.model.container_facts import passed_in, runtime_of
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import BusBandwidth, Facts, Validation
 from sitestack.model.siteenv import LOAD_FAILED, prelude
@@ -28,6 +27,7 @@ from sitestack.model.slurmtime import slurm_seconds
 from sitestack.onsite.launchers import LAUNCHERS
 from sitestack.validation import masks as masks_mod
 from sitestack.validation import runtime_checks
+from sitestack.validation.container_forms import script_container
 from sitestack.validation.results_dir import OUT_REFUSED, RESULT_SPACE_MIB, RESULTS_CHECK
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def job_context(inputs: JobInputs, launcher: str) -> dict[str, Any]:
         "result_space_mib": RESULT_SPACE_MIB,
         "results_check": RESULTS_CHECK,
         "module_root": inputs.module_root,
-        "sbatch": _sbatch_options(facts, v),
+        "sbatch": _sbatch_options(facts, v) + (container["sbatch"] if container else []),
         "env": env_items,
         "miopen": miopen,
         "container": container,
@@ -219,19 +219,18 @@ def _job_env(inputs: JobInputs, stacks: int) -> tuple[list[tuple[str, str]], lis
 
 
 def _container_context(inputs: JobInputs) -> tuple[dict[str, Any] | None, str]:
-    """The site's container for the templates (runtime, image, bind variable and binds) and the
-    prefix that runs a command in it; ``(None, "")`` for a site without a container."""
+    """The site's container for the templates (validation/container_forms.py: the runtime row's forms)
+    and the prefix that runs a command in it; ``(None, "")`` for a site without a container."""
     facts = inputs.facts
     if not facts.container:
         return None, ""
-    runtime = runtime_of(facts.container)
-    container = {"runtime": runtime.name, "image": facts.container.image or "", "bind_var": runtime.bind_var,
-                 # the prefix holds the stack's Python (PYTHON) and everything it installed
-                 "binds": sh_expanding(",".join((*facts.container.bind, inputs.prefix or str(Path(inputs.dir).parent),
-                                                 "$VALIDATION_DIR", "$OUT"))),
-                 # the user's choices (facts.env_defaults) into the image; with the launch helper, the helper's
-                 "pass_in": [] if inputs.launch_env else passed_in(facts.container, facts.env_defaults)}
-    return container, f'{runtime.command} exec "$SIF" '
+    container = script_container(
+        facts.container, gpus=facts.gpu.vendor != "none",
+        # the prefix holds the stack's Python (PYTHON) and everything it installed
+        binds=(*facts.container.bind, inputs.prefix or str(Path(inputs.dir).parent), "$VALIDATION_DIR", "$OUT"),
+        # the user's choices (facts.env_defaults) into the image; with the launch helper, the helper's
+        pass_names=[] if inputs.launch_env else list(facts.env_defaults))
+    return container, container["exec_prefix"]
 
 
 def _geometry_context(inputs: JobInputs, v: Validation, stacks: int) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any
 from sitestack.core import templates
 from sitestack.core.quoting import SHELL_NAME, sh_default, sh_expanding
 from sitestack.core.shipped import single_file
-from sitestack.model.container_facts import passed_in, runtime_of
+from sitestack.model.container_facts import passed_in
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.site import Facts
 from sitestack.model.siteenv import prelude
@@ -42,6 +42,7 @@ from sitestack.onsite.venv_unpack import CONDA_UNPACK
 from sitestack.onsite.venv_unpack import PROGRAM as UNPACK_PROGRAM
 from sitestack.validation import jobs, runtime_checks
 from sitestack.validation import masks as masks_mod
+from sitestack.validation.container_forms import script_container
 
 HELPER = "sitestack-launch-env"
 LAUNCH = "sitestack-launch"
@@ -206,11 +207,14 @@ def render_job_template(inputs: LaunchInputs, launcher: str | None = None) -> st
     container = None
     exec_prefix = ""
     if facts.container:
-        runtime = runtime_of(facts.container)
-        binds = ",".join((*facts.container.bind, inputs.bin.rsplit("/", 1)[0]))
-        container = {"runtime": runtime.name, "image": facts.container.image or "", "bind_var": runtime.bind_var,
-                     "binds": sh_expanding(binds)}
-        exec_prefix = f'{runtime.command} exec "$SIF" '
+        # the row's forms (validation/container_forms.py); the launch helper's pass_in covers a runtime
+        # that passes values by variable, the options the users' choices for one that takes them on its
+        # command line
+        container = script_container(facts.container, gpus=facts.gpu.vendor != "none",
+                                     binds=(*facts.container.bind, inputs.bin.rsplit("/", 1)[0]),
+                                     pass_names=list(facts.env_defaults) if not ctx["pass_in"] else [],
+                                     append_binds=True)
+        exec_prefix = container["exec_prefix"]   # (the image's sbatch option came with the job's)
     text = prelude(facts)
     return jobs.environment().get_template("job-template.sbatch.j2").render(
         **ctx, sbatch=sbatch, sbatch_tasks=v.sbatch_tasks, launcher=launcher,

@@ -89,7 +89,7 @@ def render_tune_job(inputs: JobInputs, launcher: str) -> str:
     seconds = tune_job_seconds(facts)
     ctx.update(sbatch=[f"--time={slurm_time(seconds)}" if line.startswith("--time=") else line for line in ctx["sbatch"]],
                job_seconds=seconds, time_limit=time_limit(seconds),
-               container_env=runtime_of(facts.container).env_var("") if facts.container else "")
+               container_env=(runtime_of(facts.container).env_prefix or "") if facts.container else "")
     name = LAUNCHERS[launcher].template
     return templates.cached_text([TEMPLATES], repr((name, sorted(ctx.items()))),
                                  lambda: environment().get_template(name).render(**ctx))
