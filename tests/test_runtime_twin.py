@@ -30,8 +30,20 @@ def twin(tmp_path: Path) -> Path:
     data.mkdir()
     (data / "x").write_text("payload\n")
     runtime.make_image(data, tmp_path / "data.sqfs")
+    # Shifter and podman-hpc name images: the stand-in finds them by name; their site modules are files
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "example_torch_1.0.sif").write_bytes((tmp_path / "test.sif").read_bytes())
+    for rt, module in (("shifter", "nccl-plugin"), ("podman-hpc", "nccl")):
+        (tmp_path / "modules" / rt).mkdir(parents=True)
+        (tmp_path / "modules" / rt / module).write_text("# the site's plugin\nNCCL_NET_PLUGIN=/site/plugin.so\n")
+        (tmp_path / "modules" / rt / "gpu").write_text("# no GPU on this machine\n")
     runtime.install(tmp_path / "bin")
     return tmp_path
+
+
+def named(twin: Path, **env: str) -> dict[str, str]:
+    """The environment that tells the stand-in where named images and the runtimes' modules are."""
+    return {"RUNTIME_TWIN_DOCKER_DIR": str(twin / "images"), "RUNTIME_TWIN_MODULES_DIR": str(twin / "modules"), **env}
 
 
 def run(twin: Path, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -101,3 +113,32 @@ def test_open_descriptors_pass_into_the_container(twin: Path) -> None:
         os.close(write)
     with os.fdopen(read) as pipe:
         assert out.returncode == 0 and pipe.read() == "through\n", out.stderr
+
+
+def test_shifter_maps_image_volume_module_and_env(twin: Path) -> None:
+    """Shifter's command line as the job writes it: the image by name, one --volume per bind, the site's
+    modules (their variables set inside) and --env; the host's environment passes in."""
+    out = run(twin, "shifter", "--image=docker:example/torch:1.0", f"--volume={twin / 'data'}:/data",
+              "--module=gpu,nccl-plugin", '--env=CHOICE=mine', "sh", "-c",
+              'echo "$CHOICE|$NCCL_NET_PLUGIN|$FROM_HOST|$WITH_CONDA"; cat /data/x; /runscripts/hello', env=named(twin, FROM_HOST="yes"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["mine|/site/plugin.so|yes|source activate", "payload", "hello"]
+    # the image the batch job named (#SBATCH --image) when the command names none
+    batch = run(twin, "shifter", "true", env=named(twin, SLURM_SPANK_SHIFTER_IMAGE="example/torch:1.0"))
+    assert batch.returncode == 0, batch.stderr
+    unknown = run(twin, "shifter", "--image=example/torch:1.0", "--module=mpich", "true", env=named(twin))
+    assert unknown.returncode == 255 and "unknown module 'mpich'" in unknown.stderr
+
+
+def test_podman_hpc_passes_only_what_it_is_told(twin: Path) -> None:
+    argv = ["run", "--rm", "--gpu", "--nccl", f"--volume={twin / 'data'}:/data", "-e", "CHOICE"]
+    script = 'echo "${CHOICE:-}|${FROM_HOST:-unset}|$NCCL_NET_PLUGIN"; cat /data/x'
+    env = named(twin, CHOICE="mine", FROM_HOST="yes")
+    out = run(twin, "podman-hpc", *argv, "example/torch:1.0", "sh", "-c", script, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["mine|unset|/site/plugin.so", "payload"]
+    host = run(twin, "podman-hpc", "run", "--rm", "--env-host", "example/torch:1.0", "sh", "-c",
+               'echo "$FROM_HOST"', env=env)
+    assert host.stdout == "yes\n", host.stderr
+    missing = run(twin, "podman-hpc", "run", "--rm", "other/image:2", "true", env=named(twin))
+    assert missing.returncode == 255 and "image other/image:2 not found" in missing.stderr

@@ -1,4 +1,5 @@
-"""STAND-IN for the Singularity / Apptainer container runtime, on top of bubblewrap and squashfuse.
+"""STAND-IN for the Singularity / Apptainer container runtime, on top of bubblewrap and squashfuse
+(and the runner under the Shifter and podman-hpc stand-ins: tests/twins/runtime_modules.py).
 
 Why a stand-in: neither SingularityCE nor Apptainer is packaged for Debian 12 or on PyPI, so the
 product's container features (packed environments, the LUMI container module and its run
@@ -73,11 +74,19 @@ def available() -> str | None:
     return None
 
 
-def install(bin_dir: Path, docker_dir: Path | None = None) -> Path:
-    """Write ``singularity`` and ``apptainer`` executables into ``bin_dir`` that run this stand-in."""
+#: The runtimes the stand-in answers as: Shifter and podman-hpc through tests/twins/runtime_modules.py.
+COMMANDS = ("singularity", "apptainer", "shifter", "podman-hpc")
+
+
+def install(bin_dir: Path, docker_dir: Path | None = None, modules_dir: Path | None = None) -> Path:
+    """Write ``singularity``, ``apptainer``, ``shifter`` and ``podman-hpc`` executables into ``bin_dir``
+    that run this stand-in (``docker_dir``: the images by name; ``modules_dir``: the runtimes' site
+    modules, tests/twins/runtime_modules.py)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     docker = f"export RUNTIME_TWIN_DOCKER_DIR={shlex.quote(str(docker_dir))}\n" if docker_dir else ""
-    for name in ("singularity", "apptainer"):
+    if modules_dir:
+        docker += f"export RUNTIME_TWIN_MODULES_DIR={shlex.quote(str(modules_dir))}\n"
+    for name in COMMANDS:
         path = bin_dir / name
         path.write_text(f"#!/bin/sh\n# STAND-IN for {name}: tests/twins/runtime.py (bwrap + squashfuse)\n{docker}"
                         f"exec {shlex.quote(sys.executable)} {shlex.quote(__file__)} {name} \"$@\"\n")
@@ -179,6 +188,13 @@ def do_exec(runtime: str, args: list[str]) -> int:
     image, command = args[0], args[1:]
     if not os.path.isfile(image):
         raise Fatal(f"could not open image {image}: no such file")
+    env, lines = inner_env(runtime, dict(os.environ))
+    return run_in(image, binds, env, lines, command)
+
+
+def run_in(image: str, binds: list[str], env: dict[str, str], lines: list[str], command: list[str]) -> int:
+    """Run ``command`` in ``image`` (a squashfs laid over the host's ``/``) with ``binds``, the environment
+    ``env``, and the shell ``lines`` applied after the image's env scripts; its exit status."""
     mounts = Mounts()
     try:
         view = View()
@@ -196,7 +212,6 @@ def do_exec(runtime: str, args: list[str]) -> int:
                 view.bind(os.path.join(mounts.mount(src), inside.lstrip("/")), dst, ro=True)
             else:
                 view.bind(os.path.realpath(src), dst, ro=opts == "ro")
-        env, lines = inner_env(runtime, dict(os.environ))
         script = ("for f in /.singularity.d/env/*.sh; do [ -f \"$f\" ] && . \"$f\"; done\n"
                   + "\n".join(lines) + '\nexec "$@"\n')
         argv = ["bwrap", "--die-with-parent", *view.argv(), "--dev-bind", "/dev", "/dev", "--proc", "/proc",
@@ -315,9 +330,12 @@ def do_inspect(args: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     runtime, args = argv[0], list(argv[1:])
-    while args and args[0] in ("-s", "--silent", "-q", "--quiet"):
+    while runtime not in ("shifter", "podman-hpc") and args and args[0] in ("-s", "--silent", "-q", "--quiet"):
         args.pop(0)
     try:
+        if runtime in ("shifter", "podman-hpc"):
+            from tests.twins import runtime_modules
+            return runtime_modules.main(runtime, args)
         if not args or args[0] in ("--version", "version"):
             print(VERSION[runtime])
             return 0
