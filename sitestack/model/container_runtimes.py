@@ -146,8 +146,13 @@ class Runtime:
     def exec_argv(self, image: str, argv: Sequence[str], binds: Iterable[str] = (),
                   options: Sequence[str] = ()) -> list[str]:
         """``<runtime> <run> [binds] [options] IMAGE ARGV...``, e.g. ``singularity exec --bind a,b IMG CMD``,
-        ``shifter --volume=a:a --image=IMG CMD``, ``podman-hpc run --rm ... IMG CMD``."""
-        return [self.command, *self.run, *self.bind_words(binds), *options, self.image_arg.format(image=image), *argv]
+        ``podman-hpc run --rm ... IMG CMD``; an image given by option goes first, as the runtime's docs
+        write it (``shifter --image=IMG --volume=a:a CMD``)."""
+        image_word = self.image_arg.format(image=image)
+        rest = [*self.bind_words(binds), *options]
+        if image_word.startswith("-"):
+            return [self.command, *self.run, image_word, *rest, *argv]
+        return [self.command, *self.run, *rest, image_word, *argv]
 
     def build_argv(self, out: str, source: str, *, force: bool = True) -> list[str]:
         """``<runtime> build [--force] OUT SOURCE`` (SOURCE a definition file or a directory)."""

@@ -48,10 +48,7 @@ def script_container(container: Container, *, gpus: bool, binds: Sequence[str], 
     modules = runtime.module_words(features)
     options += [sh(word) for word in modules]
     pass_in = [(runtime.env_var(name), name) for name in pass_names] if runtime.env_prefix else []
-    words = [runtime.command, *runtime.run]
-    if options:
-        words.append(f'"${{{OPTIONS_ARRAY}[@]}}"')
-    words.append(runtime.image_arg.format(image='"$SIF"'))
+    words = runtime.exec_argv('"$SIF"', [], options=[f'"${{{OPTIONS_ARRAY}[@]}}"'] if options else [])
     return {
         "runtime": runtime.name,
         "image": container.image or "",

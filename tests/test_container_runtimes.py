@@ -1,0 +1,120 @@
+"""Each container runtime (model/container_runtimes.py) renders its own documented forms: the local
+site's playbook with facts.container set to each runtime, rendered as `invoke render` renders it
+(engine/render.py), and its job template; the messages for a misspelt runtime and for
+``net_plugin``/``mpi: runtime`` on a runtime that has no such option."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sitestack.actions.launch_env import launch_inputs
+from sitestack.core.errors import SitestackError
+from sitestack.engine import playbook as pb
+from sitestack.engine import render
+from sitestack.model.container_facts import runtime_named
+from sitestack.model.context import RunOptions
+from sitestack.validation.launch_helpers import render_job_template
+from tests.contexts import offline_context
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: What each runtime's documentation writes (the sources in model/container_runtimes.py), by hand:
+#: the launch line of the srun job, the lines the job must hold, and what it must not.
+DOCUMENTED: dict[str, dict[str, Any]] = {
+    "singularity": {"exec": 'singularity exec "$SIF" "$PYTHON"', "lines": ['export SINGULARITY_BINDPATH="'],
+                    "not": ["#SBATCH --image", "CONTAINER_OPTIONS"]},
+    "apptainer": {"exec": 'apptainer exec "$SIF" "$PYTHON"', "lines": ['export APPTAINER_BINDPATH="'],
+                  "not": ["#SBATCH --image", "CONTAINER_OPTIONS"]},
+    "shifter": {"exec": 'shifter --image="$SIF" "${CONTAINER_OPTIONS[@]}" "$PYTHON"',
+                "lines": ["#SBATCH --image=docker:nersc/pytorch:24.06.01", "--module=gpu,nccl-plugin", '"--volume=$OUT:$OUT"'],
+                "not": ["BINDPATH", "ENV_"]},
+    "podman-hpc": {"exec": 'podman-hpc run --rm --env-host "${CONTAINER_OPTIONS[@]}" "$SIF" "$PYTHON"',
+                   "lines": ["--gpu --nccl", '"--volume=$OUT:$OUT"'], "not": ["#SBATCH --image", "BINDPATH", "ENV_"]},
+}
+
+
+def playbook_with(tmp_path: Path, **container: Any) -> Path:
+    """The local site's playbook with ``facts.container`` (an NVIDIA-style runtime plugin where the
+    runtime has one), as a file of its own."""
+    data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
+    data["facts"]["container"] = container
+    data["site"] = "boxed"
+    path = tmp_path / "boxed.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def container_of(runtime: str) -> dict[str, Any]:
+    plugin = "runtime" if runtime_named(runtime).modules else "container"
+    return {"runtime": runtime, "image": "nersc/pytorch:24.06.01", "net_plugin": plugin, "bind": ["/tmp"]}
+
+
+@pytest.mark.parametrize("runtime", list(DOCUMENTED))
+def test_each_runtime_renders_its_documented_forms(runtime: str, tmp_path: Path):
+    site = pb.load(None, path=playbook_with(tmp_path, **container_of(runtime)))
+    rendering = render.render_site(site, RunOptions(account="proj123"))
+    files = {path: text for step in rendering.steps for path, (text, _mode) in step.files.items()}
+    (job,) = [text for path, text in files.items() if path.endswith("/validate-srun.sbatch")]
+    want = DOCUMENTED[runtime]
+    one_line = re.sub(r"\\\n\s*", " ", job)   # a command continued over lines, as one
+    assert re.search(r"\bsrun [^\n]*" + re.escape(want["exec"]), one_line), job
+    for line in want["lines"]:
+        assert line in job, line
+    for line in want["not"]:
+        assert line not in job, line
+    # every launcher's job runs its Python in the image the same way; and they are bash that parses
+    for path, text in files.items():
+        if path.endswith(".sbatch"):
+            assert want["exec"].rsplit(" ", 1)[0] in text, path
+            checked = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+            assert checked.returncode == 0, (path, checked.stderr)
+
+
+@pytest.mark.parametrize("runtime", ["shifter", "podman-hpc", "apptainer"])
+def test_the_job_template_passes_the_users_choices_in_the_runtimes_way(runtime: str, tmp_path: Path):
+    path = playbook_with(tmp_path, **container_of(runtime))
+    data = yaml.safe_load(path.read_text())
+    data["facts"]["env_defaults"] = ["GLOO_SOCKET_IFNAME"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    ctx = offline_context(pb.load(None, path=path))
+    text = render_job_template(launch_inputs(ctx, "/p/bin"), "srun")
+    passed = {"shifter": '--env=GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME}"', "podman-hpc": "-e GLOO_SOCKET_IFNAME",
+              # Apptainer: the launch helper exports APPTAINERENV_NAME (the template says so)
+              "apptainer": "APPTAINERENV_GLOO_SOCKET_IFNAME"}[runtime]
+    assert passed in text
+    assert DOCUMENTED[runtime]["exec"].rsplit(" ", 1)[0] + " /p/bin/sitestack-launch python" in text
+    assert subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True).returncode == 0
+
+
+def test_a_misspelt_runtime_says_what_is_accepted(tmp_path: Path):
+    path = playbook_with(tmp_path, runtime="shifterr", image="x")
+    with pytest.raises(SitestackError) as err:
+        pb.load(None, path=path)
+    message = str(err.value)
+    assert f"{path}:" in message and "runtime" in message and "did you mean 'shifter'" in message
+    assert all(repr(name) in message for name in DOCUMENTED)
+    with pytest.raises(SitestackError, match="did you mean 'podman-hpc'"):
+        runtime_named("podman")
+
+
+@pytest.mark.parametrize("runtime, key", [("apptainer", "net_plugin"), ("singularity", "mpi")])
+def test_runtime_injection_is_refused_for_a_runtime_without_the_option(runtime: str, key: str, tmp_path: Path):
+    path = playbook_with(tmp_path, runtime=runtime, image="/p/i.sif", **{key: "runtime"})
+    with pytest.raises(SitestackError) as err:
+        pb.load(None, path=path)
+    message = str(err.value)
+    assert f"{path}:" in message and f"{key}: runtime" in message and f"{runtime} has no such option" in message
+    assert "shifter, podman-hpc" in message
+
+
+def test_shifter_injects_mpi_with_its_module(tmp_path: Path):
+    site = pb.load(None, path=playbook_with(tmp_path, **container_of("shifter"), mpi="runtime"))
+    rendering = render.render_site(site, RunOptions(account="proj123"))
+    jobs = [text for step in rendering.steps for path, (text, _m) in step.files.items() if path.endswith("-mpiexec.sbatch")]
+    assert jobs and " --module=gpu,nccl-plugin,mpich" in jobs[0]
