@@ -5,6 +5,8 @@ site's playbook with facts.container set to each runtime, rendered as `invoke re
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -118,3 +120,42 @@ def test_shifter_injects_mpi_with_its_module(tmp_path: Path):
     rendering = render.render_site(site, RunOptions(account="proj123"))
     jobs = [text for step in rendering.steps for path, (text, _m) in step.files.items() if path.endswith("-mpiexec.sbatch")]
     assert jobs and " --module=gpu,nccl-plugin,mpich" in jobs[0]
+
+
+# -- on the twin: the runtime stand-ins (tests/twins/runtime_modules.py) ----------------------------------
+@pytest.mark.integration
+@pytest.mark.parametrize("runtime", ["shifter", "podman-hpc"])
+def test_a_playbook_with_the_runtime_validates_on_the_twin(runtime: str, validation_python, tmp_path: Path):
+    """The validation job installed from a playbook whose container runs on ``runtime`` with the runtime's
+    plugin option (container.net_plugin: runtime), then `invoke validate` (torchrun, no scheduler): the
+    ranks run in the stand-in's image, given its site modules (an unknown module stops the runtime)."""
+    from tests.conftest import run_invoke
+    from tests.twins import runtime as twin
+
+    if twin.available():
+        pytest.skip(f"stand-in runtime: {twin.available()}")
+    python, env = validation_python
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "images").mkdir()
+    twin.make_image(tmp_path / "empty", tmp_path / "images" / "sitestack_twin-torch_1.sif")   # the host's / is the image's
+    for module in runtime_named(runtime).module_words(["gpu", "net_plugin"]):
+        for name in module.removeprefix("--module=").removeprefix("--").split(","):
+            (tmp_path / "modules" / runtime).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "modules" / runtime / name).write_text(
+                f"# STAND-IN for the site's {name} module: no GPU or NCCL here (gloo)\nSITESTACK_TWIN_MODULE_{len(name)}=1\n")
+    bin_dir = twin.install(tmp_path / "bin", tmp_path / "images", tmp_path / "modules")
+    path = playbook_with(tmp_path, runtime=runtime, image="sitestack/twin-torch:1", net_plugin="runtime")
+    prefix = tmp_path / "prefix"
+    env = {**env, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
+    installed = run_invoke("install-validation-job", "--playbook", str(path), "--prefix", str(prefix), "--python", python,
+                           env=env, timeout=900)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    job = (prefix / "validation" / "jobs" / "validate-torchrun.sbatch").read_text()
+    assert f"{runtime} " in job and DOCUMENTED[runtime]["lines"][-2 if runtime == "shifter" else 0] in job
+    result = run_invoke("validate", "--playbook", str(path), "--prefix", str(prefix), "--results", str(tmp_path / "results"),
+                        "--python", python, "--scheduler", "none", "--launcher", "torchrun", "--timeout", "600",
+                        env=env, timeout=700)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = sorted(p for p in (tmp_path / "results").glob("sitestack-validation-*") if p.is_dir())[-1]
+    report = json.loads((out / "result.json").read_text())
+    assert report["verdict"] == "passed" and report["launcher"] == "torchrun" and report["world_size"] == 2, report
