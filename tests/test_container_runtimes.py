@@ -137,14 +137,14 @@ def test_a_playbook_with_the_runtime_validates_on_the_twin(runtime: str, validat
     python, env = validation_python
     (tmp_path / "empty").mkdir()
     (tmp_path / "images").mkdir()
-    twin.make_image(tmp_path / "empty", tmp_path / "images" / "sitestack_twin-torch_1.sif")   # the host's / is the image's
+    twin.make_image(tmp_path / "empty", tmp_path / "images" / "twin_torch_1.sif")   # the host's / is the image's
     for module in runtime_named(runtime).module_words(["gpu", "net_plugin"]):
         for name in module.removeprefix("--module=").removeprefix("--").split(","):
             (tmp_path / "modules" / runtime).mkdir(parents=True, exist_ok=True)
             (tmp_path / "modules" / runtime / name).write_text(
                 f"# STAND-IN for the site's {name} module: no GPU or NCCL here (gloo)\nSITESTACK_TWIN_MODULE_{len(name)}=1\n")
     bin_dir = twin.install(tmp_path / "bin", tmp_path / "images", tmp_path / "modules")
-    path = playbook_with(tmp_path, runtime=runtime, image="sitestack/twin-torch:1", net_plugin="runtime")
+    path = playbook_with(tmp_path, runtime=runtime, image="twin/torch:1", net_plugin="runtime")
     prefix = tmp_path / "prefix"
     env = {**env, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SITESTACK_LOG_DIR": str(tmp_path / "logs")}
     installed = run_invoke("install-validation-job", "--playbook", str(path), "--prefix", str(prefix), "--python", python,
