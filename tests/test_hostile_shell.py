@@ -115,9 +115,11 @@ UNQUOTED = {
     "guard_grace", "launcher", "launch_name", "unit", "hierarchy", "1 if stacks else 0", "cards * stacks",
     "'{'", "loop.first", "'tune' if tune else 'validation'", "job.script", "script", "masks",
     # names: checked (SHELL_NAME, checked_name) or sitestack's own
-    "key", "var", "generation_var", "container.bind_var", "name", "container.runtime",
+    "key", "var", "generation_var", "container.bind_var", "name", "container.runtime", "container.options_array",
     # quoted in Python before the template sees them (sh_expanding, sh_default)
     "value", "miopen", "scratch", "container.binds", "launcher_options", "bind_args",
+    # the runtime's options: binds sh_expanding, modules sh, env words of checked names (validation/container_forms.py)
+    "container.options", "container.modules",
     # shell text sitestack writes itself
     "checks", "results_check", "prelude", "per_node_command", "probe_command", "srun_mpi", "bind", "exec_prefix",
     "guard_python", "controller", "line",
