@@ -115,6 +115,14 @@ def test_runtime_injection_is_refused_for_a_runtime_without_the_option(runtime: 
     assert "shifter, podman-hpc" in message
 
 
+def test_an_image_build_is_refused_for_a_runtime_that_builds_none(tmp_path: Path):
+    path = playbook_with(tmp_path, runtime="podman-hpc", image="x/y:1",
+                         build={"base": "intel-extension-for-pytorch", "version": "2.8.10"})
+    with pytest.raises(SitestackError, match=r"build: podman-hpc builds no images here \(runtimes that do: "
+                                             r"singularity, apptainer\)"):
+        pb.load(None, path=path)
+
+
 def test_shifter_injects_mpi_with_its_module(tmp_path: Path):
     site = pb.load(None, path=playbook_with(tmp_path, **container_of("shifter"), mpi="runtime"))
     rendering = render.render_site(site, RunOptions(account="proj123"))
