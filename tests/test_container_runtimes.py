@@ -123,15 +123,6 @@ def test_an_image_build_is_refused_for_a_runtime_that_builds_none(tmp_path: Path
         pb.load(None, path=path)
 
 
-def test_a_container_stack_module_needs_a_runtime_it_can_set_up(tmp_path: Path):
-    path = playbook_with(tmp_path, runtime="shifter", image="x/y:1")
-    data = yaml.safe_load(path.read_text())
-    data["facts"]["python"]["source"] = "container"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(SitestackError, match="python.source: container needs a runtime .*shifter takes binds"):
-        pb.load(None, path=path)
-
-
 def test_shifter_injects_mpi_with_its_module(tmp_path: Path):
     site = pb.load(None, path=playbook_with(tmp_path, **container_of("shifter"), mpi="runtime"))
     rendering = render.render_site(site, RunOptions(account="proj123"))

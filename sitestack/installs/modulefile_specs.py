@@ -13,6 +13,7 @@ from sitestack.installs.modulefile_render import ModuleSpec, PathOp, family_name
 from sitestack.installs.modulefile_text import Text, in_generation, literal, text_of
 from sitestack.installs.venv_stack import Built, Stack, generation_var
 from sitestack.model.container_facts import runtime_of
+from sitestack.model.container_runtimes import which_can
 from sitestack.model.context import RunContext
 from sitestack.model.miopen import MIOPEN_KEYS, miopen_cache
 from sitestack.model.recipe import expand
@@ -115,8 +116,9 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
         # the module can only set what the runtime reads from variables; a runtime that takes binds and
         # PATH as options gets them from the job (validation/container_forms.py) instead
         raise SitestackError(f"facts.container.runtime: {runtime.name} reads no bind or environment variables, "
-                             "so a stack module cannot set its binds and PATH inside; use python.source: "
-                             "venv or conda with the image, or singularity/apptainer")
+                             "so the stack's module cannot set its binds and PATH inside: leave the module out "
+                             "(the validation job's and job template's lines run the image), or use "
+                             f"{which_can(lambda r: r.env_prefix is not None)}")
     prefix = ctx.values["prefix"].rstrip("/")
     # LUMI's create_container_vars: SIF .. NAME:upper() with '-' as 'MIN' (SIFPYTORCH)
     suffix = stack.family.upper().replace("-", "MIN")

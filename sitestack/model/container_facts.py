@@ -124,17 +124,6 @@ def runtime_of(container: Container) -> Runtime:
     return runtime_named(container.runtime)
 
 
-def stack_problem(container: Container | None, python_source: str) -> str | None:
-    """Why a stack whose Python is the image's (``python.source: container``) cannot run in ``container``:
-    its module sets the runtime's bind and ``<P>ENV_`` variables (installs/modulefile_specs.py), which a
-    runtime that takes binds and values as options does not read. None when it can."""
-    if container is None or python_source != "container" or runtime_of(container).env_prefix is not None:
-        return None
-    return (f"python.source: container needs a runtime the stack's module can set up by variables; "
-            f"{container.runtime} takes binds and values as options: keep the stack in a venv or conda env "
-            "(python.source: system, module or conda) and run the image through the job's lines")
-
-
 def container_features(container: Container, gpus: bool) -> list[Feature]:
     """What the runtime's modules do for a job in ``container``: expose the GPUs (a site with ``gpus``;
     always with the plugin, which needs them), inject the site's network plugin and MPI where the facts
@@ -157,4 +146,4 @@ def passed_in(container: Container | None, names: Iterable[str]) -> list[tuple[s
 
 
 __all__ = ["IMAGE_BASES", "RUNTIMES", "Container", "ImageBuild", "Runtime", "RuntimeName", "container_features",
-           "passed_in", "runtime_named", "runtime_of", "stack_problem"]
+           "passed_in", "runtime_named", "runtime_of"]

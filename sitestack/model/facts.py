@@ -18,7 +18,6 @@ from sitestack.core import envvars, schema, versions
 from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.redact import has_secret
 from sitestack.model.container_facts import Container as Container
-from sitestack.model.container_facts import stack_problem
 from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC, slurm_seconds
 from sitestack.model.tuning_facts import GUARD_GRACE
 from sitestack.model.tuning_facts import Tuning as Tuning
@@ -333,7 +332,7 @@ class Facts:
         if tuned:
             return (f"tuning.variables.{tuned[0]}: also set in env; a tuned setting is set only by a measurement "
                     "(invoke tune): remove it from env")
-        return stack_problem(self.container, self.python.source) or self._gpu_check()
+        return self._gpu_check()
 
     def tuning_problem(self) -> str | None:
         """Why the sweep's job (every point to its time limit: Tuning.sweep_seconds) cannot fit in the
