@@ -157,14 +157,15 @@ def judge(new: Mapping[str, Any], history: Sequence[Mapping[str, Any]], policy: 
                      f"and layout in the history, {policy.min_runs} needed to compare with")
     elif status == "ok":
         lines.append(f"regression: none: {', '.join(ok_text(f) for f in findings)} (the last {len(runs)} healthy runs)")
+    changed = since_last_pass(new, history)
     if status in ("warn", "fail") and runs:
         last = runs[-1]
-        changes = toolchain_changes(last.get("toolchain"), new.get("toolchain"))
+        changes = host_changes(last, new)
         since = f"regression: since the last healthy run {last.get('id')}"
         lines.append(f"{since}: " + ("; ".join(changes) if changes else "nothing in the recorded toolchain changed"))
-    changed = since_last_pass(new, history)
+        changed = changed if changed and last["id"] not in changed else None  # that run's changes are named already
     if changed:
-        lines.append(changed)
+        lines.insert(len(lines) - 1 if status in ("warn", "fail") and runs else len(lines), changed)
     return {"status": status, "lines": lines,
             "metrics": {f.metric: {"status": f.status, "value": f.value, "median": f.median, "spread": f.spread,
                                    "runs": f.runs} for f in findings}}

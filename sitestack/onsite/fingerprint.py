@@ -29,7 +29,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .fileio import ReadError, read_text
+from .fileio import CONFIG_MAX, ReadError, read_json, read_text
+from .stack_digest import stack_record
 from .visible import NOT_VERSION, short_line
 
 #: The longest value recorded; the most modules; the most bytes read from a file or a command.
@@ -174,12 +175,10 @@ def fingerprint(env: Mapping[str, str], root: str = "/") -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """``fingerprint.py [--config check-config.json]``: prints ``{"fingerprint": {...}, "stack": {...}}``
-    (the stack the installed job validates, its digest read now: :func:`.ddpcheck.provenance.stack_record`)."""
+    (the stack the installed job validates, its digest read now: :func:`.stack_digest.stack_record`)."""
     args = list(sys.argv[1:] if argv is None else argv)
     stack: dict[str, Any] = {}
     if args[:1] == ["--config"] and len(args) == 2:
-        from .ddpcheck.provenance import stack_record  # the job's one reader of the stack's digest
-        from .fileio import CONFIG_MAX, read_json
         try:
             stack = stack_record(read_json(args[1], CONFIG_MAX))
         except ReadError as exc:

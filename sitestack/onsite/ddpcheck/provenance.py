@@ -9,20 +9,17 @@ cannot be read is null, never an error: the history compares toolchains, it does
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..fileio import ReadError, read_json
 from ..fingerprint import clean as clean
 from ..fingerprint import fingerprint
+from ..stack_digest import manifest_digest as manifest_digest
+from ..stack_digest import stack_record as stack_record
 
-#: The largest stack manifest read (a manifest of a few hundred packages is well under 1 MiB).
-MANIFEST_MAX = 64 << 20
 #: The variable the guard sets for the launcher it starts: when it started it (epoch seconds).
 LAUNCH_START = "SITESTACK_LAUNCH_START"
 
@@ -57,26 +54,3 @@ def ready_seconds(env: Mapping[str, str], ready_at: object, now: float | None = 
     if not (math.isfinite(start) and math.isfinite(ready)) or not (now - 7 * 86400 < start <= ready <= now + 60):
         return None
     return round(ready - start, 3)
-
-
-def stack_record(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The stack the run validated: its module from check-config.json, and the plan digest of the manifest
-    check-config.json names, read now (null where it is not readable): the history compares what ran, and
-    the installed job's files do not depend on whether the stack was made before them."""
-    stack: dict[str, Any] = config["stack"] if isinstance(config.get("stack"), dict) else {}
-    return {"module": clean(stack.get("module"), 200), "digest": manifest_digest(stack.get("manifest"))}
-
-
-def manifest_digest(path: object) -> str | None:
-    """The plan digest of the stack manifest at ``path`` (sitestack.installs.venv_manifest.plan_digest:
-    sha256 of the plan as sorted, indented JSON, 16 hex digits); None when there is none to read."""
-    if not isinstance(path, str) or not path.startswith("/"):
-        return None
-    try:
-        plan = read_json(path, MANIFEST_MAX).get("plan")
-    except ReadError:
-        return None
-    if isinstance(plan, dict):
-        text = json.dumps(plan, indent=2, sort_keys=True) + "\n"
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-    return None
