@@ -169,3 +169,14 @@ def test_output_that_is_no_fingerprint_is_a_reading_without_one(tmp_path, junk):
     resolved = site.resolve(home=str(tmp_path), user="u", account=None, prefix=str(tmp_path / "prefix"))
     reading = host_fingerprint.read(local_host(), resolved.facts, resolved.values, str(directory), {})
     assert reading.fingerprint is None and reading.why
+
+
+@pytest.mark.parametrize(("changed", "why"), [({"wait": False}, "drop --no-wait"), ({"collect": "123"}, "--collect reads")])
+def test_if_changed_refuses_what_would_lose_the_comparison(tmp_path, changed, why):
+    from sitestack.core.errors import InputError
+    from sitestack.core.report import Reporter
+    from sitestack.engine import validate as v
+
+    options = v.ValidateOptions(if_changed=True, prefix=str(tmp_path / "prefix"), **changed)
+    with pytest.raises(InputError, match=why):
+        v.fingerprint_now(pb.load("local"), options, Reporter(), local_host(), {})
