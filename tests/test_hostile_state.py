@@ -296,3 +296,26 @@ def test_a_file_sitestack_reads_back_that_is_a_fifo_or_a_device_is_refused_at_on
             with pytest.raises(SitestackError, match="not a regular file"):
                 LocalHost().read_text(str(path))
     assert LocalHost().read_text(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("record", [
+    b'{"prefixes": "/old"}', b'{"prefixes": []}', b'{"prefixes": ["relative/old"]}', b'{"prefixes": [1]}',
+    b'[1, 2]', b'{"prefixes": ["/old"]', b' ' * (2 << 20),
+])
+def test_a_pack_record_of_the_wrong_shape_stops_the_unpack_with_one_line(tmp_path: Path, record: bytes):
+    """The fix-up of an unpacked env rewrites files by its record's prefixes: a record it did not write stops
+    it (exit 1, one line naming the record) before any file is rewritten."""
+    from sitestack.onsite import venv_unpack
+
+    root = tmp_path / "env"
+    (root / "bin").mkdir(parents=True)
+    script = root / "bin" / "tool"
+    script.write_text("#!/old/bin/python\n")
+    (root / venv_unpack.RECORD).write_bytes(record)
+    done = subprocess.run([sys.executable, venv_unpack.__file__, str(root)], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"sitestack-unpack: {root / venv_unpack.RECORD}: ") and done.stderr.count("\n") == 1
+    assert script.read_text() == "#!/old/bin/python\n"
+    (root / venv_unpack.RECORD).write_bytes(b'{"prefixes": ["/old"]}')
+    fixed = subprocess.run([sys.executable, venv_unpack.__file__, str(root)], capture_output=True, text=True)
+    assert fixed.returncode == 0 and script.read_text() == f"#!{root}/bin/python\n"

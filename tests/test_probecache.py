@@ -180,3 +180,22 @@ def test_nothing_is_kept_before_the_first_run_made_the_cache(tmp_path: Path, mon
     templates.cached_text([tmp_path], "x", lambda: "text")
     probecache.cached_probe(LocalHost(), ["true"], lambda out: [str(data)])
     assert list((tmp_path / "home").iterdir()) == []
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda e: {**e, "rc": "0"}, lambda e: {**e, "at": "yesterday"}, lambda e: {**e, "vouch": "/etc/passwd"},
+    lambda e: {**e, "vouch": ["relative"]}, lambda e: {**e, "stdout": None}, lambda e: [e],
+    lambda e: {**e, "stdout": "x" * (probecache.MAX_ENTRY_BYTES + 1)},
+])
+def test_an_entry_not_written_by_the_cache_is_probed_again(tmp_path: Path, cache_home: Path, tamper):
+    """The cache reads back its own files: an entry of the wrong shape (or too large) is no answer, never a
+    traceback: the probe runs again and its answer stands."""
+    import json
+
+    argv, data, counter = counting_probe(tmp_path)
+    host = LocalHost()
+    probecache.cached_probe(host, argv, lambda out: [str(data)])
+    (entry,) = (cache_home / ".cache" / "sitestack" / "probes").glob("*.json")
+    entry.write_text(json.dumps(tamper(json.loads(entry.read_text()))))
+    again = probecache.cached_probe(host, argv, lambda out: [str(data)])
+    assert again.stdout == "one\n" and runs(counter) == 2

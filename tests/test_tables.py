@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "model/facts.py": {"srun", "mpiexec"},
     "installs/target.py": {"srun", "mpiexec"},
     "installs/installer.py": {"srun"},
-    "onsite/ddpcheck/provenance.py": {"srun"},
+    "onsite/fingerprint.py": {"srun"},
     "validation/jobs.py": PACKAGES | {"srun", "mpiexec"},
     "validation/launch_helpers.py": {"srun", "mpiexec"},
 }

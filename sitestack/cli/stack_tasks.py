@@ -35,7 +35,7 @@ def install_validation_job(c: Context, o: Any) -> None:
 
 
 @options_task(*VALIDATE, (ValidateOptions, "nodes ranks_per_node launcher scheduler wait collect results python timeout "
-                                           "calibrate"))
+                                           "calibrate if_changed"))
 def validate(c: Context, o: Any) -> None:
     """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
     from sitestack.engine import results

@@ -37,11 +37,14 @@ from sitestack.core.files import atomic_write
 from sitestack.core.hostbase import Completed, Host, shell_line, with_umask
 from sitestack.core.paths import derived_cache
 from sitestack.core.private import private_dir
+from sitestack.onsite.fileio import ReadError, read_json
 
 #: Package databases whose change means some installed program may have changed (Debian, RPM).
 PACKAGE_DBS = ("/var/lib/dpkg/status", "/var/lib/rpm/rpmdb.sqlite", "/var/lib/rpm/Packages")
 #: An answer is probed again after this long, whatever its signature (seconds).
 MAX_AGE = 24 * 3600.0
+#: An entry larger than this is no entry (probed again): probes print lines, not megabytes.
+MAX_ENTRY_BYTES = 16 << 20
 #: A file changed this recently (seconds) may have changed while the probe ran: not kept.
 RACY = 2.0
 
@@ -64,7 +67,7 @@ def cached_probe(host: Host, argv: Sequence[str], vouchers: Callable[[Completed]
     key = hashlib.sha256(json.dumps([host.cache_identity(), line]).encode()).hexdigest()
     path = directory / f"{key[:40]}.json"
     entry = _load(path)
-    if (entry is not None and time.time() - float(entry.get("at", 0)) < MAX_AGE
+    if (entry is not None and time.time() - entry["at"] < MAX_AGE
             and host.file_signature(entry["vouch"]) == entry["signature"]):
         return Completed(int(entry["rc"]), str(entry["stdout"]), str(entry["stderr"]))
     started = time.time()
@@ -95,12 +98,17 @@ def _racy(signature: dict[str, Any], started: float) -> bool:
 
 
 def _load(path: Path) -> dict[str, Any] | None:
+    """The cached answer in ``path``; None for one that is missing, too large, not JSON or incomplete (it
+    is probed again: a cache entry is never trusted over a probe)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(str(path), MAX_ENTRY_BYTES)
+    except ReadError:
         return None
-    needed = ("vouch", "signature", "rc", "stdout", "stderr")
-    return data if isinstance(data, dict) and all(k in data for k in needed) else None
+    typed = (isinstance(data.get("rc"), int) and not isinstance(data.get("rc"), bool)
+             and isinstance(data.get("stdout"), str) and isinstance(data.get("stderr"), str)
+             and isinstance(data.get("signature"), dict) and isinstance(data.get("at"), (int, float))
+             and isinstance(data.get("vouch"), list) and all(isinstance(v, str) and os.path.isabs(v) for v in data["vouch"]))
+    return data if typed else None
 
 
 def path_dirs(value: str) -> list[str]:

@@ -144,6 +144,7 @@ def run_benchmarks(scripts: Sequence[Path], console: TextIO) -> Listing:
     reported in benchmarks/results/ this run, with the machine's load (the document's ``failed``:
     whether a script failed)."""
     from sitestack.core.files import signature
+    from sitestack.onsite.fileio import ReadError, read_json
 
     failed, reported = 0, []
     for script in scripts:
@@ -152,7 +153,11 @@ def run_benchmarks(scripts: Sequence[Path], console: TextIO) -> Listing:
         before = signature(written)
         failed |= subprocess.run([sys.executable, str(script)], cwd=script.parent, stdout=console).returncode
         if written.exists() and signature(written) != before:  # written by this run
-            reported.append(json.loads(written.read_text()))
+            try:
+                reported.append(read_json(str(written), 1 << 20))  # a script's own targets: a few kB
+            except ReadError as e:
+                print(f"== {script.stem}: {e}", file=console, flush=True)
+                failed = 1
     lines = ["== targets"]
     for doc in reported:
         load = doc.get("load") or {}

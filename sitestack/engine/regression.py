@@ -26,6 +26,12 @@ runs' own spread, so noise they show is no alarm:
 
 Each WARN or FAIL names the metric, the values, and what changed in the recorded toolchain since
 the last healthy run (``nothing in the recorded toolchain changed`` otherwise).
+
+Whatever the status, a run whose host changed since the last passing run of its stack and layout
+says what changed and what that did to busbw (:func:`since_last_pass`: ``changed since the last
+passing run ID: libfabric 1.15.2.0 -> 1.20.1; busbw -38% vs the last passing run``): the job's
+recorded toolchain and the fingerprint of the host it was submitted from (``invoke validate
+--if-changed``, docs/validation.md).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sitestack.model.validation_facts import Regression
+from sitestack.onsite.fingerprint import KEYS as FINGERPRINT_KEYS
 from sitestack.onsite.history import normalise, toolchain_changes
 
 #: The metrics compared: key in the record's ``metrics``, name, unit, whether higher is better.
@@ -150,14 +157,47 @@ def judge(new: Mapping[str, Any], history: Sequence[Mapping[str, Any]], policy: 
                      f"and layout in the history, {policy.min_runs} needed to compare with")
     elif status == "ok":
         lines.append(f"regression: none: {', '.join(ok_text(f) for f in findings)} (the last {len(runs)} healthy runs)")
+    changed = since_last_pass(new, history)
     if status in ("warn", "fail") and runs:
         last = runs[-1]
-        changes = toolchain_changes(last.get("toolchain"), new.get("toolchain"))
+        changes = host_changes(last, new)
         since = f"regression: since the last healthy run {last.get('id')}"
         lines.append(f"{since}: " + ("; ".join(changes) if changes else "nothing in the recorded toolchain changed"))
+        changed = changed if changed and last["id"] not in changed else None  # that run's changes are named already
+    if changed:
+        lines.insert(len(lines) - 1 if status in ("warn", "fail") and runs else len(lines), changed)
     return {"status": status, "lines": lines,
             "metrics": {f.metric: {"status": f.status, "value": f.value, "median": f.median, "spread": f.spread,
                                    "runs": f.runs} for f in findings}}
+
+
+def host_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What changed between two records' hosts: the job's recorded toolchain, then the submitting host's
+    fingerprint (each phrase once; one said only of the submitting host is marked so)."""
+    changes = toolchain_changes(old.get("toolchain"), new.get("toolchain"))
+    if old.get("fingerprint") and new.get("fingerprint"):
+        changes += [f"{c} (submitting host)" for c in toolchain_changes(old["fingerprint"], new["fingerprint"],
+                                                                       FINGERPRINT_KEYS) if c not in changes]
+    return changes
+
+
+def since_last_pass(new: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> str | None:
+    """``changed since the last passing run ID: libfabric 1.15.2.0 -> 1.20.1; busbw -38% vs the last passing
+    run``: what changed since the last passed validation of ``new``'s stack and layout and how busbw moved
+    (where both measured it); None without such a run, or when nothing changed."""
+    records = [r for r in (normalise(h) for h in history) if r is not None]
+    runs = [r for r in records if r["kind"] == "validation" and r["verdict"] == "passed" and r["id"] != new.get("id")
+            and r["started"] < _start(new) and same_kind(r, new)]
+    if not runs:
+        return None
+    last = runs[-1]
+    changes = host_changes(last, new)
+    if not changes:
+        return None
+    before, after = (last.get("metrics") or {}).get("busbw_gbs"), (new.get("metrics") or {}).get("busbw_gbs")
+    if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before > 0:
+        changes.append(f"busbw {after / before - 1:+.0%} vs the last passing run")
+    return f"changed since the last passing run {last['id']}: " + "; ".join(changes)
 
 
 def _name(key: str) -> tuple[str, str]:

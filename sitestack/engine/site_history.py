@@ -103,13 +103,16 @@ def append_on(host: Host, program: str, history_dir: str, record: Mapping[str, A
 
 def after_validation(host: Host, validation_dir: str, prefix: str, result: Mapping[str, Any], out_dir: str,
                      policy: Regression | None, reporter: Reporter,
-                     config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                     config: Mapping[str, Any] | None = None,
+                     fingerprint: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A validation's result against the site's history: the regression report printed (a WARN or FAIL
     prominent), then the run recorded with it (a run the job recorded already is left as it is).
-    ``config``: the job's check-config.json as ``invoke validate`` read it (None: read it now)."""
+    ``config``: the job's check-config.json as ``invoke validate`` read it (None: read it now);
+    ``fingerprint``: the submitting host's, read before the run (:mod:`.host_fingerprint`), kept in the record."""
     history_dir = history_dir_of(host, validation_dir, prefix, config)
     try:
-        record = shipped.record_from_result(result, "validation", out_dir)
+        with_host = {**result, "fingerprint": dict(fingerprint)} if fingerprint else result
+        record = shipped.record_from_result(with_host, "validation", out_dir)
     except shipped.HistoryError as exc:
         reporter.note(f"history: not recorded: {exc}")
         return {"status": "unknown", "lines": [str(exc)], "metrics": {}}

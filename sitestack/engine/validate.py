@@ -25,6 +25,7 @@ from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
 from sitestack.core.report import Reporter
 from sitestack.core.ssh import check_ssh_config
+from sitestack.engine import host_fingerprint
 from sitestack.engine.batchjob import FINISHED as FINISHED  # re-exported: imported from here too
 from sitestack.engine.batchjob import RUN_TO_LOG as RUN_TO_LOG
 from sitestack.engine.batchjob import (
@@ -125,13 +126,44 @@ def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcom
         resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
         # the job's check-config.json, read once: the checks before submitting and the history use it
         config = job_config(host, install_dir(site, resolved.values), site.name)
-        return remember(site, options, _validate(site, options, reporter, host, config), reporter, host, config)
+        run, reading = fingerprint_now(site, options, reporter, host, config)
+        if not run:
+            return Outcome(0)
+        outcome = _validate(site, options, reporter, host, config)
+        return remember(site, options, outcome, reporter, host, config, reading)
     finally:
         host.close()
 
 
+def fingerprint_now(site: Site, options: ValidateOptions, reporter: Reporter, host: Host,
+                    config: Mapping[str, Any]) -> tuple[bool, host_fingerprint.Reading | None]:
+    """(whether to run, the host's fingerprint read before the run: :mod:`.host_fingerprint`, kept with
+    the run's record). Not to run only with ``--if-changed``, when the fingerprint is that of the last
+    passing run of this stack generation (said in one line: nothing is submitted). ``--collect`` reads
+    an earlier run: no fingerprint of now is its."""
+    if options.if_changed and options.collect:
+        raise InputError("--if-changed", "it decides whether to submit a new run; --collect reads an earlier one")
+    if options.collect:
+        return True, None
+    if options.if_changed and not options.wait:
+        raise InputError("--if-changed", "the run's record keeps the host's fingerprint: it waits for the job "
+                         "(drop --no-wait)")
+    resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
+    directory = install_dir(site, resolved.values)
+    reading = host_fingerprint.read(host, resolved.facts, resolved.values, directory, config)
+    if not options.if_changed:
+        return True, reading
+    from sitestack.engine import site_history
+
+    runs, _ = site_history.read_on(host, site_history.program_of(directory),
+                                   site_history.history_dir_of(host, directory, resolved.values["prefix"], config))
+    run, line = host_fingerprint.decide(reading, runs)
+    reporter.note(line)
+    return run, reading
+
+
 def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: Reporter, host: Host,
-             config: Mapping[str, Any]) -> Outcome:
+             config: Mapping[str, Any], reading: host_fingerprint.Reading | None = None) -> Outcome:
     """The run compared with the site's history and recorded there (docs/history.md): a FAIL exits 1."""
     if outcome.result is None or outcome.out_dir is None:
         return outcome  # not waited for: the job records itself
@@ -140,7 +172,7 @@ def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: R
     resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
     outcome.regression = history.after_validation(
         host, install_dir(site, resolved.values), resolved.values["prefix"], outcome.result, str(outcome.out_dir),
-        validation_of(resolved.facts).regression, reporter, config)
+        validation_of(resolved.facts).regression, reporter, config, reading.fingerprint if reading else None)
     from sitestack.engine import site_calibration
 
     site_calibration.after_validation(

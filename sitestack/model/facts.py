@@ -19,6 +19,9 @@ from sitestack.core.quoting import SHELL_NAME
 from sitestack.core.redact import has_secret
 from sitestack.model.container_facts import Container as Container
 from sitestack.model.slurmtime import SLURM_TIME, SLURM_TIME_DOC, slurm_seconds
+from sitestack.model.toolkits import Cuda as Cuda
+from sitestack.model.toolkits import Rocm as Rocm
+from sitestack.model.toolkits import Toolkit as Toolkit
 from sitestack.model.tuning_facts import GUARD_GRACE
 from sitestack.model.tuning_facts import Tuning as Tuning
 from sitestack.model.tuning_facts import TuningVariable as TuningVariable
@@ -42,7 +45,9 @@ class CpuBind:
     cores_per_numa: int = field(metadata=_doc("cores in each NUMA domain / CCD"))
     reserved_cores: tuple[int, ...] = field(default=(), metadata=_doc(
         "cores the site reserves for the OS and cannot be used by jobs (LUMI: the first core of each CCD)"))
-    threads_per_core: int = field(default=1, metadata=_doc("hardware threads per core used by jobs"))
+    threads_per_core: int = field(default=1, metadata=_doc(
+        "hardware threads per core used by jobs: 2 adds each core's hyperthread sibling (core + node.cores, "
+        "as Linux numbers them) to the rank's CPU mask; 1: physical cores only"))
 
 
 @dataclass(frozen=True)
@@ -139,9 +144,10 @@ class Network:
     libfabric_provider: str | None = field(default=None, metadata=_doc("libfabric provider, e.g. cxi"))
     # the plugins of sources/comm/libraries.yml (tests/test_tables.py keeps the two the same)
     net_plugin: Literal["aws-ofi-rccl", "aws-ofi-nccl"] | None = field(default=None, metadata=_doc(
-        "the NCCL/RCCL network plugin sitestack builds for the stack (its recipe-install step) and the validation "
-        "job forces with NCCL_NET on multi-node runs; null where none is needed or the site provides its own "
-        "(a module, the container: facts.container.net_plugin)"))
+        "the NCCL/RCCL network plugin sitestack builds for the stack (its recipe-install step; ROCm or CUDA) and "
+        "its module loads; the validation job's net-plugin check then requires NCCL's logs to show it loaded (by "
+        "the names it registers; NCCL_NET is not forced). null where none is needed (InfiniBand) or the site "
+        "provides its own: a module in modules.load, or the container (facts.container.net_plugin)"))
 
 
 @dataclass(frozen=True)
@@ -244,14 +250,6 @@ class Torch:
 
 
 @dataclass(frozen=True)
-class Toolkit:
-    """A GPU toolkit (ROCm or CUDA)."""
-
-    version: str = field(metadata=_doc("toolkit version, e.g. 5.7.1 or 12.1"))
-    home: str = field(metadata=_doc("install directory, e.g. /opt/rocm-5.7.1"))
-
-
-@dataclass(frozen=True)
 class Install:
     """Who owns what sitestack installs, and who may write it."""
 
@@ -287,8 +285,8 @@ class Facts:
     torch: Torch
     collectives: Literal["nccl", "rccl", "oneccl", "gloo"] = field(default="nccl", metadata=_doc(
         "collective library torch.distributed uses on the GPUs"))
-    rocm: Toolkit | None = None
-    cuda: Toolkit | None = None
+    rocm: Rocm | None = None
+    cuda: Cuda | None = None
     container: Container | None = None
     env: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
         "runtime settings set by the stack's module, the launch helper and the validation job (NCCL_*, FI_*, "

@@ -365,3 +365,6 @@ class ValidateOptions(Options):
                               "name); default: here", check=_host)
     calibrate: bool = option(False, "measure the site's compute and bandwidth references with this run (judged rank "
                              "against rank only) and keep them with its history when it passes (docs/validation.md)")
+    if_changed: bool = option(False, "run only when the host's fingerprint (kernel, driver, libfabric, network stack, "
+                              "Slurm, modules, glibc) differs from the last passing run of this stack generation "
+                              "(for cron or a systemd timer; docs/validation.md)")

@@ -34,14 +34,17 @@ INIT_CANDIDATES = (
 )
 
 
+def init_candidates(facts: Facts) -> list[str]:
+    """The init scripts that may define ``module``, in the order tried: the site's own or :data:`INIT_CANDIDATES`."""
+    return [facts.modules.init] if facts.modules.init else list(INIT_CANDIDATES)
+
+
 def module_init_lines(facts: Facts) -> list[str]:
     """The bash lines that define ``module`` where it is not defined yet: the first readable init script
     of the site's (``modules.init``) or of :data:`INIT_CANDIDATES` is sourced. They never exit, so they
     may be sourced into a user's shell too (:mod:`sitestack.installs.rerun`)."""
-    mods = facts.modules
-    candidates = [mods.init] if mods.init else list(INIT_CANDIDATES)
     return ["if ! type module >/dev/null 2>&1; then",
-            f"  for f in {' '.join(sh(c) for c in candidates)}; do",
+            f"  for f in {' '.join(sh(c) for c in init_candidates(facts))}; do",
             '    if [ -r "$f" ]; then . "$f"; break; fi',
             "  done",
             "fi"]
@@ -52,10 +55,10 @@ def prelude(facts: Facts, *, load: bool = True) -> str:
     mods = facts.modules
     if mods.system == "none":
         return ""
-    candidates = [mods.init] if mods.init else list(INIT_CANDIDATES)
+    looked = " ".join(init_candidates(facts))
     lines = [
         *module_init_lines(facts),
-        f"type module >/dev/null 2>&1 || {{ echo {sh('no module command (looked for ' + ' '.join(candidates) + ')')} >&2; "
+        f"type module >/dev/null 2>&1 || {{ echo {sh('no module command (looked for ' + looked + ')')} >&2; "
         f"exit {NO_MODULE_SYSTEM}; }}",
     ]
     if load:

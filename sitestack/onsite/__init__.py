@@ -1,6 +1,6 @@
 """Everything sitestack runs on a site's nodes: the validation job's check program (:mod:`.ddp_check`
 and its package :mod:`.ddpcheck`), its report (:mod:`.ddp_report`), the NCCL/RCCL log reader
-(:mod:`.nccl_log`), the site's history of runs (:mod:`.history`), the start-up probe
+(:mod:`.nccl_log`), the site's history of runs (:mod:`.history`), the host's fingerprint (:mod:`.fingerprint`), the start-up probe
 (:mod:`.import_probe`), the Slurm host-list parser (:mod:`.hostlist`), the stack's ``extend-venv-activate``
 (:mod:`.activate_hook` and its package :mod:`.activate`) and the programs the controller runs on a host
 (:mod:`.venv_scan`, :mod:`.venv_clone`, ...).
@@ -26,6 +26,7 @@ ENTRY_POINTS = {
     "ddp_report.py": "ddp_report",
     "nccl_log.py": "nccl_log",
     "history.py": "history",
+    "fingerprint.py": "fingerprint",
     "import_probe.py": "import_probe",
     "hostlist.py": "hostlist",
     "bind_rank.py": "bind_rank",

@@ -18,6 +18,7 @@ from typing import Any
 
 from .ddpcheck.checks import COMPUTE
 from .fileio import ReadError, parse_json
+from .fingerprint import KEYS as FINGERPRINT_KEYS
 from .visible import short_line
 
 SCHEMA = "sitestack-history/1"
@@ -26,7 +27,8 @@ KINDS = ("validation", "tuning")
 #: ``time.gmtime`` and ``datetime`` take; a time outside is no time of a run.
 TIME_MAX = float(1 << 33)
 _ID = re.compile(r"\d{8}T\d{6}Z-(validation|tuning)-[A-Za-z0-9_.-]{1,64}")
-TOOLCHAIN_KEYS = ("libfabric", "driver", "kernel", "slurm", "mpi", "torch", "nccl", "python")
+#: A toolchain's single-valued fields: the host's fingerprint (:mod:`.fingerprint`), then what the ranks loaded.
+TOOLCHAIN_KEYS = (*FINGERPRINT_KEYS, "mpi", "torch", "nccl", "python")
 
 
 class HistoryError(Exception):
@@ -145,8 +147,7 @@ def record_from_result(result: Mapping[str, Any], kind: str, results_dir: str | 
         raise HistoryError("a result is a JSON object")
     started = _started(result, result_path)
     stack = _dict(result.get("stack"))
-    toolchain = _dict(result.get("toolchain"))
-    verdict = result.get("verdict")
+    toolchain, verdict = _dict(result.get("toolchain")), result.get("verdict")
     return {
         "schema": SCHEMA, "id": run_id(started, kind, result.get("job_id")), "kind": kind,
         "site": _text(result.get("site"), 64), "job_id": _text(result.get("job_id"), 64), "started": round(started, 3),
@@ -156,8 +157,8 @@ def record_from_result(result: Mapping[str, Any], kind: str, results_dir: str | 
                    "backend": _text(result.get("backend"), 32), "device": _text(result.get("device"), 32)},
         "stack": {"module": _text(stack.get("module")), "digest": _text(stack.get("digest"), 64)},
         "metrics": metrics_of(result) if kind == "validation" else {},
-        "toolchain": {"modules": [m for m in (_text(x) for x in _array(toolchain.get("modules"))) if m][:100],
-                      **{k: _text(toolchain.get(k)) for k in TOOLCHAIN_KEYS}},
+        "toolchain": host_facts(toolchain, TOOLCHAIN_KEYS),
+        "fingerprint": host_facts(result["fingerprint"], FINGERPRINT_KEYS) if isinstance(result.get("fingerprint"), dict) else None,
         "results": _text(results_dir or result.get("results"), 4096),
         "regression": None,
         "tuning": _tuning(result) if kind == "tuning" else None,
@@ -189,6 +190,17 @@ def _scalar_text(value: Any, limit: int = 200) -> str | None:
     return _text(value, limit) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
 
 
+def host_facts(value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A toolchain (``keys``: :data:`TOOLCHAIN_KEYS`) or a host's fingerprint (``keys``: the fingerprint's)
+    as a record holds it: ``modules`` at most 100 texts, ``module_files`` at most 100 module -> file texts,
+    each key a text or null."""
+    data = _dict(value)
+    files = list(_dict(data.get("module_files")).items())[:100]
+    return {"modules": [m for m in (_scalar_text(x) for x in _array(data.get("modules"))[:100]) if m],
+            "module_files": {str(_text(k)): v for k, v in ((k, _scalar_text(v, 400)) for k, v in files) if v},
+            **{k: _scalar_text(data.get(k)) for k in keys}}
+
+
 def normalise(data: Any) -> dict[str, Any] | None:
     """The record in ``data`` with every field a reader uses of its type, or None when ``data`` is no
     record: not an object of :data:`SCHEMA`, no run id, a ``kind`` other than its id's, no start time
@@ -215,8 +227,8 @@ def normalise(data: Any) -> dict[str, Any] | None:
                    **{k: _scalar_text(layout.get(k), 32) for k in ("launcher", "backend", "device")}},
         "stack": {"module": _scalar_text(stack.get("module")), "digest": _scalar_text(stack.get("digest"), 64)},
         "metrics": {k: (_whole if k == "busbw_bytes" else _amount)(metrics[k]) for k in METRIC_KEYS if k in metrics},
-        "toolchain": {"modules": [m for m in (_scalar_text(x) for x in _array(toolchain.get("modules"))[:100]) if m],
-                      **{k: _scalar_text(toolchain.get(k)) for k in TOOLCHAIN_KEYS}},
+        "toolchain": host_facts(toolchain, TOOLCHAIN_KEYS),
+        "fingerprint": host_facts(data["fingerprint"], FINGERPRINT_KEYS) if isinstance(data.get("fingerprint"), dict) else None,
         "results": _scalar_text(data.get("results"), 4096),
         "regression": {"status": regression.get("status") if regression.get("status") in STATUSES else "unknown",
                        "lines": [t for t in (_scalar_text(x, 2000) for x in _array(regression.get("lines"))[:50]) if t]}
@@ -267,9 +279,12 @@ def _module_versions(modules: Any) -> dict[str, str]:
     return out
 
 
-def toolchain_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
-    """What changed between two toolchain records, one phrase each: ``libfabric 1.15.2.0 -> 1.20.1``,
-    ``module cray-mpich 8.1.27 -> 8.1.29``, ``module craype-x86-trento added``; [] when nothing did."""
+def toolchain_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+                      keys: tuple[str, ...] = TOOLCHAIN_KEYS) -> list[str]:
+    """What changed between two toolchain records (or two fingerprints, ``keys`` theirs), one phrase each:
+    ``libfabric 1.15.2.0 -> 1.20.1``, ``module cray-mpich 8.1.27 -> 8.1.29``, ``module craype-x86-trento
+    added``, ``module file of cray-mpich/8.1.27 A -> B`` (the same version resolved elsewhere); [] when
+    nothing did. A record without ``module_files`` (older ones) names no module file change."""
     old, new = old or {}, new or {}
     changes = []
     before, after = _module_versions(old.get("modules")), _module_versions(new.get("modules"))
@@ -280,7 +295,11 @@ def toolchain_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
             changes.append(f"module {name}{'/' + after[name] if after[name] else ''} added")
         elif before[name] != after[name]:
             changes.append(f"module {name} {before[name] or '(no version)'} -> {after[name] or '(no version)'}")
-    for key in TOOLCHAIN_KEYS:
+    files_before, files_after = old.get("module_files") or {}, new.get("module_files") or {}
+    for module in sorted(set(files_before) & set(files_after)):
+        if files_before[module] != files_after[module]:
+            changes.append(f"module file of {module} {files_before[module]} -> {files_after[module]}")
+    for key in keys:
         if old.get(key) != new.get(key):
             changes.append(f"{key} {old.get(key) or '(none)'} -> {new.get(key) or '(none)'}")
     return changes

@@ -57,11 +57,22 @@ def interpreter(root: str) -> "dict[str, str]":
     return out
 
 
+#: A direct_url.json (PEP 610) is a few hundred bytes; a larger one is copied as it is, never parsed.
+DIRECT_URL_MAX_BYTES = 1 << 16
+
+
 def moved_url(src: str, moved: "dict[str, str]") -> "bytes | None":
-    """A direct_url.json naming a moved wheel, naming it where it is now; None when it names none."""
-    with open(src, encoding="utf-8") as handle:
-        data = json.load(handle)
-    url = data.get("url", "") if isinstance(data, dict) else ""
+    """A direct_url.json naming a moved wheel, naming it where it is now; None when it names none (or is
+    no direct_url.json sitestack can read: too large, not JSON, not an object with a string url)."""
+    with open(src, "rb") as handle:
+        raw = handle.read(DIRECT_URL_MAX_BYTES + 1)
+    try:
+        data = json.loads(raw.decode("utf-8")) if len(raw) <= DIRECT_URL_MAX_BYTES else None
+    except ValueError:  # UnicodeDecodeError is one
+        return None
+    if not isinstance(data, dict):
+        return None
+    url = data.get("url", "")
     for old, new in moved.items():
         if url == "file://" + old:
             data["url"] = "file://" + new

@@ -64,11 +64,17 @@ def read_first_line(path: str) -> "str | None":
         return None
 
 
+#: The most of a direct_url.json that is read.
+DIRECT_URL_MAX_BYTES = 1 << 16
+
+
 def direct_url(d: str) -> "dict[str, str | None] | None":
     """``{"url", "sha256"}`` of the dist-info's direct_url.json (PEP 610), or None."""
     try:
-        with open(os.path.join(d, "direct_url.json"), encoding="utf-8") as f:
-            data = json.load(f)
+        with open(os.path.join(d, "direct_url.json"), "rb") as f:
+            raw = f.read(DIRECT_URL_MAX_BYTES + 1)
+        # a few hundred bytes (PEP 610); a larger one is not read as one
+        data = json.loads(raw.decode("utf-8")) if len(raw) <= DIRECT_URL_MAX_BYTES else None
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):

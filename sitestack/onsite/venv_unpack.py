@@ -28,6 +28,28 @@ RECORD = ".sitestack-pack.json"
 #: The fix-up conda-pack puts into its packs instead, relative to an unpacked copy
 #: (https://conda.github.io/conda-pack/, "conda-unpack").
 CONDA_UNPACK = "bin/conda-unpack"
+#: The record names a few prefixes: one larger than this was not written by the packer.
+RECORD_MAX_BYTES = 1 << 20
+
+
+def old_prefixes(root: str) -> list[str]:
+    """The absolute prefixes the record beside ``root`` names; a :class:`ValueError` saying what is wrong
+    with a record that is too large, not JSON, or names anything else (it is read back from a shared
+    file system: nothing in it is rewritten into files unchecked)."""
+    path = os.path.join(root, RECORD)
+    with open(path, "rb") as handle:
+        data = handle.read(RECORD_MAX_BYTES + 1)
+    if len(data) > RECORD_MAX_BYTES:
+        raise ValueError(f"{path}: larger than {RECORD_MAX_BYTES} bytes")
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    prefixes = record.get("prefixes") if isinstance(record, dict) else None
+    if not (isinstance(prefixes, list) and prefixes
+            and all(isinstance(p, str) and p.startswith("/") and "\0" not in p and len(p) < 4096 for p in prefixes)):
+        raise ValueError(f"{path}: \"prefixes\" must be a non-empty list of absolute paths")
+    return prefixes
 
 
 def rewrite(path: str, old: list[str], new: str, *, first_line_only: bool) -> bool:
@@ -72,9 +94,7 @@ def replace_file(path: str, data: bytes, mode: int) -> None:
 
 def fix_up(root: str) -> int:
     """Rewrite the old prefixes under ``root``; the number of files changed."""
-    with open(os.path.join(root, RECORD), encoding="utf-8") as handle:
-        record = json.load(handle)
-    old = sorted((p for p in record["prefixes"] if p != root), key=len, reverse=True)
+    old = sorted((p for p in old_prefixes(root) if p != root), key=len, reverse=True)
     if not old:
         return 0
     count = 0
@@ -101,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(os.path.join(root, RECORD)):
         print(f"sitestack-unpack: {root} is not an unpacked sitestack pack (no {RECORD})", file=sys.stderr)
         return 1
-    changed = fix_up(root)
+    try:
+        changed = fix_up(root)
+    except (OSError, ValueError) as e:
+        print(f"sitestack-unpack: {e}", file=sys.stderr)
+        return 1
     print(f"sitestack-unpack: {root}: {changed} files point at the new prefix")
     return 0
 

@@ -20,7 +20,8 @@ from sitestack.core import schema, versions
 from sitestack.core.errors import SitestackError
 from sitestack.model import comm_libraries
 from sitestack.model.recipe import Recipe, Requires, expand
-from sitestack.model.site import Facts, Toolkit
+from sitestack.model.site import Facts
+from sitestack.model.toolkits import Cuda, Rocm
 
 RECIPE_FILE = "sources/aws-ofi-rccl.yml"
 R = TypeVar("R")
@@ -156,8 +157,9 @@ def api_versions(symbols: Sequence[str]) -> list[int]:
 
 def with_toolkit(facts: Facts, toolkit: Kit, version: str, home: str) -> Facts:
     """``facts`` with the toolkit the plugin is built for set to ``version`` at ``home``."""
-    kit = Toolkit(version=version, home=home)
-    return dataclasses.replace(facts, rocm=kit) if toolkit == "rocm" else dataclasses.replace(facts, cuda=kit)
+    if toolkit == "rocm":
+        return dataclasses.replace(facts, rocm=Rocm(version=version, home=home))
+    return dataclasses.replace(facts, cuda=Cuda(version=version, home=home))
 
 
 def toolkit_release(facts: Facts, toolkit: Kit) -> str:

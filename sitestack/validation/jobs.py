@@ -35,10 +35,10 @@ if TYPE_CHECKING:
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: The programs of the job directory: the check program and its package, its report, the NCCL log
-#: reader, the site's history, the start-up probe, the host-list parser and the binder of torchrun's ranks
-#: (:mod:`sitestack.onsite`, shipped whole by :func:`sitestack.core.shipped.shipped`).
+#: reader, the site's history, the start-up probe, the host-list parser, the binder of torchrun's ranks and
+#: the host's fingerprint (:mod:`sitestack.onsite`, shipped whole by :func:`sitestack.core.shipped.shipped`).
 PROGRAMS = ("ddp_check.py", "ddp_report.py", "nccl_log.py", "history.py", "import_probe.py", "hostlist.py",
-            "bind_rank.py")
+            "bind_rank.py", "fingerprint.py")
 
 #: MASTER_PORT = PORT_BASE + job id % PORT_SPAN: below Linux's ephemeral range (32768-60999), so
 #: an outgoing connection never holds it; two jobs collide only when their ids differ by a

@@ -73,7 +73,8 @@ def judge_affinity(ranks: list[dict[str, Any]], config: dict[str, Any], masks: l
         sets = {tuple(sorted(r["affinity"])) for r in members}
         if len(members) > 1 and len(sets) == 1 and len(next(iter(sets))) == 1:
             problems.append(f"all {len(members)} ranks on {host} are pinned to the same CPU {next(iter(sets))[0]} "
-                            "(the torchrun pitfall OLCF describes: launch with srun, one task per GPU)")
+                            "(a torchrun agent or task given Slurm's default of one CPU: give its step the node's CPUs, "
+                            "or start one task per GPU)")
     if problems:
         return FAILED, problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""), lines
     if checked:
