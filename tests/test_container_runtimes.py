@@ -130,6 +130,19 @@ def test_shifter_injects_mpi_with_its_module(tmp_path: Path):
     assert jobs and " --module=gpu,nccl-plugin,mpich" in jobs[0]
 
 
+def test_the_shifter_example_renders_the_sites_documented_lines():
+    """docs/examples/example-shifter.yml (NERSC's Shifter how-to: #SBATCH --image=docker:IMG, srun shifter,
+    --module=gpu,nccl-plugin) through the runtime's row."""
+    site = pb.load(None, path=REPO / "docs" / "examples" / "example-shifter.yml")
+    rendering = render.render_site(site, RunOptions(account="proj123"))
+    (job,) = [text for step in rendering.steps for path, (text, _m) in step.files.items()
+              if path.endswith("/validate-srun.sbatch")]
+    one_line = re.sub(r"\\\n\s*", " ", job)
+    assert "#SBATCH --image=docker:nersc/pytorch:24.06.01\n" in job
+    assert re.search(r"^CONTAINER_OPTIONS=\(.* --module=gpu,nccl-plugin\)$", job, re.M), job
+    assert re.search(r'\bsrun [^\n]* shifter --image="\$SIF" "\$\{CONTAINER_OPTIONS\[@\]\}" "\$PYTHON"', one_line)
+
+
 # -- on the twin: the runtime stand-ins (tests/twins/runtime_modules.py) ----------------------------------
 @pytest.mark.integration
 @pytest.mark.parametrize("runtime", ["shifter", "podman-hpc"])
