@@ -44,7 +44,8 @@ def script_container(container: Container, *, gpus: bool, binds: Sequence[str], 
     else:
         options += [sh_expanding(word) for word in runtime.bind_words(binds)]
     # the option's form is shell text that expands NAME when the script runs (--env=NAME="${NAME}")
-    options += runtime.env_words(pass_names)
+    passed = runtime.env_words(pass_names)
+    options += passed
     modules = runtime.module_words(features)
     options += [sh(word) for word in modules]
     pass_in = [(runtime.env_var(name), name) for name in pass_names] if runtime.env_prefix else []
@@ -60,6 +61,7 @@ def script_container(container: Container, *, gpus: bool, binds: Sequence[str], 
         "options": " ".join(options),
         "options_array": OPTIONS_ARRAY,
         "modules": " ".join(modules),
+        "passes_env": bool(passed),   # the submission's choices go in as options
         "exec_prefix": " ".join(words) + " ",
     }
 
