@@ -71,7 +71,8 @@ class Runtime:
     bind_option: str
     #: the prefix of the variables that set NAME inside (``SINGULARITYENV_``); None: an option does
     env_prefix: str | None
-    #: the option words that pass NAME's host value in, ``{name}`` replaced; None: the prefix does
+    #: the option words that pass NAME's value in, as shell text of a script (``{name}`` replaced:
+    #: ``--env=NAME="${NAME}"``, ``-e NAME``); None: the prefix does
     env_option: tuple[str, ...] | None
     #: the module option, ``{}`` replaced by a module name (one option per module) or, with
     #: ``module_join``, by the names joined with ``,`` (one option)
@@ -124,7 +125,8 @@ class Runtime:
         return [f"{self.bind_option}={b if ':' in b else f'{b}:{b}'}" for b in unique]
 
     def env_words(self, names: Iterable[str]) -> list[str]:
-        """The options that pass each of ``names`` in with its host value (none for a prefix runtime)."""
+        """The options (shell text of a script) that pass each of ``names`` in with its value when the
+        script runs (none for a prefix runtime)."""
         if self.env_option is None:
             return []
         return [word.format(name=name) for name in names for word in self.env_option]
