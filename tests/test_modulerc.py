@@ -71,16 +71,31 @@ def test_no_marks_no_rc_files_and_a_default_alone_needs_no_tcl_modulerc():
     assert sorted(modulerc.rc_files({OLD: Mark("tcl", hidden=True)})) == ["pytorch/.modulerc"]
 
 
-def test_merging_keeps_the_others_and_the_latest_default_wins():
+def test_merging_keeps_the_others_and_the_default_moves_only_by_promotion():
     state = State({OLD: Mark("lua", default=True), "pytorch/gone": Mark("lua", hidden=True)})
     present = {modulerc.module_file("/m", OLD, "lua")}.__contains__
     stacks, notes = modulerc.merged(state, NEW, Mark("lua", default=True), present, "/m")
-    assert stacks == {NEW: Mark("lua", default=True)}  # OLD no longer the default; gone's file is gone
-    assert notes == [f"{OLD} was the default, now {NEW} is"]
+    # OLD keeps the default; NEW awaits it, hidden; gone's file is gone
+    assert stacks == {OLD: Mark("lua", default=True), NEW: Mark("lua", hidden=True, awaiting=True)}
+    assert notes == [f"{NEW} awaits validation: {OLD} stays the default until it passes (`invoke promote`)"]
     stacks, notes = modulerc.merged(state, NEW, Mark("lua", hidden=True), present, "/m")
     assert stacks == {OLD: Mark("lua", default=True), NEW: Mark("lua", hidden=True)} and notes == []
     stacks, _ = modulerc.merged(state, OLD, None, present, "/m")
     assert stacks == {}
+    # the holder's step drops its claim while NEW awaits: it stays the default until NEW is promoted
+    waiting = State({OLD: Mark("lua", default=True), NEW: Mark("lua", hidden=True, awaiting=True)})
+    both = {modulerc.module_file("/m", n, "lua") for n in (OLD, NEW)}.__contains__
+    stacks, notes = modulerc.merged(waiting, OLD, None, both, "/m")
+    assert stacks[OLD] == Mark("lua", default=True) and notes == [f"{OLD} stays the default until {NEW} is promoted"]
+    assert modulerc.awaiting(waiting) == [NEW]
+    assert modulerc.read_state(waiting.text()) == waiting
+    # promotion: NEW the default, listed; OLD's entry goes (it was neither hidden nor deprecated)
+    assert modulerc.promoted(waiting, NEW) == {NEW: Mark("lua", default=True)}
+    rc = modulerc.rc_files(modulerc.promoted(waiting, NEW))["pytorch/.modulerc.lua"]
+    assert f'module_version("{NEW}", "default")' in rc and "hide_version" not in rc
+    # with no default to protect, the first claim takes it at once
+    stacks, notes = modulerc.merged(State({}), NEW, Mark("lua", default=True), present, "/m")
+    assert stacks == {NEW: Mark("lua", default=True)} and notes == []
 
 
 def test_a_broken_record_reads_as_empty():

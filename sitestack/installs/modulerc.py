@@ -20,6 +20,12 @@ What each format writes (rendered by ``modulefiles/dot-*.j2``):
   ``hide-version`` (the Lmod page above). ``.modulerc`` names the default too
   (``module-version X default``): Lmod takes the default from the first rc file it finds, and
   ``.modulerc`` comes before ``.version`` (8.6 with both loaded the highest version).
+
+The default moves only by promotion. A stack whose step claims the default while another stack of the
+directory holds it *awaits* it (``Mark.awaiting``): it is written hidden (loadable by its full name, so
+its validation job can load it) and the old default stays, until :func:`promoted` (``invoke promote``,
+or ``invoke provision`` after its validation passed: :mod:`sitestack.engine.promotion`) moves it. A
+directory with no default yet gives it to the first claim: there is no default to protect.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Mark:
     format: str
     default: bool = False
     hidden: bool = False
+    awaiting: bool = False           # claims the default; hidden until promoted (the module docstring)
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,8 @@ class State:
     files: tuple[str, ...] = ()
 
     def text(self) -> str:
-        stacks = {name: {"format": m.format, "default": m.default, "hidden": m.hidden}
-                  for name, m in sorted(self.stacks.items())}
+        stacks = {name: {"format": m.format, "default": m.default, "hidden": m.hidden,
+                         **({"awaiting": True} if m.awaiting else {})} for name, m in sorted(self.stacks.items())}
         return json.dumps({"stacks": stacks, "files": sorted(self.files)}, indent=2) + "\n"
 
 
@@ -77,7 +84,7 @@ def read_state(text: str | None) -> State:
     """The record ``text`` (None or unreadable: no entries, no files)."""
     try:
         data = parse_json(text, "record") if text else {}
-        stacks = {str(name): Mark(str(m["format"]), bool(m["default"]), bool(m["hidden"]))
+        stacks = {str(name): Mark(str(m["format"]), bool(m["default"]), bool(m["hidden"]), m.get("awaiting") is True)
                   for name, m in data.get("stacks", {}).items() if m["format"] in RC_FILES}
         return State(stacks, tuple(str(f) for f in data.get("files", [])))
     except (ValueError, KeyError, TypeError, AttributeError):   # ReadError is a ValueError
@@ -90,25 +97,56 @@ def module_file(root: str, stack: str, fmt: str) -> str:
 
 def merged(state: State, stack: str, mark: Mark | None, exists: Callable[[str], bool],
            root: str) -> tuple[dict[str, Mark], list[str]]:
-    """The entries after ``stack``'s step, and notes on what changed for other stacks.
+    """The entries after ``stack``'s step, and notes on what its claim does to the default.
 
-    ``stack``'s entry becomes ``mark`` (None: neither default nor hidden, no entry). Other stacks
-    keep theirs while their module file is there (``exists``: a path on the host). When ``stack``
-    claims the default, another stack's claim of the same format goes: the latest run wins, and the
-    note says so (two claims in one playbook are refused when it is loaded)."""
-    out: dict[str, Mark] = {}
+    ``stack``'s entry becomes ``mark`` (None: neither default nor hidden, no entry), except that the
+    default moves only by promotion: a claim of the default while another stack of the same format
+    holds it becomes an awaiting (hidden) entry, and a stack that holds the default keeps it while
+    another one awaits it. Other stacks keep their entries while their module file is there (``exists``:
+    a path on the host)."""
+    others = {name: old for name, old in sorted(state.stacks.items())
+              if name != stack and exists(module_file(root, name, old.format))}
     notes: list[str] = []
-    for name, old in sorted(state.stacks.items()):
-        if name == stack or not exists(module_file(root, name, old.format)):
-            continue
-        if mark is not None and mark.default and old.default and old.format == mark.format:
-            notes.append(f"{name} was the default, now {stack} is")
-            old = Mark(old.format, False, old.hidden)
-        if old.default or old.hidden:
-            out[name] = old
+    if mark is not None and mark.default:
+        holder = next((name for name, old in others.items() if old.default and old.format == mark.format), None)
+        if holder is not None:
+            mark = Mark(mark.format, default=False, hidden=True, awaiting=True)
+            notes.append(f"{stack} awaits validation: {holder} stays the default until it passes (`invoke promote`)")
+    before = state.stacks.get(stack)
+    if before is not None and before.default and (mark is None or not mark.default):
+        waiting = next((name for name, old in others.items() if old.awaiting and old.format == before.format), None)
+        if waiting is not None:
+            mark = Mark(before.format, default=True)
+            notes.append(f"{stack} stays the default until {waiting} is promoted")
+    out = {name: old for name, old in others.items() if old.default or old.hidden}
     if mark is not None and (mark.default or mark.hidden):
         out[stack] = mark
     return out, notes
+
+
+def awaiting(state: State) -> list[str]:
+    """The stacks of a directory's record that await the default (hidden until promoted)."""
+    return [name for name, mark in sorted(state.stacks.items()) if mark.awaiting]
+
+
+def promoted(state: State, stack: str) -> dict[str, Mark]:
+    """The entries once ``stack`` is its directory's default: listed and loaded by ``module load <dir>``;
+    the stack of its format that held the default keeps only its hidden mark (its module file stays,
+    loadable by its full name)."""
+    mine = state.stacks.get(stack)
+    if mine is None:
+        raise SitestackError(f"{stack} has no entry in its module directory's record: its modulefiles step has "
+                             "not installed it")
+    out: dict[str, Mark] = {}
+    for name, old in sorted(state.stacks.items()):
+        if name == stack:
+            continue
+        if old.default and old.format == mine.format:
+            old = Mark(old.format, default=False, hidden=old.hidden)
+        if old.default or old.hidden:
+            out[name] = old
+    out[stack] = Mark(mine.format, default=True)
+    return out
 
 
 def rc_files(stacks: Mapping[str, Mark], template_dirs: Sequence[str | Path] = ()) -> dict[str, str]:
