@@ -81,7 +81,8 @@ class Listing:
     spec: str | None = option(None, "what to remove: NAME or NAME@VERSION (see `invoke installed`)", positional=True,
                               required=True)
     stack: str | None = option(None, "the stack, by its module name (e.g. pytorch/2.13.0-cpu): generations lists only "
-                               "it; rollback needs it where the site has several")
+                               "it; rollback needs it where the site has several; promote: the one to make the default "
+                               "(default: the one that awaits it)")
     max_size: str | None = option(None, "keep at most this much (e.g. 500M, 20G); the oldest artefacts go first")
     max_age: str | None = option(None, "remove artefacts stored more than this many days ago")
     dry_run: bool = option(False, "list what would be removed, remove nothing")

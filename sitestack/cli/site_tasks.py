@@ -36,7 +36,7 @@ def show_site(c: Context, o: Any) -> None:
 
 
 @options_task(*RUN, (RunOptions, "tags skip_tags limit forks parallel_steps start_at confirm_steps rebuild no_cache "
-                     "recipe_sources mirror"), (Jobs, "list_steps list_tags"))
+                     "recipe_sources mirror promote"), (Jobs, "list_steps list_tags"))
 def provision(c: Context, o: Any) -> None:
     """Run a site's playbook: every step, idempotently, on each host; print a recap."""
     from sitestack.engine import playbook as pb
@@ -47,8 +47,14 @@ def provision(c: Context, o: Any) -> None:
         loaded = pb.load(o.site, playbook_path(o.playbook))
         return loaded, checked_sources(loaded, options, "--source")
 
+    def run(options: RunOptions, report: Any) -> Any:
+        from sitestack.engine import promotion
+
+        loaded, options = checked(options)
+        return promotion.after_provision(loaded, options, pb.provision(loaded, options, report), report)
+
     if not (o.list_steps or o.list_tags):
-        return run_task(c, o, "provision", lambda options, report: pb.provision(*checked(options), report))
+        return run_task(c, o, "provision", run)
     with errors_to_exit(o.debug):
         loaded, options = checked(options_of(RunOptions, c, o))
         pb.check_tags(loaded, options)

@@ -1,5 +1,5 @@
 """Tasks about the stack and what is installed: install-venv, install-modulefiles,
-install-validation-job, validate, installed, uninstall, gc, generations, rollback.
+install-validation-job, validate, installed, uninstall, gc, generations, rollback, promote.
 
 The engine is imported inside each task: a task's start pays only for what that task runs.
 """
@@ -131,3 +131,18 @@ def rollback(c: Context, o: Any) -> None:
 
     emit_data(o, "rollback", lambda: ({}, [f"rolled back {line}" for line in gens.rollback(
         pb.load(o.site, playbook_path(o.playbook)), options_of(RunOptions, c, o), o.stack, print)]))
+
+
+@options_task(*INSTALLED[2:], (Task, "site playbook debug"), (Listing, "stack"), (RunOptions, "check force_promote"))
+def promote(c: Context, o: Any) -> None:
+    """Make a stack its module directory's default (`module load pytorch` loads it), refused without a passing
+    validation run of its current generation unless --force (recorded)."""
+    from sitestack.engine import playbook as pb
+    from sitestack.engine import promotion
+
+    def listing() -> tuple[dict[str, Any], list[str]]:
+        options = options_of(RunOptions, c, o)
+        line = promotion.promote(pb.load(o.site, playbook_path(o.playbook)), options, o.stack,
+                                 force=options.force_promote)
+        return {"promoted": line}, [line]
+    emit_data(o, "promote", listing)

@@ -106,6 +106,7 @@ def describe(host: Host, name: str, path: str, grace: Grace) -> dict[str, Any]:
         state = "current" if current else ("retired" if on_disk else "removed")
         rows.append({"generation": g.name, "state": state, "created": g.when(g.created),
                      "retired": g.when(g.retired) if not current else None, "digest": g.digest, "change": g.change,
+                     "promoted": g.promoted or None,
                      "in_use": bool(users.get(f"{history.parent}/{g.name}")),
                      "manifest": f"{history.parent}/{g.name}/{MANIFEST}" if on_disk else None,
                      "fate": None if current or verdict is None else verdict.why})
@@ -122,6 +123,8 @@ def lines(found: list[dict[str, Any]]) -> list[str]:
             out.append(f" {mark} {g['generation']}  {g['state']:<8} made {g['created']}  {g['digest'] or '-'}{use}")
             if g["change"]:
                 out.append(f"      {g['change']}")
+            if g["promoted"]:
+                out.append(f"      {g['promoted']}")
             if g["fate"]:
                 out.append(f"      {g['fate']}")
     return out or ["no stacks"]
@@ -136,7 +139,8 @@ def list_generations(site: Site, options: RunOptions, stack: str | None) -> list
                                                                                         prefix).items())]
 
 
-def _locked(host: Host, prefix: str, options: RunOptions, report: Callable[[str], None]) -> Any:
+def locked(host: Host, prefix: str, options: RunOptions, report: Callable[[str], None]) -> Any:
+    """The prefix's provision lock: a rollback, a collection or a promotion never runs beside a provision."""
     return host.lock(f"{prefix}/.sitestack/provision.lock", wait=options.lock_wait, report=report)
 
 
@@ -150,7 +154,7 @@ def rollback(site: Site, options: RunOptions, stack: str | None, report: Callabl
             raise SitestackError(f"no stack environment under {prefix} on {host.name} (see `invoke installed`)")
         if stack is None and len(found) > 1:
             raise InputError("--stack", f"the site has {len(found)} stacks: name one ({', '.join(sorted(found))})")
-        with _locked(host, prefix, options, report):
+        with locked(host, prefix, options, report):
             for name, path in chosen(found, stack, prefix).items():
                 left, now = gens.rollback(host, path)
                 done.append(f"{name}: {left.name} -> {now.name} (made {now.when(now.created)}; "
@@ -165,7 +169,7 @@ def collect(site: Site, options: RunOptions, *, dry_run: bool, report: Callable[
     with opened(site, options, read_only=dry_run) as (host, ctx):
         prefix = ctx.values["prefix"].rstrip("/")
         grace = graces(host, ctx)
-        held = contextlib.nullcontext() if dry_run else _locked(host, prefix, options, report)
+        held = contextlib.nullcontext() if dry_run else locked(host, prefix, options, report)
         with held:
             found = {**stack_paths(host, prefix), **install_paths(host, prefix)}
             for _name, path in sorted(found.items()):

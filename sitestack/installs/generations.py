@@ -83,6 +83,7 @@ class Generation:
     digest: str = ""                 # what identifies its content (a stack's plan digest, an install's digest)
     change: str = ""                 # why it was made ("torch==2.13.0: extras changed: +rich")
     retired: float | None = None     # when it was switched out; None while current or never switched out
+    promoted: str = ""               # when and why it became its module directory's default (engine/promotion.py)
 
     def when(self, at: float | None) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
@@ -119,7 +120,8 @@ class History:
 
     def to_json(self) -> str:
         data = {"format": RECORD_FORMAT, "path": f"{self.parent}/{self.leaf}",
-                "generations": [asdict(g) for g in self.generations]}
+                "generations": [{k: v for k, v in asdict(g).items() if k != "promoted" or v}
+                                for g in self.generations]}
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
@@ -151,7 +153,7 @@ def _entries(data: object, now: float) -> list[Generation]:
             continue
         retired = None if item.get("retired") is None else (_when(item["retired"], now) or now)
         out.append(Generation(name, _when(item.get("created"), now) or 0.0, str(item.get("digest") or ""),
-                              str(item.get("change") or ""), retired))
+                              str(item.get("change") or ""), retired, str(item.get("promoted") or "")[:500]))
     return out
 
 
