@@ -220,6 +220,14 @@ def validate_stack(site: Site, options: RunOptions, ctx: RunContext, cand: Candi
                                                      accept_new_host_keys=options.accept_new_host_keys), reporter)
 
 
+def report_of(outcome: validation.Outcome) -> str:
+    """The run's report (its markdown summary), else its results directory, else its log."""
+    artefacts = (outcome.result or {}).get("artefacts") or {}
+    if outcome.out_dir is not None and artefacts.get("markdown"):
+        return f"{outcome.out_dir}/{artefacts['markdown']}"
+    return str(outcome.out_dir or outcome.log or "none")
+
+
 def validated(site: Site, options: RunOptions, ctx: RunContext, host: Host, cand: Candidate,
               reporter: Reporter) -> Result:
     """Validate ``cand`` and promote it on PASS; a FAIL (or a job that could not run) leaves the old default."""
@@ -230,7 +238,7 @@ def validated(site: Site, options: RunOptions, ctx: RunContext, host: Host, cand
         return Result(step, "failed", f"not promoted: its validation did not run ({exc}); {cand.holder} stays the "
                                       "default")
     if outcome.code != 0:
-        report = outcome.out_dir / "report.md" if outcome.out_dir else "(no report)"
+        report = report_of(outcome)
         return Result(step, "failed", f"not promoted: validation run {outcome.job_id} failed (report {report}); "
                                       f"{cand.holder} stays the default")
     prefix = ctx.values["prefix"].rstrip("/")
