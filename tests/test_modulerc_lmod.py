@@ -3,8 +3,8 @@ module files and rc files): one stack is the default (`module load pytorch` load
 not the highest version), one is hidden (not in `module avail`, shown with --show_hidden, loadable
 by its full name), one is deprecated (its notice on stderr when it is loaded). Each stack's own
 modulefiles step writes its entry; the directory's rc files keep the others'. Also: check mode
-writes nothing and says what would change, a second run changes nothing, the latest run's
-default wins and says so, and an entry that is no longer wanted goes with its rc file."""
+writes nothing and says what would change, a second run changes nothing, a later claim of the
+default awaits its promotion and says so, and an entry that is no longer wanted goes with its rc file."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import yaml
 from sitestack.actions import ACTIONS
 from sitestack.core.host import local_host
 from sitestack.engine import playbook as pb
+from sitestack.installs import modulerc
 from tests.conftest import LMOD_INIT, REPO, clean_env, run_invoke, shell
 from tests.contexts import offline_context
 
@@ -106,7 +107,7 @@ def test_default_hidden_and_deprecated_stacks_with_lmod(fmt: str, tmp_path: Path
     assert "(O)" in listing  # Lmod's standard state property: obsolete
 
 
-def test_each_step_keeps_the_others_entries_and_the_latest_default_wins(tmp_path: Path):
+def test_each_step_keeps_the_others_entries_and_a_new_default_awaits_promotion(tmp_path: Path):
     root, host = tmp_path / "modules", local_host()
     steps = steps_of(playbook(tmp_path, "lua"), tmp_path / "prefix")
     for step in steps:
@@ -116,12 +117,22 @@ def test_each_step_keeps_the_others_entries_and_the_latest_default_wins(tmp_path
     steps[1].apply(host)
     assert f'module_version("{DEFAULT}", "default")' in rc.read_text()
     assert f'hide_version("{HIDDEN}")' in rc.read_text()
-    # another playbook makes the old stack the default: its run wins and says so
+    # another playbook makes the old stack the default: it awaits validation, hidden, and says so;
+    # the default moves only when it is promoted (tests/test_promotion.py runs the validation)
     other = steps_of(playbook(tmp_path, "lua", {OLD: {"default": True}}), tmp_path / "prefix")[0]
     reason = other.pending(host)
-    assert reason and f"{DEFAULT} was the default, now {OLD} is" in reason
+    assert reason and f"{OLD} awaits validation: {DEFAULT} stays the default until it passes" in reason
     other.apply(host)
     assert other.pending(host) is None
+    text = rc.read_text()
+    assert f'module_version("{DEFAULT}", "default")' in text and f'hide_version("{OLD}")' in text
+    out, _ = lmod(root, 'module load pytorch; echo "$LOADEDMODULES"')
+    assert out.split() == [DEFAULT]
+    state = modulerc.read_state((root / ".sitestack" / "pytorch.modulerc.json").read_text())
+    stacks = modulerc.promoted(state, OLD)
+    rc.write_text(modulerc.rc_files(stacks)["pytorch/.modulerc.lua"])
+    (root / ".sitestack" / "pytorch.modulerc.json").write_text(modulerc.State(stacks, state.files).text())
+    assert other.pending(host) is None  # the promoted default stays
     text = rc.read_text()
     assert f'module_version("{OLD}", "default")' in text and DEFAULT not in text and HIDDEN in text
     out, _ = lmod(root, 'module load pytorch; echo "$LOADEDMODULES"')
