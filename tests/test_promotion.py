@@ -137,13 +137,20 @@ def test_promote_refuses_with_one_line_and_no_traceback(tmp_path: Path):
     fake_generation(prefix, NEW, {"requirements": ["torch==2.13.0"]})
     install(playbook(tmp_path, OLD), prefix, tmp_path)
     book = playbook(tmp_path, NEW)
-    install(book, prefix, tmp_path)
+    # a playbook without a validation job: provision leaves the new stack hidden and says how to promote it
+    held = run_invoke("provision", "--playbook", str(book), "--prefix", str(prefix),
+                      env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
+    assert held.returncode == 0, held.stdout + held.stderr
+    assert f"left hidden (the playbook installs no validation job); {OLD} stays the default" in held.stdout
     out = run_invoke("promote", "--playbook", str(book), "--prefix", str(prefix))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stdout + out.stderr
     assert f"{NEW} (" in out.stderr and "has no passing validation run" in out.stderr
     assert loaded(prefix / "modules") == [OLD]
     unknown = run_invoke("promote", "--playbook", str(book), "--prefix", str(prefix), "--stack", "pytorch/9")
     assert unknown.returncode == 1 and "--stack" in unknown.stderr and "Traceback" not in unknown.stderr
+    planned = run_invoke("promote", "--playbook", str(book), "--prefix", str(prefix), "--force", "--check")
+    assert planned.returncode == 0 and f"would make {NEW}" in planned.stdout, planned.stdout + planned.stderr
+    assert loaded(prefix / "modules") == [OLD]
 
 
 def test_provision_validates_then_promotes(local_stack, tmp_path: Path):

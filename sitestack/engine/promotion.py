@@ -205,15 +205,25 @@ def promote(site: Site, options: RunOptions, stack: str | None, *, force: bool,
 
 
 # -- after a provision -------------------------------------------------------------------------------
-def validate_stack(site: Site, options: RunOptions, ctx: RunContext, cand: Candidate,
+def stack_key(ctx: RunContext, name: str) -> str | None:
+    """The playbook stack (a step's ``stack:``; None: the playbook's own) whose modulefiles step installs module ``name``."""
+    for spec in ctx.site.steps:
+        step: Any = ACTIONS["modulefiles"].from_spec(spec, ctx.for_step(spec)) if spec.action == "modulefiles" else None
+        if step is not None and step.stack.name == name:
+            return spec.stack
+    raise InputError("--stack", f"the playbook installs no module {name!r}")
+
+
+def validate_stack(site: Site, options: RunOptions, ctx: RunContext, name: str,
                    reporter: Reporter) -> validation.Outcome:
-    """Run the validation job of ``cand``'s stack and wait for its verdict. The playbook's own stack has
-    the site's validation job; a further stack (a step's ``stack:``) is validated by its own job, where
-    the playbook installs one for it."""
-    if cand.key is not None and cand.key != site.stack:
-        raise SitestackError(f"{cand.name}: the site's validation job validates {site.stack or 'the playbook stack'}, "
-                             f"not stack {cand.key!r}: promote it with `invoke promote --site {site.name} "
-                             f"--stack {cand.name}` after validating it")
+    """Run the validation job of the stack whose module is ``name`` and wait for its verdict. The
+    playbook's own stack has the site's validation job (``invoke validate``); a further stack (a step's
+    ``stack:``) is validated by its own job where the playbook installs one (``invoke validate --stack
+    NAME``): this is where that lookup goes."""
+    key = stack_key(ctx, name)
+    if key != site.stack:
+        raise SitestackError(f"the site's validation job validates the playbook's own stack, not stack {key!r}; "
+                             f"after validating {name}: `invoke promote --site {site.name} --stack {name}`")
     spec = select_hosts(site, options)[0]
     where = None if spec.connection == "local" else spec.name
     return validation.validate(site, ValidateOptions(prefix=options.prefix, account=options.account, host=where,
@@ -222,7 +232,7 @@ def validate_stack(site: Site, options: RunOptions, ctx: RunContext, cand: Candi
 
 def report_of(outcome: validation.Outcome) -> str:
     """The run's report (its markdown summary), else its results directory, else its log."""
-    artefacts = (outcome.result or {}).get("artefacts") or {}
+    artefacts: Mapping[str, Any] = dict(outcome.result["artefacts"]) if outcome.result else {}
     if outcome.out_dir is not None and artefacts.get("markdown"):
         return f"{outcome.out_dir}/{artefacts['markdown']}"
     return str(outcome.out_dir or outcome.log or "none")
@@ -233,7 +243,7 @@ def validated(site: Site, options: RunOptions, ctx: RunContext, host: Host, cand
     """Validate ``cand`` and promote it on PASS; a FAIL (or a job that could not run) leaves the old default."""
     step = f"promote {cand.name}"
     try:
-        outcome = validate_stack(site, options, ctx, cand, reporter)
+        outcome = validate_stack(site, options, ctx, cand.name, reporter)
     except SitestackError as exc:
         return Result(step, "failed", f"not promoted: its validation did not run ({exc}); {cand.holder} stays the "
                                       "default")
@@ -250,6 +260,10 @@ def validated(site: Site, options: RunOptions, ctx: RunContext, host: Host, cand
             return Result(step, "failed", f"not promoted: {exc}")
 
 
+def has_validation_job(site: Site) -> bool:
+    return any(spec.action == "install-validation-job" for spec in site.steps)
+
+
 def after_provision(site: Site, options: RunOptions, runs: list[HostRun], reporter: Reporter) -> list[HostRun]:
     """Validate and promote each stack that awaits its directory's default, on the site's first host
     (``options.promote``; check mode: say so); each outcome is a result of that host's run."""
@@ -258,12 +272,14 @@ def after_provision(site: Site, options: RunOptions, runs: list[HostRun], report
     with lifecycle.opened(site, options, read_only=options.check or not options.promote) as (host, ctx):
         waiting = [c for c in candidates(host, ctx, planned=options.check) if c.awaiting]
         for cand in waiting:
-            if options.check:
-                result = Result(f"promote {cand.name}", "changed",
-                                f"would validate {cand.name} and make it the default on PASS ({cand.holder} until then)")
-            elif not options.promote:
-                result = Result(f"promote {cand.name}", "ok", f"left hidden (--no-promote); {cand.holder} stays the "
-                                f"default: `invoke promote --site {site.name} --stack {cand.name}` after validating it")
+            step, holder = f"promote {cand.name}", cand.holder
+            if not options.promote or not has_validation_job(site):
+                why = "--no-promote" if not options.promote else "the playbook installs no validation job"
+                result = Result(step, "ok", f"left hidden ({why}); {holder} stays the default: `invoke promote "
+                                            f"--site {site.name} --stack {cand.name}` after validating it")
+            elif options.check:
+                result = Result(step, "changed",
+                                f"would validate {cand.name} and make it the default on PASS ({holder} until then)")
             else:
                 result = validated(site, options, ctx, host, cand, reporter)
             runs[0].results.append(result)
