@@ -37,17 +37,18 @@ if not Path(LMOD_INIT, "bash").exists():  # pragma: no cover - the test script i
 OLD, NEW = "pytorch/2.12.0-cpu", "pytorch/2.13.0-cpu"
 
 
-def playbook(tmp: Path, stack: str, *, steps: tuple[str, ...] = ("modulefiles",), name: str = "local") -> Path:
+def playbook(tmp: Path, stack: str, *, steps: tuple[str, ...] = ("modulefiles",), name: str = "local",
+             default: bool = True) -> Path:
     """The local site's playbook with only ``steps`` (by name) and ``stack`` its modulefiles step's
     default, module files in ``<prefix>/modules``."""
     data = yaml.safe_load((REPO / "playbooks" / "local.yml").read_text())
     data["steps"] = [s for s in data["steps"] if s["name"] in steps]
     for s in data["steps"]:
         if s["action"] == "modulefiles":
-            s["args"] = {"name": stack, "recipes": [], "default": True}
+            s["args"] = {"name": stack, "recipes": [], "default": default}
         if s["action"] == "stack-venv":
             s["args"] = {**s.get("args", {}), "name": stack}
-    path = tmp / f"book-{stack.replace('/', '-')}" / f"{name}.yml"
+    path = tmp / f"book-{stack.replace('/', '-')}{'' if default else '-plain'}" / f"{name}.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -148,6 +149,9 @@ def test_promote_refuses_with_one_line_and_no_traceback(tmp_path: Path):
     assert loaded(prefix / "modules") == [OLD]
     unknown = run_invoke("promote", "--playbook", str(book), "--prefix", str(prefix), "--stack", "pytorch/9")
     assert unknown.returncode == 1 and "--stack" in unknown.stderr and "Traceback" not in unknown.stderr
+    plain = run_invoke("promote", "--playbook", str(playbook(tmp_path, NEW, default=False)), "--prefix", str(prefix),
+                       "--stack", NEW, "--force")
+    assert plain.returncode == 1 and "does not say `default: true`" in plain.stderr, plain.stdout + plain.stderr
     planned = run_invoke("promote", "--playbook", str(book), "--prefix", str(prefix), "--force", "--check")
     assert planned.returncode == 0 and f"would make {NEW}" in planned.stdout, planned.stdout + planned.stderr
     assert loaded(prefix / "modules") == [OLD]

@@ -150,8 +150,7 @@ def record(host: Host, cand: Candidate, entry: Mapping[str, Any]) -> None:
     """Note the promotion in the generation's record (``promoted``) and a line of the promotion log."""
     path = cand.step.stack.path
     hist = gens.read_history(host, path)
-    words = (f"promoted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(entry['at']))} by {entry['user']}: "
-             + (f"--force, {entry['why']}" if entry["forced"] else f"run {entry['run']} passed"))
+    words = f"promoted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(entry['at']))} by {entry['user']}: {entry['why']}"
     if hist.current is not None:
         mine = hist.find(hist.current) or gens.Generation(hist.current, 0.0, entry["digest"] or "")
         others = [g for g in hist.generations if g.name != mine.name]
@@ -171,6 +170,10 @@ def promote_on(host: Host, ctx: RunContext, cand: Candidate, *, force: bool, che
     holder = cand.holder
     if holder == cand.name:
         return f"{cand.name} is already the default of {modulerc.module_dir(cand.name)}/"
+    if not cand.step.args.default:
+        # promoted without its step's claim, the next provision would take the default back
+        raise SitestackError(f"{cand.name}: its modulefiles step ({cand.step.name!r}) does not say `default: true`: "
+                             "mark it, provision, then promote")
     generation, digest = current_generation(host, cand.step.stack)
     if generation is None:
         raise SitestackError(f"{cand.name}: its environment {cand.step.stack.path} is not installed: nothing to promote")
