@@ -117,6 +117,19 @@ def test_a_new_default_awaits_its_validation_and_force_is_recorded(tmp_path: Pat
     assert history.append_on(host, history.program_of(str(validation)), str(prefix / "history"), other) is None
     with pytest.raises(SitestackError, match="has no passing validation run"):
         promotion.promote_on(host, ctx, cand, force=False, check=False)
+    # nor does a run of this generation whose checks passed but whose comparison with the history failed
+    slower = {**record_from_result({"verdict": "passed", "started": time.time() - 30, "job_id": "8",
+                                    "stack": {"module": NEW, "digest": digest}}, "validation", None),
+              "regression": {"status": "fail", "lines": ["busbw -60% vs the last passing run"]}}
+    assert history.append_on(host, history.program_of(str(validation)), str(prefix / "history"), slower) is None
+    with pytest.raises(SitestackError, match="has no passing validation run"):
+        promotion.promote_on(host, ctx, cand, force=False, check=False)
+    good = record_from_result({"verdict": "passed", "started": time.time() - 20, "job_id": "9",
+                               "stack": {"module": NEW, "digest": digest}}, "validation", None)
+    assert history.append_on(host, history.program_of(str(validation)), str(prefix / "history"), good) is None
+    assert promotion.promote_on(host, ctx, cand, force=False, check=True).endswith(f"(run {good['id']} passed)")
+    # the force path, on a history without that run
+    (prefix / "history").rename(prefix / "history-kept")
     assert "would make" in promotion.promote_on(host, ctx, cand, force=True, check=True)
     assert loaded(root) == [OLD]  # check mode changed nothing
 
