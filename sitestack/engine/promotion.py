@@ -157,7 +157,8 @@ def record(host: Host, cand: Candidate, entry: Mapping[str, Any]) -> None:
         host.write_text(hist.record, replace(hist, generations=(*others, replace(mine, promoted=words))).to_json(),
                         0o644)
     log = f"{cand.step.root}/{LOG}"
-    before = read_bounded(host, log, LOG_MAX, "not the promotion log sitestack writes") or ""
+    before = read_bounded(host, log, LOG_MAX, "not the promotion log sitestack writes; move it aside",
+                          follow=False) or ""
     if len(before.encode()) >= LOG_MAX // 2:
         before = "".join(before.splitlines(keepends=True)[len(before.splitlines()) // 2:])
     host.run(["mkdir", "-p", "--", os.path.dirname(log)])
