@@ -155,7 +155,7 @@ def test_promote_refuses_with_one_line_and_no_traceback(tmp_path: Path):
     held = run_invoke("provision", "--playbook", str(book), "--prefix", str(prefix),
                       env={"SITESTACK_LOG_DIR": str(tmp_path / "logs")})
     assert held.returncode == 0, held.stdout + held.stderr
-    assert f"left hidden (the playbook installs no validation job); {OLD} stays the default" in held.stdout
+    assert f"left hidden (the playbook has no validation job for it); {OLD} stays the default" in held.stdout
     out = run_invoke("promote", "--playbook", str(book), "--prefix", str(prefix))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stdout + out.stderr
     assert f"{NEW} (" in out.stderr and "has no passing validation run" in out.stderr

@@ -218,16 +218,16 @@ def stack_key(ctx: RunContext, name: str) -> str | None:
     raise InputError("--stack", f"the playbook installs no module {name!r}")
 
 
-def validate_stack(site: Site, options: RunOptions, ctx: RunContext, name: str,
-                   reporter: Reporter) -> validation.Outcome:
-    """Run the validation job of the stack whose module is ``name`` and wait for its verdict. The
-    playbook's own stack has the site's validation job (``invoke validate``); a further stack (a step's
-    ``stack:``) is validated by its own job where the playbook installs one (``invoke validate --stack
-    NAME``): this is where that lookup goes."""
-    key = stack_key(ctx, name)
-    if key != site.stack:
-        raise SitestackError(f"the site's validation job validates the playbook's own stack, not stack {key!r}; "
-                             f"after validating {name}: `invoke promote --site {site.name} --stack {name}`")
+def validatable(site: Site, ctx: RunContext, name: str) -> bool:
+    """Whether the playbook installs a validation job for the stack whose module is ``name``: the site's
+    job validates the playbook's own stack. A further stack's own job (``invoke validate --stack NAME``)
+    slots in here and in :func:`validate_stack`, by :func:`stack_key`."""
+    return has_validation_job(site) and stack_key(ctx, name) == site.stack
+
+
+def validate_stack(site: Site, options: RunOptions, name: str, reporter: Reporter) -> validation.Outcome:
+    """Run the validation job of the stack whose module is ``name`` (:func:`validatable`) on the site's
+    first host, as ``invoke validate`` does, and wait for its verdict."""
     spec = select_hosts(site, options)[0]
     where = None if spec.connection == "local" else spec.name
     return validation.validate(site, ValidateOptions(prefix=options.prefix, account=options.account, host=where,
@@ -247,7 +247,7 @@ def validated(site: Site, options: RunOptions, ctx: RunContext, host: Host, cand
     """Validate ``cand`` and promote it on PASS; a FAIL (or a job that could not run) leaves the old default."""
     step = f"promote {cand.name}"
     try:
-        outcome = validate_stack(site, options, ctx, cand.name, reporter)
+        outcome = validate_stack(site, options, cand.name, reporter)
     except SitestackError as exc:
         return Result(step, "failed", f"not promoted: its validation did not run ({exc}); {cand.holder} stays the "
                                       "default")
@@ -264,6 +264,12 @@ def validated(site: Site, options: RunOptions, ctx: RunContext, host: Host, cand
             return Result(step, "failed", f"not promoted: {exc}")
 
 
+def hidden(site: Site, cand: Candidate, why: str) -> Result:
+    """The result of leaving ``cand`` hidden, awaiting the default, and how to promote it later."""
+    return Result(f"promote {cand.name}", "ok", f"left hidden ({why}); {cand.holder} stays the default: "
+                                                f"`invoke promote --site {site.name} --stack {cand.name}` after validating it")
+
+
 def has_validation_job(site: Site) -> bool:
     return any(spec.action == "install-validation-job" for spec in site.steps)
 
@@ -273,17 +279,18 @@ def after_provision(site: Site, options: RunOptions, runs: list[HostRun], report
     (``options.promote``; check mode: say so); each outcome is a result of that host's run."""
     if not runs or any(r.failed for r in runs):
         return runs  # a failed run promotes nothing: `invoke promote` does it later
+    if not any(spec.action == "modulefiles" and spec.args.get("default") is True for spec in site.steps):
+        return runs  # no stack claims a default: nothing can await one (and no second connection is opened)
     with lifecycle.opened(site, options, read_only=options.check or not options.promote) as (host, ctx):
         waiting = [c for c in candidates(host, ctx, planned=options.check) if c.awaiting]
         for cand in waiting:
-            step, holder = f"promote {cand.name}", cand.holder
-            if not options.promote or not has_validation_job(site):
-                why = "--no-promote" if not options.promote else "the playbook installs no validation job"
-                result = Result(step, "ok", f"left hidden ({why}); {holder} stays the default: `invoke promote "
-                                            f"--site {site.name} --stack {cand.name}` after validating it")
+            if not options.promote:
+                result = hidden(site, cand, "--no-promote")
+            elif not validatable(site, ctx, cand.name):
+                result = hidden(site, cand, "the playbook has no validation job for it")
             elif options.check:
-                result = Result(step, "changed",
-                                f"would validate {cand.name} and make it the default on PASS ({holder} until then)")
+                result = Result(f"promote {cand.name}", "changed", f"would validate {cand.name} and make it the "
+                                f"default on PASS ({cand.holder} until then)")
             else:
                 result = validated(site, options, ctx, host, cand, reporter)
             runs[0].results.append(result)
