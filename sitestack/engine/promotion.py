@@ -8,7 +8,7 @@ name, and the old default stays. :func:`promote` moves the default (rewrites the
 it refuses unless the site's validation history (:mod:`sitestack.engine.site_history`) has a passing
 run of that exact generation: the run's ``stack.module`` is the stack's module and its
 ``stack.digest`` the plan digest of the stack's current manifest (what
-:func:`sitestack.onsite.ddpcheck.provenance.stack_record` records). ``--force`` promotes without one
+:func:`sitestack.onsite.stack_digest.stack_record` records). ``--force`` promotes without one
 and says so in the generation's record (``promoted``) and in the promotion log
 (``<install_root>/.sitestack/promotions.jsonl``), as every promotion is.
 
