@@ -27,7 +27,8 @@ are read from the environment at load time.
 
 Several stacks can share a module directory (``pytorch/2.2.2-rocm5.7`` and ``pytorch/2.10.0-rocm7.1``),
 each installed by its own step. A step's ``default``, ``hidden`` and ``deprecated`` say whether
-``module load pytorch`` loads its stack, whether ``module avail`` lists it, and what a load of it
+``module load pytorch`` loads its stack (once validated, where another stack held the default:
+:mod:`sitestack.engine.promotion`), whether ``module avail`` lists it, and what a load of it
 prints; the directory's rc files (``.modulerc.lua``; Tcl: ``.version``, ``.modulerc``) hold every
 stack's entry (:mod:`sitestack.installs.modulerc`), so each step rewrites them keeping the others'.
 
@@ -96,8 +97,9 @@ class ModuleFiles(Action):
         templates: str | None = field(default=None, metadata={
             "doc": "a controller directory of templates searched before modulefiles/ (site overrides)"})
         default: bool = field(default=False, metadata={
-            "doc": "the stack's module is its directory's default (`module load pytorch` loads it); "
-                   "no stack marked: the module system loads the highest version"})
+            "doc": "the stack's module is its directory's default (`module load pytorch` loads it); where another "
+                   "stack holds the default, this one awaits it, hidden, until its validation passes (`invoke "
+                   "promote`, docs/operating.md); no stack marked: the module system loads the highest version"})
         hidden: bool = field(default=False, metadata={
             "doc": "`module avail` does not list the stack's module (`--show_hidden` does); loading it "
                    "by its full name works"})
