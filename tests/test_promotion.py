@@ -20,8 +20,8 @@ import yaml
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import local_host
+from sitestack.engine import lifecycle, promotion
 from sitestack.engine import playbook as pb
-from sitestack.engine import promotion
 from sitestack.engine import site_history as history
 from sitestack.installs.venv_manifest import dump, plan_digest
 from sitestack.onsite.history_record import record_from_result
@@ -140,6 +140,9 @@ def test_a_new_default_awaits_its_validation_and_force_is_recorded(tmp_path: Pat
     assert "--force" in gens["generations"][-1]["promoted"]
     (entry,) = [json.loads(x) for x in (root / promotion.LOG).read_text().splitlines()]
     assert entry["forced"] and entry["digest"] == digest and entry["previous"] == OLD and entry["run"] is None
+    # `invoke generations` shows it under the generation
+    shown = lifecycle.describe(host, NEW, str(prefix / NEW), (None, "kept"))
+    assert any("--force" in line for line in lifecycle.lines([shown]))
     # the playbook's next run keeps the promoted default
     install(playbook(tmp_path, NEW), prefix, tmp_path)
     assert loaded(root) == [NEW]
