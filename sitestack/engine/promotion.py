@@ -146,6 +146,12 @@ def switch_default(host: Host, cand: Candidate) -> None:
     host.write_text(modulerc.record_path(step.root, directory), modulerc.State(stacks, tuple(files)).text(), 0o644)
 
 
+def read_log(host: Host, cand: Candidate) -> str:
+    """The promotion log's text ("" where there is none); a link or an oversized file there is refused."""
+    return read_bounded(host, f"{cand.step.root}/{LOG}", LOG_MAX, "not the promotion log sitestack writes; move it "
+                        "aside", follow=False) or ""
+
+
 def record(host: Host, cand: Candidate, entry: Mapping[str, Any]) -> None:
     """Note the promotion in the generation's record (``promoted``) and a line of the promotion log."""
     path = cand.step.stack.path
@@ -157,8 +163,7 @@ def record(host: Host, cand: Candidate, entry: Mapping[str, Any]) -> None:
         host.write_text(hist.record, replace(hist, generations=(*others, replace(mine, promoted=words))).to_json(),
                         0o644)
     log = f"{cand.step.root}/{LOG}"
-    before = read_bounded(host, log, LOG_MAX, "not the promotion log sitestack writes; move it aside",
-                          follow=False) or ""
+    before = read_log(host, cand)
     if len(before.encode()) >= LOG_MAX // 2:
         before = "".join(before.splitlines(keepends=True)[len(before.splitlines()) // 2:])
     host.run(["mkdir", "-p", "--", os.path.dirname(log)])
@@ -188,6 +193,7 @@ def promote_on(host: Host, ctx: RunContext, cand: Candidate, *, force: bool, che
     why = f"run {run['id']} passed" if run else "--force: no passing validation run of this generation"
     if check:
         return f"would make {what} ({why})"
+    read_log(host, cand)  # a log that cannot be written stops the promotion before the default moves
     switch_default(host, cand)
     record(host, cand, {"at": time.time(), "user": host.user(), "stack": cand.name, "generation": generation,
                         "digest": digest, "previous": holder, "run": run["id"] if run else None,
