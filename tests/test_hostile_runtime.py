@@ -30,7 +30,7 @@ from sitestack.model.context import RunContext, RunOptions
 from sitestack.onsite import hostlist
 from sitestack.onsite.ddpcheck import envvalues, ranks
 from sitestack.validation import jobs, runtime_checks
-from sitestack.validation.launch_helpers import LaunchInputs, render_stage
+from sitestack.validation.launch_helpers import LaunchInputs, StackPack, render_stage
 from tests.onsite_dir import install_programs
 from tests.test_hostile import MARK
 from tests.test_launch_env import render
@@ -435,8 +435,10 @@ def stage_script(tmp_path: Path) -> tuple[Path, Path, Path]:
     pack = tmp_path / "pack.tar.gz"
     pack.write_bytes(b"")
     scratch = tmp_path / "nvme"
+    own = StackPack(module="pytorch/2.2.2-rocm5.7", pack=str(pack), generations=str(tmp_path / "gens"),
+                    generation_var="__SITESTACK_GEN", own=True)
     inputs = LaunchInputs(site="frontier", facts=ctx.facts, bin=str(tmp_path), env={}, scratch=str(scratch),
-                          pack=str(pack), pack_generations=str(tmp_path / "gens"), generation_var="__SITESTACK_GEN")
+                          packs=(own,))
     script = tmp_path / "sitestack-stage-env"
     script.write_text(render_stage(inputs))
     fake = tmp_path / "bin"

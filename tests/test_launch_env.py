@@ -20,7 +20,14 @@ from sitestack.engine import playbook as pb
 from sitestack.model.context import RunContext, RunOptions
 from sitestack.model.site import list_sites
 from sitestack.validation import jobs
-from sitestack.validation.launch_helpers import BIND_RANK, HOSTLIST, LaunchInputs, helper_files, render_helper
+from sitestack.validation.launch_helpers import (
+    BIND_RANK,
+    HOSTLIST,
+    LaunchInputs,
+    StackPack,
+    helper_files,
+    render_helper,
+)
 from tests.conftest import run_invoke
 
 SHELLS = [s for s in ("bash", "dash", "zsh") if shutil.which(s)]
@@ -340,7 +347,7 @@ def test_hostile_scratch_and_prefix_stay_inert_in_the_stage_script(tmp_path: Pat
     evil_prefix = f"{tmp_path}/it's $(touch {marker})"
     inputs = LaunchInputs(site="frontier", facts=ctx.facts, bin=f"{evil_prefix}/bin", env={},
                           scratch=f"{tmp_path}/nvme/$(touch {marker})`touch {marker}`",
-                          pack=f"{evil_prefix}/packs/p.tar.gz")
+                          packs=(StackPack(module="pytorch/x", pack=f"{evil_prefix}/packs/p.tar.gz", own=True),))
     from sitestack.validation.launch_helpers import render_stage
     stage = tmp_path / "stage"
     stage.write_text(render_stage(inputs))

@@ -18,11 +18,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sitestack.actions import ACTIONS
 from sitestack.actions.stage_archive import MakeStageArchive
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import LocalHost
+from sitestack.core.paths import PLAYBOOK_DIR
 from sitestack.engine import playbook as pb
 from sitestack.installs.staging import env_kind
 from sitestack.model.context import RunContext, RunOptions
@@ -122,7 +124,7 @@ def test_an_env_that_is_neither_is_one_clear_error(tmp_path: Path):
 def test_a_job_stages_the_pack_of_the_generation_it_loaded(tmp_path: Path):
     """Each generation has its pack; the stable name links to the current one's; sitestack-stage-env takes
     the pack of the generation the job's stack module loaded; a removed generation's pack goes."""
-    from sitestack.validation.launch_helpers import LaunchInputs, render_stage
+    from sitestack.validation.launch_helpers import LaunchInputs, StackPack, render_stage
 
     action = step(tmp_path / "prefix")
     pack, host = action.pack(), LocalHost()
@@ -141,9 +143,10 @@ def test_a_job_stages_the_pack_of_the_generation_it_loaded(tmp_path: Path):
     assert Path(pack.path).resolve() == packs / f"{stable.name}.gen-b.tar.gz"
     assert action.pending(host) is None
 
+    own = StackPack(module=pack.stack.name, pack=pack.path, generations=pack.generations,
+                    generation_var="__SITESTACK_GENERATION_PYTORCH", own=True)
     inputs = LaunchInputs(site="frontier", facts=action.ctx.facts, bin="/opt/bin", env={}, scratch="/tmp/stage",
-                          pack=pack.path, pack_generations=pack.generations,
-                          generation_var="__SITESTACK_GENERATION_PYTORCH")
+                          packs=(own,))
     script, stubs = tmp_path / "sitestack-stage-env", tmp_path / "stubs"
     script.write_text(render_stage(inputs))
     stubs.mkdir()
@@ -162,4 +165,77 @@ def test_a_job_stages_the_pack_of_the_generation_it_loaded(tmp_path: Path):
     action.apply(host)
     assert sorted(p.name for p in packs.iterdir()) == [f"{stable.name}.gen-b.tar.gz"]
     with pytest.raises(ValueError):
-        render_stage(dataclasses.replace(inputs, generation_var="X}; rm -rf /; : ${Y"))
+        render_stage(dataclasses.replace(inputs, packs=(dataclasses.replace(own, generation_var="X}; rm -rf /; : ${Y"),)))
+
+
+def frontier_stage_helper(tmp_path: Path, *, drop_steps: tuple[str, ...] = ()) -> tuple[Path, dict[str, str], RunContext]:
+    """Frontier's sitestack-stage-env as its launch-helpers step renders it for a prefix under ``tmp_path``
+    (the playbook without ``drop_steps``), an empty pack file for each stack that has a pack, and a job's
+    environment whose srun stops the copy (the pack is chosen before): (script, environment, context)."""
+    from sitestack.actions.launch_env import launch_inputs
+    from sitestack.validation.launch_helpers import render_stage
+
+    data = yaml.safe_load((PLAYBOOK_DIR / "frontier.yml").read_text())
+    data["steps"] = [s for s in data["steps"] if s["name"] not in drop_steps]
+    book = tmp_path / "frontier.yml"
+    book.write_text(yaml.safe_dump(data, sort_keys=False))
+    ctx = RunContext.resolve(pb.load(path=book), home="/home/u", user="u", account="proj",
+                             prefix=str(tmp_path / "prefix"), options=RunOptions(), actions=ACTIONS)
+    inputs = launch_inputs(ctx, str(tmp_path / "prefix" / "bin"))
+    for p in inputs.packs:
+        if p.pack:
+            Path(p.pack).parent.mkdir(parents=True, exist_ok=True)
+            Path(p.pack).write_bytes(b"")
+    script, stubs = tmp_path / "sitestack-stage-env", tmp_path / "stubs"
+    script.write_text(render_stage(inputs))
+    stubs.mkdir()
+    (stubs / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (stubs / "srun").chmod(0o755)
+    job = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "1", "USER": "tester", "PATH": f"{stubs}:{os.defpath}"}
+    return script, job, ctx
+
+
+SOURCED = ["sh", "-c", '. "$1"; printf "%s\\n" "$SITESTACK_PACK"', "sh"]
+ROCM7, GUIDE = "pytorch/2.10.0-rocm7.1", "pytorch/2.2.2-rocm5.7"
+
+
+def test_the_loaded_stacks_pack_is_staged_and_its_generation(tmp_path: Path):
+    """With `module load pytorch` (rocm7, the default) the rocm7 pack is staged, not the guide stack's; the
+    generation the module loaded is looked up under that stack's packs; the guide stack loaded by name stages
+    its own; no stack module loaded stages the playbook's own stack."""
+    script, job, ctx = frontier_stage_helper(tmp_path)
+    prefix = ctx.values["prefix"]
+    rocm7_gen = f"{prefix}/packs/pytorch-2.10.0-rocm7.1.generations/2.10.0-rocm7.1.gen-b.tar.gz"
+    Path(rocm7_gen).parent.mkdir(parents=True)
+    Path(rocm7_gen).write_bytes(b"")
+
+    def chosen(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*SOURCED, str(script)], env={**job, **env}, capture_output=True, text=True, timeout=30)
+
+    loaded = f"PrgEnv-gnu/8.5.0:rocm/7.1.1:rccl-net-plugin:{ROCM7}"
+    assert chosen(LOADEDMODULES=loaded).stdout.strip() == f"{prefix}/packs/pytorch-2.10.0-rocm7.1.tar.gz"
+    gen = chosen(LOADEDMODULES=loaded, __SITESTACK_GENERATION_PYTORCH=f"{prefix}/pytorch/.2.10.0-rocm7.1.gen-b")
+    assert gen.stdout.strip() == rocm7_gen
+    # a generation of the other stack is never looked up under this one's packs
+    other = chosen(LOADEDMODULES=loaded, __SITESTACK_GENERATION_PYTORCH=f"{prefix}/pytorch/.2.2.2-rocm5.7.gen-b")
+    assert other.stdout.strip() == f"{prefix}/packs/pytorch-2.10.0-rocm7.1.tar.gz"
+    guide = chosen(LOADEDMODULES=f"rocm/5.7.1:{GUIDE}")
+    assert guide.stdout.strip() == f"{prefix}/packs/pytorch-2.2.2-rocm5.7.tar.gz"
+    # a name that only contains a stack's is not that stack
+    assert chosen(LOADEDMODULES=f"x{ROCM7}").stdout.strip() == f"{prefix}/packs/pytorch-2.2.2-rocm5.7.tar.gz"
+    assert chosen().stdout.strip() == f"{prefix}/packs/pytorch-2.2.2-rocm5.7.tar.gz"
+
+
+def test_a_loaded_stack_without_a_pack_is_refused(tmp_path: Path):
+    """Without the rocm7 stage-archive step, rocm7 loaded: one message naming the module and the stacks that
+    have packs, exit 1, no copy started (srun would have said so) and nothing else staged."""
+    script, job, ctx = frontier_stage_helper(tmp_path, drop_steps=("rocm7-stage-archive",))
+    out = subprocess.run(["sh", "-c", '. "$1"; printf "%s|%s" "$?" "${SITESTACK_STAGED_ENV-unset}"', "sh",
+                          str(script)], env={**job, "LOADEDMODULES": f"rocm/7.1.1:{ROCM7}"}, capture_output=True,
+                         text=True, timeout=30)
+    assert out.stdout == "1|unset", out
+    assert out.stderr.strip() == (f"sitestack-stage-env: the loaded module {ROCM7} has no pack to stage (no "
+                                  f"stage-archive step packs its stack); the stacks with packs: {GUIDE}"), out.stderr
+    # and the rocm7 validation job does not source the helper (its stack has no pack)
+    from sitestack.installs.site_stack import stage_script
+    assert stage_script(ctx.for_stack("rocm7")) is None and stage_script(ctx) is not None

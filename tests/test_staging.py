@@ -106,7 +106,9 @@ sitestack_unstage
 echo "left=$(ls -A {staged['scratch']})"
 """)
     values, log = passed_job(slurm_cluster, script, tmp_path / "out")
-    assert any(line.startswith("sitestack-stage-env: the stack env runs from") for line in log.splitlines()), log
+    # no stack module loaded: the playbook's own stack, which the helper's last line names
+    own = "the stack env of pytorch/2.13.0-cpu (no stack module is loaded: the playbook's own stack) runs from"
+    assert any(line.startswith(f"sitestack-stage-env: {own}") for line in log.splitlines()), log
     dest = f"{staged['scratch']}/sitestack-env-"
     pythons = values.get("python", [])
     assert len(pythons) == 2 and all(p.startswith(dest) and p.endswith("/bin/python") for p in pythons), log

@@ -218,3 +218,30 @@ def test_lumi_keeps_the_seeds_stack_deprecated_beside_the_current_one(provisione
     assert "torch 2.13.0" in out.stdout   # the seed's image is the twin's stand-in image
     image = twin.site_dir(f"{prefix}/container/{sites.LUMI_SEED_SIF}")
     assert image.is_symlink() and str(image.readlink()).endswith(f"easybuild-sif-images/{sites.LUMI_SEED_SIF}")
+
+
+@pytest.mark.parametrize("provisioned", ["frontier"], indirect=True)   # the twin that stages its env (node.stage_env)
+def test_frontier_stages_the_env_of_the_loaded_stack(provisioned):
+    """In a job with `module load pytorch` (rocm7, the default), sitestack-stage-env stages the rocm7 stack's own
+    pack (rocm7-stage-archive), not the guide stack's: torch is imported from the node-local copy and is the
+    rocm7 env's torch (on the twin the CPU build its hardware facts give every stack: tests/twins/sites.py)."""
+    from tests.slurm import SBATCH_WAIT
+
+    running, twin = provisioned.running, provisioned.twin
+    prefix = f"/lustre/orion/{twin.account}/world-shared/sitestack"
+    out_file = f"{twin.home}/stage-rocm7.out"
+    job = (f"#!/bin/bash\n. {running.modules_init}\nmodule use {prefix}/modules\nmodule load pytorch || exit 4\n"
+           f". {prefix}/bin/sitestack-stage-env || exit 1\n"
+           "srun --ntasks=1 python -c 'import sys, torch; print(\"torch=\" + torch.__version__); "
+           "print(\"prefix=\" + sys.prefix)'\nsitestack_unstage\n")
+    (twin.site_dir(twin.home) / "stage-rocm7.sh").write_text(job)
+    out = running.shell(f"{SBATCH_WAIT}\nsitestack_sbatch_wait --ntasks=1 --output={out_file} stage-rocm7.sh\n"
+                        f"{prefix}/pytorch/2.10.0-rocm7.1/bin/python -c 'import torch; print(\"shared=\" + "
+                        "torch.__version__)'", timeout=600)
+    log = twin.site_dir(out_file).read_text() if twin.site_dir(out_file).exists() else ""
+    assert out.returncode == 0, out.stdout + out.stderr + log + running.cluster.logs()
+    assert "sitestack-stage-env: the stack env of pytorch/2.10.0-rocm7.1 runs from /mnt/bb/" in log, log
+    values = dict(line.split("=", 1) for line in (out.stdout + log).splitlines() if line.startswith(("torch=", "prefix=", "shared=")))
+    assert values["prefix"].startswith(f"/mnt/bb/{sites.USER}/sitestack-env-"), log   # the node-local copy
+    assert values["torch"] == values["shared"], (values, log)                             # the rocm7 env's torch
+    assert (twin.site_dir(prefix) / "packs" / "pytorch-2.10.0-rocm7.1.tar.gz").exists()

@@ -34,7 +34,7 @@ class Action(Step):
     #: the playbook says (the step's ``concurrent``); see :meth:`independent`.
     concurrent_by_default: ClassVar[bool] = False
     #: True where the action serves the playbook's own stack whatever a step's ``stack:`` says (the
-    #: validation job, the launch helpers, staging: docs/playbooks.md): a ``stack:`` on it is refused at load.
+    #: validation job, the launch helpers: docs/playbooks.md): a ``stack:`` on it is refused at load.
     own_stack: ClassVar[bool] = False
 
     @dataclass(frozen=True)

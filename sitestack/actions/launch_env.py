@@ -17,8 +17,8 @@ from sitestack.core import placeholders
 from sitestack.core.host import Host
 from sitestack.core.quoting import in_prefix_problem
 from sitestack.installs.site_stack import job_inputs, site_stack
-from sitestack.installs.staging import StageArchive
-from sitestack.installs.venv_stack import generation_var, module_root
+from sitestack.installs.staging import stack_packs
+from sitestack.installs.venv_stack import module_root
 from sitestack.model.context import RunContext
 from sitestack.model.site import expand
 from sitestack.validation.launch_helpers import LaunchInputs, helper_files
@@ -33,12 +33,10 @@ def launch_inputs(ctx: RunContext, bin_dir: str) -> LaunchInputs:
     raw = ((ctx.site.raw_facts or {}).get("node") or {}).get("local_scratch")
     scratch = expand(placeholders.bind_early(str(raw), ctx.values, ("home", "user")), RUNTIME) if raw else None
     stack = site_stack(ctx)
-    pack = StageArchive(stack, ctx.values["prefix"]) if stack else None
     return LaunchInputs(
         site=ctx.site.name, facts=ctx.facts, bin=bin_dir.rstrip("/"), env=env, scratch=scratch,
-        pack=pack.path if pack else None, stack_module=stack.name if stack else "",
-        module_root=module_root(ctx), pack_generations=pack.generations if pack else None,
-        generation_var=generation_var(stack) if stack else "")
+        packs=stack_packs(ctx) if ctx.facts.node.stage_env else (), stack_module=stack.name if stack else "",
+        module_root=module_root(ctx))
 
 
 class InstallLaunchEnv(Action):

@@ -1,6 +1,10 @@
 """The ``stage-archive`` action: the stack environment packed once into ``{prefix}/packs/``, for
 jobs that stage it on node-local storage (``facts.node.stage_env``; :mod:`sitestack.installs.staging`).
 
+One pack per stack: a step packs the env of its ``stack:`` (else the playbook's own stack), and a
+playbook gives each stack whose env jobs stage a step of its own. ``sitestack-stage-env`` stages the
+pack of the stack whose module is loaded and refuses a loaded stack that no step packs.
+
 On a site that does not stage (``stage_env: false``) the step has nothing to do. Otherwise the
 pack's kind follows what the stack env is when it is packed (``conda-meta/``: conda-pack;
 ``pyvenv.cfg``: tar + fix-up; :func:`sitestack.installs.staging.env_kind`), and the pack is made
@@ -36,17 +40,18 @@ from sitestack.installs.venv_stack import Base
 
 
 def site_archive(action: Action) -> StageArchive | None:
-    """The pack of the run's site, or None where the playbook makes no stack."""
+    """The pack of the step's stack (its ``stack:``, else the playbook's own), or None where the playbook makes
+    no env for that stack."""
     stack = site_stack(action.ctx)
     return StageArchive(stack, action.ctx.values["prefix"]) if stack else None
 
 
 class MakeStageArchive(Action):
-    """The stack environment is packed for node-local staging, by what it is when packed: conda-pack for a
-    conda env (conda-meta/), tar + fix-up for a venv (pyvenv.cfg)."""
+    """The environment of the step's stack (its `stack:`, else the playbook's own) is packed for node-local
+    staging, by what it is when packed: conda-pack for a conda env (conda-meta/), tar + fix-up for a venv
+    (pyvenv.cfg). One step per stack whose env jobs stage: sitestack-stage-env stages the loaded stack's pack."""
 
     action = "stage-archive"
-    own_stack = True   # the playbook's own stack (docs/playbooks.md): a step's `stack:` is refused
 
     @dataclass(frozen=True)
     class Args:
@@ -55,7 +60,8 @@ class MakeStageArchive(Action):
     def pack(self) -> StageArchive:
         pack = site_archive(self)
         if pack is None:
-            raise SitestackError("stage-archive needs a stack-venv step in the playbook (the env it packs)")
+            which = f"of stack {self.ctx.site.stack}" if self.ctx.site.stack else "of the playbook's own stack"
+            raise SitestackError(f"stage-archive needs a stack-venv step {which} (the env it packs)")
         return pack
 
     def describe(self) -> str:

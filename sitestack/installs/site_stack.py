@@ -88,9 +88,12 @@ def launch_helper(ctx: RunContext) -> str | None:
 
 
 def stage_script(ctx: RunContext) -> str | None:
-    """``sitestack-stage-env`` as the install-launch-env step installs it, where the site stages its env."""
+    """``sitestack-stage-env`` as the install-launch-env step installs it, where the site stages the env of
+    ``ctx``'s stack (a stage-archive step of that stack packs it)."""
     directory = launch_dir(ctx)
     if directory is None or not ctx.facts.node.stage_env or site_stack(ctx) is None:
+        return None
+    if not any(s.action == "stage-archive" for s in steps_of(ctx)):
         return None
     return f"{directory}/{launch_helpers.STAGE}"
 

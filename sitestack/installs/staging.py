@@ -7,6 +7,10 @@ unpacks it there and runs ``conda-unpack`` to rewrite the prefixes. Start-up dro
 (Orion) to 2 s. This module says where the pack lives and which commands make it; nothing here
 runs (the ``stage-archive`` action does).
 
+One pack per stack: each ``stage-archive`` step packs the env of its stack (its ``stack:``, else the
+playbook's own), and ``sitestack-stage-env`` stages the pack of the stack whose module is loaded
+(:func:`stack_packs`), refusing a loaded stack that has none.
+
 Which of the two packs is made follows what the environment *is* when it is packed, not the
 playbook's ``python.source``: a directory with ``conda-meta/`` is a conda env (conda-pack itself
 requires it, https://conda.github.io/conda-pack/), one with ``pyvenv.cfg`` is a venv (PEP 405,
@@ -32,8 +36,11 @@ from dataclasses import dataclass
 
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import Host
-from sitestack.installs.venv_stack import Stack
+from sitestack.installs.site_stack import site_stack
+from sitestack.installs.venv_stack import Stack, generation_var
+from sitestack.model.context import RunContext
 from sitestack.onsite import venv_unpack
+from sitestack.validation.launch_helpers import StackPack
 
 #: conda-pack from PyPI, pinned (the tools venv installs exactly this).
 CONDA_PACK = "conda-pack==0.9.2"
@@ -110,6 +117,23 @@ class StageArchive:
         """A conda pack, as OLCF's guide makes it (``--format tar.gz --n-threads -1``)."""
         return [f"{self.tools}/bin/conda-pack", "--prefix", real, "--output", output, "--format", "tar.gz",
                 "--n-threads", "-1", "--force", "--quiet"]
+
+
+def stack_packs(ctx: RunContext) -> tuple[StackPack, ...]:
+    """Every stack of the playbook that has an env (a stack-venv step), its own first, then ``stacks:`` in
+    their order: its module and, where a ``stage-archive`` step of that stack packs it, the pack."""
+    own = ctx.site.own or ctx.site
+    out = []
+    for key in (None, *own.stacks):
+        stack = site_stack(ctx.for_stack(key))
+        if stack is None:
+            continue
+        packed = any(s.action == "stage-archive" and s.stack == key for s in own.steps)
+        pack = StageArchive(stack, ctx.values["prefix"]) if packed else None
+        out.append(StackPack(module=stack.name, pack=pack.path if pack else None,
+                             generations=pack.generations if pack else None, generation_var=generation_var(stack),
+                             own=key is None))
+    return tuple(out)
 
 
 def stamp_text(manifest: str | None, real: str, kind: str) -> str:

@@ -16,8 +16,8 @@ Installed by the ``install-launch-env`` step into ``{prefix}/bin`` (docs/launch.
   itself to the CPUs srun would give its LOCAL_RANK, then runs CMD (``sitestack/onsite/bind_rank.py``).
 - ``sitestack-hostlist``: the one Slurm host-list parser (``sitestack/onsite/hostlist.py``), which
   the helper runs with ``python3`` where ``scontrol show hostnames`` is not available (containers).
-- ``sitestack-stage-env`` (sites with ``node.stage_env``): the packed stack env broadcast with
-  sbcast to node-local storage, unpacked, fixed up, checked and put first on PATH.
+- ``sitestack-stage-env`` (sites with ``node.stage_env``): the pack of the stack whose module is loaded
+  broadcast with sbcast to node-local storage, unpacked, fixed up, checked and put first on PATH.
 
 :func:`render_job_template` is what ``invoke job-template`` prints: a job that loads the stack
 module the way users do and sources the helper. Every value from the facts reaches the text through
@@ -52,6 +52,20 @@ BIND_RANK = "sitestack-bind-rank"
 
 
 @dataclass(frozen=True)
+class StackPack:
+    """A stack of the site as ``sitestack-stage-env`` knows it: the module users load, and the pack a
+    ``stage-archive`` step makes of its env (None: no step packs it, and staging it is refused)."""
+
+    module: str                         # e.g. pytorch/2.10.0-rocm7.1
+    pack: str | None = None             # {prefix}/packs/pytorch-2.10.0-rocm7.1.tar.gz
+    #: where each generation's pack lies: a job stages the pack of the generation its module loaded
+    generations: str | None = None
+    #: the variable in which the stack's module keeps the generation it loaded (docs/operating.md)
+    generation_var: str = ""
+    own: bool = False                   # the playbook's own stack: staged where no stack module is loaded
+
+
+@dataclass(frozen=True)
 class LaunchInputs:
     """What a site's helpers depend on besides the facts."""
 
@@ -60,17 +74,14 @@ class LaunchInputs:
     bin: str  # where the helpers are installed, e.g. {prefix}/bin
     env: Mapping[str, str]  # facts.env with {user}/{home} as ${USER}/${HOME}
     scratch: str | None = None  # node.local_scratch with {user}/{home} as ${USER}/${HOME}
-    pack: str | None = None  # the packed stack env (sites that stage it)
-    #: where each generation's pack lies, and the variable in which the stack's module keeps the generation
-    #: it loaded (docs/operating.md): a job stages the pack of the generation it loaded
-    pack_generations: str | None = None
-    generation_var: str = ""
+    #: every stack of the playbook (its own first), with its pack where one is made (sites that stage)
+    packs: tuple[StackPack, ...] = ()
     stack_module: str = ""  # e.g. pytorch/2.13.0-cpu
     module_root: str = ""  # where the stack's module files are
 
     @property
     def stage(self) -> bool:
-        return bool(self.facts.node.stage_env and self.pack and self.scratch)
+        return bool(self.facts.node.stage_env and any(p.pack for p in self.packs) and self.scratch)
 
 
 def _context(inputs: LaunchInputs) -> dict[str, Any]:
@@ -140,14 +151,16 @@ def checked_name(name: str) -> str:
 
 def render_stage(inputs: LaunchInputs) -> str:
     """``sitestack-stage-env`` (only where the site stages its env)."""
-    if not inputs.stage or inputs.pack is None or inputs.scratch is None:
+    if not inputs.stage or inputs.scratch is None:
         raise ValueError("the site does not stage its env (facts.node.stage_env) or has no pack")
+    own = next((p for p in inputs.packs if p.own and p.pack), None)
     # The script follows what the unpacked copy holds, not the facts: the pack's kind is decided when
     # it is made, from what the env is (sitestack.installs.staging.env_kind), after this is rendered.
     return jobs.environment().get_template("stage-env.sh.j2").render(
-        site=inputs.site, path=f"{inputs.bin}/{STAGE}", pack=inputs.pack, scratch=sh_expanding(inputs.scratch),
+        site=inputs.site, path=f"{inputs.bin}/{STAGE}", packs=inputs.packs, own=own,
+        packed=", ".join(p.module for p in inputs.packs if p.pack), scratch=sh_expanding(inputs.scratch),
         scratch_text=inputs.scratch, conda_unpack=CONDA_UNPACK, venv_unpack=UNPACK_PROGRAM,
-        pack_generations=inputs.pack_generations, generation_var=checked_name(inputs.generation_var),
+        generation_vars=sorted({checked_name(p.generation_var) for p in inputs.packs if p.generation_var}),
         checks=runtime_checks.functions("number", "word"), check_names=("number", "word"),
         max_id=runtime_checks.MAX_ID, max_count=runtime_checks.MAX_COUNT,
         # run by one task per node: the scratch directory (private under any umask where it is made
