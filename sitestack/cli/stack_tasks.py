@@ -35,9 +35,11 @@ def install_validation_job(c: Context, o: Any) -> None:
 
 
 @options_task(*VALIDATE, (ValidateOptions, "nodes ranks_per_node launcher scheduler wait collect results python timeout "
-                                           "calibrate if_changed"))
+                                           "calibrate if_changed stack all_stacks"))
 def validate(c: Context, o: Any) -> None:
-    """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
+    """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is.
+
+    ``--stack NAME`` runs that stack's job, ``--all-stacks`` every stack's in turn (engine/stack_validation.py)."""
     from sitestack.engine import results
     from sitestack.engine import validate as validation_mod
 
