@@ -117,7 +117,9 @@ def test_all_stacks_runs_every_stacks_job_in_turn_and_fails_when_one_failed():
         assert not options.all_stacks
         if site.stack is None:
             raise SitestackError("job 7 left no result\nlog tail")
-        return Outcome(0, job_id="8", result={"verdict": "PASS", "stack": {"module": "pytorch/2.10.0-rocm7.1"}})
+        if site.stack == "rocm7":
+            return Outcome(0, job_id="8", result={"verdict": "passed", "stack": {"module": "pytorch/2.10.0-rocm7.1"}})
+        return Outcome(1, job_id="9", result={"verdict": "passed", "stack": {"module": "pytorch/2.2.2-rocm5.7"}})
 
     stream = io.StringIO()
     code, stacks = stack_validation.validate_all(frontier(), ValidateOptions(all_stacks=True), Reporter(stream), run_one)
@@ -126,8 +128,22 @@ def test_all_stacks_runs_every_stacks_job_in_turn_and_fails_when_one_failed():
     text = stream.getvalue()
     assert "stacks: 1 of 2 passed" in text
     assert "  (own): FAILED: job 7 left no result\n" in text
-    assert "  rocm7 (pytorch/2.10.0-rocm7.1): PASSED (PASS), job 8" in text
+    assert "  rocm7 (pytorch/2.10.0-rocm7.1): PASSED, job 8\n" in text
     assert stacks["rocm7"]["exit_code"] == 0 and stacks["(own)"]["error"] == "job 7 left no result"
+
+
+def test_all_stacks_names_a_stack_whose_passing_job_failed_the_run():
+    """A job that passed but whose run exits 1 (a regression FAIL against its stack's history) is FAILED."""
+    def run_one(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcome:
+        if site.stack == "rocm7":
+            return Outcome(1, job_id="9", result={"verdict": "passed", "stack": {"module": "pytorch/2.10.0-rocm7.1"}})
+        return Outcome(0, job_id="8", result={"verdict": "passed", "stack": {"module": "pytorch/2.2.2-rocm5.7"}})
+
+    stream = io.StringIO()
+    code, _ = stack_validation.validate_all(frontier(), ValidateOptions(all_stacks=True), Reporter(stream), run_one)
+    assert code == 1
+    assert "  (own) (pytorch/2.2.2-rocm5.7): PASSED, job 8\n" in stream.getvalue()
+    assert "  rocm7 (pytorch/2.10.0-rocm7.1): FAILED (the job's verdict: passed), job 9\n" in stream.getvalue()
 
 
 def test_all_stacks_refuses_before_running_anything_when_a_stack_has_no_job():
