@@ -160,3 +160,16 @@ def test_validate_with_an_unknown_stack_is_one_message_and_exit_1(cli):
     out = cli("validate", "--site", "frontier", "--account", "abc123", "--stack", "rocm9")
     assert out.returncode == 1 and "Traceback" not in out.stderr + out.stdout
     assert "--stack: 'rocm9' is not one of the stacks of" in out.stderr + out.stdout
+
+
+def test_provision_validates_a_further_stack_by_its_own_job_before_promoting_it():
+    """The promotion after a provision (engine/promotion.py) finds the rocm7 stack's job by its module name,
+    and leaves a stack without a job hidden."""
+    from sitestack.engine import promotion
+
+    site = frontier()
+    ctx = offline_context(site, account="abc123")
+    assert promotion.validatable(site, ctx, "pytorch/2.10.0-rocm7.1")
+    assert promotion.validatable(site, ctx, "pytorch/2.2.2-rocm5.7")
+    bare = without_step(site, "rocm7-validation-job")
+    assert not promotion.validatable(bare, offline_context(bare, account="abc123"), "pytorch/2.10.0-rocm7.1")
