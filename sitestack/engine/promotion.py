@@ -187,7 +187,8 @@ def promote_on(host: Host, ctx: RunContext, cand: Candidate, *, force: bool, che
     if run is None and not force:
         raise SitestackError(
             f"{cand.name} ({generation}, digest {digest or 'unknown'}) has no passing validation run in the site's "
-            f"history: run `invoke validate --site {ctx.site.name}` first, or promote with --force (recorded)")
+            f"history: run `invoke validate --site {ctx.site.name}{f' --stack {cand.key}' if cand.key else ''}` first, "
+            "or promote with --force (recorded)")
     what = f"{cand.name} ({generation}) the default of {modulerc.module_dir(cand.name)}/" + (
         f" instead of {holder}" if holder else "")
     why = f"run {run['id']} passed" if run else "--force: no passing validation run of this generation"
