@@ -208,17 +208,17 @@ def _same_module(data: dict[str, Any], _mark: str) -> None:
     data["steps"].append({"name": "other-modulefiles", "action": "modulefiles", "stack": "other"})
 
 
-def _stack_on_validation_job(data: dict[str, Any], _mark: str) -> None:
+def _stack_on_launch_helpers(data: dict[str, Any], _mark: str) -> None:
     _second_stack(data, {"python": {"version": data["facts"]["python"].get("version", "3.11")}})
-    step = next(s for s in data["steps"] if s["action"] == "install-validation-job")
+    step = next(s for s in data["steps"] if s["action"] == "install-launch-env")
     step["stack"] = "other"
 
 
 PLAYBOOK_CASES = [
     Case("two-stacks-one-module", r"local\.yml:\d+: steps\[\d+\]\.args: ", edit=_same_module, args=("provision", "--check"),
          expect="is also the module of step 'modulefiles'"),
-    Case("stack-on-validation-job", r"local\.yml:\d+: stack: ", edit=_stack_on_validation_job, args=("provision", "--check"),
-         expect="install-validation-job uses the playbook's own stack"),
+    Case("stack-on-launch-helpers", r"local\.yml:\d+: stack: ", edit=_stack_on_launch_helpers, args=("provision", "--check"),
+         expect="install-launch-env uses the playbook's own stack"),
 ]
 
 

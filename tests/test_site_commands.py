@@ -245,6 +245,38 @@ def test_site_commands(site: str, site_twins: Any) -> None:
     assert not failed, f"{len(failed)} of {len(entries(site))} commands failed on the {site} twin:\n{report}"
 
 
+#: The guide's batch script with `module load pytorch` (the default stack, rocm7) in place of its modules and conda
+#: env: the lines after the entry's own substitutions, and what takes their place.
+DEFAULT_MODULE = [
+    ("module load PrgEnv-gnu/8.5.0\nmodule load rocm/5.7.1\nmodule load craype-accel-amd-gfx90a\n"
+     "module load miniforge3/23.11.0-0\n", "module use /lustre/orion/abc123/world-shared/sitestack/modules\n"
+                                           "module load pytorch\n"),
+    ("source activate /lustre/orion/abc123/world-shared/sitestack/pytorch/2.2.2-rocm5.7\n", ""),
+]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_frontier_default_module_runs_the_guides_program(site_twins: Any) -> None:
+    """OLCF's `multinode_olcf.py` (`from mpi4py import MPI`) runs as written, by the guide's batch script
+    and srun line, with `module load pytorch`, the rocm7 stack, in place of the guide's modules and conda
+    env: torch from the rocm7 env, mpi4py built for it."""
+    running = site_twins("frontier")
+    data = load("frontier")
+    entry = dict(next(e for e in entries("frontier") if e["id"] == "ddp-batch-script"))
+    guide = text_of(entry)
+    assert all(old in guide for old, _ in DEFAULT_MODULE), "the guide's script changed: update DEFAULT_MODULE"
+    entry["substitutions"] = [*entry["substitutions"], *({"from": a, "to": b} for a, b in DEFAULT_MODULE)]
+    entry["variants"] = []
+    rocm7 = r"torch_file=/lustre/orion/abc123/world-shared/sitestack/pytorch/\.2\.10\.0-rocm7\.1\.gen-"
+    entry["expect"] = {**entry["expect"], "stdout_regex": [*entry["expect"]["stdout_regex"], rocm7]}
+    runner = SiteRun(running, data)
+    problems = runner.run(entry)
+    script = (runner.host / entry["script"]).read_text()
+    assert "module load pytorch\n" in script and "source activate" not in script, script
+    assert not problems, "\n".join(problems)
+
+
 def test_site_commands_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """Per site: how many commands run on the twin, are served by a sitestack task, are not served;
     for every site whose twin ran here, every runnable command was run."""

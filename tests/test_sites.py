@@ -128,7 +128,9 @@ def test_step_names_are_kebab_case_and_the_same_across_sites(name):
             assert step.name in names, f"{name}: {step.action} step is called {step.name!r}"
         if step.action == "recipe-install":
             recipe = step.args["recipe"]
-            assert step.name == {"aws-ofi-rccl": "rccl-net-plugin"}.get(recipe, recipe), f"{name}: {step.name!r}"
+            expected = {"aws-ofi-rccl": "rccl-net-plugin"}.get(recipe, recipe)
+            expected = f"{step.stack}-{expected}" if step.stack else expected   # as a shared step of another stack
+            assert step.name == expected, f"{name}: {step.name!r}"
 
 
 def edited_playbook(tmp_path: Path, edit) -> Path:

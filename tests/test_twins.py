@@ -165,6 +165,28 @@ def test_validate_passes_on_the_twins_cluster(provisioned, tmp_path):
     assert checks["ddp"]["status"] == "passed"
 
 
+@pytest.mark.parametrize("provisioned", ["frontier"], indirect=True)   # the twin whose playbook has two stacks
+def test_frontier_validates_the_rocm7_stack_with_its_own_job(provisioned, tmp_path):
+    """`invoke validate --stack rocm7` runs the rocm7 stack's own job (validation-rocm7/): its module, its
+    env's torch and its own mpi4py (built against cray-mpich with that env's Python) pass, and the run's
+    result and history record name the rocm7 stack."""
+    running = provisioned.running
+    out = running.invoke("validate", "--site", "frontier", "--account", provisioned.twin.account, "--stack", "rocm7",
+                         "--results", str(tmp_path), "--timeout", "900", env={"SBATCH_EXPORT": "NONE"}, timeout=1000)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr + running.cluster.logs()
+    assert "submitted validate-srun.sbatch to Slurm as job" in out.stdout
+    (path,) = tmp_path.glob("sitestack-validation-*/result.json")
+    result = json.loads(path.read_text())
+    assert result["stack"]["module"] == "pytorch/2.10.0-rocm7.1", result["stack"]
+    checks = {c["name"]: c for c in result["checks"]}
+    assert checks["mpi4py"]["status"] == "passed" and checks["ddp"]["status"] == "passed", checks
+    prefix = f"/lustre/orion/{provisioned.twin.account}/world-shared/sitestack"
+    assert (provisioned.twin.site_dir(prefix) / "validation-rocm7" / "jobs" / "validate-srun.sbatch").is_file()
+    history = running.invoke("history", "--site", "frontier", "--account", provisioned.twin.account, "--json", "-")
+    assert history.returncode == 0, history.stdout + history.stderr
+    assert "pytorch/2.10.0-rocm7.1" in history.stdout
+
+
 @pytest.mark.parametrize("provisioned", ["frontier"], indirect=True)   # the one twin whose playbook builds mpi4py
 def test_frontier_mpi4py_is_built_with_the_cray_driver_against_the_sites_mpi(provisioned):
     """mpi4py was built by `cc -shared` with cray-mpich loaded, and reports the site's MPI library (the

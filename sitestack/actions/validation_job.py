@@ -10,10 +10,15 @@ by ``pip install --prefix``: another prefix needs no build). Files are compared
 before they are written; the probe is rebuilt only when the digest of its sources, compiler
 and Python changes (``mpi-probe/.sitestack-stamp``), into a staging directory renamed into
 place, so a failed build leaves the previous probe (or none), never half of one.
+
+A step with ``stack: NAME`` installs that stack's job, rendered with its facts (its module, its
+Python, its site modules), by default in ``{prefix}/validation-NAME`` (:func:`job_dir`), beside the
+playbook's own job in ``{prefix}/validation``; ``invoke validate --stack NAME`` runs it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shlex
 from collections.abc import Mapping
@@ -29,6 +34,8 @@ from sitestack.core.quoting import in_prefix_problem
 from sitestack.installs import wheel_cache
 from sitestack.installs.installer import build_cache
 from sitestack.installs.site_stack import job_inputs
+from sitestack.model.context import RunContext
+from sitestack.model.site import StepSpec
 from sitestack.model.siteenv import in_site_env
 from sitestack.validation.jobs import job_files
 from sitestack.validation.tune_jobs import tune_files
@@ -38,6 +45,20 @@ PROBE_FILES = ("pyproject.toml", "CMakeLists.txt", "probe.c", "src/sitestack_mpi
                "src/sitestack_mpi_probe/__main__.py")
 PROBE_EXE = "mpi-probe/bin/sitestack-mpi-probe"
 STAMP = "mpi-probe/.sitestack-stamp"
+#: Where the job is installed unless the step's ``dir`` says: the playbook's own stack's, and a further stack's
+#: (``{stack}``: its key in the playbook's ``stacks:``), beside it rather than below it, so that neither job's
+#: files nor its MPI probe's staging directory lie inside the other's directory.
+DEFAULT_DIR = "{prefix}/validation"
+STACK_DIR = "{prefix}/validation-{stack}"
+
+
+def job_dir(args: Mapping[str, object], stack: str | None) -> str:
+    """The ``dir`` of an install-validation-job step (its raw ``args``, placeholders unfilled) that has
+    ``stack`` (None: the playbook's own stack)."""
+    given = args.get("dir")
+    if given is not None:
+        return str(given)
+    return DEFAULT_DIR if stack is None else STACK_DIR.replace("{stack}", stack)
 
 
 def probe_digest(cc: str, build_python: str, flavour: str) -> str:
@@ -52,7 +73,6 @@ class InstallValidationJob(Action):
     """The validation DDP job (check program, batch scripts, README, MPI probe) is installed for the site."""
 
     action = "install-validation-job"
-    own_stack = True   # the playbook's own stack (docs/playbooks.md): a step's `stack:` is refused
     #: Its files are rendered from the facts, and its MPI probe builds with the host's Python against the
     #: site's MPI into the job's own directory and build-cache entry: it reads nothing another step makes,
     #: so on a cold provision the probe builds beside the source builds (docs/cli.md).
@@ -60,7 +80,8 @@ class InstallValidationJob(Action):
 
     @dataclass(frozen=True)
     class Args:
-        dir: str = field(default="{prefix}/validation", metadata={"doc": "where the job is installed"})
+        dir: str = field(default=DEFAULT_DIR, metadata={"doc": (
+            "where the job is installed (on a step with `stack: NAME`: `{prefix}/validation-NAME`)")})
         python: str | None = field(default=None, metadata={"doc": (
             "the Python the job runs the checks with (default: the stack's, where a stack-venv step makes one, "
             "else facts.python.executable; `invoke install-validation-job --python` overrides)")})
@@ -70,6 +91,14 @@ class InstallValidationJob(Action):
 
         def check(self) -> str | None:
             return in_prefix_problem(self.dir, "dir")
+
+    @classmethod
+    def from_spec(cls, spec: StepSpec, ctx: RunContext) -> Action:
+        """The step, its ``dir`` defaulting to the stack's own directory (:func:`job_dir`) on a step of a
+        further stack."""
+        if spec.stack is not None and "dir" not in (spec.args or {}):
+            spec = dataclasses.replace(spec, args={**(spec.args or {}), "dir": job_dir(spec.args or {}, spec.stack)})
+        return super().from_spec(spec, ctx)
 
     @classmethod
     def independent(cls, args: Any) -> bool:

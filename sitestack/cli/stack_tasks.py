@@ -26,18 +26,21 @@ def install_validation_job(c: Context, o: Any) -> None:
 
     def run(options: RunOptions, report: Any) -> Any:
         loaded = pb.load(o.site, playbook_path(o.playbook))
-        step = next((s for s in loaded.steps if s.action == "install-validation-job"), None)
+        # the playbook's own stack's job; a further stack's is its step's name: provision --tags NAME
+        step = next((s for s in loaded.steps if s.action == "install-validation-job" and s.stack is None), None)
         if step is None:
-            raise InputError(loaded.path, "the playbook has no install-validation-job step")
+            raise InputError(loaded.path, "the playbook has no install-validation-job step for its own stack")
         return pb.provision(loaded, dataclasses.replace(options, tags=(step.name,)), report)
 
     run_task(c, o, "install-validation-job", run)
 
 
 @options_task(*VALIDATE, (ValidateOptions, "nodes ranks_per_node launcher scheduler wait collect results python timeout "
-                                           "calibrate if_changed"))
+                                           "calibrate if_changed stack all_stacks"))
 def validate(c: Context, o: Any) -> None:
-    """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is."""
+    """Run the site's validation job (sbatch, or torchrun/mpiexec; here or on --host), print the verdict and where the report is.
+
+    ``--stack NAME`` runs that stack's job, ``--all-stacks`` every stack's in turn (engine/stack_validation.py)."""
     from sitestack.engine import results
     from sitestack.engine import validate as validation_mod
 

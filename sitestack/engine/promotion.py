@@ -34,7 +34,7 @@ from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host
 from sitestack.core.report import HostRun, Reporter
 from sitestack.core.step import Result
-from sitestack.engine import lifecycle
+from sitestack.engine import lifecycle, stack_validation
 from sitestack.engine import site_history as history
 from sitestack.engine import validate as validation
 from sitestack.engine.select import select_hosts
@@ -187,7 +187,8 @@ def promote_on(host: Host, ctx: RunContext, cand: Candidate, *, force: bool, che
     if run is None and not force:
         raise SitestackError(
             f"{cand.name} ({generation}, digest {digest or 'unknown'}) has no passing validation run in the site's "
-            f"history: run `invoke validate --site {ctx.site.name}` first, or promote with --force (recorded)")
+            f"history: run `invoke validate --site {ctx.site.name}{f' --stack {cand.key}' if cand.key else ''}` first, "
+            "or promote with --force (recorded)")
     what = f"{cand.name} ({generation}) the default of {modulerc.module_dir(cand.name)}/" + (
         f" instead of {holder}" if holder else "")
     why = f"run {run['id']} passed" if run else "--force: no passing validation run of this generation"
@@ -225,19 +226,21 @@ def stack_key(ctx: RunContext, name: str) -> str | None:
 
 
 def validatable(site: Site, ctx: RunContext, name: str) -> bool:
-    """Whether the playbook installs a validation job for the stack whose module is ``name``: the site's
-    job validates the playbook's own stack. A further stack's own job (``invoke validate --stack NAME``)
-    slots in here and in :func:`validate_stack`, by :func:`stack_key`."""
-    return has_validation_job(site) and stack_key(ctx, name) == site.stack
+    """Whether the playbook installs a validation job for the stack whose module is ``name``: an
+    install-validation-job step of its playbook stack (:func:`stack_key`; ``invoke validate --stack KEY``)."""
+    return stack_validation.has_job(site, stack_key(ctx, name))
 
 
-def validate_stack(site: Site, options: RunOptions, name: str, reporter: Reporter) -> validation.Outcome:
-    """Run the validation job of the stack whose module is ``name`` (:func:`validatable`) on the site's
-    first host, as ``invoke validate`` does, and wait for its verdict."""
+def validate_stack(site: Site, options: RunOptions, name: str, reporter: Reporter,
+                   key: str | None = None) -> validation.Outcome:
+    """Run the validation job of the stack whose module is ``name``, of playbook stack ``key`` (None: the
+    playbook's own; :func:`validatable`), on the site's first host, as ``invoke validate --stack KEY``
+    does, and wait for its verdict."""
     spec = select_hosts(site, options)[0]
     where = None if spec.connection == "local" else spec.name
     return validation.validate(site, ValidateOptions(prefix=options.prefix, account=options.account, host=where,
-                                                     accept_new_host_keys=options.accept_new_host_keys), reporter)
+                                                     accept_new_host_keys=options.accept_new_host_keys, stack=key),
+                               reporter)
 
 
 def report_of(outcome: validation.Outcome) -> str:
@@ -253,7 +256,7 @@ def validated(site: Site, options: RunOptions, ctx: RunContext, host: Host, cand
     """Validate ``cand`` and promote it on PASS; a FAIL (or a job that could not run) leaves the old default."""
     step = f"promote {cand.name}"
     try:
-        outcome = validate_stack(site, options, cand.name, reporter)
+        outcome = validate_stack(site, options, cand.name, reporter, cand.key)
     except SitestackError as exc:
         return Result(step, "failed", f"not promoted: its validation did not run ({exc}); {cand.holder} stays the "
                                       "default")
@@ -274,10 +277,6 @@ def hidden(site: Site, cand: Candidate, why: str) -> Result:
     """The result of leaving ``cand`` hidden, awaiting the default, and how to promote it later."""
     return Result(f"promote {cand.name}", "ok", f"left hidden ({why}); {cand.holder} stays the default: "
                                                 f"`invoke promote --site {site.name} --stack {cand.name}` after validating it")
-
-
-def has_validation_job(site: Site) -> bool:
-    return any(spec.action == "install-validation-job" for spec in site.steps)
 
 
 def after_provision(site: Site, options: RunOptions, runs: list[HostRun], reporter: Reporter) -> list[HostRun]:

@@ -69,7 +69,8 @@ def validate_document(site: str, outcome: Outcome | None, error: str | None = No
             "job_id": outcome.job_id if outcome else None, "results_dir": outcome.out_dir if outcome else None,
             "log": outcome.log if outcome else None, "verdict": result["verdict"] if result else None, "result": result,
             "regression": outcome.regression if outcome else None,
-            "error": error, "exit_code": outcome.code if outcome else 1}
+            "error": error, "exit_code": outcome.code if outcome else 1,
+            **({"stacks": outcome.stacks} if outcome is not None and outcome.stacks is not None else {})}
 
 
 def write(target: str | None, document: Mapping[str, Any]) -> None:

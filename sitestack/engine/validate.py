@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sitestack.actions.validation_job import job_dir
 from sitestack.core.bounded import read_bounded
 from sitestack.core.errors import InputError, SitestackError
 from sitestack.core.host import Host, local_host
@@ -61,14 +62,16 @@ class Outcome:
     log: Path | None = None
     result: Result | None = None
     regression: dict[str, Any] | None = None  # the run against the site's history (engine/regression.py)
+    stacks: dict[str, Any] | None = None  # --all-stacks: each stack's run (engine/stack_validation.py)
 
 
 def install_dir(site: Site, values: Mapping[str, str]) -> str:
-    """Where the site's install-validation-job step puts the job."""
+    """Where the install-validation-job step of the stack ``site`` is for (``site.stack``; None: the
+    playbook's own) puts the job (:func:`sitestack.actions.validation_job.job_dir`)."""
     for step in site.steps:
-        if step.action == "install-validation-job":
-            return expand(str(step.args.get("dir", "{prefix}/validation")), values)
-    return f"{values['prefix']}/validation"
+        if step.action == "install-validation-job" and step.stack == site.stack:
+            return expand(job_dir(step.args, step.stack), values)
+    return expand(job_dir({}, site.stack), values)
 
 
 def slurm_answers(host: Host | None = None) -> bool:
@@ -120,7 +123,20 @@ def results_root(site: Site, options: ValidateOptions, host: Host) -> str:
 
 
 def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcome:
-    """Run (or collect) the site's validation job on its host; report the verdict; return the outcome."""
+    """Run (or collect) the validation job of the playbook's own stack, of ``options.stack``, or with
+    ``options.all_stacks`` of every stack in turn (:mod:`sitestack.engine.stack_validation`); report the
+    verdict; return the outcome."""
+    from sitestack.engine import stack_validation
+
+    if options.all_stacks:
+        code, stacks = stack_validation.validate_all(site, options, reporter, validate_stack)
+        return Outcome(code, stacks=stacks)
+    return validate_stack(stack_validation.stack_site(site, options.stack), options, reporter)
+
+
+def validate_stack(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcome:
+    """Run (or collect) the validation job of the stack ``site`` is for (``site.stack``, its
+    install-validation-job step's job) on its host; report the verdict; return the outcome."""
     host = open_host(site, options)
     try:
         resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
@@ -195,7 +211,7 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     script = f"{directory}/jobs/{script_name(launcher)}"
     if not host.probe(["test", "-f", script]).ok:
         raise SitestackError(f"the validation job is not installed ({script} missing on {host.name}): run "
-                             f"`invoke install-validation-job --site {site.name}` first")
+                             f"{install_command(site)} first")
     preflight(host, directory, site.name, root, options.python, config)
     env = job_env(options.ranks_per_node, options.python)
     if options.calibrate and not options.wait:
@@ -224,6 +240,15 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
     reporter.note(f"running {name} on {host.name} without a scheduler ({launcher}); log {log}")
     rc = run_here(host, script, log, root, env, options.timeout)
     return finish(site, run_id, out_dir, log, rc, reporter, host)
+
+
+def install_command(site: Site) -> str:
+    """The command that installs the job of the stack ``site`` is for: the task for the playbook's own,
+    the provision of its step (by its name, a tag of its own) for a further stack's."""
+    if site.stack is None:
+        return f"`invoke install-validation-job --site {site.name}`"
+    step = next((s.name for s in site.steps if s.action == "install-validation-job" and s.stack == site.stack), "")
+    return f"`invoke provision --site {site.name} --tags {step}`"
 
 
 def limit_against_history(host: Host, directory: str, prefix: str, facts: Facts, config: Mapping[str, Any],

@@ -347,6 +347,15 @@ def _seconds(option: str, value: object) -> float:
     return float(whole(option, value))
 
 
+#: --stack: a key of the playbook's ``stacks:`` (docs/playbooks.md "Several stacks").
+STACK_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _stack_key(option: str, value: str | None) -> None:
+    if value is not None and not STACK_KEY.fullmatch(value):
+        raise InputError(option, f"{value!r} is not a stack's name (a key of the playbook's stacks:, e.g. rocm7)")
+
+
 @dataclass(frozen=True)
 class ValidateOptions(Options):
     """The options of ``invoke validate`` (and of ``tune`` and ``history``, which take some of them)."""
@@ -373,3 +382,16 @@ class ValidateOptions(Options):
     if_changed: bool = option(False, "run only when the host's fingerprint (kernel, driver, libfabric, network stack, "
                               "Slurm, modules, glibc) differs from the last passing run of this stack generation "
                               "(for cron or a systemd timer; docs/validation.md)")
+    stack: str | None = option(None, "run the job of this stack of the playbook's stacks: (its install-validation-job "
+                               "step's; default: the playbook's own stack)", check=_stack_key)
+    all_stacks: bool = option(False, "run the job of every stack in turn, the playbook's own first; one verdict line "
+                              "per stack, exit 1 when any failed")
+
+    def problem(self) -> tuple[str, str] | None:
+        if self.all_stacks and self.stack is not None:
+            return "--all-stacks", "runs every stack's job: drop --stack, or drop --all-stacks to run that one"
+        if self.all_stacks and self.collect is not None:
+            return "--all-stacks", "submits one job per stack; --collect reads one job: use it with --stack"
+        if self.all_stacks and self.calibrate:
+            return "--all-stacks", "a calibration is the site's, measured with one stack: use --calibrate with --stack"
+        return None
