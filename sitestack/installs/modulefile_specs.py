@@ -98,6 +98,10 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
                 ("Description", description), ("URL", "https://pytorch.org")),
         requires=needs, autoload=autoload, family=family_name(stack.family), paths=tuple(paths), env=tuple(env),
+        # the site modules it loads may live where only `module use` finds them (LUMI's AI Factory bindings
+        # module: `module use /appl/local/laifs/modules` first, https://github.com/Lumi-supercomputer/LUMI-AI-Guide
+        # 02-setting-up-environment), so it adds the site's module directories before loading them
+        modulepath=tuple(facts.modules.use) if needs else (),
         defaults=tuple(defaults), data=data, extensions=provides,
         # the job keeps the generation it loaded (docs/operating.md)
         generation=(generation_var(stack), stack.path))
@@ -117,7 +121,12 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
     env: list[tuple[str, Text]] = []
     if container.image:
         env += [("SIF", text_of(container.image, ctx.values)), (f"SIF{suffix}", text_of(container.image, ctx.values))]
-    runscripts = any(s.action == "container-image" and (s.args or {}).get("runscripts", True) for s in ctx.site.steps)
+    # The run scripts are those of LUMI's EasyBuild container modules: they run the image's conda activation
+    # ($WITH_CONDA) before Python, and the page sends users to $EBROOTPYTORCH/runscripts. An image without
+    # conda (LUMI AI Factory's, Python on the image's PATH: https://github.com/lumi-ai-factory/laifs-container-recipes
+    # containerfiles/torch/Venv_Torch) has neither in its guide, so its stack's module sets neither.
+    runscripts = bool(container.with_conda) and any(
+        s.action == "container-image" and (s.args or {}).get("runscripts", True) for s in ctx.site.steps)
     binds = [text_of(bind, ctx.values) for bind in dict.fromkeys([prefix, *container.bind])]
     if runscripts:
         # $RUNSCRIPTS appears at /runscripts inside the container, as with LUMI's module: the page's
