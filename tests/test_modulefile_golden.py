@@ -20,12 +20,12 @@ import pytest
 
 from sitestack.actions import ACTIONS
 from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.paths import SOURCES_DIR
 from sitestack.engine import playbook as pb
 from sitestack.installs import modulefile_render as mf
 from sitestack.installs import modulefile_text as mt
 from sitestack.installs.site_stack import recipe_targets
 from sitestack.installs.venv_stack import Built
-from sitestack.core.paths import SOURCES_DIR
 from sitestack.model.recipe import list_recipes
 from tests.contexts import offline_context
 
