@@ -206,7 +206,7 @@ def test_lumi_default_is_the_ai_factory_stack_beside_the_easybuild_ones(provisio
     after the `module use` LUMI's AI Guide gives), the AI Factory image, whose Python runs without conda, and
     no $EBROOTPYTORCH; `stacks: easybuild` is its own module version on its own image with the EasyBuild run
     scripts ($EBROOTPYTORCH/runscripts); `stacks: seed` (the central image, linked in place) prints its
-    deprecation notice."""
+    deprecation notice. When LUMI removes the seed's image, a provision fails the seed stack's steps only."""
     twin = provisioned.twin
     prefix = f"/projappl/{twin.account}/sitestack"
     out = provisioned.running.shell(
@@ -233,3 +233,19 @@ def test_lumi_default_is_the_ai_factory_stack_beside_the_easybuild_ones(provisio
     assert image.is_symlink() and str(image.readlink()).endswith(f"easybuild-sif-images/{sites.LUMI_SEED_SIF}")
     aif = twin.site_dir(f"{prefix}/container/{sites.LUMI_AIF_SIF}")
     assert aif.is_symlink() and str(aif.readlink()).endswith(f"{sites.LUMI_AIF_RELEASE}/{sites.LUMI_AIF_SIF}")
+    # LUMI removes the seed's archived image: applied again, only the seed stack's steps fail (the recap
+    # counts them), and every other stack, the launch helpers and the packed env are still applied
+    central = twin.site_dir(f"/appl/local/containers/easybuild-sif-images/{sites.LUMI_SEED_SIF}")
+    hidden = central.with_name(central.name + ".removed")
+    central.rename(hidden)
+    try:
+        again = provisioned.running.invoke(*provisioned.args)
+    finally:
+        hidden.rename(central)
+    outcomes = steps_of(again.stdout)
+    assert again.returncode == 1 and re.search(r"failed\s+seed-container-image: no such image: /appl/\S+\.sif",
+                                                again.stdout), again.stdout[-6000:]
+    assert {n for o, n in outcomes if o not in ("ok", "skipped")} <= {n for _, n in outcomes if n.startswith("seed-")}
+    assert {n for o, n in outcomes if o == "ok"} >= {"container-image", "easybuild-container-image", "modulefiles",
+                                                      "easybuild-modulefiles", "launch-helpers", "packed-env"}, outcomes
+
