@@ -98,9 +98,8 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
                 ("Description", description), ("URL", "https://pytorch.org")),
         requires=needs, autoload=autoload, family=family_name(stack.family), paths=tuple(paths), env=tuple(env),
-        # the site modules it loads may live where only `module use` finds them (LUMI's AI Factory bindings
-        # module: `module use /appl/local/laifs/modules` first, https://github.com/Lumi-supercomputer/LUMI-AI-Guide
-        # 02-setting-up-environment), so it adds the site's module directories before loading them
+        # site modules only `module use` finds (LUMI AI Factory's bindings module, https://github.com/
+        # Lumi-supercomputer/LUMI-AI-Guide 02-setting-up-environment): the site's module directories first
         modulepath=tuple(facts.modules.use) if needs else (),
         defaults=tuple(defaults), data=data, extensions=provides,
         # the job keeps the generation it loaded (docs/operating.md)
@@ -110,8 +109,9 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
 def container_settings(ctx: RunContext, stack: Stack, container: Container) -> tuple[list[PathOp], list[tuple[str, Text]]]:
     """What the stack's module sets for a container site, as LUMI's PyTorch container module does
     (https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/): SIF and SIF<NAME>, the bind path (the prefix and
-    the site's binds), RUNSCRIPTS and RUNSCRIPTS<NAME> and CONTAINERROOT where the playbook installs
-    the image and its run scripts (container-image, which are also bound at /runscripts), WITH_CONDA,
+    the site's binds), RUNSCRIPTS, RUNSCRIPTS<NAME>, CONTAINERROOT and EBROOT<NAME> where the playbook installs
+    the run scripts (container-image, which are also bound at /runscripts) and the image has the conda
+    activation they run (facts.container.with_conda), WITH_CONDA,
     and the container's PATH (/runscripts, then the stack's venv) and PYTHONPATH."""
     runtime = runtime_of(container)
     prefix = ctx.values["prefix"].rstrip("/")
