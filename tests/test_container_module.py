@@ -1,5 +1,5 @@
-"""The LUMI container module (https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/):
-the container-image step (copy or link, sha256), the stack module in real Lmod (every variable
+"""The LUMI EasyBuild container module (https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/),
+the playbook's ``stacks: easybuild`` made the main stack of a copy: the container-image step (copy or link, sha256), the stack module in real Lmod (every variable
 LUMI's module sets, no host modules forced on container users), and the run scripts under srun
 with 2 ranks on the test Slurm cluster, in the stand-in runtime (tests/twins/runtime.py:
 Singularity is not available here)."""
@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sitestack.actions import ACTIONS
 from sitestack.engine import playbook as pb
-from tests.conftest import LMOD_INIT, clean_env, parse_env, playbook_copy, run_invoke, shell
+from tests.conftest import LMOD_INIT, REPO, clean_env, parse_env, playbook_copy, run_invoke, shell
 from tests.contexts import offline_context
 from tests.onsite_dir import install_programs
 from tests.test_modulefile_golden import built_for
@@ -26,7 +27,8 @@ from tests.twins import runtime as twin
 from tests.twins.stand_ins import lumi_conda
 
 STACK = "pytorch/2.7.1-rocm6.2.4"
-SEED_STEPS = ("seed-container-image", "seed-stack-venv", "seed-venv-hook", "seed-modulefiles")
+STACK_STEPS = {stack: tuple(f"{stack}-{step}" for step in ("container-image", "stack-venv", "venv-hook", "modulefiles"))
+               for stack in ("easybuild", "seed")}
 
 
 @pytest.mark.parametrize(("nodelist", "first", "every"), [
@@ -60,13 +62,17 @@ def lumi(tmp_path: Path) -> dict:
     data.mkdir()
     prefix = tmp_path / "prefix"
 
+    easybuild = yaml.safe_load((REPO / "playbooks" / "lumi.yml").read_text())["stacks"]["easybuild"]["facts"]
+
     def copy(**container: object) -> Path:
-        facts = {"marker": None, "prefix": str(prefix), "node": {"local_scratch": str(tmp_path / "scratch")},
-                 "container": {"source": str(source), "image": "{prefix}/container/lumi.sif", "bind": [str(data)],
-                               **container}}
-        # the seed's stack (stacks: seed) runs LUMI's archived image from LUMI's central area: not here
+        facts = {**easybuild, "marker": None, "prefix": str(prefix), "node": {"local_scratch": str(tmp_path / "scratch")},
+                 "container": {**easybuild["container"], "source": str(source), "image": "{prefix}/container/lumi.sif",
+                               "bind": [str(data)], "install": "copy", **container}}
+        # the easybuild stack is the main one here (its run scripts, no site module); the playbook's own
+        # stacks run LUMI's images from LUMI's central areas: not here
         return playbook_copy(tmp_path / f"pb-{len(list(tmp_path.glob('pb-*')))}", "lumi", facts=facts,
-                             without=SEED_STEPS)
+                             step_args={"container-image": {"runscripts": True}, "modulefiles": {"requires": []}},
+                             without=STACK_STEPS["easybuild"] + STACK_STEPS["seed"])
 
     (tmp_path / "scratch").mkdir()
     return {"copy": copy, "prefix": prefix, "source": source, "data": data, "tmp": tmp_path}
@@ -108,20 +114,26 @@ def test_container_image_copy_link_and_sha256(lumi: dict) -> None:
 def test_a_stack_whose_image_is_gone_fails_only_its_own_steps(lumi: dict) -> None:
     """The seed stack's archived image is not on this host (as when LUMI removes it): check mode says
     that step would fail, naming the image, and plans the rest; applying, the seed stack's steps fail
-    or are skipped, and the current stack's image and the steps of no stack after them still run."""
+    or are skipped, and the current stack's image and the steps of no stack after them (the launch
+    helpers, the packed env) still run."""
     tmp, prefix, source = lumi["tmp"], lumi["prefix"], lumi["source"]
     facts = {"marker": None, "prefix": str(prefix), "node": {"local_scratch": str(tmp / "scratch")},
              "container": {"source": str(source), "image": "{prefix}/container/lumi.sif", "bind": [str(lumi["data"])]}}
-    book = playbook_copy(tmp / "with-seed", "lumi", facts=facts)
+    book = playbook_copy(tmp / "with-seed", "lumi", facts=facts, without=STACK_STEPS["easybuild"])
     checked = provision(book, prefix, "--check")
     assert checked.returncode == 1 and "changed  container-image" in checked.stdout, checked.stdout
     assert re.search(r"failed   seed-container-image: would fail: no such image: /appl/\S+\.sif", checked.stdout), \
         checked.stdout
     applied = run_invoke("provision", "--site", "lumi", "--playbook", str(book), "--prefix", str(prefix),
-                         "--tags", "container,launch", "--account", "proj123",
+                         "--tags", "container,launch,packed-env", "--account", "proj123",
                          env={"SITESTACK_LOG_DIR": str(tmp / "logs")})
     assert applied.returncode == 1, applied.stdout
     assert "changed  container-image" in applied.stdout and "changed  launch-helpers" in applied.stdout, applied.stdout
+    assert re.search(r"^\[login\] (ok|changed)\s+packed-env", applied.stdout, re.M), applied.stdout
+    # the one failed step is the seed stack's, naming its image
+    assert re.findall(r"^\[login\] failed\s+(\S+): no such image: (\S+)", applied.stdout, re.M) == [
+        ("seed-container-image", yaml.safe_load((REPO / "playbooks" / "lumi.yml").read_text())
+         ["stacks"]["seed"]["facts"]["container"]["source"])], applied.stdout
     assert re.search(r"failed   seed-container-image: no such image", applied.stdout), applied.stdout
     assert (prefix / "container" / "lumi.sif").is_file() and (prefix / "bin" / "sitestack-launch-env").is_file()
 

@@ -20,11 +20,13 @@ import pytest
 
 from sitestack.actions import ACTIONS
 from sitestack.core.errors import InputError, SitestackError
+from sitestack.core.paths import SOURCES_DIR
 from sitestack.engine import playbook as pb
 from sitestack.installs import modulefile_render as mf
 from sitestack.installs import modulefile_text as mt
 from sitestack.installs.site_stack import recipe_targets
 from sitestack.installs.venv_stack import Built
+from sitestack.model.recipe import list_recipes
 from tests.contexts import offline_context
 
 GOLDEN = Path(__file__).parent / "golden" / "modulefiles"
@@ -44,8 +46,11 @@ def step_of(site, ctx, action: str):
 
 def built_for(ctx) -> list[Built]:
     """What the site's playbook builds (its recipe-install steps: mpi4py, Horovod and, where the site
-    names one, the network plugin), from their real recipes, as ``invoke render`` renders them."""
+    names one sitestack has a recipe of, the network plugin), from their real recipes, as ``invoke
+    render`` renders them. A container's own plugin with no recipe (LUMI AI Factory's aws-ofi-nccl) is
+    never built."""
     plugin = ctx.facts.network.net_plugin
+    plugin = plugin if plugin and plugin in list_recipes(SOURCES_DIR) else None
     built, notes = recipe_targets(ctx, ["mpi4py", "horovod", *([plugin] if plugin else [])])
     assert not notes, notes
     return built
@@ -91,7 +96,7 @@ def test_golden(site: str, fmt: str):
 
 def test_every_site_and_format_has_its_stack_and_packages():
     assert sorted(os.listdir(GOLDEN)) == sorted(SITES)
-    expected = {"cirrus": "pytorch/2.3.1-gpu", "frontier": "pytorch/2.2.2-rocm5.7", "lumi": "pytorch/2.7.1-rocm6.2.4",
+    expected = {"cirrus": "pytorch/2.3.1-gpu", "frontier": "pytorch/2.2.2-rocm5.7", "lumi": "pytorch/2.10.0-rocm7.0",
                 "dawn": "pytorch/2.8.0-xpu"}
     for site, stack in expected.items():
         lua = rendered(site, "lua")
@@ -124,11 +129,19 @@ def test_the_site_facts_reach_the_module_files():
     plugin = rendered("frontier", "lua")["aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1.lua"]
     assert '"NCCL_NET"' not in plugin and 'pushenv("SITESTACK_NCCL_NET", "AWS Libfabric")' in plugin and 'sitestack_default("NCCL_SOCKET_IFNAME", "hsn0")' in plugin
     assert 'prepend_path("LD_LIBRARY_PATH", "/lustre/orion/proj123/world-shared/sitestack/aws-ofi-rccl/1.4.0+17d41cb-rocm-5.7.1/lib")' in plugin
-    lumi = rendered("lumi", "lua")["pytorch/2.7.1-rocm6.2.4.lua"]
+    lumi = rendered("lumi", "lua")["pytorch/2.10.0-rocm7.0.lua"]
     assert 'append_path("SINGULARITY_BINDPATH", "/projappl/proj123/sitestack", ",")' in lumi
-    assert 'sitestack_generation("/projappl/proj123/sitestack/pytorch/2.7.1-rocm6.2.4", ' in lumi
+    assert 'sitestack_generation("/projappl/proj123/sitestack/pytorch/2.10.0-rocm7.0", ' in lumi
     assert 'prepend_path("SINGULARITYENV_PREPEND_PATH", sitestack_root .. "/bin")' in lumi
     assert 'prepend_path("PATH"' not in lumi  # the venv's python is the container's: not on the host PATH
+    # LUMI AI Factory's bindings module, found where LUMI's AI Guide says (module use first), does the binds;
+    # no EasyBuild run scripts for an image without conda
+    use, load = lumi.index('prepend_path("MODULEPATH", "/appl/local/laifs/modules")'), \
+        lumi.index('depends_on("lumi-aif-singularity-bindings")')
+    assert use < load and "EBROOTPYTORCH" not in lumi and "RUNSCRIPTS" not in lumi and "libjansson" not in lumi
+    assert 'sitestack_default("FI_MR_CACHE_MONITOR", "userfaultfd")' in lumi and "NCCL_NET_GDR_LEVEL" not in lumi
+    tcl = rendered("lumi", "tcl")["pytorch/2.10.0-rocm7.0"]
+    assert tcl.index('module use "/appl/local/laifs/modules"') < tcl.index('"lumi-aif-singularity-bindings"')
     dawn = rendered("dawn", "tcl")["pytorch/2.8.0-xpu"]
     assert "append-path -d \",\" APPTAINER_BINDPATH" in dawn and 'depends-on "rhel9/default-dawn"' in dawn
     # the hierarchy is the user's choice at submission: FLAT is only the default (facts.env_defaults)

@@ -154,7 +154,7 @@ def write_site_modules(ctx, fmt: str, root: Path, stubs: Path) -> list:
         target = root / os.path.relpath(path, step.root)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    specs = mf.site_modules(ctx, step.stack, built_for(ctx))
+    specs = mf.site_modules(ctx, step.stack, built_for(ctx), requires=step.args.requires)   # as the step names them
     for name in {m for spec in specs for m in spec.requires}:
         if (root / f"{name}.lua").exists() or (root / name).exists():
             continue

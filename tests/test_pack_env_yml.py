@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sitestack.engine import playbook as pb
 from sitestack.installs.conda_env import conda_create_argv, conda_of, load_env_file, pypi_requirement
 from tests.conftest import REPO, playbook_copy, run_invoke
 from tests.test_pack_env import unmount_all
@@ -107,9 +108,9 @@ def test_tykky_flow_on_a_lumi_site(tmp_path: Path) -> None:
     """lumi.yml with its container's Python stood in by this machine's (the Python minor version is
     what the machine forces), the stand-in runtime for singularity, and the page's env.yml."""
     tree = tmp_path / "image"
-    conda_bin = tree / "opt" / "miniconda3" / "envs" / "pytorch" / "bin"
-    conda_bin.mkdir(parents=True)
-    (conda_bin / "python").symlink_to(os.path.realpath(subprocess.run(
+    python = tree / pb.load("lumi").facts.python.executable.lstrip("/")   # the image's Python, where lumi.yml says
+    python.parent.mkdir(parents=True)
+    python.symlink_to(os.path.realpath(subprocess.run(
         ["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True).stdout.strip()))
     image = twin.make_image(tree, tmp_path / "pytorch.sif")
     bin_dir = twin.install(tmp_path / "bin")

@@ -222,24 +222,54 @@ def test_frontier_keeps_the_guides_stack_beside_the_current_one(provisioned):
     assert "pytorch/2.13.0-cpu" in guide and "rocm/5.7.1" in guide, guide
 
 
-@pytest.mark.parametrize("provisioned", ["lumi"], indirect=True)   # the twin whose playbook keeps the seed's stack
-def test_lumi_keeps_the_seeds_stack_deprecated_beside_the_current_one(provisioned):
-    """`stacks: seed` is its own module version on its own image (the central one, linked in place); loading it
-    prints its deprecation notice; `module load pytorch` loads the current stack."""
+@pytest.mark.parametrize("provisioned", ["lumi"], indirect=True)   # the twin whose playbook has three container stacks
+def test_lumi_default_is_the_ai_factory_stack_beside_the_easybuild_ones(provisioned):
+    """`module load pytorch` loads the LUMI AI Factory stack: LUMI AI Factory's bindings module with it (found
+    after the `module use` LUMI's AI Guide gives), the AI Factory image, whose Python runs without conda, and
+    no $EBROOTPYTORCH; `stacks: easybuild` is its own module version on its own image with the EasyBuild run
+    scripts ($EBROOTPYTORCH/runscripts); `stacks: seed` (the central image, linked in place) prints its
+    deprecation notice. When LUMI removes the seed's image, a provision fails the seed stack's steps only."""
     twin = provisioned.twin
     prefix = f"/projappl/{twin.account}/sitestack"
     out = provisioned.running.shell(
-        f"module use {prefix}/modules\nmodule load pytorch\necho \"current=$LOADEDMODULES SIF=$SIF\"\n"
+        f"module use {prefix}/modules\nmodule load pytorch\n"
+        "echo \"current=$LOADEDMODULES SIF=$SIF EB=${EBROOTPYTORCH:-none} BIND=$SINGULARITY_BIND\"\n"
+        "singularity exec \"$SIF\" python -c 'import torch, sys; print(\"aif\", torch.__version__, sys.prefix)'\n"
+        "module purge\nmodule load pytorch/2.7.1-rocm6.2.4\necho \"easybuild=$LOADEDMODULES SIF=$SIF EB=$EBROOTPYTORCH\"\n"
         "module purge\nmodule load pytorch/2.2.0-rocm5.6.1 2>&1\necho \"seed=$LOADEDMODULES SIF=$SIF\"\n"
         "singularity exec \"$SIF\" bash -c \"$WITH_CONDA; python -c 'import torch; print(\\\"torch\\\", torch.__version__)'\"")
     assert out.returncode == 0, out.stdout + out.stderr
     lines = {line.split("=", 1)[0]: line for line in out.stdout.splitlines() if "=" in line}
-    assert "pytorch/2.13.0-cpu" in lines["current"] and "v2.7.1" in lines["current"], lines["current"]
+    current = lines["current"]
+    assert "pytorch/2.13.0-cpu" in current and "lumi-aif-singularity-bindings" in current, current
+    assert f"SIF={prefix}/container/{sites.LUMI_AIF_SIF}" in current and "EB=none" in current, current
+    assert "/var/spool/slurmd" in current   # the bindings module's binds
+    # the stack's venv in the image, its Python found without conda
+    assert re.search(rf"^aif 2\.13\.0\S* {re.escape(prefix)}/pytorch/\.2\.13\.0-cpu\.gen-", out.stdout, re.M), out.stdout
+    assert "pytorch/2.7.1-rocm6.2.4" in lines["easybuild"] and "v2.7.1" in lines["easybuild"], lines["easybuild"]
+    assert f"EB={prefix}" in lines["easybuild"] and "lumi-aif" not in lines["easybuild"], lines["easybuild"]
     assert "pytorch/2.2.0-rocm5.6.1" in lines["seed"] and "v2.2.0" in lines["seed"], lines["seed"]
     assert "runs a container LUMI has archived" in " ".join(out.stdout.split())   # (Lmod wraps the notice)
     assert "torch 2.13.0" in out.stdout   # the seed's image is the twin's stand-in image
     image = twin.site_dir(f"{prefix}/container/{sites.LUMI_SEED_SIF}")
     assert image.is_symlink() and str(image.readlink()).endswith(f"easybuild-sif-images/{sites.LUMI_SEED_SIF}")
+    aif = twin.site_dir(f"{prefix}/container/{sites.LUMI_AIF_SIF}")
+    assert aif.is_symlink() and str(aif.readlink()).endswith(f"{sites.LUMI_AIF_RELEASE}/{sites.LUMI_AIF_SIF}")
+    # LUMI removes the seed's archived image: applied again, only the seed stack's steps fail (the recap
+    # counts them), and every other stack, the launch helpers and the packed env are still applied
+    central = twin.site_dir(f"/appl/local/containers/easybuild-sif-images/{sites.LUMI_SEED_SIF}")
+    hidden = central.with_name(central.name + ".removed")
+    central.rename(hidden)
+    try:
+        again = provisioned.running.invoke(*provisioned.args)
+    finally:
+        hidden.rename(central)
+    outcomes = steps_of(again.stdout)
+    assert again.returncode == 1 and re.search(r"failed\s+seed-container-image: no such image: /appl/\S+\.sif",
+                                                again.stdout), again.stdout[-6000:]
+    assert {n for o, n in outcomes if o not in ("ok", "skipped")} <= {n for _, n in outcomes if n.startswith("seed-")}
+    assert {n for o, n in outcomes if o == "ok"} >= {"container-image", "easybuild-container-image", "modulefiles",
+                                                      "easybuild-modulefiles", "launch-helpers", "packed-env"}, outcomes
 
 
 @pytest.mark.parametrize("provisioned", ["frontier"], indirect=True)   # the twin that stages its env (node.stage_env)

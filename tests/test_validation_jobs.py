@@ -132,9 +132,10 @@ def test_check_config_carries_cpu_sets_references_and_plugin():
     cfg = json.loads(rendered("lumi")["check-config.json"][0])
     assert cfg["cpu_bind"]["masks"] == LUMI_MASKS.split(",")
     assert cfg["cpu_bind"]["gpu_cpus"][0] == list(range(49, 56))
-    assert cfg["network"] == {"fabric": "slingshot-11", "net_plugin": "aws-ofi-rccl", "libfabric_provider": "cxi",
+    # the AI Factory image's upstream aws-ofi-nccl (playbooks/lumi.yml)
+    assert cfg["network"] == {"fabric": "slingshot-11", "net_plugin": "aws-ofi-nccl", "libfabric_provider": "cxi",
                               "nccl_net": ["AWS Libfabric", "Libfabric", "OFI"],
-                              "nccl_expect": {"transport": "ofi", "provider": "cxi", "plugin": "aws-ofi-rccl"}}
+                              "nccl_expect": {"transport": "ofi", "provider": "cxi", "plugin": "aws-ofi-nccl"}}
     assert cfg["bandwidth"]["multi_node"]["busbw_gbs"] == 85.0 and cfg["mpi"]["library_match"] == "CRAY MPICH"
     path = GOLDEN / "lumi-check-config.json"
     if UPDATE:
@@ -145,13 +146,13 @@ def test_check_config_carries_cpu_sets_references_and_plugin():
 def test_each_site_states_what_its_nccl_logs_must_show():
     expect = {name: json.loads(rendered(name)["check-config.json"][0])["network"]["nccl_expect"]
               for name in ("lumi", "frontier", "cirrus", "dawn", "local")}
-    assert expect["frontier"] == expect["lumi"]
+    assert expect["frontier"] == {**expect["lumi"], "plugin": "aws-ofi-rccl"}   # LUMI's image: aws-ofi-nccl
     assert expect["cirrus"] == {"transport": "ib", "provider": None, "plugin": None}  # NCCL's own IB, no plugin
     assert expect["dawn"] is None and expect["local"] is None  # oneCCL and Gloo write no NCCL logs
     assert "nccl_log.py" in rendered("local")  # shipped beside ddp_check.py, which imports it
     lumi = rendered("lumi")["README.md"][0]
-    assert "every host using OFI through aws-ofi-rccl with provider cxi" in lumi
-    assert "python nccl_log.py LOG... --expect-transport ofi --expect-provider cxi --expect-plugin aws-ofi-rccl" in lumi
+    assert "every host using OFI through aws-ofi-nccl with provider cxi" in lumi
+    assert "python nccl_log.py LOG... --expect-transport ofi --expect-provider cxi --expect-plugin aws-ofi-nccl" in lumi
     assert "every host using InfiniBand" in rendered("cirrus")["README.md"][0]
 
 

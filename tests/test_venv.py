@@ -241,10 +241,11 @@ def test_a_foreign_directory_at_the_stack_path_is_left_alone(tmp_path: Path):
 
 
 # -- the other sites, without their machines -----------------------------------------------------------------------
-def site_step(name: str):
-    site = pb.load(name)
+def site_step(name: str, *, stack: str | None = None):
+    """The site's stack-venv step (of the playbook's own stack, or of ``stack`` of its ``stacks:``)."""
+    site = pb.load(name).for_stack(stack)
     ctx = offline_context(site, home="/home/alice", user="alice", account="proj123")
-    spec = next(s for s in site.steps if s.action == "stack-venv")
+    spec = next(s for s in site.steps if s.action == "stack-venv" and s.stack == stack)
     return ctx, venv.StackVenv.from_spec(spec, ctx)
 
 
@@ -284,11 +285,17 @@ def test_commands_for_each_kind_of_base_python():
     assert frontier.base.env_python("/g", ["-m", "pip"])[-3:] == ["/g/bin/python", "-m", "pip"]
     _, lumi = site_step("lumi")
     (create,) = lumi.base.create("/g")
-    # the container-image step installs the central image into the prefix (playbooks/lumi.yml)
-    image = "/projappl/proj123/sitestack/container/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
+    # the container-image step links the LUMI AI Factory image into the prefix (playbooks/lumi.yml); the
+    # venv needs only the prefix bound, and the image's Python is its venv's, /opt/venv
+    image = "/projappl/proj123/sitestack/container/lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif"
     i = create.index("singularity")
     assert create[i:i + 3] == ["singularity", "exec", "--bind"] and create[i + 4] == image
-    assert create[i + 3].split(",")[0] == "/projappl/proj123/sitestack" and "/opt/cray" in create[i + 3].split(",")
+    assert create[i + 3].split(",") == ["/projappl/proj123/sitestack"]
+    assert create[i + 5:] == ["/opt/venv/bin/python", "-m", "venv", "--without-pip", "--system-site-packages", "/g"]
+    _, easybuild = site_step("lumi", stack="easybuild")
+    (create,) = easybuild.base.create("/g")
+    i = create.index("singularity")
+    assert create[i + 4].endswith("pytorch-v2.7.1-dockerhash-0d479e852886.sif") and "/opt/cray" in create[i + 3].split(",")
     assert create[i + 5:] == ["/opt/miniconda3/envs/pytorch/bin/python", "-m", "venv", "--without-pip",
                               "--system-site-packages", "/g"]
     _, local = site_step("local")

@@ -48,6 +48,8 @@ class ModuleSpec:
     summary: str
     whatis: tuple[tuple[str, str], ...]
     requires: tuple[str, ...] = ()
+    #: directories added to MODULEPATH before ``requires`` are loaded (the site's ``module use``)
+    modulepath: tuple[str, ...] = ()
     autoload: bool = True
     family: str | None = None
     conflicts: tuple[str, ...] = ()

@@ -100,6 +100,9 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
         whatis=(("Name", name), ("Version", version), ("Category", "machine learning"),
                 ("Description", description), ("URL", "https://pytorch.org")),
         requires=needs, autoload=autoload, family=family_name(stack.family), paths=tuple(paths), env=tuple(env),
+        # site modules only `module use` finds (LUMI AI Factory's bindings module, https://github.com/
+        # Lumi-supercomputer/LUMI-AI-Guide 02-setting-up-environment): the site's module directories first
+        modulepath=tuple(facts.modules.use) if needs else (),
         defaults=tuple(defaults), data=data, extensions=provides,
         # the job keeps the generation it loaded (docs/operating.md)
         generation=(generation_var(stack), stack.path))
@@ -108,8 +111,9 @@ def stack_module(ctx: RunContext, stack: Stack, built: Sequence[Built], *, requi
 def container_settings(ctx: RunContext, stack: Stack, container: Container) -> tuple[list[PathOp], list[tuple[str, Text]]]:
     """What the stack's module sets for a container site, as LUMI's PyTorch container module does
     (https://lumi-supercomputer.github.io/LUMI-EasyBuild-docs/p/PyTorch/): SIF and SIF<NAME>, the bind path (the prefix and
-    the site's binds), RUNSCRIPTS and RUNSCRIPTS<NAME> and CONTAINERROOT where the playbook installs
-    the image and its run scripts (container-image, which are also bound at /runscripts), WITH_CONDA,
+    the site's binds), RUNSCRIPTS, RUNSCRIPTS<NAME>, CONTAINERROOT and EBROOT<NAME> where the playbook installs
+    the run scripts (container-image, which are also bound at /runscripts) and the image has the conda
+    activation they run (facts.container.with_conda), WITH_CONDA,
     and the container's PATH (/runscripts, then the stack's venv) and PYTHONPATH."""
     runtime = runtime_of(container)
     if runtime.bind_var is None or runtime.env_prefix is None:
@@ -126,7 +130,12 @@ def container_settings(ctx: RunContext, stack: Stack, container: Container) -> t
     env: list[tuple[str, Text]] = []
     if container.image:
         env += [("SIF", text_of(container.image, ctx.values)), (f"SIF{suffix}", text_of(container.image, ctx.values))]
-    runscripts = any(s.action == "container-image" and (s.args or {}).get("runscripts", True) for s in ctx.site.steps)
+    # The run scripts are those of LUMI's EasyBuild container modules: they run the image's conda activation
+    # ($WITH_CONDA) before Python, and the page sends users to $EBROOTPYTORCH/runscripts. An image without
+    # conda (LUMI AI Factory's, Python on the image's PATH: https://github.com/lumi-ai-factory/laifs-container-recipes
+    # containerfiles/torch/Venv_Torch) has neither in its guide, so its stack's module sets neither.
+    runscripts = bool(container.with_conda) and any(
+        s.action == "container-image" and (s.args or {}).get("runscripts", True) for s in ctx.site.steps)
     binds = [text_of(bind, ctx.values) for bind in dict.fromkeys([prefix, *container.bind])]
     if runscripts:
         # $RUNSCRIPTS appears at /runscripts inside the container, as with LUMI's module: the page's

@@ -18,6 +18,7 @@ stand-in MPI is MPICH, started by srun's PMI-2 as cray-mpich is by the site's de
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,10 @@ def dawn(root: Path, account: str, python: str | None = None) -> Twin:
     }, home, docker)
 
 
+#: The main stack's image, a LUMI AI Factory release in its dated directory (LUMI's AI Guide).
+LUMI_AIF_RELEASE = "lumi-multitorch-u24r70f21m50t210-20260415_130625"
+LUMI_AIF_SIF = "lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif"
+#: The image of the playbook's easybuild stack (stacks: easybuild), in LUMI's sif-images area.
 LUMI_SIF = "lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif"
 #: The image of the playbook's seed stack (stacks: seed), in LUMI's easybuild-sif-images area.
 LUMI_SEED_SIF = "lumi-pytorch-rocm-5.6.1-python-3.10-pytorch-v2.2.0-dockerhash-f72ddd8ef883.sif"
@@ -275,12 +280,33 @@ def _lumi(stands: Path) -> None:
     si.apptainer(stands)
 
 
+def _lumi_aif(appl: Path, python: str) -> None:
+    """LUMI AI Factory's part of /appl (LUMI's AI Guide, 02-setting-up-environment): a release's image in
+    its dated directory under /appl/local/laifs/containers (a stand-in image whose Python is the venv
+    /opt/venv, on the image's PATH, and no conda: laifs-container-recipes containerfiles/torch/Venv_Torch)
+    and the bindings module in /appl/local/laifs/modules."""
+    tree = appl.parent / "lumi-aif-image"
+    shutil.rmtree(tree, ignore_errors=True)
+    (tree / ".singularity.d/env").mkdir(parents=True)
+    (tree / ".singularity.d/env/90-environment.sh").write_text('export PATH="/opt/venv/bin:$PATH"\n')
+    image = appl / "local/laifs/containers" / LUMI_AIF_RELEASE / LUMI_AIF_SIF
+    si.torch_image(tree, python, image, interpreter="/opt/venv/bin/python", keep=True)
+    # what the real module binds that the twin has: Slurm's spool and LUMI's file systems
+    binds = ",".join(("/var/spool/slurmd", "/pfs", "/scratch", "/projappl", "/project", "/flash", "/appl"))
+    si.module(appl / "local/laifs/modules", "lumi-aif-singularity-bindings",
+              f'append_path("SINGULARITY_BIND", "{binds}", ",")\n',
+              what="LUMI AI Factory's lumi-aif-singularity-bindings (the binds its images need on LUMI)",
+              why="the twin's paths only; the real module's list is LUMI's")
+
+
 def lumi(root: Path, account: str, python: str) -> Twin:
     """LUMI: LUMI/24.03, partition/G, PrgEnv-gnu (cc/CC, cray-mpich 8.1.29), singularity a system command,
-    the PyTorch SIF in the central area (a stand-in image whose conda env has torch, $WITH_CONDA)."""
+    LUMI AI Factory's image and bindings module under /appl/local/laifs, and the EasyBuild PyTorch SIF in
+    the central area (a stand-in image whose conda env has torch, $WITH_CONDA)."""
     stands = si.cached("lumi", _lumi)
     home = f"/users/{USER}"
     fs = _dirs(root, "/appl", "/pfs", "/scratch", "/projappl", "/project", "/flash", "/var/spool/slurmd", home)
+    _lumi_aif(fs["/appl"], python)
     image_tree = root / "lumi-image"
     si.lumi_conda(image_tree)
     image = fs["/appl"] / "local/containers/sif-images" / LUMI_SIF
@@ -301,6 +327,8 @@ def lumi(root: Path, account: str, python: str) -> Twin:
         "PrgEnv-gnu, cray-mpich/8.1.29, cc/CC": "Debian's GCC 12 and MPICH 4.0.2, reporting CRAY MPICH 8.1.29",
         "/opt/cray/libfabric/1.15.2.0": "Debian's libfabric 1.17",
         "singularity (/usr/bin/singularity)": "tests/twins/runtime.py (bubblewrap + squashfuse)",
+        LUMI_AIF_SIF: "the host's / with /opt/venv/bin/python (Python 3.11, torch 2.13.0 CPU) on the image's PATH",
+        "lumi-aif-singularity-bindings": "a module binding the twin's Slurm spool and file systems",
         LUMI_SIF: "the host's / with /opt/miniconda3/envs/pytorch/bin/python (Python 3.11, torch 2.13.0 CPU), "
                   "$WITH_CONDA",
         LUMI_SEED_SIF: f"the same stand-in image as {LUMI_SIF}",

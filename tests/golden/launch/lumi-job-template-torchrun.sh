@@ -23,11 +23,12 @@ if ! type module >/dev/null 2>&1; then
   done
 fi
 type module >/dev/null 2>&1 || { echo 'no module command (looked for /opt/cray/pe/lmod/lmod/init/bash)' >&2; exit 97; }
+module use /appl/local/laifs/modules || exit 98
 module load LUMI/24.03 || { echo 'cannot load module LUMI/24.03' >&2; exit 98; }
 module load partition/G || { echo 'cannot load module partition/G' >&2; exit 98; }
 module load PrgEnv-gnu || { echo 'cannot load module PrgEnv-gnu' >&2; exit 98; }
 module use /opt/sitestack-golden/modules
-module load pytorch/2.7.1-rocm6.2.4
+module load pytorch/2.10.0-rocm7.0
 
 # NODELIST, WORLD_SIZE, TASKS_PER_NODE, CPUS_PER_TASK, MASTER_ADDR, a job-unique MASTER_PORT, CPU_MASKS and
 # the site's runtime settings (/opt/sitestack-golden/bin/sitestack-launch-env; `/opt/sitestack-golden/bin/sitestack-launch` adds RANK and LOCAL_RANK in each task).
@@ -45,8 +46,8 @@ for d do _sitestack_remove_own "$d"; done' sitestack "$MIOPEN_USER_DB_PATH" >/de
 trap sitestack_end EXIT
 
 # The stack runs in the singularity image; the stack prefix and the site's host paths are bound.
-SIF=${SIF:-/opt/sitestack-golden/container/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif}
-export SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}""/var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/usr/lib64/libjansson.so.4,/pfs,/scratch,/projappl,/project,/flash,/appl,/opt/sitestack-golden"
+SIF=${SIF:-/opt/sitestack-golden/container/lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif}
+export SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}""/opt/sitestack-golden"
 
 echo "$WORLD_SIZE tasks on $NNODES nodes ($NODELIST), master $MASTER_ADDR:$MASTER_PORT"
 # One torchrun agent per node, given every CPU the job has there (srun's default is one per task, which
