@@ -16,7 +16,8 @@ and says so in the generation's record (``promoted``) and in the promotion log
 the stack's validation job and promotes it on PASS; a FAIL leaves the old default and says so in one
 line naming the run and its report. ``--no-promote`` leaves awaiting stacks hidden; check mode says
 which stack would be validated and promoted. Rollback (``invoke rollback``) is apart: it switches a
-stack's generation, not the directory's default.
+stack's generation, not the directory's default. A new generation of the default stack under the same
+module name waits the same way, beside the current generation (:mod:`sitestack.engine.generation_promotion`).
 """
 
 from __future__ import annotations
