@@ -18,12 +18,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sitestack.actions import ACTIONS
 from sitestack.core.errors import SitestackError
 from sitestack.core.host import local_host
 from sitestack.engine import lifecycle, promotion
 from sitestack.engine import playbook as pb
 from sitestack.engine import site_history as history
+from sitestack.installs import generations as gens
 from sitestack.installs.venv_manifest import dump, plan_digest
+from sitestack.installs.venv_stack import MANIFEST
 from sitestack.onsite.history_record import record_from_result
 from tests.conftest import LMOD_INIT, REPO, clean_env, run_invoke, shell
 from tests.contexts import offline_context
@@ -215,4 +218,73 @@ def test_provision_validates_then_promotes(local_stack, tmp_path: Path):
     assert loaded(prefix / "modules") == [NEW]
     (entry,) = [json.loads(x) for x in (prefix / "modules" / promotion.LOG).read_text().splitlines()]
     assert entry["run"] and not entry["forced"]
+    shutil.rmtree(home / "sitestack-validation", ignore_errors=True)
+
+
+def generation_of(prefix: Path, stack: str, token: str, env_dir: Path, plan: dict) -> str:
+    """A generation directory of ``stack`` beside its link, its content the session stack's (each entry a
+    link into it) and its own manifest: the session's with ``plan``; its name."""
+    parent, leaf = (prefix / stack).parent, (prefix / stack).name
+    gen = parent / f".{leaf}.gen-{token}"
+    gen.mkdir(parents=True)
+    for entry in env_dir.iterdir():
+        if entry.name != MANIFEST:
+            (gen / entry.name).symlink_to(entry)
+    manifest = json.loads((env_dir / MANIFEST).read_text())
+    (gen / MANIFEST).write_text(dump({**manifest, "plan": plan}))
+    return gen.name
+
+
+def test_a_new_generation_of_the_default_waits_for_its_validation(local_stack, tmp_path: Path):
+    """A new generation of the default stack (same module name) made by a re-provision: the link, and so
+    `module load pytorch` and `module load pytorch/X`, stays on generation N while N+1 is pending; check
+    mode says it would validate it; `invoke promote` refuses it without a passing run; an injected failing
+    validation (run on N+1: its record carries N+1's digest) keeps N and says so in one line; a passing one
+    switches N+1 in, and rollback returns to N."""
+    prefix, host = tmp_path / "prefix", local_host()
+    book = playbook(tmp_path, NEW, steps=("validation-job", "stack-venv", "modulefiles", "launch-helpers"))
+    ctx = offline_context(pb.load(path=book), home=str(Path.home()), user=host.user(), prefix=str(prefix))
+    (spec,) = [s for s in ctx.site.steps if s.action == "stack-venv"]
+    plan = ACTIONS["stack-venv"].from_spec(spec, ctx.for_step(spec)).desired(host)[0]
+    env_dir = local_stack.venv.resolve()
+    old = generation_of(prefix, NEW, "0ld0ld00", env_dir, {**plan, "extras": [*plan.get("extras", []), "six"]})
+    new = generation_of(prefix, NEW, "5ee5ee00", env_dir, plan)
+    (prefix / NEW).symlink_to(old)
+    Path(f"{prefix / NEW}.manifest.json").symlink_to(f"{(prefix / NEW).name}/{MANIFEST}")
+    history_file = prefix / "pytorch" / f".{(prefix / NEW).name}.generations.json"
+    history_file.write_text(json.dumps({"format": 1, "path": str(prefix / NEW), "generations": [
+        {"name": old, "created": time.time() - 60}, {"name": new, "created": time.time() - 30,
+                                                     "digest": plan_digest(plan), "pending": True}]}))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"SITESTACK_LOG_DIR": str(tmp_path / "logs"), "HOME": str(home)}
+    args = ("provision", "--playbook", str(book), "--prefix", str(prefix), "--skip-tags", "venv")
+
+    planned = run_invoke(*args, "--check", env=env, timeout=600)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert f"would validate generation {new} of {NEW} and switch it in on PASS ({old} until then)" in planned.stdout
+    held = run_invoke(*args, "--no-promote", env=env, timeout=600)
+    assert held.returncode == 0 and f"generation {new} left pending (--no-promote)" in held.stdout, held.stdout
+    root = prefix / "modules"
+    for name in ("pytorch", NEW):   # the default and its full name both load N
+        assert lmod(root, f'module load {name}; echo "$__SITESTACK_GENERATION_PYTORCH"').split()[0].endswith(old)
+    refused = run_invoke("promote", "--playbook", str(book), "--prefix", str(prefix), env=env)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+    assert f"generation {new} (digest {plan_digest(plan)}) has no passing validation run" in refused.stderr
+
+    failed = run_invoke(*args, env={**env, "SITESTACK_CHECK_FAULT": "allreduce@1"}, timeout=900)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    (line,) = [x for x in failed.stdout.splitlines() if f"switch in {NEW}" in x]
+    assert "validation run local-" in line and f"of generation {new} failed" in line and f"{old} stays" in line
+    assert (prefix / NEW).readlink().name == old
+    _dir, runs, _ = history.list_runs(host, str(prefix / "validation"), str(prefix), None)
+    assert runs[-1]["verdict"] == "failed" and runs[-1]["stack"]["digest"] == plan_digest(plan)  # ran on N+1
+
+    passed = run_invoke(*args, env=env, timeout=900)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert f"switched in generation {new} of {NEW} (instead of {old}) (run " in passed.stdout
+    assert lmod(root, 'module load pytorch; echo "$__SITESTACK_GENERATION_PYTORCH"').split()[0].endswith(new)
+    (entry,) = [json.loads(x) for x in (root / promotion.LOG).read_text().splitlines()]
+    assert entry["generation"] == new and entry["previous"] == old and not entry["forced"]
+    assert gens.rollback(host, str(prefix / NEW))[1].name == old   # rollback keeps working
     shutil.rmtree(home / "sitestack-validation", ignore_errors=True)

@@ -31,6 +31,12 @@ rename, so nothing half-built is ever visible at the path; a failure removes it.
 switched out is retired, and removed by a later run once nothing can use it. Each generation
 holds its manifest; ``<name>.manifest.json`` links to the current one's. A re-run with nothing
 changed reads the manifest and lists the dist-info directories: no pip, no index.
+
+A new generation of a stack that claims its module directory's default, where the playbook
+validates that stack (:func:`waits_for_validation`), is not switched in by this step: it is
+recorded *pending* beside the current one, and ``invoke provision`` runs the validation job on it
+and switches it in on PASS (:mod:`sitestack.engine.generation_promotion`). The first generation
+switches in at once: there is nothing to protect.
 """
 
 from __future__ import annotations
@@ -76,7 +82,16 @@ from sitestack.installs.venv_stack import (
 )
 from sitestack.installs.venv_template import VenvTemplates, template_mode
 from sitestack.model.context import RunContext
-from sitestack.model.site import StepSpec
+from sitestack.model.site import Site, StepSpec
+
+
+def waits_for_validation(site: Site, key: str | None) -> bool:
+    """Whether a new generation of playbook stack ``key`` waits for its validation before it is switched
+    in: its modulefiles step claims the directory's default (``default: true``) and the playbook has an
+    install-validation-job step for it (the test of sitestack.engine.stack_validation.has_job, which an
+    action cannot import). Otherwise nothing would validate it, and it switches in at once."""
+    claims = any(s.action == "modulefiles" and s.stack == key and s.args.get("default") is True for s in site.steps)
+    return claims and any(s.action == "install-validation-job" and s.stack == key for s in site.steps)
 
 
 # -- the step ---------------------------------------------------------------------------------------
@@ -109,6 +124,7 @@ class StackVenv(Action):
         self.stack = stack_for(ctx, args.name, system_site_packages=args.system_site_packages, compile=args.compile)
         self.base = Base(ctx.facts, self.stack, ctx.values["prefix"])
         self.notes: list[str] = []
+        self.waits = waits_for_validation(ctx.site, spec.stack)
 
     def describe(self) -> str:
         return f"install the stack environment {self.stack.path}"
@@ -154,7 +170,7 @@ class StackVenv(Action):
         if manifest is None:
             return f"{self.stack.manifest} missing"
         if manifest.get("plan") != plan:
-            return explain(manifest.get("plan", {}), plan)
+            return None if self.pending_for(host, plan) else explain(manifest.get("plan", {}), plan)
         if "base_packages" not in manifest:   # written before the manifest listed the base's packages
             return f"{self.stack.manifest} does not list the packages of the base Python"
         has_python, dists = list_dists(host, self.stack)
@@ -166,6 +182,15 @@ class StackVenv(Action):
             return ("content differs from the manifest: " +
                     ", ".join([f"+{d}" for d in added] + [f"-{d}" for d in gone]))
         return None
+
+    def pending_for(self, host: Host, plan: dict[str, Any] | None = None) -> generations.Generation | None:
+        """The pending generation (built, awaiting its validation) that realises the step's plan; None where
+        there is none (or the stack does not wait for validation: :func:`waits_for_validation`)."""
+        if not self.waits:
+            return None
+        waiting = generations.read_history(host, self.stack.path).pending()
+        plan = self.desired(host)[0] if plan is None else plan
+        return waiting if waiting is not None and waiting.digest == plan_digest(plan) else None
 
     def diff(self, host: Host) -> str | None:
         plan, _ = self.desired(host)
@@ -204,6 +229,7 @@ class Builder(EnvTools):
         super().__init__(host, step.stack, step.base, step.ctx.log_dir / "stack-venv.log" if step.ctx.log_dir else None,
                          report=step.ctx.note, interval=step.ctx.options.progress_interval)
         self.plan, self.built, self.manifest, self.reason = plan, built, manifest, reason
+        self.waits, self.ctx_note = step.waits, step.ctx.note
         self.parent, self.leaf = os.path.split(self.stack.path)
         self.options, self.facts = step.ctx.options, step.ctx.facts
         self.token = secrets.token_hex(4)
@@ -283,6 +309,11 @@ class Builder(EnvTools):
         self.host.write_text(f"{gen}/{MANIFEST}", dump(manifest), 0o644)
         history = generations.read_history(self.host, self.stack.path)
         entry = generations.Generation(os.path.basename(gen), time.time(), plan_digest(self.plan), self.reason)
+        if self.waits and history.current is not None:
+            generations.park(self.host, history, entry)
+            self.ctx_note(f"generation {entry.name} of {self.stack.name} built beside {history.current}: it is switched "
+                      "in once its validation job passes (docs/operating.md)")
+            return
         generations.switch(self.host, history, entry)
         link = f"{self.leaf}/{MANIFEST}"
         if self.host.probe(["readlink", "--", self.stack.manifest]).stdout.strip() != link:

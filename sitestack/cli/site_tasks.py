@@ -48,10 +48,11 @@ def provision(c: Context, o: Any) -> None:
         return loaded, checked_sources(loaded, options, "--source")
 
     def run(options: RunOptions, report: Any) -> Any:
-        from sitestack.engine import promotion
+        from sitestack.engine import generation_promotion, promotion
 
         loaded, options = checked(options)
-        return promotion.after_provision(loaded, options, pb.provision(loaded, options, report), report)
+        runs = promotion.after_provision(loaded, options, pb.provision(loaded, options, report), report)
+        return generation_promotion.after_provision(loaded, options, runs, report)
 
     if not (o.list_steps or o.list_tags):
         return run_task(c, o, "provision", run)

@@ -138,14 +138,14 @@ def rollback(c: Context, o: Any) -> None:
 
 @options_task(*INSTALLED[2:], (Task, "site playbook debug"), (Listing, "stack"), (RunOptions, "check force_promote"))
 def promote(c: Context, o: Any) -> None:
-    """Make a stack its module directory's default (`module load pytorch` loads it), refused without a passing
-    validation run of its current generation unless --force (recorded)."""
+    """Make a stack its module directory's default (`module load pytorch` loads it), or switch in its generation
+    pending validation, refused without a passing validation run of that generation unless --force (recorded)."""
+    from sitestack.engine import generation_promotion
     from sitestack.engine import playbook as pb
-    from sitestack.engine import promotion
 
     def listing() -> tuple[dict[str, Any], list[str]]:
         options = options_of(RunOptions, c, o)
-        line = promotion.promote(pb.load(o.site, playbook_path(o.playbook)), options, o.stack,
+        line = generation_promotion.promote(pb.load(o.site, playbook_path(o.playbook)), options, o.stack,
                                  force=options.force_promote)
         return {"promoted": line}, [line]
     emit_data(o, "promote", listing)

@@ -103,7 +103,7 @@ def describe(host: Host, name: str, path: str, grace: Grace) -> dict[str, Any]:
         on_disk = g.name in history.on_disk
         current = g.name == history.current
         verdict = fate.get(g.name)
-        state = "current" if current else ("retired" if on_disk else "removed")
+        state = "current" if current else ("pending" if g.pending and on_disk else "retired" if on_disk else "removed")
         rows.append({"generation": g.name, "state": state, "created": g.when(g.created),
                      "retired": g.when(g.retired) if not current else None, "digest": g.digest, "change": g.change,
                      "promoted": g.promoted or None,

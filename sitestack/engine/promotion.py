@@ -16,7 +16,8 @@ and says so in the generation's record (``promoted``) and in the promotion log
 the stack's validation job and promotes it on PASS; a FAIL leaves the old default and says so in one
 line naming the run and its report. ``--no-promote`` leaves awaiting stacks hidden; check mode says
 which stack would be validated and promoted. Rollback (``invoke rollback``) is apart: it switches a
-stack's generation, not the directory's default.
+stack's generation, not the directory's default. A new generation of the default stack under the same
+module name waits the same way, beside the current generation (:mod:`sitestack.engine.generation_promotion`).
 """
 
 from __future__ import annotations
@@ -146,15 +147,16 @@ def switch_default(host: Host, cand: Candidate) -> None:
     host.write_text(modulerc.record_path(step.root, directory), modulerc.State(stacks, tuple(files)).text(), 0o644)
 
 
-def read_log(host: Host, cand: Candidate) -> str:
-    """The promotion log's text ("" where there is none); a link or an oversized file there is refused."""
-    return read_bounded(host, f"{cand.step.root}/{LOG}", LOG_MAX, "not the promotion log sitestack writes; move it "
+def read_log(host: Host, root: str) -> str:
+    """The promotion log under the module install root ``root`` ("" where there is none); a link or an
+    oversized file there is refused."""
+    return read_bounded(host, f"{root}/{LOG}", LOG_MAX, "not the promotion log sitestack writes; move it "
                         "aside", follow=False) or ""
 
 
-def record(host: Host, cand: Candidate, entry: Mapping[str, Any]) -> None:
-    """Note the promotion in the generation's record (``promoted``) and a line of the promotion log."""
-    path = cand.step.stack.path
+def record(host: Host, path: str, root: str, entry: Mapping[str, Any]) -> None:
+    """Note the promotion in the record of the current generation of stack path ``path`` (``promoted``) and
+    a line of the promotion log under the module install root ``root``."""
     hist = gens.read_history(host, path)
     words = f"promoted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(entry['at']))} by {entry['user']}: {entry['why']}"
     if hist.current is not None:
@@ -162,8 +164,8 @@ def record(host: Host, cand: Candidate, entry: Mapping[str, Any]) -> None:
         others = [g for g in hist.generations if g.name != mine.name]
         host.write_text(hist.record, replace(hist, generations=(*others, replace(mine, promoted=words))).to_json(),
                         0o644)
-    log = f"{cand.step.root}/{LOG}"
-    before = read_log(host, cand)
+    log = f"{root}/{LOG}"
+    before = read_log(host, root)
     if len(before.encode()) >= LOG_MAX // 2:
         before = "".join(before.splitlines(keepends=True)[len(before.splitlines()) // 2:])
     host.run(["mkdir", "-p", "--", os.path.dirname(log)])
@@ -194,9 +196,9 @@ def promote_on(host: Host, ctx: RunContext, cand: Candidate, *, force: bool, che
     why = f"run {run['id']} passed" if run else "--force: no passing validation run of this generation"
     if check:
         return f"would make {what} ({why})"
-    read_log(host, cand)  # a log that cannot be written stops the promotion before the default moves
+    read_log(host, cand.step.root)  # a log that cannot be written stops the promotion before the default moves
     switch_default(host, cand)
-    record(host, cand, {"at": time.time(), "user": host.user(), "stack": cand.name, "generation": generation,
+    record(host, cand.step.stack.path, cand.step.root, {"at": time.time(), "user": host.user(), "stack": cand.name, "generation": generation,
                         "digest": digest, "previous": holder, "run": run["id"] if run else None,
                         "forced": run is None, "why": why})
     return f"made {what} ({why})"
@@ -232,15 +234,15 @@ def validatable(site: Site, ctx: RunContext, name: str) -> bool:
 
 
 def validate_stack(site: Site, options: RunOptions, name: str, reporter: Reporter,
-                   key: str | None = None) -> validation.Outcome:
+                   key: str | None = None, job_env: Mapping[str, str] | None = None) -> validation.Outcome:
     """Run the validation job of the stack whose module is ``name``, of playbook stack ``key`` (None: the
     playbook's own; :func:`validatable`), on the site's first host, as ``invoke validate --stack KEY``
-    does, and wait for its verdict."""
+    does, and wait for its verdict (``job_env``: variables for the job)."""
     spec = select_hosts(site, options)[0]
     where = None if spec.connection == "local" else spec.name
     return validation.validate(site, ValidateOptions(prefix=options.prefix, account=options.account, host=where,
                                                      accept_new_host_keys=options.accept_new_host_keys, stack=key),
-                               reporter)
+                               reporter, job_env)
 
 
 def report_of(outcome: validation.Outcome) -> str:

@@ -122,19 +122,23 @@ def results_root(site: Site, options: ValidateOptions, host: Host) -> str:
     return posixpath.normpath(root if root.startswith("/") else posixpath.join(host.home(), root))
 
 
-def validate(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcome:
+def validate(site: Site, options: ValidateOptions, reporter: Reporter,
+             job_env_extra: Mapping[str, str] | None = None) -> Outcome:
     """Run (or collect) the validation job of the playbook's own stack, of ``options.stack``, or with
     ``options.all_stacks`` of every stack in turn (:mod:`sitestack.engine.stack_validation`); report the
-    verdict; return the outcome."""
+    verdict; return the outcome. ``job_env_extra``: variables the job gets besides :func:`job_env`'s (a
+    generation pending validation: sitestack.engine.generation_promotion)."""
     from sitestack.engine import stack_validation
 
     if options.all_stacks:
         code, stacks = stack_validation.validate_all(site, options, reporter, validate_stack)
         return Outcome(code, stacks=stacks)
-    return validate_stack(stack_validation.stack_site(site, options.stack), options, reporter)
+    return validate_stack(stack_validation.stack_site(site, options.stack), options, reporter,
+                          job_env_extra=job_env_extra)
 
 
-def validate_stack(site: Site, options: ValidateOptions, reporter: Reporter) -> Outcome:
+def validate_stack(site: Site, options: ValidateOptions, reporter: Reporter, *,
+                   job_env_extra: Mapping[str, str] | None = None) -> Outcome:
     """Run (or collect) the validation job of the stack ``site`` is for (``site.stack``, its
     install-validation-job step's job) on its host; report the verdict; return the outcome."""
     host = open_host(site, options)
@@ -145,7 +149,7 @@ def validate_stack(site: Site, options: ValidateOptions, reporter: Reporter) -> 
         run, reading = fingerprint_now(site, options, reporter, host, config)
         if not run:
             return Outcome(0)
-        outcome = _validate(site, options, reporter, host, config)
+        outcome = _validate(site, options, reporter, host, config, job_env_extra or {})
         return remember(site, options, outcome, reporter, host, config, reading)
     finally:
         host.close()
@@ -200,7 +204,7 @@ def remember(site: Site, options: ValidateOptions, outcome: Outcome, reporter: R
 
 
 def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Host,
-              config: Mapping[str, Any]) -> Outcome:
+              config: Mapping[str, Any], extra: Mapping[str, str]) -> Outcome:
     resolved = site.resolve(home=host.home(), user=host.user(), account=options.account, prefix=options.prefix)
     facts = resolved.facts
     directory = install_dir(site, resolved.values)
@@ -213,7 +217,7 @@ def _validate(site: Site, options: ValidateOptions, reporter: Reporter, host: Ho
         raise SitestackError(f"the validation job is not installed ({script} missing on {host.name}): run "
                              f"{install_command(site)} first")
     preflight(host, directory, site.name, root, options.python, config)
-    env = job_env(options.ranks_per_node, options.python)
+    env = {**job_env(options.ranks_per_node, options.python), **extra}
     if options.calibrate and not options.wait:
         raise InputError("--calibrate", "a calibration is stored from the run's result: it waits for the job (drop --no-wait)")
     if options.calibrate:

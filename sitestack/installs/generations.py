@@ -84,6 +84,7 @@ class Generation:
     change: str = ""                 # why it was made ("torch==2.13.0: extras changed: +rich")
     retired: float | None = None     # when it was switched out; None while current or never switched out
     promoted: str = ""               # when and why it became its module directory's default (engine/promotion.py)
+    pending: bool = False            # built beside the current one, switched in only once its validation passed
 
     def when(self, at: float | None) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
@@ -107,20 +108,33 @@ class History:
         return next((g for g in self.generations if g.name == name), None)
 
     def retired(self) -> list[Generation]:
-        """Generations switched out and still on disk, newest switch first."""
-        out = [g for g in self.generations if g.name != self.current and g.name in self.on_disk]
+        """Generations switched out and still on disk, newest switch first (a pending one never was)."""
+        out = [g for g in self.generations if g.name != self.current and g.name in self.on_disk and not g.pending]
         return sorted(out, key=lambda g: g.retired or g.created, reverse=True)
+
+    def pending(self) -> Generation | None:
+        """The newest generation on disk that waits for its validation before it is switched in."""
+        waiting = [g for g in self.generations if g.pending and g.name in self.on_disk and g.name != self.current]
+        return max(waiting, key=lambda g: g.created) if waiting else None
 
     def switched(self, new: Generation, now: float) -> History:
         """The history once the link points at ``new``: the current one retired at ``now``."""
         gens = [replace(g, retired=now) if g.name == self.current else g for g in self.generations
                 if g.name != new.name]
-        return replace(self, generations=(*gens, replace(new, retired=None)), current=new.name,
+        return replace(self, generations=(*gens, replace(new, retired=None, pending=False)), current=new.name,
+                       on_disk=self.on_disk | {new.name})
+
+    def parked(self, new: Generation, now: float) -> History:
+        """The history once ``new`` waits beside the current generation (the link unchanged); a generation
+        that waited before it is retired at ``now`` (only validation jobs ever ran on it)."""
+        gens = [replace(g, pending=False, retired=now) if g.pending else g for g in self.generations
+                if g.name != new.name]
+        return replace(self, generations=(*gens, replace(new, retired=None, pending=True)),
                        on_disk=self.on_disk | {new.name})
 
     def to_json(self) -> str:
         data = {"format": RECORD_FORMAT, "path": f"{self.parent}/{self.leaf}",
-                "generations": [{k: v for k, v in asdict(g).items() if k != "promoted" or v}
+                "generations": [{k: v for k, v in asdict(g).items() if k not in ("promoted", "pending") or v}
                                 for g in self.generations]}
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
@@ -153,7 +167,8 @@ def _entries(data: object, now: float) -> list[Generation]:
             continue
         retired = None if item.get("retired") is None else (_when(item["retired"], now) or now)
         out.append(Generation(name, _when(item.get("created"), now) or 0.0, str(item.get("digest") or ""),
-                              str(item.get("change") or ""), retired, str(item.get("promoted") or "")[:500]))
+                              str(item.get("change") or ""), retired, str(item.get("promoted") or "")[:500],
+                              item.get("pending") is True))
     return out
 
 
@@ -197,6 +212,14 @@ def switch(host: Host, history: History, new: Generation, now: float | None = No
     after = history.switched(new, time.time() if now is None else now)
     host.write_text(history.record, after.to_json(), 0o644)
     host.run(swap_argv(history.parent, history.leaf, new.name, secrets.token_hex(4)))
+    return after
+
+
+def park(host: Host, history: History, new: Generation, now: float | None = None) -> History:
+    """Record ``new`` as pending beside the current generation; the link is not touched (:func:`switch`
+    switches it in once its validation passed: sitestack.engine.generation_promotion)."""
+    after = history.parked(new, time.time() if now is None else now)
+    host.write_text(history.record, after.to_json(), 0o644)
     return after
 
 

@@ -18,6 +18,7 @@ from sitestack.model.container_facts import runtime_of
 from sitestack.model.context import RunContext
 from sitestack.model.site import Facts, Site, expand
 from sitestack.model.siteenv import in_site_env
+from sitestack.onsite import stack_digest
 
 #: Recipes whose wheels the stack installs when sitestack built them for the site.
 DEFAULT_RECIPES = ("mpi4py", "horovod")
@@ -25,7 +26,7 @@ DEFAULT_RECIPES = ("mpi4py", "horovod")
 LABELLED = ("torch", "torchvision", "torchaudio")
 
 #: The manifest's name inside each generation; ``<path>.manifest.json`` links to the current one's.
-MANIFEST = ".sitestack-manifest.json"
+MANIFEST = stack_digest.MANIFEST
 #: The module (and its .pth) in each generation's site-packages that keeps a process on the generation
 #: it started from (:mod:`sitestack.onsite.generation_pin`).
 PIN = "_sitestack_generation"
@@ -79,8 +80,8 @@ def generation_var(stack: Stack) -> str:
     """The environment variable in which the stack's module, once loaded, keeps the real path of the
     generation the stable link pointed at (``__SITESTACK_GENERATION_PYTORCH`` for ``pytorch/...``):
     what that shell and its jobs read stays that generation through an upgrade (docs/operating.md).
-    The family with every character that may not be in a variable name made ``_``, upper-cased."""
-    return "__SITESTACK_GENERATION_" + re.sub(r"[^A-Za-z0-9_]", "_", stack.family).upper()
+    One name for the module file and the job's record (:func:`sitestack.onsite.stack_digest.generation_var`)."""
+    return stack_digest.generation_var(stack.name)
 
 
 def default_name(facts: Facts) -> str:

@@ -302,10 +302,11 @@ class RunOptions(Options):
                                       "recipe names)", parse=split_list, check=check_tags)
     no_cache: bool = option(False, "build from source instead of using the build cache (the new build replaces the "
                             "cached one)")
-    promote: bool = option(True, "after the steps, validate each stack that awaits its module directory's default "
-                           "and make it the default on PASS (--no-promote: leave it hidden; docs/operating.md)")
-    force_promote: bool = option(False, "make the stack the default without a passing validation run of its "
-                                 "current generation (recorded in its generation record and the promotion log)",
+    promote: bool = option(True, "after the steps, validate each stack that awaits its module directory's default, "
+                           "and each new generation of a default stack, and make it the default on PASS "
+                           "(--no-promote: leave it hidden or pending; docs/operating.md)")
+    force_promote: bool = option(False, "make the stack the default (or switch in its pending generation) without "
+                                 "a passing validation run of that generation (recorded in its generation record and the promotion log)",
                                  flag="force")
     #: the build cache on each host ($SITESTACK_BUILD_CACHE, else ~/.cache/sitestack/builds there)
     build_cache: str | None = option(factory=lambda: _env_str("SITESTACK_BUILD_CACHE"), shown="SITESTACK_BUILD_CACHE",

@@ -36,11 +36,19 @@ family("pytorch")
 
 -- the generation /home/alice/sitestack/dawn/pytorch/2.8.0-xpu points at when the module is loaded, kept in
 -- __SITESTACK_GENERATION_PYTORCH while it stays loaded: a job keeps the generation it loaded through an
--- upgrade, and unloading removes what loading added (docs/operating.md)
+-- upgrade, and unloading removes what loading added (docs/operating.md); a validation job loads a
+-- generation still pending validation, named by SITESTACK_PENDING_GENERATION (one of this link's own)
 local function sitestack_generation(link, var)
     local loaded = os.getenv(var)
     if mode() ~= "load" and loaded ~= nil and loaded ~= "" then
         return loaded
+    end
+    local pending = os.getenv("SITESTACK_PENDING_GENERATION") or ""
+    local own = (link:match("^(.*)/[^/]*$") or "") .. "/." .. (link:match("([^/]*)$") or "") .. ".gen-"
+    local rest = pending:sub(#own + 1)
+    if pending:sub(1, #own) == own and rest ~= "" and not rest:find("/", 1, true)
+            and lfs.attributes(pending, "mode") == "directory" then
+        return pending
     end
     local target = lfs.symlinkattributes(link, "target")
     if target == nil or target == "" then
