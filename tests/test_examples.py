@@ -5,7 +5,9 @@ render`), and renders every file it would install without an error; every YAML s
 parses. The A100 example is provisioned and validated on a twin made like the site twins
 (tests/twins/): its paths in a mount namespace, the Cray PE, conda and module stand-ins of
 tests/twins/stand_ins.py, and a Slurm cluster; only what the hardware forces differs
-(tests/twins/sites.py HARDWARE_KEYS), given through SITESTACK_FACTS.
+(tests/twins/sites.py HARDWARE_KEYS), given through SITESTACK_FACTS. The Shifter example runs on the
+same twin (no second cluster): the runtime stand-in of tests/twins/runtime_modules.py with Shifter's
+modules, its image, and a SPANK plugin stand-in that gives sbatch Shifter's options.
 """
 
 from __future__ import annotations
@@ -299,7 +301,8 @@ def test_the_shifter_example_provisions_and_validates_on_the_a100_twin(a100_twin
     ranks' library path. Checked by hand that this fails without the option: with the job's
     ``--module=gpu,nccl-plugin`` edited to ``--module=gpu`` before `invoke validate`, every rank's
     ``setting.plugin_library_path`` is empty and the last assertion fails; with a module the stand-in
-    lacks (``--module=gpu,nccl-plugin,nope``) the job fails (shifter: "unknown module 'nope'")."""
+    lacks (``--module=gpu,nccl-plugin,nope``) the job fails (srun exits 255, the job log has the stand-in's
+    "unknown module 'nope'", the environment check FAIL)."""
     assert a100_twin.first.returncode == 0, a100_twin.first.stdout[-8000:] + a100_twin.first.stderr
     if not (a100_twin.twin.root / "shifter" / "bin").is_dir():
         from tests.twins import runtime
