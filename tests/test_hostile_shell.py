@@ -113,9 +113,9 @@ UNQUOTED = {
     "max_id", "max_count", "port_base", "port_span", "load_failed", "out_refused", "result_space_mib", "stacks",
     "cards", "node_cores", "ranks_per_node", "cores_per_rank", "per_node", "time_limit", "job_seconds",
     "guard_grace", "launcher", "launch_name", "unit", "hierarchy", "1 if stacks else 0", "cards * stacks",
-    "'{'", "loop.first", "'tune' if tune else 'validation'", "job.script", "script", "masks",
+    "'{'", "loop.first", "'if' if loop.first else 'elif'", "'tune' if tune else 'validation'", "job.script", "script", "masks",
     # names: checked (SHELL_NAME, checked_name) or sitestack's own
-    "key", "var", "generation_var", "container.bind_var", "name", "container.runtime", "container.options_array",
+    "key", "var", "generation_var", "own.generation_var", "p.generation_var", "generation_vars | join(', ')", "container.bind_var", "name", "container.runtime", "container.options_array",
     # quoted in Python before the template sees them (sh_expanding, sh_default)
     "value", "miopen", "scratch", "container.binds", "launcher_options", "bind_args",
     # the runtime's options: binds sh_expanding, modules sh, env words of checked names (validation/container_forms.py)

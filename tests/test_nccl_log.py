@@ -244,7 +244,7 @@ def test_invoke_nccl_log_judges_against_the_sites_facts(cli, tmp_path):
     lumi = cli("nccl-log", str(DATA / "nccl-1357-ibext-sharp.log"), "--site", "lumi")
     assert lumi.returncode == 1, lumi.stderr
     assert "qh100-gpu20" in lumi.stdout and "FAIL: wrong plugin on qh100-gpu19: IBext" in lumi.stdout
-    assert "OFI through aws-ofi-rccl with provider cxi" in lumi.stdout  # playbooks/lumi.yml's network facts
+    assert "OFI through aws-ofi-nccl with provider cxi" in lumi.stdout  # playbooks/lumi.yml's network facts (the AI Factory image's plugin)
     cirrus = cli("nccl-log", str(DATA / "nccl-1357-ibext-sharp.log"), "--site", "cirrus", "--json", str(tmp_path / "v.json"))
     assert cirrus.returncode == 0 and "PASS: 2 hosts used IBext" in cirrus.stdout  # Cirrus: InfiniBand, no plugin
     doc = json.loads((tmp_path / "v.json").read_text())

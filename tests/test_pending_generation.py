@@ -89,8 +89,14 @@ def test_the_step_parks_a_new_generation_of_the_default_and_a_rerun_builds_nothi
 
     first = publish(old_plan, None)
     assert Path(step.stack.path).readlink().name == first   # nothing to protect: switched in
-    second = publish(plan, {"plan": old_plan})
+    packages_plan = {**old_plan, "extras": [*old_plan["extras"], "rich"]}
+    first = publish(packages_plan, {"plan": old_plan})
+    assert Path(step.stack.path).readlink().name == first   # made by this run too (stack-packages): replaced at once
+    # the next provision: a run of its own
+    ctx = offline_context(pb.load(path=tmp_path / "local.yml"), home=str(tmp_path), user=host.user(), prefix=str(prefix))
+    step = ACTIONS["stack-venv"].from_spec(spec, ctx.for_step(spec))
+    second = publish(plan, {"plan": packages_plan})
     history = gens.read_history(host, step.stack.path)
     assert history.current == first and history.pending() is not None and history.pending().name == second
-    assert json.loads(Path(step.stack.manifest).read_text())["plan"] == old_plan
+    assert json.loads(Path(step.stack.manifest).read_text())["plan"] == packages_plan
     assert step.pending_for(host) is not None and step._reason(host) is None   # a re-run builds nothing more

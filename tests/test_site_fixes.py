@@ -204,7 +204,8 @@ def test_dawn_geometry_follows_the_hierarchy_chosen_at_submission(dawn_twin, tmp
 
 def test_dawn_binds_the_install_prefix_into_the_container():
     text = job_text("dawn", "mpiexec")
-    binds = re.search(r'^export APPTAINER_BINDPATH="([^"]*)"$', text, re.M)
+    # after the binds the loaded modules set (a site's bindings module), then the job's own
+    binds = re.search(r'^export APPTAINER_BINDPATH="\$\{APPTAINER_BINDPATH:\+\$APPTAINER_BINDPATH,\}""([^"]*)"$', text, re.M)
     assert binds and "/home/alice/sitestack/dawn" in binds.group(1).split(",")
     # what needs it: the stack, whose module the job loads (its Python first on the container's PATH)
     assert "module use /home/alice/sitestack/dawn/modules" in text and "module load pytorch/" in text

@@ -230,6 +230,10 @@ class Builder(EnvTools):
                          report=step.ctx.note, interval=step.ctx.options.progress_interval)
         self.plan, self.built, self.manifest, self.reason = plan, built, manifest, reason
         self.waits, self.ctx_note = step.waits, step.ctx.note
+        #: The generations of this stack switched in by this run (one per stack context, shared by the stack's
+        #: steps): a later step of the same run (stack-packages after stack-venv) replaces one of them at once,
+        #: as nobody validated or loaded it yet.
+        self.switched_this_run: set[str] = step.ctx.__dict__.setdefault("_switched_in", set())
         self.parent, self.leaf = os.path.split(self.stack.path)
         self.options, self.facts = step.ctx.options, step.ctx.facts
         self.token = secrets.token_hex(4)
@@ -309,12 +313,13 @@ class Builder(EnvTools):
         self.host.write_text(f"{gen}/{MANIFEST}", dump(manifest), 0o644)
         history = generations.read_history(self.host, self.stack.path)
         entry = generations.Generation(os.path.basename(gen), time.time(), plan_digest(self.plan), self.reason)
-        if self.waits and history.current is not None:
+        if self.waits and history.current is not None and history.current not in self.switched_this_run:
             generations.park(self.host, history, entry)
             self.ctx_note(f"generation {entry.name} of {self.stack.name} built beside {history.current}: it is switched "
                       "in once its validation job passes (docs/operating.md)")
             return
         generations.switch(self.host, history, entry)
+        self.switched_this_run.add(entry.name)
         link = f"{self.leaf}/{MANIFEST}"
         if self.host.probe(["readlink", "--", self.stack.manifest]).stdout.strip() != link:
             self.run(relink_argv(self.stack.manifest, link, self.token))
