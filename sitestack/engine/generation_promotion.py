@@ -87,7 +87,7 @@ def pending(host: Host, ctx: RunContext, *, planned: bool) -> list[Pending]:
 def switch_in(host: Host, ctx: RunContext, item: Pending, *, force: bool, check: bool) -> str:
     """Switch ``item`` in (``check``: only say so); the line that says what was done. Refused (a
     :class:`SitestackError`) without a passing run of its digest in the site's history, unless ``force``."""
-    run = promotion.passing_run(host, ctx, item.module, item.digest)
+    run = promotion.passing_run(host, ctx, item.module, item.digest, item.key)
     if run is None and not force:
         raise SitestackError(
             f"{item.module}: generation {item.label} (digest {item.digest}) has no passing validation run in the "

@@ -116,12 +116,14 @@ def current_generation(host: Host, stack: Any) -> tuple[str | None, str | None]:
     return (os.path.basename(link) or None, plan_digest(plan) if isinstance(plan, dict) else None)
 
 
-def passing_run(host: Host, ctx: RunContext, module: str, digest: str | None) -> dict[str, Any] | None:
-    """The newest validation run of the site's history that passed (its checks and the regression
-    comparison) with ``module`` at ``digest``; None where there is none."""
+def passing_run(host: Host, ctx: RunContext, module: str, digest: str | None,
+                key: str | None = None) -> dict[str, Any] | None:
+    """The newest validation run that passed (its checks and the regression comparison) with ``module``
+    at ``digest``, in the history the validation job of playbook stack ``key`` (None: the playbook's own)
+    records to, read with that job's program; None where there is none."""
     if digest is None:
         return None
-    directory = validation.install_dir(ctx.site, ctx.values)
+    directory = validation.install_dir(ctx.site.for_stack(key), ctx.values)
     _dir, runs, _warnings = history.list_runs(host, directory, ctx.values["prefix"], None)
     for run in reversed(runs):
         stack = run.get("stack") or {}
@@ -185,7 +187,7 @@ def promote_on(host: Host, ctx: RunContext, cand: Candidate, *, force: bool, che
     generation, digest = current_generation(host, cand.step.stack)
     if generation is None:
         raise SitestackError(f"{cand.name}: its environment {cand.step.stack.path} is not installed: nothing to promote")
-    run = passing_run(host, ctx, cand.name, digest)
+    run = passing_run(host, ctx, cand.name, digest, cand.key)
     if run is None and not force:
         raise SitestackError(
             f"{cand.name} ({generation}, digest {digest or 'unknown'}) has no passing validation run in the site's "
